@@ -1,0 +1,28 @@
+"""One error type for every problem the user can fix.
+
+The CLI turns a :class:`SeatplanError` into three lines on stderr (what, where, how to fix)
+and a non-zero exit; nothing else ever reaches the user as a traceback.
+"""
+
+from __future__ import annotations
+
+
+class SeatplanError(Exception):
+    """A problem with the user's input or environment, worded for the user.
+
+    ``where`` names the file (and line or field) at fault; ``fix`` says what to do about it.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, where: str | None = None, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.where = where
+        self.fix = fix
+
+    def __str__(self) -> str:
+        parts = [f"{self.where}: {self.message}" if self.where else self.message]
+        if self.fix:
+            parts.append(f"fix: {self.fix}")
+        return "\n".join(parts)

@@ -1,0 +1,53 @@
+"""Atomic writes with backups: a crash or a bad input never leaves a half-written file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+
+def backup_name(path: Path, now: datetime | None = None, tag: str = "seatplan") -> Path:
+    """``FILE.bak-YYYYMMDD-HHMMSS-TAG``: sorts by time and says who made it."""
+    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%d-%H%M%S")
+    return path.with_name(f"{path.name}.bak-{stamp}-{tag}")
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, backup: bool = True, mode: int | None = None) -> Path | None:
+    """Write ``text`` to ``path`` via a temporary file and rename; return the backup path if one was made.
+
+    The old file is copied aside first only when its content changes, so repeated runs do not
+    pile up identical backups.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    backup_path: Path | None = None
+    if target.exists():
+        if target.read_text(errors="replace") == text:
+            return None
+        if backup:
+            backup_path = backup_name(target)
+            shutil.copy2(target, backup_path)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        if mode is not None:
+            os.chmod(temp_name, mode)
+        elif target.exists():
+            os.chmod(temp_name, target.stat().st_mode & 0o7777)
+        os.replace(temp_name, target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return backup_path
+
+
+def atomic_write_json(path: str | os.PathLike[str], document: Any, *, backup: bool = True) -> Path | None:
+    return atomic_write_text(path, json.dumps(document, indent=2, sort_keys=False) + "\n", backup=backup)

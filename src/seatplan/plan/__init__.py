@@ -1,0 +1,1 @@
+"""Plan: KV bytes, contexts, output caps and placement of seats on GPUs."""

@@ -1,0 +1,108 @@
+"""Byte sizes as people and vLLM write them.
+
+vLLM's own parser (``--kv-cache-memory-bytes 20G``) reads upper-case suffixes as powers of 2
+and lower-case ones as powers of 10; seatplan follows it so a value pasted from a vLLM command
+line means the same bytes here. Explicit ``GiB``/``GB`` spellings are unambiguous.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+
+_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[A-Za-z]*)\s*$")
+
+_BINARY = {"k": KiB, "m": MiB, "g": GiB, "t": 1 << 40}
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_bytes(text: str | int | float, *, field: str = "size") -> int:
+    """Parse ``22GiB``, ``5.5G``, ``20g``, ``512MiB``, ``1.5 GB`` or a plain integer into bytes.
+
+    ``G``/``GiB`` are 2**30; ``g``/``GB`` are 10**9 (vLLM's convention for single letters).
+    """
+    from seatplan.errors import SeatplanError
+
+    if isinstance(text, bool):
+        raise SeatplanError(f"{field}: expected a size such as 22GiB, got {text!r}")
+    if isinstance(text, int):
+        value = text
+    elif isinstance(text, float):
+        if not math.isfinite(text) or text != int(text):
+            raise SeatplanError(f"{field}: {text!r} is not a whole number of bytes", fix="write it as e.g. 22GiB")
+        value = int(text)
+    else:
+        match = _SIZE.match(str(text))
+        if not match:
+            raise SeatplanError(
+                f"{field}: cannot read {text!r} as a size",
+                fix="write a number of bytes or a size with a unit: 22GiB, 5.5G (2**30), 20g or 20GB (10**9), 512MiB",
+            )
+        value = _scale(float(match["num"]), match["unit"], text, field)
+    if value < 0:
+        raise SeatplanError(f"{field}: size {text!r} is negative")
+    return value
+
+
+def _scale(number: float, unit: str, text: object, field: str) -> int:
+    from seatplan.errors import SeatplanError
+
+    if unit in ("", "B", "b"):
+        factor = 1
+    else:
+        lower = unit.lower()
+        letter = lower[0]
+        if letter not in _BINARY or lower not in {letter, letter + "b", letter + "ib"}:
+            raise SeatplanError(f"{field}: unknown unit {unit!r} in {text!r}", fix="use B, KiB, MiB, GiB, TiB, K, M, G, T, KB, MB, GB or TB")
+        if lower.endswith("ib"):
+            factor = _BINARY[letter]
+        elif lower.endswith("b"):
+            factor = _DECIMAL[letter]
+        else:
+            factor = _BINARY[letter] if unit[0].isupper() else _DECIMAL[letter]
+    return int(round(number * factor))
+
+
+def parse_tokens(text: str | int, *, field: str = "tokens") -> int:
+    """Parse a token count the way vLLM's ``--max-model-len`` does: ``32k`` = 32,000, ``32K`` = 32,768."""
+    from seatplan.errors import SeatplanError
+
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", str(text))
+    if not match:
+        raise SeatplanError(f"{field}: cannot read {text!r} as a token count", fix="write e.g. 131072, 128K (=131,072) or 128k (=128,000)")
+    number, suffix = float(match[1]), match[2]
+    factor = {"": 1, "k": 1000, "K": 1024, "m": 10**6, "M": 1 << 20}[suffix]
+    return int(number * factor)
+
+
+def round_up(value: int, step: int) -> int:
+    """Round ``value`` up to a multiple of ``step``."""
+    return -(-value // step) * step
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def format_gib(num_bytes: float) -> str:
+    """vLLM's ``format_gib``: ``str(round(b / 2**30, 2))``, so log figures compare as printed."""
+    return str(round(num_bytes / GiB, 2))
+
+
+def human_bytes(num_bytes: float) -> str:
+    """A short readable size for tables: ``22.00 GiB``, ``512.0 MiB``."""
+    sign = "-" if num_bytes < 0 else ""
+    size = abs(num_bytes)
+    if size >= GiB:
+        return f"{sign}{size / GiB:.2f} GiB"
+    if size >= MiB:
+        return f"{sign}{size / MiB:.1f} MiB"
+    if size >= KiB:
+        return f"{sign}{size / KiB:.1f} KiB"
+    return f"{sign}{int(size)} B"

@@ -1,0 +1,1 @@
+"""Usage: what the gateway's spend logs say about each seat."""

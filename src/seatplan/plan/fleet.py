@@ -1,0 +1,394 @@
+"""Reading the fleet file: YAML → :class:`Fleet`, with every error naming its line.
+
+PyYAML's composed node tree keeps a mark (line) for every key and item; the loader records them by
+path (``("seats", 2, "max_model_len")``) so pydantic's error locations and seatplan's own checks
+can both be reported as ``fleet.yaml:23: seats[2].max_model_length: unknown key; did you mean ...``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from seatplan.errors import SeatplanError
+from seatplan.plan.models import Fleet, GpuSpec, HostSpec, SeatSpec
+
+PathKey = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class FleetProblem:
+    path: PathKey
+    message: str
+    fix: str | None = None
+
+
+@dataclass
+class LoadedFleet:
+    fleet: Fleet
+    path: Path
+    sha256: str
+    lines: dict[PathKey, int] = field(default_factory=dict)
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def where(self, path: PathKey) -> str:
+        return f"{self.path}:{line_of(self.lines, path)}" if self.lines else str(self.path)
+
+
+def format_path(path: PathKey) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def line_of(lines: dict[PathKey, int], path: PathKey) -> int:
+    """The line of ``path``, or of its nearest ancestor the file spells out."""
+    for cut in range(len(path), -1, -1):
+        if path[:cut] in lines:
+            return lines[path[:cut]]
+    return 1
+
+
+# ----------------------------------------------------------------------------- YAML with marks
+
+
+def _read_yaml(text: str, display: str) -> tuple[Any, dict[PathKey, int]]:
+    import yaml
+
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                raise SeatplanError("the fleet file is empty", where=display, fix="declare hosts: and seats: (see docs/fleet.md)")
+            lines: dict[PathKey, int] = {}
+            _collect_lines(node, (), lines, display)
+            data = loader.construct_document(node)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as problem:
+        mark = problem.problem_mark or problem.context_mark
+        line = mark.line + 1 if mark else 1
+        raise SeatplanError(
+            f"not valid YAML: {problem.problem or problem.context}", where=f"{display}:{line}", fix="correct the YAML syntax at that line"
+        ) from None
+    return data, lines
+
+
+def _collect_lines(node: Any, path: PathKey, lines: dict[PathKey, int], display: str) -> None:
+    import yaml
+
+    lines.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = key_node.value
+            if key in seen:
+                raise SeatplanError(
+                    f"{format_path(path + (key,))}: key given twice",
+                    where=f"{display}:{key_node.start_mark.line + 1}",
+                    fix="keep one of the two entries",
+                )
+            seen.add(key)
+            lines[path + (key,)] = key_node.start_mark.line + 1
+            _collect_lines(value_node, path + (key,), lines, display)
+    elif isinstance(node, yaml.SequenceNode):
+        for position, item in enumerate(node.value):
+            lines[path + (position,)] = item.start_mark.line + 1
+            _collect_lines(item, path + (position,), lines, display)
+
+
+# ----------------------------------------------------------------------------- pydantic errors → lines
+
+
+def _data_path(data: Any, loc: tuple[Any, ...]) -> PathKey:
+    """pydantic's location without its union-member tags: only the steps that exist in the data."""
+    path: list[str | int] = []
+    current = data
+    for step in loc:
+        if isinstance(current, dict) and step in current:
+            current = current[step]
+        elif isinstance(current, list) and isinstance(step, int) and 0 <= step < len(current):
+            current = current[step]
+        elif isinstance(current, dict) and isinstance(step, str) and not _looks_like_tag(step):
+            path.append(step)  # a missing or unknown key: name it, stop walking
+            break
+        else:
+            continue
+        path.append(step)
+    return tuple(path)
+
+
+def _looks_like_tag(step: str) -> bool:
+    return any(mark in step for mark in ("[", "(")) or step in {"int", "str", "float", "bool", "list", "dict", "none"}
+
+
+def _model_at(path: PathKey) -> type[BaseModel] | None:
+    """The fleet model class whose fields the mapping at ``path`` holds."""
+    annotation: Any = Fleet
+    for step in path:
+        model = _unwrap_model(annotation)
+        if model is not None and isinstance(step, str):
+            if step not in model.model_fields:
+                return None
+            annotation = model.model_fields[step].annotation
+            continue
+        annotation = _container_item(annotation)
+        if annotation is None:
+            return None
+    return _unwrap_model(annotation)
+
+
+def _unwrap_model(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _unwrap_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _container_item(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (list, tuple):
+        return typing.get_args(annotation)[0]
+    if origin is dict:
+        return typing.get_args(annotation)[1]
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            item = _container_item(arg)
+            if item is not None:
+                return item
+    return None
+
+
+def _problems_from_validation(error: ValidationError, data: Any) -> list[FleetProblem]:
+    problems: list[FleetProblem] = []
+    seen: set[PathKey] = set()
+    for detail in error.errors(include_url=False):
+        path = _data_path(data, tuple(detail["loc"]))
+        if path in seen:
+            continue
+        seen.add(path)
+        problems.append(_word_problem(detail, path))
+    return problems
+
+
+def _word_problem(detail: dict[str, Any], path: PathKey) -> FleetProblem:
+    kind = detail["type"]
+    if kind == "extra_forbidden" and path:
+        parent = _model_at(path[:-1])
+        known = sorted(parent.model_fields) if parent else []
+        close = difflib.get_close_matches(str(path[-1]), known, n=1, cutoff=0.5)
+        if close:
+            return FleetProblem(path, f"unknown key; did you mean {close[0]}?", f"rename it to {close[0]}")
+        return FleetProblem(path, "unknown key", f"known keys here: {', '.join(known)}" if known else None)
+    if kind == "missing":
+        return FleetProblem(path, "required key is missing", f"add {path[-1]}:" if path else None)
+    message = str(detail["msg"]).removeprefix("Value error, ")
+    return FleetProblem(path, message, None)
+
+
+# ----------------------------------------------------------------------------- checks pydantic cannot do
+
+
+def resolve_gpu_ref(fleet: Fleet, ref: int | str) -> tuple[str, int] | None:
+    """``2`` (the only host's GPU 2) or ``"host:2"`` → ``(host, 2)``; None when no such GPU exists."""
+    if isinstance(ref, str) and ref.strip().isdigit():
+        ref = int(ref)
+    if isinstance(ref, int):
+        if len(fleet.hosts) != 1:
+            return None
+        host = fleet.hosts[0]
+        return (host.name, ref) if any(gpu.index == ref for gpu in host.gpus) else None
+    host_name, _, index_text = ref.rpartition(":")
+    if not index_text.isdigit():
+        return None
+    for host in fleet.hosts:
+        if host.name == host_name and any(gpu.index == int(index_text) for gpu in host.gpus):
+            return (host.name, int(index_text))
+    return None
+
+
+def gpu_refs(value: int | str | list[int | str] | None) -> list[int | str]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]
+
+
+def check_fleet(fleet: Fleet) -> list[FleetProblem]:
+    """Impossible values that pass the type checks: each names the path of the offending value."""
+    problems: list[FleetProblem] = []
+    problems += _check_hosts(fleet.hosts)
+    problems += _check_seats(fleet)
+    problems += _check_layout(fleet)
+    return problems
+
+
+def _check_hosts(hosts: list[HostSpec]) -> list[FleetProblem]:
+    problems: list[FleetProblem] = []
+    names: set[str] = set()
+    for host_no, host in enumerate(hosts):
+        if host.name in names:
+            problems.append(FleetProblem(("hosts", host_no, "name"), f"host {host.name!r} is declared twice", "give each host a distinct name"))
+        names.add(host.name)
+        indexes: set[int] = set()
+        for gpu_no, gpu in enumerate(host.gpus):
+            problems += _check_gpu(("hosts", host_no, "gpus", gpu_no), gpu, indexes)
+            indexes.add(gpu.index)
+    return problems
+
+
+def _check_gpu(path: PathKey, gpu: GpuSpec, indexes: set[int]) -> list[FleetProblem]:
+    problems: list[FleetProblem] = []
+    if gpu.index in indexes:
+        problems.append(FleetProblem(path + ("index",), f"GPU index {gpu.index} appears twice on this host", "each GPU index once per host"))
+    if gpu.total_bytes <= 0:
+        problems.append(FleetProblem(path + ("total_bytes",), "a GPU's total memory must be more than 0", "write it as e.g. 95.59GiB"))
+    elif gpu.reserved_bytes >= gpu.total_bytes:
+        problems.append(
+            FleetProblem(path + ("reserved_bytes",), "reserved memory is not less than the GPU's total", "reserve less than total_bytes, or mark the GPU keep_clear")
+        )
+    return problems
+
+
+def _check_seats(fleet: Fleet) -> list[FleetProblem]:
+    problems: list[FleetProblem] = []
+    names: dict[str, int] = {}
+    ports: dict[int, int] = {}
+    largest_host = max(len(host.gpus) for host in fleet.hosts)
+    for seat_no, seat in enumerate(fleet.seats):
+        path: PathKey = ("seats", seat_no)
+        if seat.name in names:
+            problems.append(FleetProblem(path + ("name",), f"seat name {seat.name!r} is also used by seats[{names[seat.name]}]", "give each seat a distinct name"))
+        names.setdefault(seat.name, seat_no)
+        if seat.port is not None:
+            if seat.port in ports:
+                problems.append(FleetProblem(path + ("port",), f"port {seat.port} is also used by seats[{ports[seat.port]}]", "give each seat its own port"))
+            ports.setdefault(seat.port, seat_no)
+        problems += _check_seat_engine(path, seat)
+        problems += _check_seat_parallelism(path, seat, largest_host)
+        problems += _check_seat_gpus(fleet, path, seat)
+    return problems
+
+
+def _check_seat_engine(path: PathKey, seat: SeatSpec) -> list[FleetProblem]:
+    if seat.engine == "fixed":
+        if seat.memory_cap_bytes is None:
+            return [FleetProblem(path, "a fixed seat needs memory_cap_bytes (the memory it is known to use per GPU)", "add memory_cap_bytes: e.g. 6GiB")]
+        return []
+    problems = []
+    if not seat.model:
+        problems.append(FleetProblem(path, "a vllm seat needs a model", "add model: a model directory or Hugging Face id"))
+    if seat.memory_cap_bytes is not None:
+        problems.append(
+            FleetProblem(path + ("memory_cap_bytes",), "memory_cap_bytes is for fixed seats; a vllm seat's footprint is computed", "remove it, or set engine: fixed")
+        )
+    return problems
+
+
+def _check_seat_parallelism(path: PathKey, seat: SeatSpec, largest_host: int) -> list[FleetProblem]:
+    tp = seat.tensor_parallel_size
+    if tp & (tp - 1):
+        return [FleetProblem(path + ("tensor_parallel_size",), f"tensor_parallel_size {tp} is not a power of two", "use 1, 2, 4 or 8")]
+    if tp > largest_host:
+        return [FleetProblem(path + ("tensor_parallel_size",), f"tensor_parallel_size {tp} is more than the {largest_host} GPUs of the largest host", f"use at most {largest_host}")]
+    return []
+
+
+def _check_seat_gpus(fleet: Fleet, path: PathKey, seat: SeatSpec) -> list[FleetProblem]:
+    problems: list[FleetProblem] = []
+    pins = gpu_refs(seat.pin)
+    for position, ref in enumerate(pins):
+        ref_path = path + ("pin",) + ((position,) if isinstance(seat.pin, list) else ())
+        resolved = resolve_gpu_ref(fleet, ref)
+        if resolved is None:
+            problems.append(FleetProblem(ref_path, f"pin to GPU {ref!r}, which the fleet does not declare", _gpu_ref_fix(fleet)))
+        elif _gpu(fleet, resolved).keep_clear:
+            problems.append(FleetProblem(ref_path, f"pin to GPU {ref!r}, which is keep_clear", "pin another GPU, or drop keep_clear"))
+    if pins and len(pins) != seat.tensor_parallel_size:
+        problems.append(
+            FleetProblem(path + ("pin",), f"{len(pins)} GPU(s) pinned for tensor_parallel_size {seat.tensor_parallel_size}", "pin one GPU per tensor-parallel rank")
+        )
+    for position, ref in enumerate(seat.avoid):
+        if resolve_gpu_ref(fleet, ref) is None:
+            problems.append(FleetProblem(path + ("avoid", position), f"avoid GPU {ref!r}, which the fleet does not declare", _gpu_ref_fix(fleet)))
+    return problems
+
+
+def _check_layout(fleet: Fleet) -> list[FleetProblem]:
+    problems: list[FleetProblem] = []
+    names = {seat.name for seat in fleet.seats}
+    for seat_name, value in fleet.current_layout.items():
+        path: PathKey = ("current_layout", seat_name)
+        if seat_name not in names:
+            close = difflib.get_close_matches(seat_name, sorted(names), n=1)
+            problems.append(FleetProblem(path, f"current_layout names seat {seat_name!r}, which is not declared" + (f"; did you mean {close[0]}?" if close else ""), None))
+        for ref in gpu_refs(value):
+            if resolve_gpu_ref(fleet, ref) is None:
+                problems.append(FleetProblem(path, f"current_layout puts {seat_name} on GPU {ref!r}, which the fleet does not declare", _gpu_ref_fix(fleet)))
+    return problems
+
+
+def _gpu(fleet: Fleet, ref: tuple[str, int]) -> GpuSpec:
+    host = next(host for host in fleet.hosts if host.name == ref[0])
+    return next(gpu for gpu in host.gpus if gpu.index == ref[1])
+
+
+def _gpu_ref_fix(fleet: Fleet) -> str:
+    if len(fleet.hosts) == 1:
+        return f"use a GPU index of host {fleet.hosts[0].name}: {', '.join(str(gpu.index) for gpu in fleet.hosts[0].gpus)}"
+    return "write HOST:INDEX with a declared host and GPU index"
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def parse_fleet(text: str, display: str) -> tuple[Fleet, dict[PathKey, int]]:
+    """Validate fleet YAML ``text``; ``display`` is the file name errors carry."""
+    data, lines = _read_yaml(text, display)
+    if not isinstance(data, dict):
+        raise SeatplanError("the fleet file must be a mapping with hosts: and seats:", where=f"{display}:1", fix="see docs/fleet.md")
+    try:
+        fleet = Fleet.model_validate(data)
+    except ValidationError as error:
+        _raise_problems(_problems_from_validation(error, data), lines, display)
+    _raise_problems(check_fleet(fleet), lines, display)
+    return fleet, lines
+
+
+def _raise_problems(problems: list[FleetProblem], lines: dict[PathKey, int], display: str) -> None:
+    if not problems:
+        return
+    problems = sorted(problems, key=lambda problem: line_of(lines, problem.path))
+    first = problems[0]
+    message = f"{format_path(first.path)}: {first.message}"
+    for other in problems[1:]:
+        message += f"\n  {display}:{line_of(lines, other.path)}: {format_path(other.path)}: {other.message}"
+    raise SeatplanError(message, where=f"{display}:{line_of(lines, first.path)}", fix=first.fix)
+
+
+def load_fleet(path: str | Path) -> LoadedFleet:
+    fleet_path = Path(path)
+    try:
+        raw = fleet_path.read_bytes()
+    except OSError as problem:
+        raise SeatplanError(f"cannot read the fleet file: {problem.strerror}", where=str(fleet_path), fix="give the path of a fleet YAML file") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SeatplanError("the fleet file is not UTF-8 text", where=str(fleet_path)) from None
+    fleet, lines = parse_fleet(text, str(fleet_path))
+    return LoadedFleet(fleet=fleet, path=fleet_path, sha256=hashlib.sha256(raw).hexdigest(), lines=lines)

@@ -1,0 +1,275 @@
+"""A seat's footprint per GPU at its plateau (after boot, CUDA graphs captured, after creep), not at boot.
+
+Parts: CUDA context, NCCL / custom all-reduce buffers (TP ≥ 2), weights, activation peak of the profile
+run, CUDA graphs, the pinned KV cache and a creep allowance. Weights come from the model facts, KV is the
+pinned byte count (exact), the rest is the fitted estimate of ``overhead_model.json`` (94 public engine
+starts, keyed on the vLLM version), each part labelled with its basis and inputs. Observed plateaus
+replace the estimated parts; a ``fixed`` seat costs its declared cap.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from pydantic import BaseModel
+
+from seatplan.facts.models import ModelShape
+from seatplan.plan.models import Basis, FootprintPart, ObservedSeat
+from seatplan.units import GiB
+
+
+class OverheadProfile(BaseModel):
+    name: str
+    from_version: str
+    cuda_context_gib: float
+    tensor_parallel_extra_gib: dict[str, float]
+    sampler_bytes_per_row_vocab: float
+    forward_bytes_per_token_intermediate: float
+    moe_activation_extra_gib: float
+    cuda_graph_base_gib: float
+    cuda_graph_per_layer_gib: float
+    non_kv_mae_gib: float
+
+
+class EngineDefaults(BaseModel):
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+class OverheadModel(BaseModel):
+    description: str
+    provenance: dict[str, str]
+    large_gpu_min_gib: float
+    engine_defaults: dict[str, EngineDefaults]
+    profiles: list[OverheadProfile]
+
+    def profile_for(self, vllm_version: str) -> OverheadProfile:
+        """The profile measured on the newest version not newer than ``vllm_version`` (else the oldest)."""
+        wanted = version_key(vllm_version)
+        eligible = [profile for profile in self.profiles if version_key(profile.from_version) <= wanted]
+        pool = eligible or self.profiles
+        pick = max if eligible else min
+        return pick(pool, key=lambda profile: version_key(profile.from_version))
+
+    def defaults_for(self, gpu_total_bytes: int) -> EngineDefaults:
+        size = "large_gpu" if gpu_total_bytes >= self.large_gpu_min_gib * GiB else "small_gpu"
+        return self.engine_defaults[size]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+@lru_cache(maxsize=1)
+def load_overhead_model() -> OverheadModel:
+    text = resources.files("seatplan.plan").joinpath("overhead_model.json").read_text(encoding="utf-8")
+    return OverheadModel.model_validate(json.loads(text))
+
+
+@dataclass(frozen=True)
+class Weights:
+    bytes_per_gpu: int
+    exact: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    source: str
+
+
+@dataclass(frozen=True)
+class SeatFootprint:
+    parts: list[FootprintPart]
+
+    @property
+    def footprint_bytes(self) -> int:
+        return sum(part.bytes for part in self.parts)
+
+    @property
+    def basis(self) -> Basis:
+        bases = {part.basis for part in self.parts}
+        for basis in ("observed", "declared", "estimate"):
+            if basis in bases:
+                return basis  # type: ignore[return-value]
+        return "exact"
+
+
+def engine_limits(max_num_seqs: int | None, max_num_batched_tokens: int | None, defaults: EngineDefaults) -> EngineLimits:
+    """The batch limits the estimate assumes; the plan passes them to vLLM so the estimate holds."""
+    chosen_seqs = max_num_seqs or defaults.max_num_seqs
+    chosen_tokens = max_num_batched_tokens or defaults.max_num_batched_tokens
+    given = [name for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)) if value]
+    source = "seat: " + ", ".join(given) if given else "vLLM's server defaults for this GPU size"
+    if given and len(given) < 2:
+        source += "; the rest vLLM's server defaults"
+    return EngineLimits(chosen_seqs, chosen_tokens, source)
+
+
+def _gib(value: float) -> int:
+    return int(round(value * GiB))
+
+
+def is_moe(shape: ModelShape) -> bool:
+    return shape.num_experts > 1
+
+
+def intermediate_per_token(shape: ModelShape) -> int:
+    """The MLP width one token passes through: the routed experts' for MoE (OVERHEAD.md §5)."""
+    if is_moe(shape) and shape.moe_intermediate_size:
+        return max(1, shape.experts_per_token) * shape.moe_intermediate_size
+    return shape.intermediate_size or 4 * shape.hidden_size
+
+
+def activation_part(shape: ModelShape, limits: EngineLimits, tensor_parallel_size: int, profile: OverheadProfile) -> FootprintPart:
+    """The profile run's peak: full-vocab sampler logits on every rank, or the forward pass, whichever is larger."""
+    sampler_rows = min(limits.max_num_seqs, limits.max_num_batched_tokens)
+    sampler_bytes = profile.sampler_bytes_per_row_vocab * sampler_rows * shape.vocab_size
+    intermediate_per_rank = intermediate_per_token(shape) // tensor_parallel_size
+    forward_bytes = profile.forward_bytes_per_token_intermediate * limits.max_num_batched_tokens * intermediate_per_rank
+    moe_bytes = profile.moe_activation_extra_gib * GiB if is_moe(shape) else 0.0
+    driver = "sampler (max_num_seqs × vocab)" if sampler_bytes >= forward_bytes else "forward (max_num_batched_tokens × intermediate)"
+    return FootprintPart(
+        name="activation_peak",
+        bytes=int(round(max(sampler_bytes, forward_bytes) + moe_bytes)),
+        basis="estimate",
+        inputs={
+            "vocab_size": shape.vocab_size,
+            "max_num_seqs": limits.max_num_seqs,
+            "max_num_batched_tokens": limits.max_num_batched_tokens,
+            "intermediate_per_rank": intermediate_per_rank,
+            "sampler_bytes_per_row_vocab": profile.sampler_bytes_per_row_vocab,
+            "forward_bytes_per_token_intermediate": profile.forward_bytes_per_token_intermediate,
+            "moe": is_moe(shape),
+        },
+        note=f"driven by the {driver}; {limits.source}; profile {profile.name}",
+    )
+
+
+def vllm_footprint(
+    *,
+    shape: ModelShape,
+    weights: Weights,
+    tensor_parallel_size: int,
+    kv_cache_memory_bytes: int,
+    limits: EngineLimits,
+    enforce_eager: bool,
+    creep_allowance_bytes: int,
+    profile: OverheadProfile,
+    vllm_version: str,
+) -> SeatFootprint:
+    """The estimated plateau footprint of a vLLM seat on each of its GPUs."""
+    keyed = {"vllm_version": vllm_version, "profile": profile.name}
+    parts = [
+        FootprintPart(
+            name="cuda_context",
+            bytes=_gib(profile.cuda_context_gib),
+            basis="estimate",
+            inputs=keyed | {"gib": profile.cuda_context_gib},
+            note="CUDA context, cuBLAS workspaces and vLLM's non-torch memory of a single-GPU engine",
+        )
+    ]
+    if tensor_parallel_size >= 2:
+        topology = "moe" if is_moe(shape) else "dense"
+        extra_gib = profile.tensor_parallel_extra_gib[topology]
+        parts.append(
+            FootprintPart(
+                name="nccl_allreduce",
+                bytes=_gib(extra_gib),
+                basis="estimate",
+                inputs=keyed | {"tensor_parallel_size": tensor_parallel_size, "topology": topology, "gib": extra_gib},
+                note="NCCL communicators and custom all-reduce buffers (single-node NVLink measurements)",
+            )
+        )
+    parts.append(
+        FootprintPart(
+            name="weights",
+            bytes=weights.bytes_per_gpu,
+            basis="exact" if weights.exact else "estimate",
+            inputs={"tensor_parallel_size": tensor_parallel_size, "source": weights.source},
+            note="per GPU, " + weights.source,
+        )
+    )
+    parts.append(activation_part(shape, limits, tensor_parallel_size, profile))
+    graph_gib = 0.0 if enforce_eager else profile.cuda_graph_base_gib + profile.cuda_graph_per_layer_gib * shape.num_layers
+    parts.append(
+        FootprintPart(
+            name="cuda_graphs",
+            bytes=_gib(graph_gib),
+            basis="exact" if enforce_eager else "estimate",
+            inputs={"num_layers": shape.num_layers, "enforce_eager": enforce_eager, "base_gib": profile.cuda_graph_base_gib, "per_layer_gib": profile.cuda_graph_per_layer_gib},
+            note="none: --enforce-eager" if enforce_eager else "captured after the KV cache is allocated",
+        )
+    )
+    parts.append(kv_part(kv_cache_memory_bytes))
+    parts.append(creep_part(creep_allowance_bytes))
+    return SeatFootprint(parts)
+
+
+def kv_part(kv_cache_memory_bytes: int) -> FootprintPart:
+    return FootprintPart(
+        name="kv_cache",
+        bytes=kv_cache_memory_bytes,
+        basis="exact",
+        inputs={"kv_cache_memory_bytes": kv_cache_memory_bytes},
+        note="pinned with --kv-cache-memory-bytes; vLLM allocates at most this",
+    )
+
+
+def creep_part(creep_allowance_bytes: int) -> FootprintPart:
+    return FootprintPart(
+        name="creep_allowance",
+        bytes=creep_allowance_bytes,
+        basis="policy",
+        inputs={"creep_allowance_bytes": creep_allowance_bytes},
+        note="growth after boot (allocator fragmentation, caches): policy.creep_allowance_bytes",
+    )
+
+
+def fixed_footprint(memory_cap_bytes: int) -> SeatFootprint:
+    return SeatFootprint(
+        [
+            FootprintPart(
+                name="declared_cap",
+                bytes=memory_cap_bytes,
+                basis="declared",
+                inputs={"memory_cap_bytes": memory_cap_bytes},
+                note="a fixed (non-vLLM) seat costs its declared memory cap",
+            )
+        ]
+    )
+
+
+def observed_footprint(observed: ObservedSeat, kv_cache_memory_bytes: int | None, observed_kv_bytes: int | None) -> SeatFootprint:
+    """Replace the estimated parts by what the seat was seen to use; the KV pin stays exact.
+
+    The observed plateau includes the KV cache the seat ran with: ``observed_kv_bytes`` when the
+    observations say so, otherwise the pin this plan gives it (the usual plan → apply → observe loop).
+    """
+    if kv_cache_memory_bytes is None:
+        return SeatFootprint(
+            [FootprintPart(name="observed_plateau", bytes=observed.footprint_bytes, basis="observed", inputs=_observed_inputs(observed), note="observed plateau per GPU")]
+        )
+    ran_with = observed_kv_bytes if observed_kv_bytes is not None else kv_cache_memory_bytes
+    non_kv_bytes = max(0, observed.footprint_bytes - ran_with)
+    return SeatFootprint(
+        [
+            FootprintPart(
+                name="observed_non_kv",
+                bytes=non_kv_bytes,
+                basis="observed",
+                inputs=_observed_inputs(observed) | {"kv_cache_memory_bytes_observed_with": ran_with},
+                note="observed plateau minus the KV cache it ran with: context, NCCL, weights, activations, graphs and creep as seen",
+            ),
+            kv_part(kv_cache_memory_bytes),
+        ]
+    )
+
+
+def _observed_inputs(observed: ObservedSeat) -> dict[str, int | float | str | bool | None]:
+    return {"observed_footprint_bytes": observed.footprint_bytes, "source": observed.source, "samples": observed.samples}

@@ -1,0 +1,432 @@
+"""Fleet (+ usage, + observations) → plan: size every seat, place them, then boot order, utilisation and command lines.
+
+The order matters: sizing fixes each seat's plateau footprint; placement needs only footprints;
+the boot order and each engine's ``--gpu-memory-utilization`` depend on who shares its GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import seatplan
+from seatplan.facts.models import EngineSettings, ModelFacts
+from seatplan.plan import footprint as fp
+from seatplan.plan import sizing
+from seatplan.plan.fleet import LoadedFleet, gpu_refs, resolve_gpu_ref
+from seatplan.plan.models import (
+    ExplanationLine,
+    Fleet,
+    GpuSpec,
+    ObservedFootprints,
+    Plan,
+    PlanInfeasibility,
+    PlanInputs,
+    PlannedGpu,
+    PlannedSeat,
+    RunnerUp,
+    SeatSpec,
+    ShortSeat,
+    UsageSummary,
+)
+from seatplan.plan.placement import GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
+from seatplan.units import human_bytes
+
+GpuKey = tuple[str, int]
+FactsLoader = Callable[[str, EngineSettings], ModelFacts]
+VLLM_LAUNCHER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+# Parts the engine's own process holds before vLLM's start-up memory check runs.
+PRE_CHECK_PARTS = ("cuda_context", "nccl_allreduce")
+
+
+@dataclass
+class SizedSeat:
+    """A seat after sizing, before placement."""
+
+    spec: SeatSpec
+    allowed: list[GpuKey] | None
+    footprint: fp.SeatFootprint
+    max_model_len: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    max_new_tokens: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    limits: fp.EngineLimits | None = None
+    hf_overrides: dict[str, object] | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    lines: list[ExplanationLine] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
+    from seatplan.facts.api import load_model_facts
+
+    return load_model_facts(model, settings)
+
+
+def build_plan(
+    loaded: LoadedFleet,
+    *,
+    usage: UsageSummary | None = None,
+    usage_path: str | None = None,
+    observed: ObservedFootprints | None = None,
+    observed_path: str | None = None,
+    facts_loader: FactsLoader = default_facts_loader,
+    time_limit_s: float = 30.0,
+) -> Plan:
+    fleet = loaded.fleet
+    gpus = gpu_table(fleet)
+    sized = [size_seat(fleet, gpus, seat, loaded.base_dir, usage, observed, facts_loader) for seat in fleet.seats]
+    result = place(gpu_slots(fleet), [seat_demand(fleet, seat) for seat in sized], time_limit_s=time_limit_s)
+    inputs = PlanInputs(
+        fleet_path=str(loaded.path),
+        fleet_sha256=loaded.sha256,
+        usage_path=usage_path,
+        observed_path=observed_path,
+        seatplan_version=seatplan.__version__,
+        vllm_version=fleet.policy.vllm_version,
+    )
+    return assemble_plan(fleet, gpus, sized, result, inputs)
+
+
+# ----------------------------------------------------------------------------- sizing each seat
+
+
+def gpu_table(fleet: Fleet) -> dict[GpuKey, GpuSpec]:
+    return {(host.name, gpu.index): gpu for host in fleet.hosts for gpu in host.gpus}
+
+
+def allowed_gpus(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], seat: SeatSpec) -> list[GpuKey] | None:
+    """Pins and avoids resolved to the GPU set the seat may use; None when unconstrained."""
+    pins = [resolve_gpu_ref(fleet, ref) for ref in gpu_refs(seat.pin)]
+    if pins:
+        return [key for key in pins if key is not None]
+    avoided = {resolve_gpu_ref(fleet, ref) for ref in seat.avoid}
+    if not avoided:
+        return None
+    return [key for key, gpu in gpus.items() if key not in avoided and not gpu.keep_clear]
+
+
+def resolve_model(model: str, base_dir: Path) -> str:
+    """A model directory relative to the fleet file, or the name as given (a Hugging Face id)."""
+    candidate = Path(model).expanduser()
+    if not candidate.is_absolute():
+        candidate = base_dir / candidate
+    return str(candidate.resolve()) if candidate.exists() else model
+
+
+def size_seat(
+    fleet: Fleet,
+    gpus: dict[GpuKey, GpuSpec],
+    seat: SeatSpec,
+    base_dir: Path,
+    usage: UsageSummary | None,
+    observed: ObservedFootprints | None,
+    facts_loader: FactsLoader,
+) -> SizedSeat:
+    allowed = allowed_gpus(fleet, gpus, seat)
+    seen = observed.seats.get(seat.name) if observed else None
+    if seat.engine == "fixed":
+        assert seat.memory_cap_bytes is not None  # fleet checks guarantee it
+        sized = SizedSeat(seat, allowed, fp.fixed_footprint(seat.memory_cap_bytes))
+        sized.lines.append(ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU", note="not a vLLM engine: it costs its declared cap"))
+        if seen is not None:
+            sized.warnings.append(f"{seat.name}: observed {human_bytes(seen.footprint_bytes)} against a declared cap of {human_bytes(seat.memory_cap_bytes)}; the plan uses the declared cap")
+        return sized
+
+    overhead = fp.load_overhead_model()
+    smallest_gpu = min(gpus[key].total_bytes for key in (allowed or [k for k, g in gpus.items() if not g.keep_clear] or list(gpus)))
+    limits = fp.engine_limits(seat.max_num_seqs, seat.max_num_batched_tokens, overhead.defaults_for(smallest_gpu))
+    settings = EngineSettings(
+        tensor_parallel_size=seat.tensor_parallel_size,
+        dtype=seat.dtype,
+        kv_cache_dtype=seat.kv_cache_dtype,
+        vllm_version=fleet.policy.vllm_version,
+        max_num_batched_tokens=limits.max_num_batched_tokens,
+    )
+    assert seat.model is not None  # fleet checks guarantee it
+    facts = facts_loader(resolve_model(seat.model, base_dir), settings)
+
+    context = sizing.choose_context(seat, facts)
+    kv = sizing.choose_kv_bytes(seat, facts, context.max_model_len, fleet.policy)
+    served = seat.served_model_name or seat.name
+    model_usage = usage.models.get(served) if usage else None
+    cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
+    inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
+
+    profile = overhead.profile_for(fleet.policy.vllm_version)
+    if seen is not None:
+        footprint = fp.observed_footprint(seen, kv.kv_cache_memory_bytes, seen.kv_cache_memory_bytes)
+        footprint_line = ExplanationLine(
+            rule="footprint",
+            inputs={"observed_footprint_bytes": seen.footprint_bytes, "source": seen.source, "samples": seen.samples},
+            result=f"{human_bytes(footprint.footprint_bytes)} per GPU (observed)",
+            note="observed plateau replaces the estimate; the KV part follows this plan's pin",
+        )
+    else:
+        footprint = fp.vllm_footprint(
+            shape=facts.shape,
+            weights=fp.Weights(facts.weights_bytes, facts.weights_exact, facts.weights_source),
+            tensor_parallel_size=seat.tensor_parallel_size,
+            kv_cache_memory_bytes=kv.kv_cache_memory_bytes,
+            limits=limits,
+            enforce_eager=seat.enforce_eager,
+            creep_allowance_bytes=fleet.policy.creep_allowance_bytes,
+            profile=profile,
+            vllm_version=fleet.policy.vllm_version,
+        )
+        footprint_line = ExplanationLine(
+            rule="footprint",
+            inputs={part.name: part.bytes for part in footprint.parts} | {"profile": profile.name},
+            result=f"{human_bytes(footprint.footprint_bytes)} per GPU (estimate)",
+            note=f"plateau estimate keyed on vLLM {fleet.policy.vllm_version} (profile {profile.name}, non-KV MAE {profile.non_kv_mae_gib} GiB); pass --observed to replace it",
+        )
+    sized = SizedSeat(
+        seat,
+        allowed,
+        footprint,
+        max_model_len=context.max_model_len,
+        kv_cache_memory_bytes=kv.kv_cache_memory_bytes,
+        max_new_tokens=cap.max_new_tokens,
+        kv_cache_tokens=kv.capacity.kv_cache_tokens,
+        max_concurrency=kv.capacity.max_concurrency,
+        limits=limits,
+    )
+    if context.yarn is not None:
+        sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
+        if context.yarn.needs_long_max_model_len_env:
+            sized.extra_env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + [footprint_line]
+    sized.lines.append(
+        ExplanationLine(
+            rule="batch_limits",
+            inputs={"max_num_seqs": limits.max_num_seqs, "max_num_batched_tokens": limits.max_num_batched_tokens},
+            result=f"--max-num-seqs {limits.max_num_seqs} --max-num-batched-tokens {limits.max_num_batched_tokens}",
+            note=f"{limits.source}; passed explicitly because the activation estimate assumes them",
+        )
+    )
+    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings
+    return sized
+
+
+# ----------------------------------------------------------------------------- placement glue
+
+
+def gpu_slots(fleet: Fleet) -> list[GpuSlot]:
+    return [
+        GpuSlot(host=host.name, index=gpu.index, capacity_bytes=gpu.total_bytes - gpu.reserved_bytes, headroom_bytes=fleet.policy.headroom_bytes, keep_clear=gpu.keep_clear)
+        for host in fleet.hosts
+        for gpu in host.gpus
+    ]
+
+
+def seat_demand(fleet: Fleet, seat: SizedSeat) -> SeatDemand:
+    current = [key for key in (resolve_gpu_ref(fleet, ref) for ref in gpu_refs(fleet.current_layout.get(seat.spec.name))) if key is not None]
+    return SeatDemand(
+        name=seat.spec.name,
+        footprint_bytes=seat.footprint.footprint_bytes,
+        gpu_count=seat.spec.tensor_parallel_size,
+        allowed=seat.allowed,
+        current=current,
+    )
+
+
+# ----------------------------------------------------------------------------- boot order and utilisation
+
+
+def boot_sequence(sized: list[SizedSeat]) -> list[SizedSeat]:
+    """Fixed seats first (they are not vLLM and hold their cap from the start), then the largest engines."""
+    return sorted(sized, key=lambda seat: (seat.spec.engine != "fixed", -seat.footprint.footprint_bytes, seat.spec.name))
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    value: float
+    line: ExplanationLine
+    warning: str | None
+
+
+def choose_utilisation(seat: SizedSeat, gpu_states: list[tuple[str, int, int]], margin_bytes: int) -> Utilisation:
+    """``--gpu-memory-utilization`` that passes vLLM's start-up check on every GPU of the seat.
+
+    vLLM refuses to start unless free memory ≥ ceil(total × util). ``gpu_states`` holds, per GPU,
+    (label, total bytes, free bytes when this engine boots: total − reserved − the plateaus of the
+    seats booted before it). The engine's own CUDA context is taken before the check, so it is
+    subtracted too; ``margin_bytes`` absorbs what moves in the meantime. With the KV cache pinned in
+    bytes the value sizes nothing, so the highest passing value is taken, and it must still cover
+    what the engine allocates inside its budget (weights, activations, KV, graphs).
+    """
+    own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
+    inside_budget = sum(part.bytes for part in seat.footprint.parts if part.name not in PRE_CHECK_PARTS and part.name != "creep_allowance")
+    label, total, free = min(gpu_states, key=lambda state: (state[2] - own_context - margin_bytes) / state[1])
+    usable = free - own_context - margin_bytes
+    highest = math.floor(usable / total * 1000) / 1000
+    needed = math.ceil(inside_budget / total * 1000) / 1000
+    inputs = {"gpu": label, "total_bytes": total, "free_at_boot_bytes": free, "own_context_bytes": own_context, "margin_bytes": margin_bytes, "inside_budget_bytes": inside_budget}
+    if highest >= needed:
+        return Utilisation(
+            highest,
+            ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{highest:.3f}", note=f"({human_bytes(free)} free at boot − {human_bytes(own_context)} own context − {human_bytes(margin_bytes)} margin) / {human_bytes(total)}, rounded down; covers the {human_bytes(inside_budget)} it allocates ({needed:.3f})"),
+            None,
+        )
+    return Utilisation(
+        needed,
+        ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{needed:.3f} (start-up check at risk)", note=f"only {human_bytes(usable)} is free for it at boot on GPU {label}, less than the {human_bytes(inside_budget)} it allocates"),
+        f"{seat.spec.name}: GPU {label} has {human_bytes(usable)} free when it boots but it allocates {human_bytes(inside_budget)}; vLLM's start-up check may refuse it",
+    )
+
+
+# ----------------------------------------------------------------------------- command lines
+
+
+def vllm_args(seat: SizedSeat, util: float) -> list[str]:
+    spec = seat.spec
+    assert seat.limits is not None and seat.max_model_len is not None and seat.kv_cache_memory_bytes is not None
+    args = VLLM_LAUNCHER + ["--model", spec.model_path_on_host or spec.model or "", "--served-model-name", spec.served_model_name or spec.name]
+    if spec.port is not None:
+        args += ["--port", str(spec.port)]
+    args += [
+        "--tensor-parallel-size", str(spec.tensor_parallel_size),
+        "--max-model-len", str(seat.max_model_len),
+        "--kv-cache-memory-bytes", str(seat.kv_cache_memory_bytes),
+        "--gpu-memory-utilization", f"{util:.3f}",
+        "--max-num-seqs", str(seat.limits.max_num_seqs),
+        "--max-num-batched-tokens", str(seat.limits.max_num_batched_tokens),
+    ]
+    if spec.dtype != "auto":
+        args += ["--dtype", spec.dtype]
+    if spec.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", spec.kv_cache_dtype]
+    if spec.enforce_eager:
+        args.append("--enforce-eager")
+    if seat.max_new_tokens is not None:
+        args += ["--override-generation-config", sizing.override_generation_config(seat.max_new_tokens)]
+    if seat.hf_overrides is not None:
+        import json
+
+        args += ["--hf-overrides", json.dumps(seat.hf_overrides)]
+    return args + list(spec.extra_args)
+
+
+# ----------------------------------------------------------------------------- the document
+
+
+def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSeat], result: PlacementResult, inputs: PlanInputs) -> Plan:
+    best = result.best
+    assignment = best.assignment if best else {}
+    order = {seat.spec.name: position for position, seat in enumerate(boot_sequence(sized), start=1)}
+    free_bytes = {key: gpu.total_bytes - gpu.reserved_bytes for key, gpu in gpus.items()}
+    planned: dict[str, PlannedSeat] = {}
+    for seat in boot_sequence(sized):
+        keys = [tuple(key) for key in assignment.get(seat.spec.name, [])]
+        planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, order[seat.spec.name], fleet.policy.boot_margin_bytes, placed=best is not None)
+        for key in keys:
+            free_bytes[key] -= seat.footprint.footprint_bytes
+    seats = [planned[seat.spec.name] for seat in sized]
+    planned_gpus = [plan_gpu(key, gpu, seats, fleet.policy.headroom_bytes) for key, gpu in gpus.items()]
+    open_gpus = [gpu for gpu in planned_gpus if not gpu.keep_clear]
+    worst = min(open_gpus, key=lambda gpu: gpu.spare_bytes) if best and open_gpus else None
+    warnings = [warning for seat in seats for warning in seat.warnings]
+    if best is not None and not result.optimal:
+        warnings.append(f"placement not proven optimal within the time limit ({result.method}); the proven bound is {human_bytes(result.bound_bytes or 0)}")
+    return Plan(
+        seats=seats,
+        gpus=planned_gpus,
+        worst_case_spare_bytes=best.worst_case_spare_bytes if best else None,
+        worst_case_gpu=f"{worst.host}:{worst.index}" if worst else None,
+        optimal=result.optimal and best is not None,
+        method=result.method,
+        bound_bytes=result.bound_bytes,
+        solve_seconds=round(result.solve_seconds, 4),
+        moves=best.moves if best else None,
+        runner_ups=[runner_up(alternative.placement, alternative.why_lost) for alternative in result.runner_ups],
+        infeasible=infeasibility(result),
+        warnings=warnings,
+        inputs=inputs,
+    )
+
+
+def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], free_bytes: dict[GpuKey, int], boot_order: int, margin_bytes: int, *, placed: bool) -> PlannedSeat:
+    spec = seat.spec
+    lines, warnings = list(seat.lines), list(seat.warnings)
+    util: float | None = None
+    args: list[str] = []
+    env = dict(spec.env)
+    if keys:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for _, index in keys)
+        lines.append(ExplanationLine(rule="placement", inputs={"gpus": ",".join(gpu_label(key) for key in keys), "boot_order": boot_order}, result=f"on GPU {', '.join(gpu_label(key) for key in keys)}, boots {_ordinal(boot_order)}", note="the layout with the largest worst-case spare at plateau"))
+    if spec.engine == "vllm" and keys:
+        chosen = choose_utilisation(seat, [(gpu_label(key), gpus[key].total_bytes, free_bytes[key]) for key in keys], margin_bytes)
+        util = chosen.value
+        lines.append(chosen.line)
+        warnings += [chosen.warning] if chosen.warning else []
+        args = vllm_args(seat, util)
+        env |= seat.extra_env
+    elif not placed:
+        warnings.append(f"{spec.name}: not placed (the fleet does not fit)")
+    return PlannedSeat(
+        name=spec.name,
+        engine=spec.engine,
+        model=spec.model,
+        served_model_name=spec.served_model_name or spec.name,
+        port=spec.port,
+        gpus=[gpu_label(key) for key in keys],
+        tensor_parallel_size=spec.tensor_parallel_size,
+        kv_cache_memory_bytes=seat.kv_cache_memory_bytes,
+        max_model_len=seat.max_model_len,
+        max_new_tokens=seat.max_new_tokens,
+        kv_cache_tokens=seat.kv_cache_tokens,
+        max_concurrency=seat.max_concurrency,
+        footprint_bytes=seat.footprint.footprint_bytes,
+        footprint_basis=seat.footprint.basis,
+        footprint_parts=seat.footprint.parts,
+        vllm_args=args,
+        env=env,
+        gpu_memory_utilization=util,
+        boot_order=boot_order,
+        explanation=lines,
+        warnings=warnings,
+    )
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def plan_gpu(key: GpuKey, gpu: GpuSpec, seats: list[PlannedSeat], headroom_bytes: int) -> PlannedGpu:
+    label = gpu_label(key)
+    on_it = [seat for seat in seats if label in seat.gpus]
+    used = sum(seat.footprint_bytes for seat in on_it)
+    return PlannedGpu(
+        host=key[0],
+        index=key[1],
+        name=gpu.name,
+        total_bytes=gpu.total_bytes,
+        reserved_bytes=gpu.reserved_bytes,
+        keep_clear=gpu.keep_clear,
+        seats=[seat.name for seat in sorted(on_it, key=lambda seat: seat.boot_order)],
+        used_bytes=used,
+        spare_bytes=gpu.total_bytes - gpu.reserved_bytes - used,
+        headroom_bytes=0 if gpu.keep_clear else headroom_bytes,
+    )
+
+
+def runner_up(placement: Placement, why_lost: str) -> RunnerUp:
+    return RunnerUp(
+        assignment={name: [gpu_label(tuple(key)) for key in keys] for name, keys in placement.assignment.items()},
+        worst_case_spare_bytes=placement.worst_case_spare_bytes,
+        moves=placement.moves,
+        why_lost=why_lost,
+    )
+
+
+def infeasibility(result: PlacementResult) -> PlanInfeasibility | None:
+    if result.infeasible is None:
+        return None
+    return PlanInfeasibility(
+        summary=result.infeasible.summary,
+        seats=[ShortSeat(name=item.name, footprint_bytes=item.footprint_bytes, best_gpu=item.best_gpu, short_by_bytes=item.short_by_bytes, reason=item.reason) for item in result.infeasible.seats],
+    )

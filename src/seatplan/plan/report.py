@@ -1,0 +1,167 @@
+"""Rich tables for a plan, a seat's explanation and a fit report (people's view; ``--json`` prints the documents)."""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from seatplan.plan.models import FitReport, Plan, PlannedSeat
+from seatplan.units import GiB, human_bytes
+
+PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
+PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.", "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "cap"}
+
+
+def gib(num_bytes: int | None) -> str:
+    return "-" if num_bytes is None else f"{num_bytes / GiB:.2f}"
+
+
+def headline(plan: Plan) -> str:
+    if plan.infeasible is not None or plan.worst_case_spare_bytes is None:
+        return "the fleet does not fit"
+    proof = "proven optimal" if plan.optimal else f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)})"
+    return f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s, {plan.moves} move(s))"
+
+
+def gpu_table(plan: Plan) -> Table:
+    table = Table(title="GPUs at plateau (GiB)", title_justify="left")
+    for column in ("GPU", "name", "total", "reserved", "seats", "used", "spare", "headroom"):
+        table.add_column(column, justify="right" if column in ("total", "reserved", "used", "spare", "headroom") else "left")
+    for gpu in plan.gpus:
+        seats = "[dim]keep clear[/]" if gpu.keep_clear and not gpu.seats else ", ".join(gpu.seats) or "-"
+        spare = gib(gpu.spare_bytes)
+        if plan.worst_case_gpu == f"{gpu.host}:{gpu.index}":
+            spare = f"[bold]{spare}[/]"
+        table.add_row(f"{gpu.host}:{gpu.index}", gpu.name, gib(gpu.total_bytes), gib(gpu.reserved_bytes), seats, gib(gpu.used_bytes), spare, gib(gpu.headroom_bytes))
+    return table
+
+
+def footprint_table(plan: Plan) -> Table:
+    used = [name for name in PART_COLUMNS if any(part.name == name for seat in plan.seats for part in seat.footprint_parts)]
+    table = Table(title="Footprint per GPU of each seat (GiB; estimate = labelled estimate, exact = pinned/measured)", title_justify="left")
+    table.add_column("seat")
+    for name in used:
+        table.add_column(PART_TITLES[name], justify="right")
+    table.add_column("total", justify="right")
+    table.add_column("basis")
+    for seat in plan.seats:
+        by_name = {part.name: part for part in seat.footprint_parts}
+        cells = [_part_cell(by_name.get(name)) for name in used]
+        table.add_row(seat.name, *cells, f"[bold]{gib(seat.footprint_bytes)}[/]", seat.footprint_basis)
+    return table
+
+
+def _part_cell(part) -> str:
+    if part is None:
+        return "-"
+    return gib(part.bytes) + ("~" if part.basis == "estimate" else "")
+
+
+def seat_table(plan: Plan) -> Table:
+    table = Table(title="Seats", title_justify="left")
+    for column in ("boot", "seat", "GPUs", "KV bytes", "KV GiB", "max_model_len", "cap", "KV tokens", "conc.", "util"):
+        table.add_column(column, justify="left" if column in ("seat", "GPUs") else "right")
+    for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
+        table.add_row(
+            str(seat.boot_order),
+            seat.name,
+            ",".join(seat.gpus) or "-",
+            f"{seat.kv_cache_memory_bytes:,}" if seat.kv_cache_memory_bytes is not None else "-",
+            gib(seat.kv_cache_memory_bytes),
+            f"{seat.max_model_len:,}" if seat.max_model_len else "-",
+            f"{seat.max_new_tokens:,}" if seat.max_new_tokens else "-",
+            f"{seat.kv_cache_tokens:,}" if seat.kv_cache_tokens is not None else "-",
+            f"{seat.max_concurrency:.2f}x" if seat.max_concurrency is not None else "-",
+            f"{seat.gpu_memory_utilization:.3f}" if seat.gpu_memory_utilization is not None else "-",
+        )
+    return table
+
+
+def command_line(seat: PlannedSeat) -> str:
+    env = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(seat.env.items()))
+    return f"{env} {shlex.join(seat.vllm_args)}".strip()
+
+
+def print_plan(console: Console, plan: Plan) -> None:
+    console.print(Text(headline(plan), style="bold green" if plan.infeasible is None and plan.optimal else "bold yellow"))
+    if plan.infeasible is not None:
+        print_infeasible(console, plan)
+        return
+    console.print(gpu_table(plan))
+    console.print(footprint_table(plan))
+    console.print(seat_table(plan))
+    console.print(Text("Command lines (in boot order; start each when the one before it is ready)", style="bold"))
+    for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
+        if seat.vllm_args:
+            console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(command_line(seat)), soft_wrap=True)
+        else:
+            console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(f"fixed seat, {gib(seat.footprint_bytes)} GiB on {', '.join(seat.gpus)}"))
+    if plan.runner_ups:
+        table = Table(title="Runner-up layouts", title_justify="left")
+        for column in ("#", "worst spare GiB", "moves", "why it lost"):
+            table.add_column(column)
+        for rank, alternative in enumerate(plan.runner_ups, start=2):
+            table.add_row(str(rank), gib(alternative.worst_case_spare_bytes), str(alternative.moves), alternative.why_lost)
+        console.print(table)
+    for warning in plan.warnings:
+        console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
+
+
+def print_infeasible(console: Console, plan: Plan) -> None:
+    assert plan.infeasible is not None
+    console.print(Text(plan.infeasible.summary), soft_wrap=True)
+    table = Table(title="Seats that do not fit", title_justify="left")
+    for column in ("seat", "footprint GiB", "closest GPU", "short by GiB", "why"):
+        table.add_column(column)
+    for seat in plan.infeasible.seats:
+        table.add_row(seat.name, gib(seat.footprint_bytes), seat.best_gpu or "-", gib(seat.short_by_bytes), seat.reason)
+    console.print(table)
+
+
+def explanation_renderable(seat: PlannedSeat) -> Group:
+    table = Table(title=f"{seat.name}: why these numbers", title_justify="left", show_lines=True)
+    for column in ("rule", "inputs", "result", "note"):
+        table.add_column(column, overflow="fold")
+    for line in seat.explanation:
+        inputs = "\n".join(f"{key}={_value(value)}" for key, value in line.inputs.items())
+        table.add_row(line.rule, inputs, line.result, line.note)
+    parts = Table(title="footprint parts (per GPU)", title_justify="left")
+    for column in ("part", "bytes", "GiB", "basis", "note"):
+        parts.add_column(column, overflow="fold")
+    for part in seat.footprint_parts:
+        parts.add_row(part.name, f"{part.bytes:,}", gib(part.bytes), part.basis, part.note)
+    items: list = [table, parts]
+    if seat.vllm_args:
+        items.append(Text(command_line(seat)))
+    items += [Text(f"warning: {warning}", style="yellow") for warning in seat.warnings]
+    return Group(*items)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000:
+        return f"{value:,}"
+    return str(value)
+
+
+def print_fit(console: Console, report: FitReport) -> None:
+    console.print(
+        Text(
+            f"{report.model}: on {human_bytes(report.gpu_memory_bytes)} per GPU (TP {report.tensor_parallel_size}), "
+            f"the KV cache gets {human_bytes(report.kv_budget_bytes)}; the longest context is {report.largest_max_model_len:,} tokens "
+            f"({report.largest_max_model_len_with_factor:,} with KV sized at {report.kv_factor:g}× one request); "
+            f"at the published {report.published_context:,} tokens: {report.published_max_concurrency:.2f}× concurrency",
+            style="bold",
+        ),
+        soft_wrap=True,
+    )
+    table = Table(title="footprint without KV (per GPU)", title_justify="left")
+    for column in ("part", "GiB", "basis", "note"):
+        table.add_column(column, overflow="fold")
+    for part in report.footprint_parts:
+        table.add_row(part.name, gib(part.bytes), part.basis, part.note)
+    console.print(table)
+    for line in report.explanation:
+        console.print(Text(f"{line.rule}: {line.result}  ({line.note})"), soft_wrap=True)

@@ -1,0 +1,272 @@
+"""The sizing rules: context length, KV bytes, output cap and the in-flight check, one seat at a time.
+
+Pure functions on a seat, its model facts, the policy and (optionally) its usage. Each decision
+comes back with the explanation lines that show the rule, its numbers and the result, so
+``seatplan explain`` can say why, not just what.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from seatplan.errors import SeatplanError
+from seatplan.facts.models import KvCapacity, ModelFacts, YarnOption
+from seatplan.plan.models import ExplanationLine, ModelUsage, Policy, SeatSpec
+from seatplan.units import human_bytes, round_up
+
+
+@dataclass
+class ContextChoice:
+    max_model_len: int
+    yarn: YarnOption | None  # set only when YaRN is switched on for this seat
+    lines: list[ExplanationLine] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class KvChoice:
+    kv_cache_memory_bytes: int
+    capacity: KvCapacity
+    lines: list[ExplanationLine] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CapChoice:
+    max_new_tokens: int | None
+    lines: list[ExplanationLine] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- context
+
+
+def choose_context(seat: SeatSpec, facts: ModelFacts) -> ContextChoice:
+    """``max_model_len``: as declared, the model's default, or raised to its published maximum.
+
+    Beyond the length vLLM derives from the config only YaRN reaches, and only where the seat
+    allows it: static YaRN rescales every position, which costs quality on short prompts.
+    """
+    derived = facts.max_context_derived
+    declared = seat.max_model_len
+    if declared == "published":
+        target = facts.max_context_published or derived
+        source = "published maximum" if facts.max_context_published else "derived maximum (no published figure)"
+    elif declared is None:
+        target, source = facts.max_context_default, "vLLM's default for this model"
+    else:
+        target, source = declared, "declared"
+    choice = _reach(seat, facts, target, source)
+    if declared == "published":
+        choice.lines.append(_raise_cost_line(facts, choice.max_model_len))
+    choice.lines.append(_yarn_line(seat, facts, choice))
+    return choice
+
+
+def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> ContextChoice:
+    derived = facts.max_context_derived
+    inputs = {"requested": target, "source": source, "derived_max_model_len": derived}
+    if target <= derived:
+        return ContextChoice(target, None, [ExplanationLine(rule="context", inputs=inputs, result=f"max_model_len {target:,}", note=f"{source}, within what vLLM derives from the config")])
+    yarn = facts.yarn
+    reachable = yarn is not None and target <= yarn.extended_max_model_len
+    if reachable and seat.allow_yarn:
+        return ContextChoice(
+            target,
+            yarn,
+            [ExplanationLine(rule="context", inputs=inputs | {"yarn_factor": yarn.factor}, result=f"max_model_len {target:,} with YaRN", note=f"{source} is beyond {derived:,}; allow_yarn is set, so YaRN is switched on")],
+        )
+    if seat.max_model_len == "published":
+        why = "allow_yarn is off" if reachable else "no YaRN option reaches it"
+        return ContextChoice(
+            derived,
+            None,
+            [ExplanationLine(rule="context", inputs=inputs, result=f"max_model_len {derived:,}", note=f"the published {target:,} needs YaRN and {why}; staying at the derived maximum")],
+            [f"{seat.name}: published context {target:,} needs YaRN ({why}); planned at {derived:,}"],
+        )
+    fix = "set allow_yarn: true for this seat" if reachable else f"lower max_model_len to at most {derived:,}"
+    raise SeatplanError(f"{seat.name}: max_model_len {target:,} is beyond the {derived:,} vLLM derives for {seat.model}", where=f"seat {seat.name}", fix=fix)
+
+
+def _raise_cost_line(facts: ModelFacts, max_model_len: int) -> ExplanationLine:
+    default = facts.max_context_default
+    before, after = facts.request_kv_bytes(default), facts.request_kv_bytes(max_model_len)
+    return ExplanationLine(
+        rule="published_raise",
+        inputs={"default_max_model_len": default, "max_model_len": max_model_len, "request_kv_bytes_default": before, "request_kv_bytes": after},
+        result=f"+{human_bytes(after - before)} per max-length request" if after > before else "no extra KV per request",
+        note=f"raising {default:,} → {max_model_len:,} tokens",
+    )
+
+
+def _yarn_line(seat: SeatSpec, facts: ModelFacts, choice: ContextChoice) -> ExplanationLine:
+    yarn = facts.yarn
+    if yarn is None:
+        return ExplanationLine(rule="yarn", inputs={"allow_yarn": seat.allow_yarn}, result="not applicable", note="the model has no YaRN extension option")
+    state = "on" if choice.yarn is not None else "off"
+    why = "" if choice.yarn is not None else (" (allow_yarn is off; static YaRN hurts short prompts)" if not seat.allow_yarn else " (not needed for this length)")
+    return ExplanationLine(
+        rule="yarn",
+        inputs={
+            "allow_yarn": seat.allow_yarn,
+            "factor": yarn.factor,
+            "original_max_position_embeddings": yarn.original_max_position_embeddings,
+            "extended_max_model_len": yarn.extended_max_model_len,
+            "extended_request_kv_bytes": yarn.extended_request_kv_bytes,
+        },
+        result=f"YaRN {state}{why}",
+        note=f"YaRN ×{yarn.factor:g} would reach {yarn.extended_max_model_len:,} tokens; one such request needs {human_bytes(yarn.extended_request_kv_bytes)} of KV",
+    )
+
+
+def yarn_overrides(yarn: YarnOption, vllm_version: str) -> dict[str, object]:
+    """The ``--hf-overrides`` that switch static YaRN on (``rope_parameters`` since vLLM 0.11.1)."""
+    from seatplan.plan.footprint import version_key
+
+    key = "rope_parameters" if version_key(vllm_version) >= (0, 11, 1) else "rope_scaling"
+    return {key: {"rope_type": "yarn", "factor": yarn.factor, "original_max_position_embeddings": yarn.original_max_position_embeddings}}
+
+
+# ----------------------------------------------------------------------------- KV bytes
+
+
+def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, policy: Policy) -> KvChoice:
+    """KV bytes = one max-length request × factor, rounded up to the policy step; an operator pin wins."""
+    request_bytes = facts.request_kv_bytes(max_model_len)
+    minimum_bytes = facts.min_kv_cache_bytes(max_model_len)
+    factor = seat.kv_factor or policy.kv_factor
+    step = policy.rounding_step_bytes
+    rule_bytes = round_up(max(math.ceil(request_bytes * factor), minimum_bytes), step) if step else max(math.ceil(request_bytes * factor), minimum_bytes)
+    inputs = {
+        "max_model_len": max_model_len,
+        "request_kv_bytes": request_bytes,
+        "min_kv_cache_bytes": minimum_bytes,
+        "factor": factor,
+        "factor_source": "seat" if seat.kv_factor else "policy",
+        "rounding_step_bytes": step,
+    }
+    lines: list[ExplanationLine] = []
+    if seat.kv_cache_memory_bytes is not None:
+        pinned = seat.kv_cache_memory_bytes
+        if pinned < minimum_bytes:
+            raise SeatplanError(
+                f"{seat.name}: pinned KV {human_bytes(pinned)} ({pinned:,} B) cannot hold one {max_model_len:,}-token request; vLLM needs at least {minimum_bytes:,} B",
+                where=f"seat {seat.name}: kv_cache_memory_bytes",
+                fix=f"pin at least {human_bytes(minimum_bytes)} or lower max_model_len",
+            )
+        kv_bytes = pinned
+        lines.append(
+            ExplanationLine(
+                rule="kv_bytes",
+                inputs=inputs | {"pinned_bytes": pinned, "rule_bytes": rule_bytes},
+                result=f"{pinned:,} B ({human_bytes(pinned)}), operator pin",
+                note=f"the operator's pin wins over the rule, which would give {rule_bytes:,} B ({human_bytes(rule_bytes)}) = {pinned / request_bytes:.2f}× one request",
+            )
+        )
+    else:
+        kv_bytes = rule_bytes
+        lines.append(
+            ExplanationLine(
+                rule="kv_bytes",
+                inputs=inputs,
+                result=f"{kv_bytes:,} B ({human_bytes(kv_bytes)})",
+                note=f"{request_bytes:,} B × {factor:g} = {math.ceil(request_bytes * factor):,} B, rounded up to {human_bytes(step)}",
+            )
+        )
+    capacity = facts.capacity(kv_bytes, max_model_len)
+    lines.append(
+        ExplanationLine(
+            rule="kv_capacity",
+            inputs={"kv_cache_memory_bytes": kv_bytes, "bytes_per_block": facts.bytes_per_block, "block_size": facts.block_size, "max_model_len": max_model_len},
+            result=f"{capacity.num_blocks:,} blocks, {capacity.kv_cache_tokens:,} tokens, {capacity.max_concurrency:.2f}× concurrency at {max_model_len:,}",
+            note=capacity.log_line,
+        )
+    )
+    return KvChoice(kv_bytes, capacity, lines)
+
+
+# ----------------------------------------------------------------------------- output cap
+
+
+def cap_step(tokens: float) -> int:
+    """The next power-of-two-ish step at or above ``tokens``: 1024, 1536, 2048, 3072, 4096, ..."""
+    target = max(1, math.ceil(tokens))
+    power = 1 << max(0, (target - 1).bit_length() - 1)
+    for candidate in (power, power + power // 2, power * 2):
+        if candidate >= target:
+            return candidate
+    return power * 2
+
+
+def propose_output_cap(completion_tokens_p99: float, margin: float, max_model_len: int) -> int:
+    """A cap from the completion tail: p99 × margin, rounded up to a step, never above the context."""
+    return min(cap_step(completion_tokens_p99 * margin), max_model_len)
+
+
+def choose_output_cap(seat: SeatSpec, max_model_len: int, usage: ModelUsage | None, policy: Policy) -> CapChoice:
+    """The declared cap wins; without one, usage data propose one from the completion tail."""
+    choice = CapChoice(seat.max_new_tokens)
+    proposal = None
+    if usage is not None and usage.completion_tokens_p99:
+        proposal = propose_output_cap(usage.completion_tokens_p99, policy.output_cap_margin, max_model_len)
+        choice.lines.append(
+            ExplanationLine(
+                rule="output_cap_proposal",
+                inputs={"completion_tokens_p99": usage.completion_tokens_p99, "margin": policy.output_cap_margin, "max_model_len": max_model_len, "calls": usage.calls},
+                result=f"proposed cap {proposal:,} tokens",
+                note=f"p99 completion {usage.completion_tokens_p99:,.0f} × {policy.output_cap_margin:g}, rounded up to a power-of-two step",
+            )
+        )
+    if seat.max_new_tokens is not None:
+        choice.lines.append(ExplanationLine(rule="output_cap", inputs={"declared": seat.max_new_tokens}, result=f"cap {seat.max_new_tokens:,} tokens (declared)", note="emitted as --override-generation-config; it is the default and the ceiling of every reply"))
+        if usage is not None and usage.completion_tokens_p99 and seat.max_new_tokens < usage.completion_tokens_p99:
+            choice.warnings.append(f"{seat.name}: declared cap {seat.max_new_tokens:,} is below the p99 completion {usage.completion_tokens_p99:,.0f}: more than 1% of replies would be cut")
+        if seat.max_new_tokens > max_model_len:
+            choice.warnings.append(f"{seat.name}: cap {seat.max_new_tokens:,} is above max_model_len {max_model_len:,}; vLLM clamps replies to the context anyway")
+    elif proposal is not None:
+        choice.max_new_tokens = proposal
+        choice.lines.append(ExplanationLine(rule="output_cap", inputs={"proposed": proposal}, result=f"cap {proposal:,} tokens (from usage)", note="no declared cap; the proposal from the completion tail is applied"))
+    else:
+        choice.lines.append(ExplanationLine(rule="output_cap", inputs={}, result="no cap", note="none declared and no usage data: a request without max_tokens may fill the whole context"))
+    choice.warnings += runaway_warnings(seat.name, choice.max_new_tokens, usage)
+    return choice
+
+
+def runaway_warnings(seat_name: str, cap: int | None, usage: ModelUsage | None) -> list[str]:
+    if usage is None:
+        return []
+    warnings = []
+    for runaway in usage.runaways:
+        who = runaway.key_alias or runaway.team or "an unnamed key"
+        stopped = f"the cap {cap:,} stops them" if cap is not None and cap < runaway.max_completion_tokens else "no cap stops them"
+        warnings.append(f"{seat_name}: {runaway.count} runaway repl{'y' if runaway.count == 1 else 'ies'} from {who} (up to {runaway.max_completion_tokens:,} tokens); {stopped}")
+    return warnings
+
+
+# ----------------------------------------------------------------------------- in-flight tokens
+
+
+def inflight_check(seat_name: str, capacity: KvCapacity, usage: ModelUsage | None) -> tuple[list[ExplanationLine], list[str]]:
+    """Can the seat's KV hold the in-flight tokens its traffic was seen to reach?"""
+    if usage is None or usage.peak_inflight_tokens is None:
+        return [], []
+    normal_peak = usage.peak_inflight_tokens_without_runaways if usage.peak_inflight_tokens_without_runaways is not None else usage.peak_inflight_tokens
+    kv_tokens = capacity.kv_cache_tokens
+    line = ExplanationLine(
+        rule="inflight",
+        inputs={"kv_cache_tokens": kv_tokens, "peak_inflight_tokens": usage.peak_inflight_tokens, "peak_inflight_tokens_without_runaways": normal_peak, "peak_inflight_requests": usage.peak_inflight_requests},
+        result="holds the observed peak" if kv_tokens >= usage.peak_inflight_tokens else ("holds the peak without runaways" if kv_tokens >= normal_peak else "too small for the observed peak"),
+        note="KV tokens as vLLM reports them (concurrency × max_model_len), against the peak of prompt + completion tokens in flight",
+    )
+    warnings = []
+    if kv_tokens < normal_peak:
+        warnings.append(f"{seat_name}: KV holds {kv_tokens:,} tokens but traffic reached {normal_peak:,} in flight (without runaways); requests will queue or be preempted")
+    elif kv_tokens < usage.peak_inflight_tokens:
+        warnings.append(f"{seat_name}: KV holds {kv_tokens:,} tokens; the peak {usage.peak_inflight_tokens:,} in flight was reached only with runaway replies")
+    return [line], warnings
+
+
+def override_generation_config(max_new_tokens: int) -> str:
+    return json.dumps({"max_new_tokens": max_new_tokens})

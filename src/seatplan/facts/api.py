@@ -1,0 +1,146 @@
+"""``load_model_facts``: the facts stage's one entry point for the other stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from seatplan.errors import SeatplanError
+from seatplan.facts import architecture, context, kv_cache, reader, weights
+from seatplan.facts.models import EngineSettings, ModelFacts, ModelShape, YarnOption
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+DTYPE_NAMES = {"half": "float16", "float": "float32"}
+# vLLM keeps only these keys of generation_config.json as the server's default sampling params.
+GENERATION_KEYS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "temperature", "top_k", "top_p",
+                   "min_p", "max_new_tokens")
+
+
+def resolve_model_dtype(requested: str, config_dtype: str | None, quant: dict[str, Any] | None) -> tuple[str, int]:
+    """vLLM's ``--dtype auto``: the checkpoint's dtype, float32 checkpoints run in bfloat16, AWQ in float16."""
+    name = requested.lower().removeprefix("torch.")
+    if name == "auto":
+        if quant and str(quant.get("quant_method", "")).lower().startswith("awq"):
+            return "float16", 2
+        name = (config_dtype or "float32").lower().removeprefix("torch.")
+        if DTYPE_NAMES.get(name, name) == "float32":
+            name = "bfloat16"
+    name = DTYPE_NAMES.get(name, name)
+    if name not in DTYPE_BYTES:
+        raise SeatplanError(f"unknown dtype {requested!r}", where="--dtype", fix="use auto, bfloat16, float16 or float32")
+    return name, DTYPE_BYTES[name]
+
+
+def resolve_kv_dtype(requested: str, model_dtype: str, model_dtype_bytes: int, quant: dict[str, Any] | None) -> tuple[str, int]:
+    """``--kv-cache-dtype``: fp8 variants store one byte; ``auto`` follows the model, or the
+    checkpoint's own KV quantization when it declares one."""
+    name = requested.lower()
+    if name == "auto":
+        if quant and _declares_fp8_kv(quant):
+            return "fp8", 1
+        return model_dtype, model_dtype_bytes
+    if name.startswith("fp8"):
+        return name, 1
+    if name in DTYPE_BYTES:
+        return DTYPE_NAMES.get(name, name), DTYPE_BYTES[name]
+    raise SeatplanError(f"unknown KV cache dtype {requested!r}", where="--kv-cache-dtype",
+                        fix="use auto, fp8, fp8_e4m3 or fp8_e5m2")
+
+
+def _declares_fp8_kv(quant: dict[str, Any]) -> bool:
+    algo = quant.get("kv_cache_quant_algo")
+    if isinstance(algo, str) and "fp8" in algo.lower():
+        return True
+    scheme = quant.get("kv_cache_scheme")
+    return isinstance(scheme, dict) and scheme.get("num_bits") == 8 and scheme.get("type") == "float"
+
+
+def _quantization(config: dict[str, Any], model_dir: Path) -> dict[str, Any] | None:
+    quant = config.get("quantization_config")
+    if isinstance(quant, dict):
+        return quant
+    modelopt = reader.read_optional_json(model_dir / "hf_quant_config.json")
+    if modelopt and isinstance(modelopt.get("quantization"), dict):
+        return {"quant_method": "modelopt", **modelopt["quantization"]}
+    return None
+
+
+def _generation_defaults(model_dir: Path) -> dict[str, Any]:
+    document = reader.read_optional_json(model_dir / "generation_config.json") or {}
+    return {key: document[key] for key in GENERATION_KEYS if document.get(key) is not None}
+
+
+def _shape(layout: architecture.ModelLayout) -> ModelShape:
+    text = layout.text_config
+    first = architecture.first_key
+    total, active = weights.parameter_totals(layout)
+    return ModelShape(
+        vocab_size=int(first(text, ("vocab_size", "padded_vocab_size")) or 0),
+        hidden_size=int(first(text, architecture.HIDDEN_KEYS) or 0),
+        num_layers=int(first(text, architecture.LAYER_COUNT_KEYS) or 0),
+        intermediate_size=first(text, ("intermediate_size", "ffn_hidden_size")),
+        num_attention_heads=int(first(text, architecture.ATTENTION_HEAD_KEYS) or 0),
+        num_kv_heads=layout.num_kv_heads,
+        head_size=layout.head_size,
+        num_experts=int(first(text, ("num_experts", "num_local_experts", "n_routed_experts")) or 0),
+        experts_per_token=int(first(text, ("num_experts_per_tok", "experts_per_token")) or 0),
+        moe_intermediate_size=first(text, ("moe_intermediate_size",)),
+        tie_word_embeddings=bool(text.get("tie_word_embeddings", False)),
+        multimodal=layout.multimodal,
+        total_params=total,
+        active_params=active,
+    )
+
+
+def load_model_facts(model: str | Path, settings: EngineSettings | None = None) -> ModelFacts:
+    """Read a model directory (or a cached Hugging Face id) and compute its facts under ``settings``."""
+    settings = settings or EngineSettings()
+    model_dir = reader.locate_model(str(model))
+    config_path = model_dir / "config.json"
+    config = reader.read_json(config_path)
+    layout = architecture.describe(config, str(config_path))
+    quant = _quantization(config, model_dir)
+    dtype_name, dtype_bytes = resolve_model_dtype(settings.dtype, layout.config_dtype, quant)
+    kv_name, kv_bytes = resolve_kv_dtype(settings.kv_cache_dtype, dtype_name, dtype_bytes, quant)
+    specs, notes = kv_cache.build_specs(layout, settings, kv_bytes, dtype_bytes)
+    plan = kv_cache.group_layers(specs, settings)
+    limits = context.context_limits(layout.text_config, settings.version, settings.enable_yarn, settings.yarn_factor)
+    weight_result = weights.weights(model_dir, layout, settings.tensor_parallel_size, dtype_bytes)
+    facts = ModelFacts(
+        model=str(model),
+        model_dir=str(model_dir),
+        architecture=layout.architecture,
+        model_type=layout.model_type,
+        settings=settings,
+        dtype=dtype_name,
+        kv_cache_dtype=kv_name,
+        kv_dtype_bytes=kv_bytes,
+        kv_heads_per_rank=1 if layout.is_mla else architecture.kv_heads_per_rank(layout.num_kv_heads, settings.tensor_parallel_size),
+        kv_bytes_per_token=sum(spec.bytes_per_token for spec in specs),
+        state_bytes_per_request=sum(getattr(spec, "state_bytes", 0) for spec in specs),
+        block_size=plan.block_size,
+        bytes_per_block=plan.bytes_per_block,
+        layer_groups=plan.groups,
+        padding_layers=plan.padding_layers,
+        weights_bytes=weight_result.per_rank_bytes,
+        weights_total_bytes=weight_result.total_bytes,
+        weights_exact=weight_result.exact,
+        weights_source=weight_result.source,
+        max_context_derived=limits.derived,
+        max_context_default=limits.default,
+        max_context_published=limits.published,
+        shape=_shape(layout),
+        generation_defaults=_generation_defaults(model_dir),
+        notes=notes + plan.notes,
+    )
+    if limits.yarn_factor and limits.yarn_original and limits.yarn_extended:
+        yarn = YarnOption(
+            enabled=limits.yarn_enabled,
+            factor=limits.yarn_factor,
+            original_max_position_embeddings=limits.yarn_original,
+            extended_max_model_len=limits.yarn_extended,
+            extended_request_kv_bytes=facts.request_kv_bytes(limits.yarn_extended),
+            needs_long_max_model_len_env=limits.yarn_needs_env,
+        )
+        facts = facts.model_copy(update={"yarn": yarn})
+    return facts

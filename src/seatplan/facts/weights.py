@@ -1,0 +1,289 @@
+"""Weight bytes per GPU: exact from safetensors headers (or the index's ``total_size``), else
+estimated from the config; split over tensor-parallel ranks the way vLLM shards layers.
+
+A safetensors file starts with an 8-byte little-endian header length, then that many bytes of JSON
+naming every tensor's dtype, shape and byte range. Only the header is ever read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from seatplan.errors import SeatplanError
+from seatplan.facts.architecture import AttentionLayer, ModelLayout, StateLayer, first_key
+from seatplan.units import cdiv
+
+MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
+VOCAB_PADDING = 64  # vLLM's pad_vocab_size
+DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1,
+               "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1}
+# Kept whole on every rank: norms, MoE routers, MLA down-projections (ReplicatedLinear).
+REPLICATED_MARKERS = ("norm", "router", "mlp.gate.", "kv_a_proj_with_mqa", "q_a_proj", "e_score_correction_bias",
+                      "shared_expert_gate")
+SHARDED_VECTOR_MARKERS = ("q_proj", "k_proj", "v_proj", "qkv", "a_log", "dt_bias", "conv1d")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class WeightsResult:
+    total_bytes: int
+    per_rank_bytes: int
+    exact: bool
+    source: str
+
+
+def read_safetensors_header(path: Path) -> list[TensorInfo]:
+    """Parse one safetensors header, checking its declared length before reading anything else."""
+    size = path.stat().st_size
+    if size < 8:
+        raise SeatplanError(f"{path.name} is {size} bytes, shorter than a safetensors header", where=f"{path}: header length",
+                            fix="the file is truncated; download it again")
+    with path.open("rb") as stream:
+        declared = int.from_bytes(stream.read(8), "little")
+        if declared > MAX_HEADER_BYTES or declared > size - 8:
+            raise SeatplanError(
+                f"{path.name} declares a {declared}-byte header but the file has {size} bytes (limit {MAX_HEADER_BYTES})",
+                where=f"{path}: header length", fix="the file is damaged or not a safetensors file; download it again",
+            )
+        raw = stream.read(declared)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise SeatplanError(f"{path.name} has a header that is not JSON", where=f"{path}: header",
+                            fix="the file is damaged; download it again") from None
+    if not isinstance(header, dict):
+        raise SeatplanError(f"{path.name} header is not a JSON object", where=f"{path}: header", fix="download it again")
+    data_bytes = size - 8 - declared
+    return [_tensor(path, name, entry, data_bytes) for name, entry in header.items() if name != "__metadata__"]
+
+
+def _tensor(path: Path, name: str, entry: Any, data_bytes: int) -> TensorInfo:
+    where = f"{path}: header[{name!r}]"
+    if not isinstance(entry, dict):
+        raise SeatplanError("tensor entry is not an object", where=where, fix="download the file again")
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str) or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise SeatplanError("tensor entry needs a dtype string and a shape of non-negative integers", where=where,
+                            fix="download the file again")
+    if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= data_bytes):
+        raise SeatplanError(f"data_offsets {offsets!r} fall outside the file's {data_bytes} data bytes", where=where,
+                            fix="the file is truncated or damaged; download it again")
+    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), nbytes=offsets[1] - offsets[0])
+
+
+def tensor_bytes_on_rank(tensor: TensorInfo, layout: ModelLayout, tp: int) -> float:
+    """The share of one checkpoint tensor a tensor-parallel rank holds."""
+    if tp == 1:
+        return tensor.nbytes
+    name = tensor.name.lower()
+    if any(marker in name for marker in REPLICATED_MARKERS):
+        return tensor.nbytes
+    if len(tensor.shape) <= 1 and not any(marker in name for marker in SHARDED_VECTOR_MARKERS):
+        return tensor.nbytes
+    if "embed" in name or "lm_head" in name:
+        vocab = _vocab(layout.text_config)
+        return tensor.nbytes * _padded_vocab(vocab) / vocab / tp if vocab else tensor.nbytes / tp
+    if ("k_proj" in name or "v_proj" in name) and 0 < layout.num_kv_heads < tp:
+        return tensor.nbytes / layout.num_kv_heads  # one replicated head per rank
+    return tensor.nbytes / tp
+
+
+def _safetensors_files(model_dir: Path) -> tuple[list[Path], dict[str, Any] | None, Path | None]:
+    from seatplan.facts.reader import read_optional_json
+
+    index_path = model_dir / "model.safetensors.index.json"
+    index = read_optional_json(index_path)
+    if index is not None:
+        weight_map = index.get("weight_map")
+        names = sorted(set(weight_map.values())) if isinstance(weight_map, dict) else []
+        files = [model_dir / name for name in names]
+        if files and all(path.exists() for path in files):
+            return files, index, index_path
+        return [], index, index_path
+    return sorted(model_dir.glob("*.safetensors")), None, None
+
+
+def weights(model_dir: Path, layout: ModelLayout, tp: int, model_dtype_bytes: int) -> WeightsResult:
+    files, index, index_path = _safetensors_files(model_dir)
+    if files:
+        tensors = [tensor for path in files for tensor in read_safetensors_header(path)]
+        total = sum(tensor.nbytes for tensor in tensors)
+        per_rank = sum(tensor_bytes_on_rank(tensor, layout, tp) for tensor in tensors)
+        return WeightsResult(total, round(per_rank), True, f"safetensors headers ({len(files)} files)")
+    estimate = estimate_weights(layout, tp, model_dtype_bytes)
+    total_size = (index or {}).get("metadata", {}).get("total_size") if isinstance((index or {}).get("metadata"), dict) else None
+    if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size > 0:
+        share = estimate.per_rank_bytes / estimate.total_bytes if estimate.total_bytes else 1 / tp
+        return WeightsResult(total_size, round(total_size * share), True, f"{index_path} total_size")
+    return estimate
+
+
+# --- estimation from the config ---------------------------------------------------------------
+
+
+@dataclass
+class _ParamCounts:
+    """Parameter counts split by how they are stored and sharded."""
+
+    embedding: int = 0          # vocab-parallel, kept in the model dtype
+    lm_head: int = 0
+    linear: int = 0             # column/row-parallel, quantizable
+    experts: int = 0            # MoE expert linears, quantizable (MXFP4 quantizes only these)
+    kv_proj: int = 0            # K/V projections, replicated when KV heads < TP
+    replicated: int = 0         # norms, routers, MLA down-projections
+    vision: int = 0             # multimodal towers, model dtype
+    active_experts: int = 0     # expert parameters one token passes through
+
+
+def _vocab(text: dict[str, Any]) -> int:
+    return int(first_key(text, ("vocab_size", "padded_vocab_size")) or 0)
+
+
+def _padded_vocab(vocab: int) -> int:
+    return cdiv(vocab, VOCAB_PADDING) * VOCAB_PADDING
+
+
+def _is_moe_layer(text: dict[str, Any], index: int) -> bool:
+    experts = first_key(text, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"))
+    if not experts:
+        return False
+    if index < (text.get("first_k_dense_replace") or 0):
+        return False
+    if index in (text.get("mlp_only_layers") or []):
+        return False
+    step = text.get("decoder_sparse_step") or text.get("moe_layer_freq") or 1
+    return (index + 1) % step == 0 if text.get("decoder_sparse_step") else index % step == 0
+
+
+def _attention_params(layer: AttentionLayer, text: dict[str, Any], hidden: int, counts: _ParamCounts) -> None:
+    heads = int(first_key(text, ("num_attention_heads", "n_head")) or 0)
+    if layer.kind == "mla":
+        nope, rope = text.get("qk_nope_head_dim") or 0, text.get("qk_rope_head_dim") or 0
+        value_dim = text.get("v_head_dim") or nope
+        q_rank = text.get("q_lora_rank")
+        rank = text.get("kv_lora_rank") or 0
+        if q_rank:
+            counts.replicated += hidden * q_rank
+            counts.linear += q_rank * heads * (nope + rope)
+        else:
+            counts.linear += hidden * heads * (nope + rope)
+        counts.replicated += hidden * (rank + rope)
+        counts.linear += rank * heads * (nope + value_dim) + heads * value_dim * hidden
+        return
+    q_size = heads * layer.head_size
+    counts.linear += 2 * hidden * q_size  # q and o
+    counts.kv_proj += 2 * hidden * layer.num_kv_heads * layer.head_size
+
+
+def _state_params(layer: StateLayer, hidden: int, counts: _ParamCounts) -> None:
+    if layer.mamba_type == "gdn":
+        key_dim, value_dim = layer.num_k_heads * layer.k_head_dim, layer.num_v_heads * layer.v_head_dim
+        counts.linear += hidden * (2 * key_dim + 2 * value_dim + 2 * layer.num_v_heads) + value_dim * hidden
+        counts.linear += (2 * key_dim + value_dim) * layer.conv_kernel
+        return
+    inner = layer.intermediate_size
+    conv_dim = inner + 2 * layer.n_groups * layer.state_size
+    counts.linear += hidden * (inner + conv_dim + layer.num_heads) + inner * hidden + conv_dim * layer.conv_kernel
+
+
+def _mlp_params(text: dict[str, Any], index: int, hidden: int, counts: _ParamCounts) -> None:
+    intermediate = int(first_key(text, ("intermediate_size", "ffn_hidden_size", "n_inner")) or 4 * hidden)
+    if not _is_moe_layer(text, index):
+        counts.linear += 3 * hidden * intermediate
+        return
+    experts = int(first_key(text, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")))
+    per_token = int(first_key(text, ("num_experts_per_tok", "experts_per_token", "moe_topk")) or 1)
+    expert_size = int(first_key(text, ("moe_intermediate_size",)) or intermediate)
+    counts.experts += experts * 3 * hidden * expert_size
+    counts.replicated += hidden * experts
+    shared = int(text.get("shared_expert_intermediate_size") or 0) or int(text.get("n_shared_experts") or 0) * expert_size
+    counts.linear += 3 * hidden * shared
+    counts.active_experts += 3 * hidden * per_token * expert_size
+
+
+def _vision_params(config: dict[str, Any], text_hidden: int) -> int:
+    vision = config.get("vision_config")
+    if not isinstance(vision, dict):
+        return 0
+    depth = int(first_key(vision, ("num_hidden_layers", "depth", "num_layers")) or 0)
+    width = int(first_key(vision, ("hidden_size", "embed_dim", "width")) or 0)
+    inner = int(first_key(vision, ("intermediate_size",)) or 4 * width)
+    return depth * (4 * width * width + 2 * width * inner) + width * text_hidden
+
+
+def count_params(layout: ModelLayout) -> _ParamCounts:
+    text = layout.text_config
+    hidden = int(first_key(text, ("hidden_size", "d_model", "n_embd")) or 0)
+    vocab = _vocab(text)
+    counts = _ParamCounts(embedding=vocab * hidden)
+    tied = bool(text.get("tie_word_embeddings", layout.full_config.get("tie_word_embeddings", False)))
+    counts.lm_head = 0 if tied else vocab * hidden
+    num_layers = int(first_key(text, ("num_hidden_layers", "num_layers", "n_layer", "n_layers")) or len(layout.layers))
+    for layer in layout.layers:
+        if isinstance(layer, AttentionLayer):
+            _attention_params(layer, text, hidden, counts)
+        else:
+            _state_params(layer, hidden, counts)
+    for index in range(num_layers):
+        _mlp_params(text, index, hidden, counts)
+    counts.replicated += (2 * num_layers + 1) * hidden
+    counts.vision = _vision_params(layout.full_config, hidden)
+    return counts
+
+
+def _quantized_bytes_per_param(quant: dict[str, Any] | None, model_dtype_bytes: int) -> tuple[float, bool]:
+    """(bytes per quantized linear parameter, whether only MoE experts are quantized)."""
+    if not quant:
+        return model_dtype_bytes, False
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "mxfp4":
+        return 4.25 / 8, True  # 4-bit values + one 8-bit scale per 32
+    bits = quant.get("bits") or quant.get("w_bit")
+    if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") or bits in (2, 3, 4, 8) and method != "fp8":
+        bits = int(bits or 4)
+        group = int(quant.get("group_size") or quant.get("q_group_size") or 128)
+        group = group if group > 0 else 4096
+        return bits / 8 + 2 / group + bits / 8 / group, False  # packed ints + fp16 scales + packed zeros
+    if method in ("fp8", "modelopt", "compressed-tensors", "fbgemm_fp8"):
+        block = quant.get("weight_block_size")
+        scale = 4 / (block[0] * block[1]) if isinstance(block, list) and len(block) == 2 else 0.0
+        return 1 + scale, False
+    return model_dtype_bytes, False
+
+
+def estimate_weights(layout: ModelLayout, tp: int, model_dtype_bytes: int) -> WeightsResult:
+    counts = count_params(layout)
+    quant = layout.full_config.get("quantization_config")
+    per_param, experts_only = _quantized_bytes_per_param(quant if isinstance(quant, dict) else None, model_dtype_bytes)
+    linear_bytes = counts.linear * (model_dtype_bytes if experts_only else per_param)
+    kv_bytes = counts.kv_proj * (model_dtype_bytes if experts_only else per_param)
+    expert_bytes = counts.experts * per_param
+    vocab = _vocab(layout.text_config)
+    vocab_bytes = (counts.embedding + counts.lm_head) * model_dtype_bytes
+    fixed_bytes = (counts.replicated + counts.vision) * model_dtype_bytes
+    total = linear_bytes + kv_bytes + expert_bytes + vocab_bytes + fixed_bytes
+    kv_share = max(1, layout.num_kv_heads // tp) / layout.num_kv_heads if layout.num_kv_heads else 1 / tp
+    padded = _padded_vocab(vocab) / vocab if vocab else 1
+    per_rank = ((linear_bytes + expert_bytes) / tp + kv_bytes * kv_share + vocab_bytes * padded / tp
+                + counts.replicated * model_dtype_bytes + counts.vision * model_dtype_bytes / tp)
+    return WeightsResult(math.ceil(total), math.ceil(per_rank), False, "estimated from config.json")
+
+
+def parameter_totals(layout: ModelLayout) -> tuple[int, int]:
+    """(total parameters, parameters active per token) from the config."""
+    counts = count_params(layout)
+    total = (counts.embedding + counts.lm_head + counts.linear + counts.experts + counts.kv_proj
+             + counts.replicated + counts.vision)
+    return total, total - counts.experts + counts.active_experts

@@ -1,0 +1,84 @@
+"""``seatplan usage``: capacity figures from LiteLLM's spend logs."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def parse_moment(text: str, option: str) -> datetime:
+    """An ISO date or time; a zone is converted to UTC, none means UTC (LiteLLM stores UTC wall-clock time)."""
+    from seatplan.errors import SeatplanError
+
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise SeatplanError(f"cannot read {text!r} as a date or time", where=option,
+                            fix="write e.g. 2026-11-23, 2026-11-23T08:00 or 2026-11-23T08:00:00Z (UTC)") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment
+
+
+def resolve_window(since: str | None, until: str | None, days: float | None, now: datetime):
+    from seatplan.errors import SeatplanError
+    from seatplan.usage.queries import Window
+
+    until_moment = parse_moment(until, "--until") if until else None
+    since_moment = parse_moment(since, "--since") if since else None
+    if days is not None:
+        if since_moment is not None:
+            raise SeatplanError("--days and --since both set the window's start", where="--days", fix="give one of them")
+        if days <= 0:
+            raise SeatplanError(f"--days must be positive, got {days:g}", where="--days")
+        until_moment = until_moment or now
+        since_moment = until_moment - timedelta(days=days)
+    if since_moment is not None and until_moment is not None and since_moment >= until_moment:
+        raise SeatplanError(f"the window is empty: {since_moment} is not before {until_moment}", where="--since/--until",
+                            fix="put --since before --until")
+    return Window(since=since_moment, until=until_moment)
+
+
+def usage_command(
+    source: Optional[str] = typer.Option(
+        None, "--from", help="postgresql://… DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
+        "or a CSV / JSON Lines / JSON export of LiteLLM_SpendLogs"),
+    days: Optional[float] = typer.Option(None, "--days", help="the last N days (up to --until, else now)"),
+    since: Optional[str] = typer.Option(None, "--since", help="first instant counted, ISO, UTC unless a zone is given"),
+    until: Optional[str] = typer.Option(None, "--until", help="end of the window (exclusive), ISO, UTC unless a zone is given"),
+    fleet: Optional[Path] = typer.Option(None, "--fleet", help="fleet file: maps LiteLLM model names to seats by served_model_name"),
+    runaway_tokens: Optional[int] = typer.Option(
+        None, "--runaway-tokens", min=1, help="a reply of at least this many completion tokens is a runaway (default: "
+        "far beyond the seat's p90, or near max_model_len)"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the usage JSON here (for `seatplan plan --usage`)"),
+    as_json: bool = typer.Option(False, "--json", help="print the usage report as one JSON document"),
+) -> None:
+    """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
+    from seatplan.fileio import atomic_write_json
+    from seatplan.output import console, emit_json
+    from seatplan.usage.report import collect_usage
+    from seatplan.usage.seats import SeatMap, load_seat_map
+    from seatplan.usage.sources import open_source, resolve_source
+    from seatplan.usage.sweep import default_runaway_rule
+
+    window = resolve_window(since, until, days, datetime.now(timezone.utc).replace(tzinfo=None))
+    seat_map = load_seat_map(fleet) if fleet else SeatMap()
+    with open_source(resolve_source(source), seat_map.served_name_by_litellm_name()) as opened:
+        report = collect_usage(opened, window, seat_map, default_runaway_rule(runaway_tokens))
+    if output is not None:
+        atomic_write_json(output, report.model_dump(mode="json"))
+    if as_json:
+        emit_json(report)
+        return
+    from seatplan.usage.tables import render_report
+
+    render_report(report, console())
+    if output is not None:
+        console().print(f"wrote {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("usage")(usage_command)

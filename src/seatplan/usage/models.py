@@ -1,0 +1,120 @@
+"""The usage report: what LiteLLM's spend logs say the seats really carried.
+
+``seatplan plan --usage usage.json`` reads this document. ``models`` is keyed by the name vLLM serves:
+the fleet seat's ``served_model_name`` (or its name) with ``--fleet``, else LiteLLM's ``model`` column
+(the backend name LiteLLM sends to vLLM), falling back to ``model_group``; the fields named in the issue
+(``models.<name>.calls``, ``prompt_tokens_p99``, ``completion_tokens_p99``, ``peak_inflight_tokens``,
+``peak_inflight_tokens_without_runaways``, ``peak_inflight_requests``, ``runaways``, ``rejected_rows``)
+are the stable contract; the rest is detail for people.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+PERCENTILE_METHOD = "nearest-rank: the smallest value v with at least ceil(p*N) of the N calls at or below v"
+INFLIGHT_CONVENTION = (
+    "a request is in flight on [startTime, endTime); at equal timestamps ends are taken before starts, "
+    "so a reply that ends as another starts never overlaps it and zero-length requests are never in flight; "
+    "requests open at the window's edges count from the window start and until the window end"
+)
+
+
+class RunawayGroup(BaseModel):
+    """Runaway replies from one sender (key alias, team, user) on one seat or over all seats."""
+
+    key_alias: str
+    team: str | None
+    user: str | None
+    count: int
+    max_completion_tokens: int
+    total_completion_tokens: int
+    request_tags: list[str] = Field(description="request tags seen on these replies (User-Agent tags included)")
+    example_request_ids: list[str] = Field(description="the largest replies first")
+
+
+class TokenPercentiles(BaseModel):
+    p50: int | None
+    p90: int | None
+    p99: int | None
+    max: int | None
+
+
+class ModelUsage(BaseModel):
+    """Figures for one seat (or one LiteLLM model name no fleet seat serves)."""
+
+    seat: str | None = Field(description="fleet seat name; null when no fleet was given or no seat serves the name")
+    max_model_len: int | None = Field(description="the seat's context length from the fleet file, when set there")
+    model_names: list[str] = Field(description="LiteLLM model / model_group names counted here")
+    calls: int
+    errors: int | None = Field(description="status = failure; null when the logs carry no status")
+    cache_hits: int | None = Field(description="cache_hit = True; null when the logs carry no cache flag")
+    prompt_tokens_p50: int | None
+    prompt_tokens_p90: int | None
+    prompt_tokens_p99: int | None
+    prompt_tokens_max: int | None
+    completion_tokens_p50: int | None
+    completion_tokens_p90: int | None
+    completion_tokens_p99: int | None
+    completion_tokens_max: int | None
+    peak_inflight_tokens: int
+    peak_inflight_tokens_without_runaways: int
+    peak_inflight_requests: int
+    peak_inflight_requests_without_runaways: int
+    runaway_threshold_tokens: int | None = Field(description="completion_tokens at or above this count as a runaway")
+    runaway_count: int
+    runaways: list[RunawayGroup]
+    rejected_rows: int
+
+
+class KeyClients(BaseModel):
+    """The distinct clients seen behind one key alias."""
+
+    key_alias: str
+    team: str | None
+    calls: int
+    seats: list[str]
+    user_agents: list[str]
+    client_ips: list[str]
+    request_tag_sets: list[list[str]] = Field(description="distinct request tag sets, User-Agent tags left out")
+    distinct_user_agents: int
+    distinct_client_ips: int
+    distinct_request_tag_sets: int
+    shared: bool = Field(description="more than one user agent, source address or tag set uses this key")
+    runaway_count: int
+
+
+class RunawayRule(BaseModel):
+    operator_threshold_tokens: int | None
+    floor_tokens: int
+    tail_multiple: float
+    cap_fraction: float
+    description: str
+
+
+class UsageWindow(BaseModel):
+    since: datetime | None
+    until: datetime | None
+
+
+class UsageReport(BaseModel):
+    kind: Literal["seatplan.usage"] = "seatplan.usage"
+    version: int = 1
+    source: str = Field(description="the file read, or the DSN with its password hidden")
+    source_format: Literal["postgresql", "csv", "jsonl"]
+    window: UsageWindow
+    percentile_method: str = PERCENTILE_METHOD
+    inflight_convention: str = INFLIGHT_CONVENTION
+    runaway_rule: RunawayRule
+    models: dict[str, ModelUsage]
+    overall: ModelUsage
+    runaways_by_key: list[RunawayGroup]
+    keys: list[KeyClients]
+    shared_keys: list[str]
+    unmapped_models: list[str] = Field(description="names no fleet seat serves (empty without --fleet)")
+    rejected_rows: int = Field(description="rows with impossible values, counted here and left out of every figure")
+    rejected_by_reason: dict[str, int]
+    rejected_example_request_ids: dict[str, list[str | None]]

@@ -1,0 +1,308 @@
+"""SQL that turns ``LiteLLM_SpendLogs`` rows into figures, written once for PostgreSQL and DuckDB.
+
+Only the first step differs between sources: :func:`normalized_rows_sql` reads LiteLLM's columns
+(typed in PostgreSQL, text in a CSV, JSON in JSON Lines) into one shape, ``spend_rows``:
+
+    request_id, seat, model_group, model, start_ts, end_ts, prompt_tokens, completion_tokens,
+    failed, cache_hit, key_alias, team, user_id, user_agent, client_ip, tags_json, reject_reason
+
+``seat`` is the name the report files the row under: the served name of the fleet seat whose
+``served_model_name`` (or name) equals the row's ``model`` or ``model_group``, else ``model``, else
+``model_group``. Every figure query after it is plain SQL both databases run unchanged, so a CSV export and the live
+table give the same numbers by construction. Nothing here does I/O; the values inlined into the
+SQL are datetimes and integers formatted here, and names quoted by :func:`sql_string`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+SourceFormat = Literal["postgresql", "csv", "jsonl"]
+
+# Columns the figures need; every other LiteLLM column is ignored, and a missing optional one reads as NULL.
+REQUIRED_COLUMNS = ("request_id", "startTime", "endTime", "prompt_tokens", "completion_tokens", "model")
+OPTIONAL_COLUMNS = ("model_group", "api_key", "user", "metadata", "cache_hit", "request_tags", "team_id",
+                    "requester_ip_address", "status")
+
+REJECT_REASONS = ("unreadable_row", "missing_model", "unreadable_timestamp", "unreadable_tokens",
+                  "negative_tokens", "end_before_start")
+
+
+def sql_string(text: str) -> str:
+    """A SQL string literal; both databases read '' as one quote and backslashes literally."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def sql_timestamp(moment: datetime) -> str:
+    return f"TIMESTAMP '{moment.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+
+
+def quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+@dataclass(frozen=True)
+class Window:
+    """Calls are counted when they start in [since, until); either bound may be open."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def contains(self, column: str) -> str:
+        bounds = []
+        if self.since is not None:
+            bounds.append(f"{column} >= {sql_timestamp(self.since)}")
+        if self.until is not None:
+            bounds.append(f"{column} < {sql_timestamp(self.until)}")
+        return " AND ".join(bounds) or "TRUE"
+
+    def overlaps(self, start_column: str, end_column: str) -> str:
+        """The request [start, end) shares at least one instant with the window."""
+        bounds = [f"{end_column} > {start_column}"]
+        if self.since is not None:
+            bounds.append(f"{end_column} > {sql_timestamp(self.since)}")
+        if self.until is not None:
+            bounds.append(f"{start_column} < {sql_timestamp(self.until)}")
+        return " AND ".join(bounds)
+
+
+@dataclass(frozen=True)
+class SourceShape:
+    """Where the rows come from and which LiteLLM columns it has."""
+
+    source_format: SourceFormat
+    from_clause: str
+    columns: frozenset[str]
+
+
+class _Reader:
+    """How one source format spells 'this column, as an integer / timestamp / JSON field'."""
+
+    def __init__(self, shape: SourceShape) -> None:
+        self.shape = shape
+        self.is_postgres = shape.source_format == "postgresql"
+
+    def has(self, name: str) -> bool:
+        return self.shape.source_format == "jsonl" or name in self.shape.columns
+
+    def raw(self, name: str) -> str:
+        if self.shape.source_format == "jsonl":
+            return f"json_extract_string(line, {sql_string('$.' + quote_identifier(name))})"
+        return quote_identifier(name) if name in self.shape.columns else "NULL"
+
+    def text(self, name: str) -> str:
+        return f"NULLIF({self.raw(name)}, '')"
+
+    def integer(self, name: str) -> str:
+        return self.raw(name) if self.is_postgres else f"TRY_CAST({self.raw(name)} AS BIGINT)"
+
+    def timestamp(self, name: str) -> str:
+        if self.is_postgres:
+            return self.raw(name)
+        # Offsets ("Z", "+02:00") are honoured and the session time zone is UTC, so both export forms agree.
+        return f"TRY_CAST(TRY_CAST({self.raw(name)} AS TIMESTAMPTZ) AS TIMESTAMP)"
+
+    def metadata_field(self, key: str) -> str:
+        if not self.has("metadata"):
+            return "NULL"
+        if self.is_postgres:
+            return f"NULLIF(\"metadata\" ->> {sql_string(key)}, '')"
+        metadata = self.raw("metadata")
+        return (f"CASE WHEN json_valid({metadata}) "
+                f"THEN NULLIF(json_extract_string({metadata}, {sql_string('$.' + quote_identifier(key))}), '') END")
+
+    def json_text(self, name: str) -> str:
+        return f"{self.raw(name)}::text" if self.is_postgres and name in self.shape.columns else self.raw(name)
+
+    def readable(self) -> str:
+        if self.shape.source_format == "jsonl":
+            return "(json_valid(line) AND json_type(line) = 'OBJECT')"
+        return "TRUE"
+
+
+def _seat_case(column: str, seat_by_name: Mapping[str, str]) -> str:
+    if not seat_by_name:
+        return "NULL"
+    branches = " ".join(f"WHEN {sql_string(name)} THEN {sql_string(seat)}" for name, seat in sorted(seat_by_name.items()))
+    return f"CASE {column} {branches} END"
+
+
+def normalized_rows_sql(shape: SourceShape, seat_by_name: Mapping[str, str]) -> str:
+    """SELECT producing ``spend_rows`` from a source; ``seat_by_name`` maps LiteLLM names to served names."""
+    read = _Reader(shape)
+    status = f"lower(COALESCE({read.text('status')}, {read.metadata_field('status')}))"
+    # Rows older than LiteLLM's status column (2025-05) have NULL status and were successes; a source
+    # without the column at all cannot tell, so errors stay unknown there.
+    status_unknown = "FALSE" if read.has("status") else "NULL"
+    key_hash = read.text("api_key")
+    base = f"""
+    SELECT
+        {read.readable()} AS readable,
+        {read.raw('request_id')} AS request_id,
+        {read.text('model_group')} AS model_group,
+        {read.text('model')} AS model,
+        {read.timestamp('startTime')} AS start_ts,
+        {read.timestamp('endTime')} AS end_ts,
+        {read.integer('prompt_tokens')} AS prompt_tokens,
+        {read.integer('completion_tokens')} AS completion_tokens,
+        CASE {status} WHEN 'failure' THEN TRUE WHEN 'success' THEN FALSE ELSE {status_unknown} END AS failed,
+        CASE lower({read.text('cache_hit')}) WHEN 'true' THEN TRUE WHEN 'false' THEN FALSE END AS cache_hit,
+        COALESCE({read.metadata_field('user_api_key_alias')}, 'key ' || substr({key_hash}, 1, 12), '(no key)') AS key_alias,
+        COALESCE({read.metadata_field('user_api_key_team_alias')}, {read.text('team_id')}) AS team,
+        COALESCE({read.text('user')}, {read.metadata_field('user_api_key_user_id')}) AS user_id,
+        {read.metadata_field('user_agent')} AS user_agent,
+        COALESCE({read.text('requester_ip_address')}, {read.metadata_field('requester_ip_address')}) AS client_ip,
+        {read.json_text('request_tags')} AS tags_json
+    FROM {shape.from_clause}"""
+    return f"""
+    SELECT
+        request_id,
+        COALESCE({_seat_case('model', seat_by_name)}, {_seat_case('model_group', seat_by_name)},
+                 model, model_group) AS seat,
+        model_group, model, start_ts, end_ts, prompt_tokens, completion_tokens, failed, cache_hit,
+        key_alias, team, user_id, user_agent, client_ip, tags_json,
+        CASE
+            WHEN NOT readable THEN 'unreadable_row'
+            WHEN model_group IS NULL AND model IS NULL THEN 'missing_model'
+            WHEN start_ts IS NULL OR end_ts IS NULL THEN 'unreadable_timestamp'
+            WHEN prompt_tokens IS NULL OR completion_tokens IS NULL THEN 'unreadable_tokens'
+            WHEN prompt_tokens < 0 OR completion_tokens < 0 THEN 'negative_tokens'
+            WHEN end_ts < start_ts THEN 'end_before_start'
+        END AS reject_reason
+    FROM ({base}
+    ) AS litellm_rows"""
+
+
+@dataclass(frozen=True)
+class FigureQuery:
+    """A figure's SQL over ``spend_rows``: its own common table expressions and the final SELECT."""
+
+    select: str
+    ctes: tuple[str, ...] = ()
+    needs_thresholds: bool = False
+
+
+def statement(rows_sql: str, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> str:
+    """The full SQL: ``spend_rows``, ``thresholds(seat, runaway_threshold_tokens)`` if needed, then the query."""
+    parts = [f"spend_rows AS ({rows_sql})"]
+    if query.needs_thresholds:
+        if not thresholds:
+            raise ValueError("this query needs at least one seat threshold")
+        values = ", ".join(f"({sql_string(seat)}, CAST({int(tokens)} AS BIGINT))" for seat, tokens in sorted(thresholds.items()))
+        parts.append(f"thresholds(seat, runaway_threshold_tokens) AS (VALUES {values})")
+    parts.extend(query.ctes)
+    return "WITH " + ",\n".join(parts) + "\n" + query.select
+
+
+def counts_query(window: Window) -> FigureQuery:
+    """Calls, errors, cache hits and rejected rows per (seat, model_group, model); rows start in the window.
+
+    Rows that started before the window but were still running in it get a row of zeros, so every
+    name the in-flight sweep can report is known before thresholds are set.
+    """
+    counted = f"(start_ts IS NULL OR ({window.contains('start_ts')}))"
+    accepted = f"reject_reason IS NULL AND {window.contains('start_ts')}"
+    return FigureQuery(f"""
+    SELECT seat, model_group, model,
+        count(*) FILTER (WHERE {accepted}) AS calls,
+        count(*) FILTER (WHERE {accepted} AND failed) AS errors,
+        count(failed) FILTER (WHERE {accepted}) AS calls_with_status,
+        count(*) FILTER (WHERE {accepted} AND cache_hit) AS cache_hits,
+        count(cache_hit) FILTER (WHERE {accepted}) AS calls_with_cache_flag,
+        count(*) FILTER (WHERE reject_reason IS NOT NULL AND {counted}) AS rejected_rows
+    FROM spend_rows
+    WHERE seat IS NOT NULL AND ({counted} OR ({window.overlaps('start_ts', 'end_ts')}))
+    GROUP BY seat, model_group, model""")
+
+
+def rejected_query(window: Window, examples_per_reason: int) -> FigureQuery:
+    """Rejected rows by reason with a few example request ids; rows without a readable start always count."""
+    return FigureQuery(f"""
+    SELECT reject_reason, rejected_rows, request_id FROM (
+        SELECT reject_reason, request_id,
+            count(*) OVER (PARTITION BY reject_reason) AS rejected_rows,
+            row_number() OVER (PARTITION BY reject_reason ORDER BY start_ts NULLS LAST, request_id) AS pick
+        FROM spend_rows
+        WHERE reject_reason IS NOT NULL AND (start_ts IS NULL OR ({window.contains('start_ts')}))
+    ) AS rejected
+    WHERE pick <= {int(examples_per_reason)}
+    ORDER BY reject_reason, pick""")
+
+
+def histograms_query(window: Window) -> FigureQuery:
+    """(seat, is_prompt, tokens, calls): the token histograms the percentiles are read from."""
+    return FigureQuery(f"""
+    SELECT seat, GROUPING(completion_tokens) AS is_prompt, COALESCE(prompt_tokens, completion_tokens) AS tokens,
+        count(*) AS calls
+    FROM spend_rows
+    WHERE reject_reason IS NULL AND {window.contains('start_ts')}
+    GROUP BY GROUPING SETS ((seat, prompt_tokens), (seat, completion_tokens))""")
+
+
+def peak_inflight_query(window: Window) -> FigureQuery:
+    """Peak in-flight tokens and requests per seat and over all seats, with and without runaway replies.
+
+    Events are +tokens at start and -tokens at end. Summing the deltas per instant first and then
+    running the sum over instants is exact for the ends-before-starts convention: within one instant
+    the count first falls, then rises to the instant's final value, so no peak hides inside it.
+    A request open at ``since`` enters at ``since``; one still open at ``until`` never leaves.
+    """
+    start = "r.start_ts" if window.since is None else f"GREATEST(r.start_ts, {sql_timestamp(window.since)})"
+    live = f"""live AS (
+        SELECT r.seat, {start} AS start_ts, r.end_ts,
+            CAST(r.prompt_tokens AS BIGINT) + r.completion_tokens AS tokens,
+            CASE WHEN r.completion_tokens >= t.runaway_threshold_tokens THEN 0 ELSE 1 END AS ordinary
+        FROM spend_rows AS r JOIN thresholds AS t ON t.seat = r.seat
+        WHERE r.reject_reason IS NULL AND {window.overlaps('r.start_ts', 'r.end_ts')})"""
+    events = f"""events AS (
+        SELECT seat, start_ts AS at_ts, tokens AS tokens_delta, 1 AS requests_delta,
+            tokens * ordinary AS ordinary_tokens_delta, ordinary AS ordinary_requests_delta
+        FROM live
+        UNION ALL
+        SELECT seat, end_ts, -tokens, -1, -tokens * ordinary, -ordinary
+        FROM live WHERE {Window(until=window.until).contains('end_ts')})"""
+    instants = """instants AS (
+        SELECT seat, GROUPING(seat) AS is_overall, at_ts,
+            sum(tokens_delta) AS tokens_delta, sum(requests_delta) AS requests_delta,
+            sum(ordinary_tokens_delta) AS ordinary_tokens_delta, sum(ordinary_requests_delta) AS ordinary_requests_delta
+        FROM events
+        GROUP BY GROUPING SETS ((seat, at_ts), (at_ts)))"""
+    running = """running AS (
+        SELECT seat, is_overall,
+            sum(tokens_delta) OVER by_time AS inflight_tokens,
+            sum(requests_delta) OVER by_time AS inflight_requests,
+            sum(ordinary_tokens_delta) OVER by_time AS ordinary_inflight_tokens,
+            sum(ordinary_requests_delta) OVER by_time AS ordinary_inflight_requests
+        FROM instants
+        WINDOW by_time AS (PARTITION BY is_overall, seat ORDER BY at_ts ROWS UNBOUNDED PRECEDING))"""
+    select = """
+    SELECT seat, is_overall, max(inflight_tokens), max(inflight_requests),
+        max(ordinary_inflight_tokens), max(ordinary_inflight_requests)
+    FROM running
+    GROUP BY seat, is_overall"""
+    return FigureQuery(select, ctes=(live, events, instants, running), needs_thresholds=True)
+
+
+def runaway_rows_query(window: Window) -> FigureQuery:
+    return FigureQuery(f"""
+    SELECT r.seat, r.request_id, r.completion_tokens, r.key_alias, r.team, r.user_id, r.tags_json
+    FROM spend_rows AS r JOIN thresholds AS t ON t.seat = r.seat
+    WHERE r.reject_reason IS NULL AND {window.contains('r.start_ts')}
+      AND r.completion_tokens >= t.runaway_threshold_tokens""", needs_thresholds=True)
+
+
+def clients_query(window: Window) -> FigureQuery:
+    """One row per distinct (key, team, seat, user agent, address, tags) with its call count."""
+    return FigureQuery(f"""
+    SELECT key_alias, team, seat, user_agent, client_ip, tags_json, count(*) AS calls
+    FROM spend_rows
+    WHERE reject_reason IS NULL AND {window.contains('start_ts')}
+    GROUP BY key_alias, team, seat, user_agent, client_ip, tags_json""")
+
+
+def missing_required(columns: Sequence[str] | frozenset[str]) -> list[str]:
+    present = set(columns)
+    return [name for name in REQUIRED_COLUMNS if name not in present]

@@ -1,0 +1,67 @@
+"""Rich tables for people: figures per seat, runaway replies by key, keys shared by several clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seatplan.usage.models import UsageReport
+
+
+def _number(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _tokens_cell(p50: int | None, p90: int | None, p99: int | None, largest: int | None) -> str:
+    return " / ".join(_number(value) for value in (p50, p90, p99, largest))
+
+
+def render_report(report: UsageReport, console: Any) -> None:
+    from rich.table import Table
+
+    window = f"{report.window.since or 'start'} .. {report.window.until or 'end'}"
+    seats = Table(title=f"Usage by seat ({report.source_format}: {report.source}; {window})")
+    for header in ("seat / model", "calls", "errors", "cache hits", "prompt p50/p90/p99/max",
+                   "completion p50/p90/p99/max", "peak in-flight tokens (w/o runaways)", "peak in-flight requests (w/o)",
+                   "runaways (>= tokens)"):
+        seats.add_column(header, justify="left" if header == "seat / model" else "right")
+    rows = [(name, usage) for name, usage in report.models.items()] + [("(all seats)", report.overall)]
+    for name, usage in rows:
+        label = name if usage.seat in (None, name) else f"{name} ({usage.seat})"
+        threshold = f" (>= {usage.runaway_threshold_tokens:,})" if usage.runaway_threshold_tokens is not None else ""
+        seats.add_row(
+            label, _number(usage.calls), _number(usage.errors), _number(usage.cache_hits),
+            _tokens_cell(usage.prompt_tokens_p50, usage.prompt_tokens_p90, usage.prompt_tokens_p99, usage.prompt_tokens_max),
+            _tokens_cell(usage.completion_tokens_p50, usage.completion_tokens_p90, usage.completion_tokens_p99, usage.completion_tokens_max),
+            f"{usage.peak_inflight_tokens:,} ({usage.peak_inflight_tokens_without_runaways:,})",
+            f"{usage.peak_inflight_requests:,} ({usage.peak_inflight_requests_without_runaways:,})",
+            f"{usage.runaway_count:,}{threshold}",
+        )
+    console.print(seats)
+
+    if report.runaways_by_key:
+        runaways = Table(title="Runaway replies by key")
+        for header in ("key alias", "team", "user", "count", "largest reply", "request tags", "largest request ids"):
+            runaways.add_column(header, justify="right" if header in ("count", "largest reply") else "left")
+        for group in report.runaways_by_key:
+            runaways.add_row(group.key_alias, group.team or "-", group.user or "-", _number(group.count),
+                             _number(group.max_completion_tokens), ", ".join(group.request_tags) or "-",
+                             "\n".join(group.example_request_ids))
+        console.print(runaways)
+
+    shared = [key for key in report.keys if key.shared]
+    if shared:
+        keys = Table(title="Keys shared by several clients (a runaway from them cannot be traced to its sender)")
+        for header in ("key alias", "team", "calls", "runaways", "user agents", "addresses", "tag sets"):
+            keys.add_column(header, justify="right" if header in ("calls", "runaways") else "left")
+        for key in shared:
+            keys.add_row(key.key_alias, key.team or "-", _number(key.calls), _number(key.runaway_count),
+                         f"{key.distinct_user_agents}: " + ", ".join(key.user_agents),
+                         f"{key.distinct_client_ips}: " + ", ".join(key.client_ips),
+                         f"{key.distinct_request_tag_sets}: " + "; ".join(",".join(tags) or "(none)" for tags in key.request_tag_sets))
+        console.print(keys)
+
+    if report.rejected_rows:
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in report.rejected_by_reason.items())
+        console.print(f"[yellow]rejected rows:[/] {report.rejected_rows:,} ({reasons}); left out of every figure above")
+    if report.unmapped_models:
+        console.print(f"[yellow]names no fleet seat serves:[/] {', '.join(report.unmapped_models)}")

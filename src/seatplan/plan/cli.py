@@ -95,9 +95,9 @@ def explain_command(
         emit_json(entry)
         return
     from seatplan.output import console
-    from seatplan.plan.report import explanation_renderable
+    from seatplan.plan.report import explanation_renderable, widen
 
-    console().print(explanation_renderable(entry))
+    widen(console()).print(explanation_renderable(entry), soft_wrap=True)
 
 
 def fit_command(

@@ -86,6 +86,7 @@ def command_line(seat: PlannedSeat) -> str:
 
 
 def print_plan(console: Console, plan: Plan) -> None:
+    widen(console)
     console.print(Text(headline(plan), style="bold green" if plan.infeasible is None and plan.optimal else "bold yellow"))
     if plan.infeasible is not None:
         print_infeasible(console, plan)
@@ -122,22 +123,31 @@ def print_infeasible(console: Console, plan: Plan) -> None:
 
 
 def explanation_renderable(seat: PlannedSeat) -> Group:
-    table = Table(title=f"{seat.name}: why these numbers", title_justify="left", show_lines=True)
-    for column in ("rule", "inputs", "result", "note"):
-        table.add_column(column, overflow="fold")
+    """Each rule as a short paragraph: result, why, and the numbers it used."""
+    items: list = [Text(f"{seat.name}: why these numbers", style="bold")]
     for line in seat.explanation:
-        inputs = "\n".join(f"{key}={_value(value)}" for key, value in line.inputs.items())
-        table.add_row(line.rule, inputs, line.result, line.note)
+        items.append(Text.assemble((f"{line.rule}: ", "bold"), line.result))
+        if line.note:
+            items.append(Text(f"    why: {line.note}"))
+        if line.inputs:
+            items.append(Text("    inputs: " + ", ".join(f"{key}={_value(value)}" for key, value in line.inputs.items()), style="dim"))
     parts = Table(title="footprint parts (per GPU)", title_justify="left")
     for column in ("part", "bytes", "GiB", "basis", "note"):
         parts.add_column(column, overflow="fold")
     for part in seat.footprint_parts:
         parts.add_row(part.name, f"{part.bytes:,}", gib(part.bytes), part.basis, part.note)
-    items: list = [table, parts]
+    items.append(parts)
     if seat.vllm_args:
-        items.append(Text(command_line(seat)))
+        items.append(Text("command line: " + command_line(seat)))
     items += [Text(f"warning: {warning}", style="yellow") for warning in seat.warnings]
     return Group(*items)
+
+
+def widen(console: Console, columns: int = 160) -> Console:
+    """Tables piped to a file or a pager keep their columns instead of wrapping at 80."""
+    if not console.is_terminal and console.width < columns:
+        console.width = columns
+    return console
 
 
 def _value(value: object) -> str:
@@ -147,6 +157,7 @@ def _value(value: object) -> str:
 
 
 def print_fit(console: Console, report: FitReport) -> None:
+    widen(console)
     console.print(
         Text(
             f"{report.model}: on {human_bytes(report.gpu_memory_bytes)} per GPU (TP {report.tensor_parallel_size}), "

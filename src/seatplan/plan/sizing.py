@@ -49,11 +49,9 @@ def choose_context(seat: SeatSpec, facts: ModelFacts) -> ContextChoice:
     Beyond the length vLLM derives from the config only YaRN reaches, and only where the seat
     allows it: static YaRN rescales every position, which costs quality on short prompts.
     """
-    derived = facts.max_context_derived
     declared = seat.max_model_len
     if declared == "published":
-        target = facts.max_context_published or derived
-        source = "published maximum" if facts.max_context_published else "derived maximum (no published figure)"
+        target, source = published_target(seat, facts)
     elif declared is None:
         target, source = facts.max_context_default, "vLLM's default for this model"
     else:
@@ -63,6 +61,20 @@ def choose_context(seat: SeatSpec, facts: ModelFacts) -> ContextChoice:
         choice.lines.append(_raise_cost_line(facts, choice.max_model_len))
     choice.lines.append(_yarn_line(seat, facts, choice))
     return choice
+
+
+def published_target(seat: SeatSpec, facts: ModelFacts) -> tuple[int, str]:
+    """The length ``published`` raises to: the model's published context, never below vLLM's default;
+    the YaRN-extended length when the seat allows YaRN and the config does not already apply it."""
+    yarn = facts.yarn
+    if seat.allow_yarn and yarn is not None and not yarn.enabled and yarn.extended_max_model_len > facts.max_context_default:
+        return yarn.extended_max_model_len, f"published maximum with YaRN ×{yarn.factor:g}"
+    published = facts.max_context_published
+    if published is None:
+        return facts.max_context_default, "vLLM's default (no published figure)"
+    if published < facts.max_context_default:
+        return facts.max_context_default, f"vLLM's default {facts.max_context_default:,} (above the published native {published:,})"
+    return published, "published maximum"
 
 
 def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> ContextChoice:
@@ -105,8 +117,14 @@ def _yarn_line(seat: SeatSpec, facts: ModelFacts, choice: ContextChoice) -> Expl
     yarn = facts.yarn
     if yarn is None:
         return ExplanationLine(rule="yarn", inputs={"allow_yarn": seat.allow_yarn}, result="not applicable", note="the model has no YaRN extension option")
-    state = "on" if choice.yarn is not None else "off"
-    why = "" if choice.yarn is not None else (" (allow_yarn is off; static YaRN hurts short prompts)" if not seat.allow_yarn else " (not needed for this length)")
+    if yarn.enabled:
+        state, why = "on", " (the model's own config applies it)"
+    elif choice.yarn is not None:
+        state, why = "on", " (allowed and needed for this length)"
+    elif not seat.allow_yarn:
+        state, why = "off", " (allow_yarn is off; static YaRN hurts short prompts)"
+    else:
+        state, why = "off", " (not needed for this length)"
     return ExplanationLine(
         rule="yarn",
         inputs={

@@ -1,0 +1,193 @@
+"""Placement against a plain brute force on random small fleets, and CP-SAT against the exhaustive search."""
+
+from __future__ import annotations
+
+import random
+from itertools import combinations, product
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seatplan.plan.baselines import best_fit, most_free_first
+from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place
+
+GiB = 1 << 30
+
+
+def brute_force(gpus: list[GpuSlot], seats: list[SeatDemand]) -> tuple[int, int] | None:
+    """(best worst-case spare, fewest moves among those) over every assignment, or None when nothing fits."""
+    keys = [(g.host, g.index) for g in gpus]
+    slot = {(g.host, g.index): g for g in gpus}
+    options_per_seat = []
+    for s in seats:
+        allowed = set(keys) if s.allowed is None else set(map(tuple, s.allowed))
+        usable = [k for k in keys if k in allowed and not slot[k].keep_clear]
+        options = [
+            frozenset(combo)
+            for combo in combinations(usable, s.gpu_count)
+            if len({host for host, _ in combo}) == 1
+        ]
+        options_per_seat.append(options)
+    best: tuple[int, int] | None = None
+    for choice in product(*options_per_seat):
+        used = dict.fromkeys(keys, 0)
+        for s, gpu_set in zip(seats, choice):
+            for k in gpu_set:
+                used[k] += s.footprint_bytes
+        if any(slot[k].capacity_bytes - used[k] < slot[k].headroom_bytes for k in keys):
+            continue
+        spares = [slot[k].capacity_bytes - used[k] for k in keys if not slot[k].keep_clear]
+        worst = min(spares) if spares else 0
+        moves = sum(1 for s, gpu_set in zip(seats, choice) if s.current and gpu_set != frozenset(map(tuple, s.current)))
+        if best is None or (worst, -moves) > (best[0], -best[1]):
+            best = (worst, moves)
+    return best
+
+
+def assert_valid(gpus: list[GpuSlot], seats: list[SeatDemand], placement: Placement) -> None:
+    """Every rule checked from the inputs, independently of the code under test."""
+    slot = {(g.host, g.index): g for g in gpus}
+    used = dict.fromkeys(slot, 0)
+    assert set(placement.assignment) == {s.name for s in seats}
+    for s in seats:
+        where = [tuple(k) for k in placement.assignment[s.name]]
+        assert len(where) == s.gpu_count == len(set(where))
+        assert len({host for host, _ in where}) == 1
+        for k in where:
+            assert not slot[k].keep_clear
+            assert s.allowed is None or k in set(map(tuple, s.allowed))
+            used[k] += s.footprint_bytes
+    for k, g in slot.items():
+        spare = g.capacity_bytes - used[k]
+        assert placement.spare_bytes[f"{k[0]}:{k[1]}"] == spare
+        assert spare >= g.headroom_bytes
+    open_spares = [g.capacity_bytes - used[k] for k, g in slot.items() if not g.keep_clear]
+    assert placement.worst_case_spare_bytes == (min(open_spares) if open_spares else 0)
+    moves = sum(1 for s in seats if s.current and set(map(tuple, s.current)) != set(map(tuple, placement.assignment[s.name])))
+    assert placement.moves == moves
+
+
+@st.composite
+def fleets(draw, max_gpus: int = 4, max_seats: int = 6):
+    host_count = draw(st.integers(1, 2))
+    gpu_total = draw(st.integers(host_count, max_gpus))
+    gpus = []
+    for i in range(gpu_total):
+        host = f"h{i % host_count}"
+        gpus.append(
+            GpuSlot(
+                host=host,
+                index=sum(1 for g in gpus if g.host == host),
+                # Mostly equal GPUs, so the symmetry rules of the search are exercised, with odd sizes mixed in.
+                capacity_bytes=draw(st.sampled_from([80 * GiB, 80 * GiB, 96 * GiB, 48 * GiB, 61 * GiB + 123])),
+                headroom_bytes=draw(st.sampled_from([0, 0, GiB // 2, 2 * GiB])),
+                keep_clear=draw(st.integers(0, 5)) == 0,
+            )
+        )
+    keys = [(g.host, g.index) for g in gpus]
+    seats = []
+    for n in range(draw(st.integers(0, max_seats))):
+        gpu_count = draw(st.sampled_from([1, 1, 1, 2]))
+        allowed = None
+        if draw(st.integers(0, 3)) == 0:
+            allowed = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=len(keys), unique=True))
+        current = []
+        if draw(st.booleans()):
+            host = draw(st.sampled_from(sorted({h for h, _ in keys})))
+            on_host = [k for k in keys if k[0] == host]
+            if len(on_host) >= gpu_count:
+                current = draw(st.lists(st.sampled_from(on_host), min_size=gpu_count, max_size=gpu_count, unique=True))
+        seats.append(
+            SeatDemand(
+                name=f"s{n}",
+                footprint_bytes=draw(st.sampled_from([4, 8, 10, 16, 20, 24, 30, 40, 45])) * GiB + draw(st.integers(0, 3)) * (GiB // 2),
+                gpu_count=gpu_count,
+                allowed=allowed,
+                current=current,
+            )
+        )
+    return gpus, seats
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_exhaustive_matches_brute_force(fleet):
+    gpus, seats = fleet
+    expected = brute_force(gpus, seats)
+    result = place(gpus, seats, method="exhaustive")
+    assert result.method == "exhaustive"
+    if expected is None:
+        assert result.best is None and result.infeasible is not None and result.infeasible.seats
+        return
+    assert result.optimal
+    assert_valid(gpus, seats, result.best)
+    assert (result.best.worst_case_spare_bytes, result.best.moves) == expected
+    assert result.bound_bytes == expected[0]
+    for alternative in result.runner_ups:
+        assert_valid(gpus, seats, alternative.placement)
+        assert (alternative.placement.worst_case_spare_bytes, -alternative.placement.moves) <= (expected[0], -expected[1])
+        assert alternative.placement != result.best
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_greedy_baselines_are_valid_and_never_beat_the_optimum(fleet):
+    gpus, seats = fleet
+    expected = brute_force(gpus, seats)
+    for baseline in (best_fit, most_free_first):
+        layout = baseline(gpus, seats)
+        if layout is None:
+            continue
+        assert expected is not None
+        assert_valid(gpus, seats, layout)
+        assert layout.worst_case_spare_bytes <= expected[0]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(max_gpus=4, max_seats=5))
+def test_cp_sat_matches_brute_force(fleet):
+    gpus, seats = fleet
+    expected = brute_force(gpus, seats)
+    result = place(gpus, seats, method="cp-sat", runner_ups=1, time_limit_s=10)
+    assert result.method == "cp-sat"
+    if expected is None:
+        assert result.best is None and result.infeasible is not None
+        return
+    assert result.optimal
+    assert_valid(gpus, seats, result.best)
+    assert (result.best.worst_case_spare_bytes, result.best.moves) == expected
+    assert result.bound_bytes == expected[0]
+
+
+def mid_size_fleet(seed: int) -> tuple[list[GpuSlot], list[SeatDemand]]:
+    """Two hosts of three 80 GiB GPUs, ten seats, one TP=2, a pin, an avoid, a current layout for half."""
+    rng = random.Random(seed)
+    gpus = [GpuSlot(host=h, index=i, capacity_bytes=80 * GiB, headroom_bytes=GiB) for h in ("a", "b") for i in range(3)]
+    keys = [(g.host, g.index) for g in gpus]
+    seats = [SeatDemand(name="tp", footprint_bytes=rng.randint(20, 35) * GiB, gpu_count=2)]
+    for n in range(9):
+        seats.append(
+            SeatDemand(
+                name=f"s{n}",
+                footprint_bytes=rng.randint(8, 40) * GiB + rng.randint(0, 1) * (GiB // 2),
+                allowed=[keys[n % 6]] if n == 0 else ([k for k in keys if k != keys[1]] if n == 1 else None),
+                current=[keys[rng.randrange(6)]] if n % 2 else [],
+            )
+        )
+    return gpus, seats
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_cp_sat_agrees_with_exhaustive_on_mid_size_fleets(seed):
+    gpus, seats = mid_size_fleet(seed)
+    exhaustive = place(gpus, seats, method="exhaustive", runner_ups=0)
+    solver = place(gpus, seats, method="cp-sat", runner_ups=2, time_limit_s=20)
+    assert exhaustive.optimal and solver.optimal
+    assert exhaustive.best is not None and solver.best is not None
+    assert_valid(gpus, seats, solver.best)
+    assert (solver.best.worst_case_spare_bytes, solver.best.moves) == (exhaustive.best.worst_case_spare_bytes, exhaustive.best.moves)
+    assert solver.bound_bytes == exhaustive.best.worst_case_spare_bytes
+    for alternative in solver.runner_ups:
+        assert_valid(gpus, seats, alternative.placement)
+        assert alternative.placement.worst_case_spare_bytes <= solver.best.worst_case_spare_bytes

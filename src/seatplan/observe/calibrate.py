@@ -1,0 +1,197 @@
+"""Observed footprints per seat, the per-GPU report, and the plateau check against a plan (pure).
+
+A seat's footprint at plateau comes, best first, from per-process readings
+(``nvidia-smi --query-compute-apps``; the process ids are the ones its boots logged) or from the step
+its own restart made on its GPU: the GPU's plateau after the restart minus the lowest reading while
+the seat was down. The plan is read tolerantly: only ``gpus[] {host, index, spare_bytes}`` and
+``seats[] {name, gpus, footprint_bytes, kv_cache_memory_bytes}`` matter here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries
+from seatplan.observe.models import (
+    Boot, Finding, GpuReport, PlanCheck, ProcessSample, SeatFootprint,
+)
+from seatplan.units import MiB
+
+# A restart's step must start this close to a boot the seat's log shows (log clocks are minutes apart at most).
+STEP_MATCH = timedelta(minutes=20)
+# Observed and planned footprints closer than this agree (allocator noise, log rounding).
+FOOTPRINT_TOLERANCE_MIB = 256.0
+FOOTPRINT_TOLERANCE_SHARE = 0.02
+
+
+class _Loose(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class PlanGpu(_Loose):
+    host: str | None = None
+    index: int
+    spare_bytes: int | None = None
+
+
+class PlanSeat(_Loose):
+    name: str
+    host: str | None = None
+    gpus: list[tuple[str | None, int]] = []
+    footprint_bytes: int | None = None
+    kv_cache_memory_bytes: int | None = None
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpu_refs(cls, value: object) -> list[tuple[str | None, int]]:
+        refs = value if isinstance(value, list) else [value]
+        out: list[tuple[str | None, int]] = []
+        for ref in refs:
+            if isinstance(ref, bool):
+                raise ValueError("a GPU is an index, 'host:index' or {host, index}")
+            if isinstance(ref, int):
+                out.append((None, ref))
+            elif isinstance(ref, str) and ref.rsplit(":", 1)[-1].isdigit():
+                host, _, index = ref.rpartition(":")
+                out.append((host or None, int(index)))
+            elif isinstance(ref, dict) and isinstance(ref.get("index", ref.get("gpu")), int):
+                out.append((ref.get("host"), int(ref.get("index", ref.get("gpu")))))
+            else:
+                raise ValueError(f"cannot read GPU {ref!r}: write an index, 'host:index' or {{host, index}}")
+        return out
+
+
+class PlanView(_Loose):
+    gpus: list[PlanGpu] = []
+    seats: list[PlanSeat] = []
+
+    def seats_on(self, host: str | None, index: int) -> list[PlanSeat]:
+        return [seat for seat in self.seats
+                if any(i == index and _same_host(h or seat.host, host) for h, i in seat.gpus)]
+
+    def gpu(self, host: str | None, index: int) -> PlanGpu | None:
+        return next((gpu for gpu in self.gpus if gpu.index == index and _same_host(gpu.host, host)), None)
+
+
+def _same_host(a: str | None, b: str | None) -> bool:
+    return a is None or b is None or a == b
+
+
+def plateau_of(values: np.ndarray) -> float:
+    """The level of a run of readings once it settled: the median of the last quarter."""
+    tail = values[-max(1, len(values) // 4):]
+    return float(np.median(tail))
+
+
+def footprints_from_processes(boots: list[Boot], processes: list[ProcessSample]) -> dict[str, SeatFootprint]:
+    seat_of_pid = {pid: boot.seat for boot in boots for pid in boot.pids}
+    readings: dict[int, list[tuple[datetime | None, float]]] = defaultdict(list)
+    for sample in processes:
+        if sample.pid in seat_of_pid:
+            readings[sample.pid].append((sample.at, sample.used_mib))
+    per_seat: dict[str, list[tuple[int, float, int]]] = defaultdict(list)
+    for pid, values in readings.items():
+        ordered = [used for _, used in sorted(values, key=lambda item: item[0].timestamp() if item[0] else 0.0)]
+        per_seat[seat_of_pid[pid]].append((pid, plateau_of(np.array(ordered)), len(ordered)))
+    out = {}
+    for seat, ranks in per_seat.items():
+        # Tensor-parallel ranks each hold a share; the plan's footprint is per GPU, so the largest rank counts.
+        pid, used_mib, _ = max(ranks, key=lambda rank: rank[1])
+        out[seat] = SeatFootprint(footprint_bytes=int(round(used_mib * MiB)),
+                                  source=f"nvidia-smi compute-apps, pid {pid} ({len(ranks)} process(es))",
+                                  samples=sum(rank[2] for rank in ranks))
+    return out
+
+
+def footprints_from_steps(boots: list[Boot], gpus: list[tuple[GpuSeries, Analysis]], plan: PlanView | None,
+                          settings: DetectSettings) -> dict[str, SeatFootprint]:
+    """A seat's restart shows as a dip to the level without it; its footprint is plateau − that level."""
+    out: dict[str, SeatFootprint] = {}
+    for series, analysis in gpus:
+        planned_here = {seat.name for seat in plan.seats_on(series.host, series.index)} if plan else None
+        for number, step in enumerate(analysis.steps):
+            seats = {boot.seat for boot in boots
+                     if boot.started_at is not None and abs(boot.started_at - step.at) <= STEP_MATCH
+                     and (planned_here is None or boot.seat in planned_here)}
+            if len(seats) != 1 or number + 1 >= len(analysis.segments):
+                continue
+            start = step.at.timestamp()
+            window = (series.times_s >= start - 60) & (series.times_s <= start + STEP_MATCH.total_seconds())
+            readings = series.used_mib[window]
+            readings = readings[~np.isnan(readings)]
+            if len(readings) == 0:
+                continue
+            floor = float(readings.min())
+            segment = analysis.segments[number + 1]
+            if floor > min(step.before_mib, step.after_mib) - settings.min_step_mib:
+                continue  # the dip was not sampled: the seat's own share cannot be told apart
+            seat = seats.pop()
+            inside = (series.times_s >= segment.start.timestamp()) & (series.times_s <= segment.end.timestamp())
+            out[seat] = SeatFootprint(footprint_bytes=int(round((segment.plateau_used_mib - floor) * MiB)),
+                                      source=f"restart step on GPU {series.index} at {step.at.isoformat()}",
+                                      samples=int(np.count_nonzero(inside)))
+    return out
+
+
+def gpu_report(series: GpuSeries, analysis: Analysis) -> GpuReport:
+    last = analysis.segments[-1]
+    reserved = series.reserved_mib or 0.0
+    plateau_free = series.total_mib - last.plateau_used_mib - reserved if series.total_mib else None
+    free_after_boot = series.total_mib - last.level_after_boot_mib - reserved if series.total_mib else None
+    creeps = [segment.creep for segment in analysis.segments if segment.creep is not None]
+    return GpuReport(
+        host=series.host, index=series.index, samples=analysis.samples, start=analysis.start, end=analysis.end,
+        gaps=analysis.gaps, total_mib=series.total_mib, steps=analysis.steps,
+        creep=last.creep or (creeps[-1] if creeps else None), segments=analysis.segments,
+        plateau_used_mib=last.plateau_used_mib,
+        plateau_free_mib=round(plateau_free, 1) if plateau_free is not None else None,
+        free_after_boot_mib=round(free_after_boot, 1) if free_after_boot is not None else None,
+        free_drop_after_boot_mib=round(free_after_boot - plateau_free, 1) if plateau_free is not None else None,
+    )
+
+
+def _off(observed_bytes: int, planned_bytes: int) -> bool:
+    gap_mib = abs(observed_bytes - planned_bytes) / MiB
+    return gap_mib > max(FOOTPRINT_TOLERANCE_MIB, FOOTPRINT_TOLERANCE_SHARE * planned_bytes / MiB)
+
+
+def check_plan(report: GpuReport, plan: PlanView, observed: dict[str, SeatFootprint]) -> tuple[PlanCheck | None, list[Finding]]:
+    plan_gpu = plan.gpu(report.host, report.index)
+    seats = plan.seats_on(report.host, report.index)
+    if plan_gpu is None and not seats:
+        return None, []
+    planned_used_mib = sum(seat.footprint_bytes or 0 for seat in seats) / MiB
+    planned_spare_mib = (plan_gpu.spare_bytes or 0) / MiB if plan_gpu else 0.0
+    miss = report.plateau_used_mib - planned_used_mib
+    off = [seat.name for seat in seats
+           if seat.name in observed and seat.footprint_bytes is not None
+           and _off(observed[seat.name].footprint_bytes, seat.footprint_bytes)]
+    if not off and abs(miss) > FOOTPRINT_TOLERANCE_MIB:
+        off = [seat.name for seat in seats if seat.name not in observed]
+    check = PlanCheck(planned_used_mib=round(planned_used_mib, 1), planned_spare_mib=round(planned_spare_mib, 1),
+                      observed_used_mib=report.plateau_used_mib, observed_spare_mib=round(planned_spare_mib - miss, 1),
+                      miss_mib=round(miss, 1), spare_held=miss <= planned_spare_mib, seats_to_correct=off)
+    findings = []
+    if not check.spare_held:
+        findings.append(Finding(
+            kind="plan_spare_missed", gpu=report.index,
+            message=f"GPU {report.index}: plateau {report.plateau_used_mib:,.0f} MiB used, the plan expected "
+                    f"{planned_used_mib:,.0f} MiB + {planned_spare_mib:,.0f} MiB spare: the spare was overrun by "
+                    f"{miss - planned_spare_mib:,.0f} MiB",
+            fix=("correct the footprint of " + ", ".join(off) + " and re-plan with --observed") if off
+            else "re-plan with --observed so the spare is sized from the plateau",
+            evidence=[f"plateau reached {report.creep.plateau_at.isoformat()}" if report.creep else f"plateau over {report.start.isoformat()} … {report.end.isoformat()}"]))
+    for seat in seats:
+        if seat.name in observed and seat.footprint_bytes is not None and seat.name in off:
+            seen = observed[seat.name]
+            findings.append(Finding(
+                kind="seat_estimate_off", seat=seat.name, gpu=report.index,
+                message=f"{seat.name}: observed {seen.footprint_bytes / MiB:,.0f} MiB at plateau, planned "
+                        f"{seat.footprint_bytes / MiB:,.0f} MiB ({(seen.footprint_bytes - seat.footprint_bytes) / MiB:+,.0f} MiB)",
+                fix="write the observations file (-o observed.json) and re-plan with seatplan plan --observed observed.json",
+                evidence=[seen.source]))
+    return check, findings

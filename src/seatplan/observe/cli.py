@@ -1,0 +1,59 @@
+"""``seatplan diagnose``: what the engines and GPUs really did, and whether the plan held."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("diagnose")(diagnose_command)
+
+
+def diagnose_command(
+    vllm_log: list[str] = typer.Option([], "--vllm-log", help="vLLM log (file, docker logs, journald text/json/export); NAME=PATH names the seat. Repeatable."),
+    log_year: Optional[int] = typer.Option(None, "--log-year", help="Year for vLLM's MM-DD timestamps (default: the log file's modification year)."),
+    beszel: Optional[Path] = typer.Option(None, "--beszel", help="Beszel hub database (beszel_data/data.db)."),
+    beszel_system: Optional[str] = typer.Option(None, "--beszel-system", help="Only this Beszel system (name or id)."),
+    nvidia_smi: list[Path] = typer.Option([], "--nvidia-smi", help="nvidia-smi CSV log: --query-gpu=timestamp,index,memory.used,memory.total or --query-compute-apps. Repeatable."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus URL (DCGM exporter + vLLM series via /api/v1/query_range), or a saved exposition-text file."),
+    since: str = typer.Option("14d", "--since", help="With a Prometheus URL: how far back (e.g. 7d, 36h)."),
+    step_seconds: int = typer.Option(60, "--step", help="With a Prometheus URL: resolution in seconds."),
+    vllm_metrics: list[str] = typer.Option([], "--vllm-metrics", help="vLLM /metrics: a URL (one scrape now) or saved scrapes. Repeatable."),
+    fleet: Optional[Path] = typer.Option(None, "--fleet", help="Fleet file (YAML/JSON): which seat runs on which GPU."),
+    plan: Optional[Path] = typer.Option(None, "--plan", help="plan.json to check the observed plateaus against."),
+    min_step_mib: float = typer.Option(256.0, "--min-step-mib", help="Smallest level change reported as a step."),
+    min_creep_mib: float = typer.Option(256.0, "--min-creep-mib", help="Smallest rise after a boot reported as creep."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write the observations file for seatplan plan --observed."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+) -> None:
+    """Read vLLM logs and GPU memory history: boots, co-boot races, steps, creep, plateaus, the plan check."""
+    from seatplan.errors import SeatplanError
+    from seatplan.fileio import atomic_write_json
+    from seatplan.observe import inputs
+    from seatplan.observe.detect import DetectSettings
+    from seatplan.observe.diagnose import diagnose
+    from seatplan.output import emit_json, to_jsonable
+
+    if not (vllm_log or beszel or nvidia_smi or prometheus or vllm_metrics):
+        raise SeatplanError("nothing to read", where="diagnose",
+                            fix="pass at least one of --vllm-log, --beszel, --nvidia-smi, --prometheus, --vllm-metrics")
+    boots, stats = inputs.read_vllm_logs(vllm_log, year=log_year)
+    series, processes, gpu_side_stats = inputs.read_gpu_sources(
+        beszel=beszel, beszel_system=beszel_system, nvidia_smi=nvidia_smi, prometheus=prometheus,
+        since=since, step_seconds=step_seconds)
+    stats.extend(gpu_side_stats)
+    stats.extend(inputs.read_vllm_metrics(vllm_metrics))
+    plan_view = inputs.read_plan(plan, fleet)
+    settings = DetectSettings(min_step_mib=min_step_mib, min_creep_mib=min_creep_mib)
+    report, observed = diagnose(boots=boots, stats=stats, series=series, processes=processes, plan=plan_view, settings=settings)
+    if output is not None:
+        atomic_write_json(output, to_jsonable(observed))
+    if json_output:
+        emit_json(report)
+        return
+    from seatplan.observe.show import show_report
+
+    show_report(report, output)

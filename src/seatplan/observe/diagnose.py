@@ -1,0 +1,80 @@
+"""Put the observations together: boots, stats and GPU series in, a DiagnoseReport out (pure)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime, timezone
+
+from seatplan.observe.calibrate import (
+    PlanView, check_plan, footprints_from_processes, footprints_from_steps, gpu_report,
+)
+from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
+from seatplan.observe.findings import seat_findings
+from seatplan.observe.models import (
+    Boot, DiagnoseReport, EngineStats, ObservedFootprints, ProcessSample, SeatReport, StatsSummary,
+)
+
+
+def summarise_stats(stats: list[EngineStats]) -> StatsSummary:
+    """Peaks of the engine's own figures; preemption counters are summed across restarts (resets)."""
+    usage = [s.kv_cache_usage_pct for s in stats if s.kv_cache_usage_pct is not None]
+    running = [s.running_requests for s in stats if s.running_requests is not None]
+    waiting = [s.waiting_requests for s in stats if s.waiting_requests is not None]
+    preemptions = sum(s.preemptions for s in stats if s.preemptions is not None)
+    previous: dict[str, int] = {}
+    for record in sorted(stats, key=lambda s: s.at.timestamp() if s.at else 0.0):
+        if record.preemptions_total is None:
+            continue
+        last = previous.get(record.where)
+        if last is None or record.preemptions_total < last:
+            # The first reading, or a counter reset by a restart: all of it happened since the engine started.
+            preemptions += record.preemptions_total
+        else:
+            preemptions += record.preemptions_total - last
+        previous[record.where] = record.preemptions_total
+    return StatsSummary(samples=len(stats), peak_kv_cache_usage_pct=max(usage) if usage else None,
+                        peak_running_requests=max(running) if running else None,
+                        peak_waiting_requests=max(waiting) if waiting else None, preemptions=preemptions)
+
+
+def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSeries],
+             processes: list[ProcessSample], plan: PlanView | None = None,
+             settings: DetectSettings = DetectSettings()) -> tuple[DiagnoseReport, ObservedFootprints]:
+    analysed = [(one, analyse(one, settings)) for one in series if len(one.times_s)]
+    gpus = [gpu_report(one, analysis) for one, analysis in analysed]
+    observed = footprints_from_steps(boots, analysed, plan, settings)
+    observed.update(footprints_from_processes(boots, processes))
+    report = DiagnoseReport(gpus=gpus)
+    if plan is not None:
+        for gpu in gpus:
+            check, findings = check_plan(gpu, plan, observed)
+            gpu.plan = check
+            report.findings.extend(findings)
+    boots_by_seat: dict[str, list[Boot]] = defaultdict(list)
+    for boot in boots:
+        boots_by_seat[boot.seat].append(boot)
+    stats_by_seat: dict[str, list[EngineStats]] = defaultdict(list)
+    for record in stats:
+        stats_by_seat[record.seat].append(record)
+    planned = {seat.name: seat for seat in plan.seats} if plan else {}
+    names = list(dict.fromkeys([*boots_by_seat, *stats_by_seat, *observed, *planned]))
+    for name in names:
+        seat_boots = sorted(boots_by_seat.get(name, []), key=lambda b: b.started_at.timestamp() if b.started_at else 0.0)
+        plan_seat = planned.get(name)
+        seat = SeatReport(
+            name=name, boots=seat_boots,
+            stats=summarise_stats(stats_by_seat[name]) if stats_by_seat.get(name) else None,
+            observed=observed.get(name),
+            planned_footprint_bytes=plan_seat.footprint_bytes if plan_seat else None,
+            findings=seat_findings(name, seat_boots, planned_kv_bytes=plan_seat.kv_cache_memory_bytes if plan_seat else None),
+        )
+        seat.findings.extend(f for f in report.findings if f.seat == name)
+        report.seats.append(seat)
+    report.findings = [f for f in report.findings if f.seat is None] + [f for seat in report.seats for f in seat.findings]
+    footprints = ObservedFootprints(
+        generated_at=datetime.now(timezone.utc),
+        seats=observed,
+        gpus=[{"host": gpu.host, "index": gpu.index, "plateau_used_mib": gpu.plateau_used_mib,
+               "plateau_free_mib": gpu.plateau_free_mib, "total_mib": gpu.total_mib} for gpu in gpus],
+    )
+    return report, footprints

@@ -1,0 +1,125 @@
+"""Gather ``seatplan diagnose``'s inputs from the paths and URLs on its command line."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from seatplan.errors import SeatplanError
+from seatplan.observe.calibrate import PlanView
+from seatplan.observe.detect import GpuSeries
+from seatplan.observe.logparse import parse_log
+from seatplan.observe.models import Boot, EngineStats, ProcessSample
+from seatplan.observe.sources import (
+    parse_exposition, read_beszel, read_nvidia_smi, read_prometheus, read_prometheus_text, read_vllm_metrics_url,
+    vllm_stats,
+)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration_seconds(text: str, *, field: str = "--since") -> float:
+    match = _DURATION.match(text)
+    if not match:
+        raise SeatplanError(f"cannot read {text!r} as a duration", where=field, fix="write e.g. 90m, 36h, 14d, 2w")
+    return float(match[1]) * _SECONDS[match[2]]
+
+
+def read_vllm_logs(specs: list[str], *, year: int | None) -> tuple[list[Boot], list[EngineStats]]:
+    boots: list[Boot] = []
+    stats: list[EngineStats] = []
+    for spec in specs:
+        seat, _, path_text = spec.rpartition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
+        path = Path(path_text)
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as problem:
+            raise SeatplanError(f"cannot read the vLLM log ({problem.strerror})", where=str(path),
+                                fix="pass a log file (docker logs NAME > file; journalctl -u UNIT > file)") from None
+        file_year = year or datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).year
+        parsed = parse_log(text.splitlines(), source=str(path), year=file_year, seat=seat or None)
+        boots.extend(parsed.boots)
+        stats.extend(parsed.stats)
+    return boots, stats
+
+
+def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_smi: list[Path], prometheus: str | None,
+                     since: str, step_seconds: int) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
+    series: list[GpuSeries] = []
+    processes: list[ProcessSample] = []
+    stats: list[EngineStats] = []
+    if beszel is not None:
+        series.extend(read_beszel(beszel, system=beszel_system))
+    for path in nvidia_smi:
+        gpu, apps = read_nvidia_smi(path)
+        series.extend(gpu)
+        processes.extend(apps)
+    if prometheus:
+        if prometheus.startswith(("http://", "https://")):
+            end = time.time()
+            gpu, engine = read_prometheus(prometheus, start=end - duration_seconds(since), end=end, step_seconds=step_seconds)
+        else:
+            gpu, engine = read_prometheus_text(prometheus)
+        series.extend(gpu)
+        stats.extend(engine)
+    return series, processes, stats
+
+
+def read_vllm_metrics(specs: list[str]) -> list[EngineStats]:
+    stats: list[EngineStats] = []
+    for spec in specs:
+        if spec.startswith(("http://", "https://")):
+            stats.extend(read_vllm_metrics_url(spec))
+            continue
+        path = Path(spec)
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError as problem:
+            raise SeatplanError(f"cannot read ({problem.strerror})", where=str(path), fix="pass saved /metrics text or a URL") from None
+        stats.extend(vllm_stats(parse_exposition(lines), source=str(path), default_time=path.stat().st_mtime))
+    return stats
+
+
+def _load_document(path: Path) -> object:
+    try:
+        text = path.read_text()
+    except OSError as problem:
+        raise SeatplanError(f"cannot read ({problem.strerror})", where=str(path), fix="pass an existing file") from None
+    try:
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            return yaml.safe_load(text)
+        return json.loads(text)
+    except ValueError as problem:
+        raise SeatplanError(f"not valid JSON/YAML ({problem})", where=str(path), fix="pass the file seatplan wrote") from None
+    except Exception as problem:  # yaml.YAMLError carries the line and column
+        raise SeatplanError(f"not valid YAML ({problem})", where=str(path), fix="fix the YAML syntax") from None
+
+
+def read_plan(plan: Path | None, fleet: Path | None) -> PlanView | None:
+    """The plan (GPUs, spares, seat footprints); a fleet file only tells which seat is on which GPU."""
+    from pydantic import ValidationError
+
+    views = []
+    for path in (plan, fleet):
+        if path is None:
+            continue
+        document = _load_document(path)
+        if not isinstance(document, dict):
+            raise SeatplanError("expected a mapping with gpus and seats", where=str(path), fix="pass a plan.json or a fleet file")
+        try:
+            views.append(PlanView.model_validate(document))
+        except ValidationError as problem:
+            first = problem.errors()[0]
+            raise SeatplanError(first["msg"], where=f"{path}: {'.'.join(map(str, first['loc']))}",
+                                fix="pass a plan written by seatplan plan (gpus[].index, seats[].name/gpus)") from None
+    if not views:
+        return None
+    if len(views) == 2 and not views[0].seats:
+        return PlanView(gpus=views[0].gpus, seats=views[1].seats)
+    return views[0]

@@ -1,0 +1,516 @@
+"""vLLM startup logs → boots and engine stats (pure: lines in, typed records out).
+
+Handles every vLLM from 0.8 to 0.32 (and the V0/pre-0.8 formats for robustness): plain files,
+``docker logs`` / ``docker compose logs`` output (with or without ``-t``), journald short, short-iso,
+``-o json`` and ``-o export`` output, ANSI colours, and process prefixes such as
+``(EngineCore_DP0 pid=N)``. Several engines may be interleaved in one file; lines are tied to a boot
+by their stream (container or unit), their process id and, when an engine announces itself, its
+served model name. A boot ends where the same process prints a once-per-boot line again (a restart,
+even with the same pid inside a container) or where a new API server announces itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Iterable, Iterator
+
+from seatplan.observe.models import Boot, BootError, EngineStats
+from seatplan.units import GiB
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_DOCKER_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s")
+_COMPOSE = re.compile(r"^(?P<container>[A-Za-z0-9][\w.-]*)\s+\|\s?")
+_JOURNAL_SHORT = re.compile(
+    r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)"
+    r" (?P<host>\S+) (?P<ident>[^\s\[:]+)(?:\[(?P<pid>\d+)\])?: "
+)
+_JOURNAL_ISO = re.compile(
+    r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (?P<host>\S+) (?P<ident>[^\s\[:]+)(?:\[(?P<pid>\d+)\])?: "
+)
+_PROCESS = re.compile(r"\((?P<proc>[A-Za-z_][\w]*)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\)\s*")
+_CORE = re.compile(
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+\[?[\w./-]+(?::\d+)?\]\s*(?P<msg>.*)"
+)
+_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
+
+_F = r"-?[\d.]+"
+
+# The regexes of VLLM.md §3.1 (checked against vLLM's format strings), plus the lines that start a boot,
+# the 0.10.2+ sizing hint, and the periodic stats line.
+PATTERNS: dict[str, re.Pattern[str]] = {
+    name: re.compile(pattern)
+    for name, pattern in {
+        "api_version": r"vLLM API server version (?P<ver>[\w.+-]+)",
+        "non_default_args": r"non-default args: (?P<args>\{.*\})",
+        "engine_version": r"Initializing an? (?:V[01] )?LLM engine \(v(?P<ver>[^)]+)\)(?: with config: (?P<cfg>.*))?",
+        "max_model_len": r"Using max model len (?P<mml>\d+)",
+        "weights": r"(?:Model loading took|Loading model weights took) (?P<size>-?[\d.]+) ?(?P<unit>GiB|GB)(?: memory)?(?: and (?P<secs>[\d.]+) seconds)?",
+        "available_kv": rf"Available KV cache memory: (?P<gib>{_F}) ?GiB",
+        "kv_bytes_flag": rf"(?:Initial free memory (?P<free>{_F}) ?GiB, )?reserved (?P<gib>{_F}) ?GiB memory for KV Cache as specified by kv_cache_memory_bytes",
+        "kv_cache_tokens": r"(?:(?P<dev>[A-Z]{2,4})(?: \+ host)? )?KV cache size: (?P<tokens>[\d,]+) tokens",
+        "legacy_blocks": r"# (?P<dev>\w+) blocks: (?P<gpu>\d+)(?:, # CPU blocks: (?P<cpu>\d+))?",
+        "max_concurrency": r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: (?P<x>[\d.]+)x",
+        "graph_capture": rf"Graph capturing finished in (?P<secs>\d+) secs?, took (?P<gib>{_F}) GiB",
+        "cg_estimate": rf"Estimated CUDA graph memory: (?P<gib>{_F}) GiB total",
+        "cg_pool": rf"CUDA graph pool memory: (?P<actual>{_F}) GiB \(actual\), (?P<est>{_F}) GiB \(estimated\)",
+        "cg_util_equiv": r"--gpu-memory-utilization=(?P<cur>[\d.]+) is equivalent to --gpu-memory-utilization=(?P<equiv>[\d.]+)",
+        "sizing_hint": r"Free memory on device \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\. Desired GPU memory utilization is \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)\.(?P<rest>.*)",
+        "kv_suggestion": r"Replace gpu_memory_utilization config with `--kv-cache-memory=(?P<req>-?\d+)`.*?`--kv-cache-memory=(?P<full>-?\d+)`",
+        "profile_summary": rf"Total non KV cache memory: (?P<nonkv>{_F}) ?GiB; torch peak memory increase: (?P<peak>{_F}) ?GiB; (?P<kind>non-torch forward increase memory|total consumed \(from mem_get_info\)): (?P<other>{_F}) ?GiB; weights memory: (?P<weights>{_F}) ?GiB",
+        "v0_profile": rf"model weights take (?P<weights>{_F}) ?GiB; non_torch_memory takes (?P<nontorch>{_F}) ?GiB; PyTorch activation peak memory takes (?P<peak>{_F}) ?GiB; the rest of the memory reserved for KV Cache is (?P<kv>{_F}) ?GiB",
+        "v0_profile_results": rf"Memory profiling results: total_gpu_memory=(?P<total>[\d.]+)GiB .*?non_torch_memory=(?P<nontorch>{_F})GiB kv_cache_size=(?P<kv>{_F})GiB gpu_memory_utilization=(?P<util>[\d.]+)",
+        "auto_fit": r"Auto-fit max_model_len: reduced from (?P<old>\d+) to (?P<new>\d+)",
+        "init_engine": r"init engine \(profile, create kv cache, warmup model\) took (?P<secs>[\d.]+) s",
+        "err_not_enough_kv": r"To serve at least one request with the models?'s max seq len \((?P<mml>\d+)\), \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory \((?P<avail>-?[\d.]+) GiB\)\.(?: Based on the available memory, the estimated maximum model length is (?P<est>\d+)\.)?",
+        "err_no_kv_memory": r"No available memory for the cache blocks",
+        "err_v0_not_enough_kv": r"The model's max seq len \((?P<mml>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((?P<tokens>\d+)\)",
+        "err_max_model_len": r"User-specified max_model_len \((?P<user>\d+)\) is greater than the derived max_model_len \((?P<key>\w+)=(?P<derived>[\d.]+) or model_max_length=(?P<model_max_length>\w+)",
+        "err_free_memory": r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less than desired GPU memory utilization \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)",
+        "err_profiling_assert": r"Error in memory profiling\. Initial free memory (?P<init>[\d.]+) GiB, current free memory (?P<cur>[\d.]+) GiB",
+        "err_engine_failed": r"EngineCore failed to start|Engine core initialization failed",
+        "stats": r"Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s, Running: (?P<running>\d+) reqs",
+    }.items()
+}
+# Every pattern above contains one of these words; most log lines contain none and skip the full scan.
+_WORTH_A_LOOK = re.compile(
+    r"GiB|GB|tokens|LLM engine|non-default args|API server version|max model len|blocks:|max seq len|"
+    r"max_model_len|failed to start|initialization failed|No available memory|Auto-fit|init engine|gpu-memory-utilization"
+)
+_STATS_WAITING = re.compile(r"(?:Waiting|Pending): (?P<n>\d+) reqs")
+_STATS_USAGE = re.compile(r"(?:GPU|CPU|XPU|TPU|HPU|NPU)? ?KV cache usage: (?P<pct>[\d.]+)%")
+_STATS_PREEMPT = re.compile(r"Preemptions: (?P<n>\d+)")
+_HINT_PART = re.compile(rf"(?P<gib>{_F}) GiB for (?P<what>[^,.]+)")
+_CFG_FIELD = re.compile(r"(?P<key>model|served_model_name|tensor_parallel_size)=(?P<val>'[^']*'|\[[^\]]*\]|[^,\s]+)")
+
+# Kinds a process prints once per boot: seeing one again from the same process means a restart.
+_ONCE = {
+    "api_version", "non_default_args", "engine_version", "max_model_len", "weights", "available_kv",
+    "kv_bytes_flag", "kv_cache_tokens", "legacy_blocks", "init_engine", "sizing_hint", "profile_summary",
+}
+_STARTS_API = {"api_version", "non_default_args"}
+_BOOT_ERRORS = {
+    "err_not_enough_kv", "err_no_kv_memory", "err_v0_not_enough_kv", "err_max_model_len",
+    "err_free_memory", "err_profiling_assert", "err_engine_failed",
+}
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One log line with its wrappers peeled off."""
+
+    number: int
+    stream: str
+    pid: int | None
+    at: datetime | None
+    text: str
+
+
+def _gib(text: str | None) -> int | None:
+    return None if text is None else int(round(float(text) * GiB))
+
+
+def _year_of(year: int | None) -> int:
+    return year if year is not None else datetime.now(timezone.utc).year
+
+
+def split_line(raw: str, number: int, *, year: int | None = None, stream: str = "", pid: int | None = None,
+               at: datetime | None = None) -> LogLine:
+    """Peel docker, compose, journald and process prefixes and colours; keep the message."""
+    text = _ANSI.sub("", raw.rstrip("\r\n"))
+    if match := _DOCKER_TS.match(text):
+        at = at or _parse_iso(match["ts"])
+        text = text[match.end():]
+    if match := _COMPOSE.match(text):
+        stream = stream or match["container"]
+        text = text[match.end():]
+        if match := _DOCKER_TS.match(text):
+            at = at or _parse_iso(match["ts"])
+            text = text[match.end():]
+    if match := _JOURNAL_SHORT.match(text):
+        stream = stream or match["ident"]
+        pid = pid or (int(match["pid"]) if match["pid"] else None)
+        at = at or datetime(_year_of(year), _MONTHS[match["mon"]], int(match["day"]),
+                            *map(int, match["hms"].split(":")), tzinfo=timezone.utc)
+        text = text[match.end():]
+    elif match := _JOURNAL_ISO.match(text):
+        stream = stream or match["ident"]
+        pid = pid or (int(match["pid"]) if match["pid"] else None)
+        at = at or _parse_iso(match["ts"])
+        text = text[match.end():]
+    if match := _PROCESS.match(text.lstrip()):
+        pid = int(match["pid"])
+        text = text.lstrip()[match.end():]
+    if at is None and (match := _CORE.search(text)):
+        month, day = map(int, match["md"].split("-"))
+        try:
+            at = datetime(_year_of(year), month, day, *map(int, match["hms"].split(":")), tzinfo=timezone.utc)
+        except ValueError:
+            at = None
+    return LogLine(number=number, stream=stream, pid=pid, at=at, text=text)
+
+
+def _parse_iso(text: str) -> datetime | None:
+    cleaned = re.sub(r"(\.\d{6})\d+", r"\1", text.replace("Z", "+00:00"))
+    cleaned = re.sub(r"([+-]\d\d)(\d\d)$", r"\1:\2", cleaned)
+    try:
+        parsed = datetime.fromisoformat(cleaned)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+def read_lines(lines: Iterable[str], *, year: int | None = None) -> Iterator[LogLine]:
+    """Turn raw lines (any of the supported wrappers) into :class:`LogLine` records."""
+    export_record: dict[str, str] = {}
+    export_start = 0
+    for number, raw in enumerate(lines, start=1):
+        stripped = raw.strip()
+        if stripped.startswith("{") and '"MESSAGE"' in stripped:
+            record = _journal_json(stripped)
+            if record is not None:
+                yield split_line(str(record.get("MESSAGE", "")), number, year=year, **_journal_fields(record))
+                continue
+        if stripped.startswith("__CURSOR=") or export_record:
+            if not stripped:
+                if "MESSAGE" in export_record:
+                    yield split_line(export_record["MESSAGE"], export_start, year=year, **_journal_fields(export_record))
+                export_record = {}
+                continue
+            key, sep, value = stripped.partition("=")
+            if sep:
+                export_record.setdefault(key, value)
+                export_start = export_start if len(export_record) > 1 else number
+                continue
+        yield split_line(raw, number, year=year)
+    if "MESSAGE" in export_record:
+        yield split_line(export_record["MESSAGE"], export_start, year=year, **_journal_fields(export_record))
+
+
+def _journal_json(text: str) -> dict | None:
+    try:
+        record = json.loads(text)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("MESSAGE"), str) else None
+
+
+def _journal_fields(record: dict) -> dict:
+    stamp = record.get("__REALTIME_TIMESTAMP")
+    at = None
+    if stamp and str(stamp).isdigit():
+        at = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(stamp))
+    pid = record.get("_PID")
+    return {
+        "stream": str(record.get("SYSLOG_IDENTIFIER") or record.get("_SYSTEMD_UNIT") or ""),
+        "pid": int(pid) if pid and str(pid).isdigit() else None,
+        "at": at,
+    }
+
+
+@dataclass
+class _Draft:
+    stream: str
+    first_line: int
+    last_line: int
+    seen: set[tuple[int | None, str]] = field(default_factory=set)
+    fields: dict = field(default_factory=dict)
+    pids: list[int] = field(default_factory=list)
+    errors: list[BootError] = field(default_factory=list)
+    stats: list[tuple[LogLine, re.Match[str]]] = field(default_factory=list)
+    finished: bool = False
+
+    @property
+    def served(self) -> str | None:
+        return self.fields.get("served_model_name")
+
+
+@dataclass
+class ParsedLog:
+    boots: list[Boot]
+    stats: list[EngineStats]
+
+
+def parse_log(lines: Iterable[str], *, source: str = "log", year: int | None = None, seat: str | None = None) -> ParsedLog:
+    """All boots and engine stats in one log. ``seat`` names every boot (else served name, container, model)."""
+    drafts: list[_Draft] = []
+    by_process: dict[tuple[str, int | None], _Draft] = {}
+    for line in read_lines(lines, year=year):
+        for kind, match in _matches(line.text):
+            draft = _target(drafts, by_process, line, kind, match)
+            draft.last_line = line.number
+            if line.pid is not None and line.pid not in draft.pids:
+                draft.pids.append(line.pid)
+            by_process[(line.stream, line.pid)] = draft
+            if kind == "stats":
+                draft.stats.append((line, match))
+                continue
+            if kind in _ONCE:
+                draft.seen.add((line.pid, kind))
+            _apply(draft, kind, match, line, source)
+    boots = [_finish(draft, source, seat) for draft in drafts]
+    stats = [
+        _stats_record(boot.seat, line, match, source)
+        for boot, draft in zip(boots, drafts)
+        for line, match in draft.stats
+    ]
+    return ParsedLog(boots=boots, stats=stats)
+
+
+def _matches(text: str) -> Iterator[tuple[str, re.Match[str]]]:
+    if not _WORTH_A_LOOK.search(text):
+        return
+    for kind, pattern in PATTERNS.items():
+        match = pattern.search(text)
+        if match:
+            if kind == "err_free_memory":
+                yield kind, match
+                return
+            if kind == "sizing_hint" and "is less than desired" in text:
+                continue
+            yield kind, match
+
+
+def _target(drafts: list[_Draft], by_process: dict, line: LogLine, kind: str, match: re.Match[str]) -> _Draft:
+    """The boot a line belongs to (see the module docstring)."""
+    served = _served_name(kind, match)
+    mapped = by_process.get((line.stream, line.pid))
+    if mapped is not None and kind not in _STARTS_API and (line.pid, kind) not in mapped.seen:
+        return mapped
+    if kind in _STARTS_API and mapped is not None and (line.pid, kind) not in mapped.seen:
+        return mapped
+    if kind not in _STARTS_API:
+        for draft in reversed(drafts):
+            if draft.stream != line.stream or draft.finished or (line.pid, kind) in draft.seen:
+                continue
+            if served and draft.served and draft.served != served:
+                continue
+            return draft
+    draft = _Draft(stream=line.stream, first_line=line.number, last_line=line.number)
+    drafts.append(draft)
+    return draft
+
+
+def _served_name(kind: str, match: re.Match[str]) -> str | None:
+    if kind == "engine_version" and match["cfg"]:
+        return _config_fields(match["cfg"]).get("served_model_name")
+    if kind == "non_default_args":
+        return _parse_args(match["args"]).get("served_model_name")
+    return None
+
+
+def _config_fields(config: str) -> dict:
+    found: dict = {}
+    for item in _CFG_FIELD.finditer(config):
+        value = item["val"].strip("'")
+        if value.startswith("["):
+            value = value.strip("[]").split(",")[0].strip().strip("'\"")
+        found.setdefault(item["key"], value)
+    if "tensor_parallel_size" in found:
+        found["tensor_parallel_size"] = int(found["tensor_parallel_size"]) if found["tensor_parallel_size"].isdigit() else None
+    return found
+
+
+def _parse_args(text: str) -> dict:
+    """vLLM prints the non-default CLI arguments as a Python dict literal."""
+    try:
+        args = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return {}
+    if not isinstance(args, dict):
+        return {}
+    found: dict = {}
+    served = args.get("served_model_name")
+    if isinstance(served, (list, tuple)) and served:
+        served = served[0]
+    if isinstance(served, str):
+        found["served_model_name"] = served
+    for key, kind in (("model", str), ("port", int), ("tensor_parallel_size", int), ("max_model_len", int),
+                      ("gpu_memory_utilization", float)):
+        if isinstance(args.get(key), (int, float, str)) and not isinstance(args.get(key), bool):
+            try:
+                found[key] = kind(args[key])
+            except ValueError:
+                pass
+    pinned = args.get("kv_cache_memory_bytes")
+    if isinstance(pinned, (int, str)) and not isinstance(pinned, bool):
+        from seatplan.units import parse_bytes
+        from seatplan.errors import SeatplanError
+
+        try:
+            found["kv_cache_memory_bytes_pinned"] = parse_bytes(pinned)
+        except SeatplanError:
+            pass
+    return found
+
+
+def _apply(draft: _Draft, kind: str, match: re.Match[str], line: LogLine, source: str) -> None:
+    values = draft.fields
+    if line.at is not None:
+        values.setdefault("started_at", line.at)
+    if kind == "api_version":
+        values.setdefault("version", match["ver"])
+    elif kind == "non_default_args":
+        for key, value in _parse_args(match["args"]).items():
+            values.setdefault(key, value)
+    elif kind == "engine_version":
+        values["version"] = match["ver"]
+        if match["cfg"]:
+            for key, value in _config_fields(match["cfg"]).items():
+                if value is not None:
+                    values.setdefault(key, value)
+    elif kind == "max_model_len":
+        values["max_model_len"] = int(match["mml"])
+    elif kind == "weights":
+        size = float(match["size"])
+        # "GB" in these lines is vLLM's old spelling of the same 2**30 figure.
+        values.setdefault("weights_bytes", int(round(size * GiB)))
+    elif kind == "available_kv":
+        gib = _gib(match["gib"])
+        values["available_kv_bytes"] = gib if "available_kv_bytes" not in values else min(values["available_kv_bytes"], gib)
+    elif kind == "kv_bytes_flag":
+        values["kv_cache_memory_bytes_pinned"] = values.get("kv_cache_memory_bytes_pinned") or _gib(match["gib"])
+        values["available_kv_bytes"] = values["kv_cache_memory_bytes_pinned"]
+        if match["free"]:
+            values.setdefault("free_at_start_bytes", _gib(match["free"]))
+    elif kind == "kv_cache_tokens":
+        values["kv_cache_tokens"] = int(match["tokens"].replace(",", ""))
+        values["kv_cache_device"] = match["dev"] or "GPU"
+    elif kind == "legacy_blocks":
+        values["num_gpu_blocks"] = int(match["gpu"])
+    elif kind == "max_concurrency":
+        values["max_concurrency"] = float(match["x"])
+        values["concurrency_max_model_len"] = int(match["len"].replace(",", ""))
+    elif kind == "graph_capture":
+        values["cuda_graph_bytes"] = _gib(match["gib"])
+    elif kind == "cg_estimate":
+        values["cuda_graph_estimate_bytes"] = _gib(match["gib"])
+    elif kind == "cg_pool":
+        values["cuda_graph_bytes"] = _gib(match["actual"])
+        values.setdefault("cuda_graph_estimate_bytes", _gib(match["est"]))
+    elif kind == "cg_util_equiv":
+        values.setdefault("gpu_memory_utilization", float(match["cur"]))
+    elif kind == "sizing_hint":
+        _apply_hint(values, match)
+    elif kind == "kv_suggestion":
+        values["suggested_kv_bytes_requested"] = int(match["req"])
+        values["suggested_kv_bytes_full_gpu"] = int(match["full"])
+    elif kind == "profile_summary":
+        values["non_kv_bytes"] = _gib(match["nonkv"])
+        values["activation_peak_bytes"] = _gib(match["peak"])
+        values.setdefault("weights_bytes", _gib(match["weights"]))
+        if match["kind"].startswith("total consumed"):
+            values["consumed_bytes"] = _gib(match["other"])
+        else:
+            values["non_torch_bytes"] = _gib(match["other"])
+    elif kind in ("v0_profile", "v0_profile_results"):
+        values["non_torch_bytes"] = _gib(match["nontorch"])
+        values["available_kv_bytes"] = _gib(match["kv"])
+        if kind == "v0_profile":
+            values.setdefault("weights_bytes", _gib(match["weights"]))
+            values["activation_peak_bytes"] = _gib(match["peak"])
+        else:
+            values["total_gpu_bytes"] = _gib(match["total"])
+            values.setdefault("gpu_memory_utilization", float(match["util"]))
+    elif kind == "auto_fit":
+        values["max_model_len_before_auto_fit"] = int(match["old"])
+        values["max_model_len"] = int(match["new"])
+    elif kind == "init_engine":
+        values["ready"] = True
+        draft.finished = True
+    elif kind in _BOOT_ERRORS:
+        draft.errors.append(_boot_error(kind, match, line, source))
+        draft.finished = kind != "err_engine_failed" or draft.finished
+
+
+def _apply_hint(values: dict, match: re.Match[str]) -> None:
+    values["free_at_start_bytes"] = _gib(match["free"])
+    values["total_gpu_bytes"] = _gib(match["total"])
+    values.setdefault("gpu_memory_utilization", float(match["util"]))
+    for part in _HINT_PART.finditer(match["rest"]):
+        what, size = part["what"].lower(), _gib(part["gib"])
+        if "consumed" in what:
+            values["consumed_bytes"] = size
+        elif "peak activation" in what:
+            values["activation_peak_bytes"] = size
+        elif "non-torch" in what:
+            values["non_torch_bytes"] = size
+        elif "weight" in what:
+            values.setdefault("weights_bytes", size)
+        elif "cudagraph" in what.replace(" ", ""):
+            values.setdefault("cuda_graph_estimate_bytes", size)
+    if kv := PATTERNS["kv_suggestion"].search(match["rest"]):
+        values["suggested_kv_bytes_requested"] = int(kv["req"])
+        values["suggested_kv_bytes_full_gpu"] = int(kv["full"])
+
+
+def _boot_error(kind: str, match: re.Match[str], line: LogLine, source: str) -> BootError:
+    where = f"{source}:{line.number}"
+    message = match.group(0)
+    if kind == "err_not_enough_kv":
+        return BootError(kind="not_enough_kv_cache", message=message, where=where, max_model_len=int(match["mml"]),
+                         needed_kv_bytes=_gib(match["need"]), available_kv_bytes=_gib(match["avail"]),
+                         estimated_max_model_len=int(match["est"]) if match["est"] else None)
+    if kind == "err_v0_not_enough_kv":
+        return BootError(kind="not_enough_kv_cache", message=message, where=where, max_model_len=int(match["mml"]),
+                         estimated_max_model_len=int(match["tokens"]))
+    if kind == "err_no_kv_memory":
+        return BootError(kind="no_kv_memory", message=message, where=where)
+    if kind == "err_max_model_len":
+        return BootError(kind="max_model_len_above_derived", message=message, where=where,
+                         max_model_len=int(match["user"]), derived_max_model_len=int(float(match["derived"])))
+    if kind == "err_free_memory":
+        return BootError(kind="free_memory_below_utilization", message=message, where=where,
+                         free_bytes=_gib(match["free"]), total_bytes=_gib(match["total"]), requested_bytes=_gib(match["req"]))
+    if kind == "err_profiling_assert":
+        return BootError(kind="profiling_free_memory_changed", message=message, where=where,
+                         free_bytes=_gib(match["cur"]))
+    return BootError(kind="engine_failed", message=message, where=where)
+
+
+def _seat_name(draft: _Draft, source: str, seat: str | None) -> str:
+    if seat:
+        return seat
+    values = draft.fields
+    if values.get("served_model_name"):
+        return values["served_model_name"]
+    if draft.stream:
+        return draft.stream
+    if values.get("model"):
+        return str(values["model"]).rstrip("/").split("/")[-1]
+    return source.rsplit("/", 1)[-1].split(".")[0]
+
+
+def _finish(draft: _Draft, source: str, seat: str | None) -> Boot:
+    values = dict(draft.fields)
+    if values.get("non_torch_bytes") is None and values.get("consumed_bytes") is not None and values.get("weights_bytes") is not None:
+        # 0.27+ reports the whole free-memory drop; what is not weights is the non-torch part.
+        values["non_torch_bytes"] = values["consumed_bytes"] - values["weights_bytes"]
+    if values.get("kv_cache_memory_bytes_pinned") is not None and "available_kv_bytes" not in values:
+        values["available_kv_bytes"] = values["kv_cache_memory_bytes_pinned"]
+    return Boot(
+        seat=_seat_name(draft, source, seat),
+        source=f"{source}:{draft.first_line}-{draft.last_line}",
+        pids=draft.pids,
+        errors=draft.errors,
+        **values,
+    )
+
+
+def _stats_record(seat: str, line: LogLine, match: re.Match[str], source: str) -> EngineStats:
+    text = line.text
+    waiting = _STATS_WAITING.search(text)
+    usage = _STATS_USAGE.search(text)
+    preempt = _STATS_PREEMPT.search(text)
+    return EngineStats(
+        seat=seat,
+        at=line.at,
+        where=f"{source}:{line.number}",
+        running_requests=int(match["running"]),
+        waiting_requests=int(waiting["n"]) if waiting else None,
+        kv_cache_usage_pct=float(usage["pct"]) if usage else None,
+        preemptions=int(preempt["n"]) if preempt else 0,
+    )

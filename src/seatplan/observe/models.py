@@ -1,0 +1,215 @@
+"""The observe stage's documents: what the engines logged, what the GPUs showed, what it means.
+
+``DiagnoseReport`` is what ``seatplan diagnose --json`` prints; ``ObservedFootprints`` is the
+observations file ``seatplan plan --observed`` reads (``seats: {name: {footprint_bytes, source, samples}}``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BootError(_Model):
+    """A start-up failure vLLM explained in its log."""
+
+    kind: Literal[
+        "not_enough_kv_cache",
+        "no_kv_memory",
+        "max_model_len_above_derived",
+        "free_memory_below_utilization",
+        "profiling_free_memory_changed",
+        "engine_failed",
+    ]
+    message: str
+    where: str
+    max_model_len: int | None = None
+    needed_kv_bytes: int | None = None
+    available_kv_bytes: int | None = None
+    estimated_max_model_len: int | None = None
+    derived_max_model_len: int | None = None
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    requested_bytes: int | None = None
+
+
+class Boot(_Model):
+    """One engine start as its log tells it. Sizes are bytes as printed (2-decimal GiB ⇒ ±5 MiB)."""
+
+    seat: str
+    source: str = Field(description="file:first_line-last_line")
+    started_at: datetime | None = None
+    pids: list[int] = []
+    version: str | None = None
+    model: str | None = None
+    served_model_name: str | None = None
+    port: int | None = None
+    tensor_parallel_size: int | None = None
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes_pinned: int | None = None
+    max_model_len: int | None = None
+    max_model_len_before_auto_fit: int | None = None
+    weights_bytes: int | None = None
+    consumed_bytes: int | None = Field(None, description="0.27+: free-memory drop over load and profile")
+    non_torch_bytes: int | None = None
+    activation_peak_bytes: int | None = None
+    non_kv_bytes: int | None = None
+    cuda_graph_estimate_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    available_kv_bytes: int | None = None
+    kv_cache_tokens: int | None = None
+    kv_cache_device: str | None = None
+    num_gpu_blocks: int | None = None
+    max_concurrency: float | None = None
+    concurrency_max_model_len: int | None = None
+    suggested_kv_bytes_requested: int | None = None
+    suggested_kv_bytes_full_gpu: int | None = None
+    free_at_start_bytes: int | None = None
+    total_gpu_bytes: int | None = None
+    ready: bool = False
+    errors: list[BootError] = []
+
+    @property
+    def sized_by(self) -> Literal["pinned", "utilization", "unknown"]:
+        if self.kv_cache_memory_bytes_pinned is not None:
+            return "pinned"
+        if self.available_kv_bytes is not None or self.gpu_memory_utilization is not None:
+            return "utilization"
+        return "unknown"
+
+
+class EngineStats(_Model):
+    """One periodic engine stats line, or one ``/metrics`` scrape of the same figures."""
+
+    seat: str
+    at: datetime | None = None
+    where: str
+    running_requests: int | None = None
+    waiting_requests: int | None = None
+    kv_cache_usage_pct: float | None = None
+    preemptions: int | None = Field(None, description="in the log line's interval")
+    preemptions_total: int | None = Field(None, description="/metrics counter since the engine started")
+
+
+class StatsSummary(_Model):
+    samples: int
+    peak_kv_cache_usage_pct: float | None
+    peak_running_requests: int | None
+    peak_waiting_requests: int | None
+    preemptions: int
+
+
+class Finding(_Model):
+    kind: Literal[
+        "co_boot_race",
+        "context_cut",
+        "no_kv_bytes_flag",
+        "boot_failed",
+        "plan_spare_missed",
+        "seat_estimate_off",
+    ]
+    seat: str | None = None
+    gpu: int | None = None
+    message: str
+    fix: str
+    pin_kv_cache_memory_bytes: int | None = None
+    evidence: list[str] = []
+
+
+class Step(_Model):
+    at: datetime
+    delta_mib: float
+    before_mib: float
+    after_mib: float
+
+
+class Creep(_Model):
+    start: datetime
+    plateau_at: datetime
+    rise_mib: float
+    hours_to_plateau: float
+    levelled_off: bool = True
+
+
+class Segment(_Model):
+    """A stretch between two steps: one boot's life on that GPU."""
+
+    start: datetime
+    end: datetime
+    level_after_boot_mib: float
+    plateau_used_mib: float
+    creep: Creep | None = None
+
+
+class PlanCheck(_Model):
+    planned_used_mib: float
+    planned_spare_mib: float
+    observed_used_mib: float
+    observed_spare_mib: float
+    miss_mib: float = Field(description="observed minus planned use; > 0 means the plan under-estimated")
+    spare_held: bool
+    seats_to_correct: list[str] = []
+
+
+class GpuReport(_Model):
+    host: str | None = None
+    index: int
+    samples: int
+    start: datetime
+    end: datetime
+    gaps: int
+    total_mib: float | None = None
+    steps: list[Step] = []
+    creep: Creep | None = None
+    segments: list[Segment] = []
+    plateau_used_mib: float
+    plateau_free_mib: float | None = None
+    free_after_boot_mib: float | None = None
+    free_drop_after_boot_mib: float | None = Field(None, description="free just after the last boot minus free at plateau")
+    plan: PlanCheck | None = None
+
+
+class SeatFootprint(_Model):
+    footprint_bytes: int
+    source: str
+    samples: int
+
+
+class SeatReport(_Model):
+    name: str
+    boots: list[Boot] = []
+    stats: StatsSummary | None = None
+    observed: SeatFootprint | None = None
+    planned_footprint_bytes: int | None = None
+    findings: list[Finding] = []
+
+
+class DiagnoseReport(_Model):
+    gpus: list[GpuReport] = []
+    seats: list[SeatReport] = []
+    findings: list[Finding] = []
+
+
+class ObservedFootprints(_Model):
+    """The observations file for ``seatplan plan --observed``."""
+
+    generated_at: datetime
+    seats: dict[str, SeatFootprint] = {}
+    gpus: list[dict[str, float | int | str | None]] = []
+
+
+class ProcessSample(_Model):
+    """One per-process reading (nvidia-smi --query-compute-apps)."""
+
+    at: datetime | None = None
+    pid: int
+    process_name: str
+    used_mib: float
+    gpu_uuid: str | None = None
+    gpu_index: int | None = None

@@ -261,9 +261,11 @@ def _state_layer(text: dict[str, Any], source: str) -> StateLayer:
     heads = first_key(text, ("mamba_num_heads", "mamba_n_heads"))
     if heads or model_type == "mamba2":
         num_heads = heads or _require_int(text, ("num_heads",), source, "Mamba2 heads")
-        head_dim = first_key(text, ("mamba_head_dim", "mamba_d_head", "head_dim")) or 64
+        explicit_head_dim = first_key(text, ("mamba_head_dim", "mamba_d_head"))
+        head_dim = explicit_head_dim or first_key(text, ("head_dim",)) or 64
         expand = first_key(text, ("mamba_expand", "expand"))
-        intermediate = num_heads * head_dim if not expand else int(expand * hidden)
+        # Nemotron-H sizes the mixer by heads x head_dim; Mamba2/Bamba-style configs by expand x hidden.
+        intermediate = num_heads * head_dim if explicit_head_dim or not expand else int(expand * hidden)
         return StateLayer(
             mamba_type="mamba2",
             conv_kernel=_require_int(text, ("conv_kernel", "mamba_d_conv"), source, "Mamba conv kernel"),
@@ -304,7 +306,11 @@ def describe(config: dict[str, Any], source: str) -> ModelLayout:
     architectures = config.get("architectures") or []
     architecture = str(architectures[0]) if architectures else str(config.get("model_type") or "unknown")
     model_type = str(text.get("model_type") or config.get("model_type") or "")
-    num_layers = _require_int(text, LAYER_COUNT_KEYS, source, "number of layers")
+    pattern = text.get("hybrid_override_pattern")
+    if first_key(text, LAYER_COUNT_KEYS) is None and isinstance(pattern, str) and pattern:
+        num_layers = len(pattern)
+    else:
+        num_layers = _require_int(text, LAYER_COUNT_KEYS, source, "number of layers")
     state_pattern = _hybrid_pattern(text, num_layers, source)
     pure_state = state_pattern is not None and not any(kind is False for kind in state_pattern)
     if pure_state:

@@ -210,17 +210,19 @@ def _hybrid_groups(specs: list[KvSpec], settings: EngineSettings) -> GroupPlan:
     group_size = largest if ratio is not None and largest < ratio * smallest else smallest
     page = specs[0].page_size_bytes
     groups: list[LayerGroup] = []
+    notes: list[str] = []
     padding = 0
     for spec, layers in buckets.items():
         count = cdiv(len(layers), group_size)
-        padding += count * group_size - len(layers)
+        bucket_padding = count * group_size - len(layers)
+        if bucket_padding:
+            padding += bucket_padding
+            notes.append(f"Add {bucket_padding} padding layers, may waste at most "
+                         f"{100 * bucket_padding / len(layers):.2f}% KV cache memory")
         for offset in range(count):
-            groups.append(LayerGroup(kind=spec.kind, layers=layers[offset::count], padding_layers=group_size - len(layers[offset::count]),
+            members = layers[offset::count]
+            groups.append(LayerGroup(kind=spec.kind, layers=members, padding_layers=group_size - len(members),
                                      page_bytes=page, block_size=spec.block_size, spec=spec))
-    notes = []
-    if padding:
-        waste = 100 * padding / (len(groups) * group_size)
-        notes.append(f"Add {padding} padding layers, may waste at most {waste:.2f}% KV cache memory")
     return GroupPlan(groups, group_size * page, padding, min(g.block_size for g in groups), notes)
 
 

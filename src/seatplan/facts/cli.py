@@ -1,0 +1,85 @@
+"""``seatplan model``: what one model costs on a GPU under vLLM (KV layout, capacity, weights, context)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("model")(model_command)
+
+
+def model_command(
+    model: str = typer.Argument(..., help="Model directory, or ORG/NAME in the local Hugging Face cache."),
+    tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", help="Tensor-parallel size (GPUs per engine)."),
+    dtype: str = typer.Option("auto", "--dtype", help="Model dtype: auto, bfloat16, float16, float32."),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (model dtype) or fp8."),
+    kv_cache_memory_bytes: Optional[str] = typer.Option(
+        None, "--kv-cache-memory-bytes", help="KV budget per GPU as vLLM means it: 22GiB, 5.5G (2**30), 20g (10**9), bytes."
+    ),
+    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Context length: 32768, 32K (=32,768), 32k (=32,000)."),
+    device: str = typer.Option("cuda", "--device", help="cuda (plan for GPUs) or cpu (check against the real CPU engine)."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Override vLLM's block size."),
+    vllm_version: str = typer.Option("0.32", "--vllm-version", help="vLLM release whose formulas to use (0.8 ... 0.32)."),
+    no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="As vLLM's --no-enable-prefix-caching."),
+    disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
+    async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling",
+                                                    help="Default: on for cuda, off for cpu."),
+    enable_yarn: bool = typer.Option(False, "--enable-yarn", help="Assume YaRN rope scaling is switched on."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+) -> None:
+    """Per-GPU KV layout, capacity, weights and context limits of one model, as vLLM computes them."""
+    from seatplan.errors import SeatplanError
+    from seatplan.units import parse_bytes, parse_tokens
+
+    if device not in ("cuda", "cpu"):
+        raise SeatplanError(f"unknown device {device!r}", where="--device", fix="use cuda or cpu")
+    budget = parse_bytes(kv_cache_memory_bytes, field="--kv-cache-memory-bytes") if kv_cache_memory_bytes is not None else None
+    length = parse_tokens(max_model_len, field="--max-model-len") if max_model_len is not None else None
+    if length is not None and length < 1:
+        raise SeatplanError("--max-model-len must be at least 1", where="--max-model-len", fix="give a positive length")
+    settings = _settings(
+        tensor_parallel_size=tp, dtype=dtype, kv_cache_dtype=kv_cache_dtype, device=device, block_size=block_size,
+        vllm_version=vllm_version, prefix_caching=not no_prefix_caching,
+        hybrid_kv_cache_manager=not disable_hybrid_kv_cache_manager, max_num_batched_tokens=max_num_batched_tokens,
+        async_scheduling=async_scheduling, enable_yarn=enable_yarn, max_model_len=length,
+    )
+    from seatplan.facts.api import load_model_facts
+    from seatplan.facts.report import model_document
+
+    facts = load_model_facts(model, settings)
+    document = model_document(facts, budget, length)
+    if as_json:
+        from seatplan.output import emit_json
+
+        emit_json(document)
+        return
+    from seatplan.facts.report import print_breakdown
+
+    print_breakdown(facts, document)
+
+
+OPTION_NAMES = {
+    "tensor_parallel_size": "--tp", "block_size": "--block-size", "vllm_version": "--vllm-version",
+    "max_num_batched_tokens": "--max-num-batched-tokens", "max_model_len": "--max-model-len",
+}
+
+
+def _settings(**values):
+    """EngineSettings from CLI values; a rejected value becomes a SeatplanError naming the option."""
+    from pydantic import ValidationError
+
+    from seatplan.errors import SeatplanError
+    from seatplan.facts.models import EngineSettings
+
+    try:
+        return EngineSettings(**values)
+    except ValidationError as problem:
+        first = problem.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "settings"
+        option = OPTION_NAMES.get(field, "--" + field.replace("_", "-"))
+        raise SeatplanError(f"{first['msg']} (got {first.get('input')!r})", where=option,
+                            fix="see `seatplan model --help` for the accepted values") from None

@@ -1,0 +1,103 @@
+"""The ``seatplan model`` output: one JSON document, or a readable Rich breakdown of it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seatplan.facts.models import ModelFacts
+from seatplan.units import human_bytes
+
+
+def model_document(facts: ModelFacts, kv_cache_memory_bytes: int | None, max_model_len: int | None) -> dict[str, Any]:
+    """The facts plus the figures for one KV budget and length (null where no budget was given)."""
+    length = max_model_len or facts.max_context_default
+    document = facts.model_dump(mode="json")
+    document.update(
+        max_model_len=length,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        blocks_per_request=facts.blocks_per_request(length),
+        request_kv_bytes=facts.request_kv_bytes(length),
+        min_kv_cache_bytes=facts.min_kv_cache_bytes(length),
+        num_blocks=None,
+        kv_cache_tokens=None,
+        max_concurrency=None,
+        fits_one_request=None,
+        max_model_len_fit=None,
+        log_line=None,
+        capacity=None,
+    )
+    if kv_cache_memory_bytes is not None:
+        capacity = facts.capacity(kv_cache_memory_bytes, length)
+        document.update(
+            capacity=capacity.model_dump(mode="json"),
+            num_blocks=capacity.num_blocks,
+            kv_cache_tokens=capacity.kv_cache_tokens,
+            max_concurrency=capacity.max_concurrency,
+            fits_one_request=capacity.fits_one_request,
+            max_model_len_fit=facts.max_model_len_fit(kv_cache_memory_bytes, max(length, facts.max_context_derived)),
+            log_line=capacity.log_line,
+        )
+    return document
+
+
+def layer_list(layers: list[int]) -> str:
+    """``0-47``, ``3,7,...,47 (every 4)`` or a short explicit list."""
+    if len(layers) == 1:
+        return str(layers[0])
+    steps = {b - a for a, b in zip(layers, layers[1:])}
+    if steps == {1}:
+        return f"{layers[0]}-{layers[-1]}"
+    if len(steps) == 1 and len(layers) > 3:
+        return f"{layers[0]},{layers[1]},...,{layers[-1]} (every {steps.pop()})"
+    return ",".join(str(layer) for layer in layers)
+
+
+def print_breakdown(facts: ModelFacts, document: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from seatplan.output import console
+
+    out = console()
+    settings = facts.settings
+    out.print(f"[bold]{facts.model}[/]  {facts.architecture} ({facts.model_type})")
+    out.print(
+        f"  vLLM {settings.vllm_version} on {settings.device}, TP {settings.tensor_parallel_size}, dtype {facts.dtype}, "
+        f"KV {facts.kv_cache_dtype} ({facts.kv_dtype_bytes} B), KV heads/rank {facts.kv_heads_per_rank}, "
+        f"prefix caching {'on' if settings.prefix_caching else 'off'}, in-flight tokens {settings.in_flight_tokens:,}"
+    )
+    length = document["max_model_len"]
+    table = Table(title=f"KV cache groups (per GPU, at max_model_len {length:,})")
+    for column in ("kind", "layers", "count", "padding", "block size", "page bytes", "blocks/request"):
+        table.add_column(column, justify="left" if column in ("kind", "layers") else "right")
+    for group in facts.layer_groups:
+        table.add_row(group.kind, layer_list(group.layers), str(len(group.layers)), str(group.padding_layers),
+                      str(group.block_size), f"{group.page_bytes:,}",
+                      str(group.spec.blocks_per_request(length, settings.in_flight_tokens)))
+    out.print(table)
+    out.print(f"  KV bytes per token      {facts.kv_bytes_per_token:,} B ({human_bytes(facts.kv_bytes_per_token)})")
+    if facts.state_bytes_per_request:
+        out.print(f"  recurrent state/request {facts.state_bytes_per_request:,} B ({human_bytes(facts.state_bytes_per_request)})")
+    out.print(f"  block size              {facts.block_size} tokens, {facts.bytes_per_block:,} B per block")
+    out.print(f"  one {length:,}-token request  {document['blocks_per_request']:,} blocks, {human_bytes(document['request_kv_bytes'])}"
+              f" (smallest budget that boots: {human_bytes(document['min_kv_cache_bytes'])})")
+    if document["num_blocks"] is not None:
+        out.print(f"  budget {human_bytes(document['kv_cache_memory_bytes'])}: {document['num_blocks']:,} blocks; "
+                  f"longest max_model_len that fits: {document['max_model_len_fit']:,}")
+        style = "green" if document["fits_one_request"] else "red"
+        out.print(f"  [{style}]{document['log_line']}[/]")
+    else:
+        out.print("  (give --kv-cache-memory-bytes for blocks, tokens and concurrency)")
+    exact = "exact" if facts.weights_exact else "estimated"
+    out.print(f"  weights per GPU         {human_bytes(facts.weights_bytes)} ({exact}; {facts.weights_source}); "
+              f"{facts.shape.total_params / 1e9:.2f}B params, {facts.shape.active_params / 1e9:.2f}B active")
+    published = f"{facts.max_context_published:,}" if facts.max_context_published else "unknown"
+    out.print(f"  context                 derived {facts.max_context_derived:,}, default {facts.max_context_default:,}, "
+              f"published {published}")
+    if facts.yarn:
+        yarn = facts.yarn
+        state = "enabled" if yarn.enabled else "not enabled"
+        out.print(f"  YaRN ({state})          x{yarn.factor:g} from {yarn.original_max_position_embeddings:,} → "
+                  f"{yarn.extended_max_model_len:,} tokens, {human_bytes(yarn.extended_request_kv_bytes)} KV per request"
+                  + (" (needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)" if yarn.needs_long_max_model_len_env else ""))
+    for note in facts.notes:
+        out.print(f"  [dim]vLLM: {note}[/]")

@@ -244,7 +244,8 @@ def exhaustive(problem: Problem, *, keep: int = 1, deadline: float | None = None
         if known is not None:
             if layout.rank >= known.rank:
                 return
-            best.remove(known)
+            # Layouts compare by rank only; remove this very one, not another of equal rank.
+            del best[next(i for i, other in enumerate(best) if other is known)]
         elif len(best) >= keep and layout.rank >= best[-1].rank:
             return
         by_key[layout.key] = layout

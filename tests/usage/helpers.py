@@ -1,0 +1,25 @@
+"""Running the usage stage the way the CLI does, for tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from seatplan.usage.models import UsageReport
+from seatplan.usage.queries import Window
+from seatplan.usage.report import collect_usage
+from seatplan.usage.seats import SeatMap, load_seat_map
+from seatplan.usage.sources import open_source
+from seatplan.usage.sweep import default_runaway_rule
+
+
+def usage_report(source: str | Path, window: Window = Window(), fleet: Path | None = None,
+                 runaway_tokens: int | None = None) -> UsageReport:
+    seat_map = load_seat_map(fleet) if fleet else SeatMap()
+    with open_source(str(source), seat_map.served_name_by_litellm_name()) as opened:
+        return collect_usage(opened, window, seat_map, default_runaway_rule(runaway_tokens))
+
+
+def figures(report: UsageReport) -> dict[str, Any]:
+    """The report without the fields that name the source, for comparing sources."""
+    return report.model_dump(mode="json", exclude={"source", "source_format"})

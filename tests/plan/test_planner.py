@@ -1,0 +1,169 @@
+"""Fleet → plan on small fleets: placement glue, boot order, utilisation, command lines, round trip.
+
+Llama-3.1-8B at 32,768 tokens: one request = 2,048 blocks × 2 MiB = 4 GiB, × 1.25 = 5 GiB of KV.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from plan_testkit import GiB, LLAMA_8B, MiB, one_host, write_fleet
+
+from seatplan.fileio import atomic_write_text
+from seatplan.plan.fleet import load_fleet
+from seatplan.plan.models import ObservedFootprints, Plan, UsageSummary
+from seatplan.plan.planner import build_plan
+
+CONTEXT_BYTES = round(0.76 * GiB)  # the v0.19 profile's single-GPU CUDA context
+MARGIN_BYTES = 512 * MiB  # policy.boot_margin_bytes default
+
+SMALL = one_host(2) + f"""
+seats:
+  - {{name: speech, engine: fixed, memory_cap_bytes: 6GiB, pin: 0}}
+  - name: llama-a
+    model: {LLAMA_8B}
+    port: 8001
+    max_model_len: 32768
+  - name: llama-b
+    model: {LLAMA_8B}
+    port: 8002
+    max_model_len: 32768
+    max_new_tokens: 4096
+    extra_args: [--enable-prefix-caching]
+current_layout:
+  llama-b: 0
+"""
+
+
+@pytest.fixture(scope="module")
+def small_plan(tmp_path_factory) -> Plan:
+    directory = tmp_path_factory.mktemp("small")
+    return build_plan(load_fleet(write_fleet(directory, SMALL)))
+
+
+def test_one_engine_per_gpu_and_the_tie_goes_to_fewer_moves(small_plan):
+    # Both llamas on GPU 1 would leave 80 − 2F; one each leaves min(80 − 6 − F, 80 − F): one each wins.
+    # Which one joins the speech seat is a tie; llama-b runs on GPU 0 now, so it stays there.
+    seats = {seat.name: seat for seat in small_plan.seats}
+    assert seats["speech"].gpus == ["box:0"] and seats["llama-b"].gpus == ["box:0"] and seats["llama-a"].gpus == ["box:1"]
+    assert small_plan.optimal and small_plan.method == "exhaustive" and small_plan.moves == 0
+    footprint = seats["llama-a"].footprint_bytes
+    assert small_plan.worst_case_spare_bytes == 80 * GiB - 6 * GiB - footprint
+    assert small_plan.worst_case_gpu == "box:0"
+    assert [gpu.spare_bytes for gpu in small_plan.gpus] == [74 * GiB - footprint, 80 * GiB - footprint]
+
+
+def test_fixed_seat_boots_first_and_costs_its_cap(small_plan):
+    speech = small_plan.seat("speech")
+    assert speech.boot_order == 1 and speech.footprint_bytes == 6 * GiB and speech.footprint_basis == "declared"
+    assert speech.vllm_args == [] and speech.gpu_memory_utilization is None
+    assert [small_plan.seat(name).boot_order for name in ("llama-a", "llama-b")] == [2, 3]
+
+
+def test_utilisation_passes_the_startup_check_beside_earlier_seats(small_plan):
+    # llama-a boots on an empty GPU 1: (80 GiB − context − margin) / 80 GiB = 0.98425 → 0.984
+    # llama-b boots beside the 6 GiB speech seat: (74 GiB − context − margin) / 80 GiB = 0.90925 → 0.909
+    assert (80 * GiB - CONTEXT_BYTES - MARGIN_BYTES) / (80 * GiB) == pytest.approx(0.98425, abs=1e-5)
+    assert small_plan.seat("llama-a").gpu_memory_utilization == 0.984
+    assert small_plan.seat("llama-b").gpu_memory_utilization == 0.909
+    line = next(line for line in small_plan.seat("llama-b").explanation if line.rule == "gpu_memory_utilization")
+    assert line.inputs["free_at_boot_bytes"] == 74 * GiB
+
+
+def test_command_line_carries_every_pinned_number(small_plan):
+    seat = small_plan.seat("llama-b")
+    assert seat.vllm_args == [
+        "python3", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(LLAMA_8B),
+        "--served-model-name", "llama-b",
+        "--port", "8002",
+        "--tensor-parallel-size", "1",
+        "--max-model-len", "32768",
+        "--kv-cache-memory-bytes", str(5 * GiB),
+        "--gpu-memory-utilization", "0.909",
+        "--max-num-seqs", "1024",
+        "--max-num-batched-tokens", "8192",
+        "--override-generation-config", '{"max_new_tokens": 4096}',
+        "--enable-prefix-caching",
+    ]
+    assert seat.env == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert "--override-generation-config" not in small_plan.seat("llama-a").vllm_args
+
+
+def test_plan_round_trips_through_its_saved_json(small_plan, tmp_path):
+    target = tmp_path / "plan.json"
+    atomic_write_text(target, small_plan.model_dump_json(indent=2))
+    again = Plan.model_validate_json(target.read_text())
+    assert again == small_plan
+    assert json.loads(target.read_text())["seats"][1]["kv_cache_memory_bytes"] == 5 * GiB
+
+
+def test_observed_footprint_replaces_the_estimate(tmp_path):
+    observed = ObservedFootprints.model_validate(
+        {"generated_at": "2026-11-30T10:00:00Z", "seats": {"llama-a": {"footprint_bytes": 20 * GiB, "source": "nvidia-smi", "samples": 96}}}
+    )
+    plan = build_plan(load_fleet(write_fleet(tmp_path, SMALL)), observed=observed, observed_path="observed.json")
+    seat = plan.seat("llama-a")
+    # it ran with this plan's 5 GiB pin: 15 GiB non-KV observed + 5 GiB KV
+    assert seat.footprint_bytes == 20 * GiB and seat.footprint_basis == "observed"
+    assert [part.name for part in seat.footprint_parts] == ["observed_non_kv", "kv_cache"]
+    assert any("observed plateau replaces the estimate" in line.note for line in seat.explanation)
+    assert plan.seat("llama-b").footprint_basis == "estimate"
+    assert plan.inputs.observed_path == "observed.json"
+
+
+def test_usage_proposes_caps_and_flags_runaways(tmp_path):
+    usage = UsageSummary.model_validate(
+        {
+            "models": {
+                "llama-a": {
+                    "calls": 1200,
+                    "completion_tokens_p99": 900,
+                    "peak_inflight_tokens": 400_000,
+                    "peak_inflight_tokens_without_runaways": 30_000,
+                    "runaways": [{"key_alias": "nightly", "team": "ops", "count": 9, "max_completion_tokens": 31_000}],
+                    "some_future_field": 1,
+                }
+            },
+            "rejected_rows": 3,
+        }
+    )
+    plan = build_plan(load_fleet(write_fleet(tmp_path, SMALL)), usage=usage)
+    seat = plan.seat("llama-a")
+    assert seat.max_new_tokens == 1536  # 900 × 1.25 = 1,125 → 1,536
+    assert '{"max_new_tokens": 1536}' in seat.vllm_args
+    assert any("9 runaway replies from nightly" in warning for warning in plan.warnings)
+    # 5 GiB holds 40,960 tokens: enough without runaways, not for the 400,000 peak
+    assert any("only with runaway replies" in warning for warning in seat.warnings)
+
+
+def test_tensor_parallel_seat_takes_two_gpus_of_one_host(tmp_path):
+    fleet = one_host(4) + f"""
+seats:
+  - name: big
+    model: {LLAMA_8B}
+    tensor_parallel_size: 2
+    max_model_len: 8192
+    avoid: [0]
+"""
+    plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)))
+    seat = plan.seat("big")
+    assert len(seat.gpus) == 2 and "box:0" not in seat.gpus
+    assert seat.env["CUDA_VISIBLE_DEVICES"] == ",".join(label.split(":")[1] for label in seat.gpus)
+    assert seat.vllm_args[seat.vllm_args.index("--tensor-parallel-size") + 1] == "2"
+    assert any(part.name == "nccl_allreduce" for part in seat.footprint_parts)
+
+
+def test_infeasible_fleet_names_the_seat_and_the_shortfall(tmp_path):
+    fleet = one_host(1, "24GiB") + f"""
+seats:
+  - {{name: long, model: {LLAMA_8B}, max_model_len: 131072}}
+"""
+    plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)))
+    assert plan.infeasible is not None and plan.worst_case_spare_bytes is None
+    short = plan.infeasible.seats[0]
+    assert short.name == "long"
+    # 16 GiB × 1.25 = 20 GiB of KV alone, plus ~15 GiB of weights, against 24 GiB
+    assert short.short_by_bytes == plan.seat("long").footprint_bytes - 24 * GiB
+    assert plan.seat("long").vllm_args == []

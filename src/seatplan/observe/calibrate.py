@@ -36,10 +36,13 @@ class PlanGpu(_Loose):
     host: str | None = None
     index: int
     spare_bytes: int | None = None
+    used_bytes: int | None = None
+    reserved_bytes: int | None = None
 
 
 class PlanSeat(_Loose):
     name: str
+    served_model_name: str | None = None
     host: str | None = None
     gpus: list[tuple[str | None, int]] = []
     footprint_bytes: int | None = None
@@ -73,6 +76,13 @@ class PlanView(_Loose):
         return [seat for seat in self.seats
                 if any(i == index and _same_host(h or seat.host, host) for h, i in seat.gpus)]
 
+    def seat_name(self, logged: str) -> str:
+        """The plan's name for a seat the logs call by its served model name."""
+        for seat in self.seats:
+            if logged in (seat.name, seat.served_model_name):
+                return seat.name
+        return logged
+
     def gpu(self, host: str | None, index: int) -> PlanGpu | None:
         return next((gpu for gpu in self.gpus if gpu.index == index and _same_host(gpu.host, host)), None)
 
@@ -85,6 +95,13 @@ def plateau_of(values: np.ndarray) -> float:
     """The level of a run of readings once it settled: the median of the last quarter."""
     tail = values[-max(1, len(values) // 4):]
     return float(np.median(tail))
+
+
+def kv_ran_with(boots: list[Boot], seat: str) -> int | None:
+    """The KV bytes the seat's latest ready boot had (pinned, else what profiling gave it)."""
+    ready = [b for b in boots if b.seat == seat and b.ready and b.available_kv_bytes is not None]
+    ready.sort(key=lambda b: b.started_at.timestamp() if b.started_at else 0.0)
+    return ready[-1].available_kv_bytes if ready else None
 
 
 def footprints_from_processes(boots: list[Boot], processes: list[ProcessSample]) -> dict[str, SeatFootprint]:
@@ -103,7 +120,7 @@ def footprints_from_processes(boots: list[Boot], processes: list[ProcessSample])
         pid, used_mib, _ = max(ranks, key=lambda rank: rank[1])
         out[seat] = SeatFootprint(footprint_bytes=int(round(used_mib * MiB)),
                                   source=f"nvidia-smi compute-apps, pid {pid} ({len(ranks)} process(es))",
-                                  samples=sum(rank[2] for rank in ranks))
+                                  samples=sum(rank[2] for rank in ranks), kv_cache_memory_bytes=kv_ran_with(boots, seat))
     return out
 
 
@@ -133,7 +150,7 @@ def footprints_from_steps(boots: list[Boot], gpus: list[tuple[GpuSeries, Analysi
             inside = (series.times_s >= segment.start.timestamp()) & (series.times_s <= segment.end.timestamp())
             out[seat] = SeatFootprint(footprint_bytes=int(round((segment.plateau_used_mib - floor) * MiB)),
                                       source=f"restart step on GPU {series.index} at {step.at.isoformat()}",
-                                      samples=int(np.count_nonzero(inside)))
+                                      samples=int(np.count_nonzero(inside)), kv_cache_memory_bytes=kv_ran_with(boots, seat))
     return out
 
 
@@ -164,7 +181,11 @@ def check_plan(report: GpuReport, plan: PlanView, observed: dict[str, SeatFootpr
     seats = plan.seats_on(report.host, report.index)
     if plan_gpu is None and not seats:
         return None, []
-    planned_used_mib = sum(seat.footprint_bytes or 0 for seat in seats) / MiB
+    if plan_gpu is not None and plan_gpu.used_bytes is not None:
+        # nvidia-smi's "used" also counts the processes the plan reserved memory for.
+        planned_used_mib = (plan_gpu.used_bytes + (plan_gpu.reserved_bytes or 0)) / MiB
+    else:
+        planned_used_mib = sum(seat.footprint_bytes or 0 for seat in seats) / MiB
     planned_spare_mib = (plan_gpu.spare_bytes or 0) / MiB if plan_gpu else 0.0
     miss = report.plateau_used_mib - planned_used_mib
     off = [seat.name for seat in seats

@@ -17,10 +17,12 @@ either side: it makes a step only if the level really differs across it.
   ``persist_bins`` bins).
 * **Creep**: plateau − level after boot ≥ ``min_creep_mib``. It levelled off at the first bin whose
   rolling median comes within ``max(3 × noise, 5 % of the rise)`` of the plateau; ``levelled_off`` is
-  false when that point is inside the segment's last ``persist_bins`` bins (still rising).
+  false when the last quarter still rises by more than that (then the plateau is the latest level).
+  A change across a gap in sampling that the rise before the gap accounts for is creep, not a step.
 
 Tolerances (checked by tests/observe/test_detect.py on generated series with noise σ = 20 MiB):
-step time within one bin (10 min) of the true restart, step size within 2 % or 50 MiB,
+step time within one bin (10 min) of the true restart, step size within 2 % or 50 MiB (5 % of the
+creep when a creep starts right at the boot: the level after the boot is read over ``persist_bins``),
 plateau level within 50 MiB, plateau time within 10 % of the creep's duration.
 """
 
@@ -144,9 +146,31 @@ def _steps(times: np.ndarray, used: np.ndarray, bin_times: np.ndarray, levels: n
         merged.append((first, last, before, after))
     return [
         _place(times, used, bin_times, first, before, after, settings)
-        for first, _, before, after in merged
+        for first, last, before, after in merged
         if abs(after - before) >= settings.min_step_mib
+        and not _trend_explains(bin_times, levels, first, last, after - before, settings)
     ]
+
+
+def _trend_explains(bin_times: np.ndarray, levels: np.ndarray, first: int, last: int, delta: float,
+                    settings: DetectSettings) -> bool:
+    """A change across a gap in sampling that the rise before the gap accounts for is creep, not a step.
+
+    The creep may have levelled off during the gap, so any change in the trend's direction up to what
+    the trend predicts for the gap (plus ``min_step_mib``) counts as explained.
+    """
+    p = settings.persist_bins
+    if first < 2 * p:
+        return False
+    earlier, later = slice(first - 2 * p, first - p), slice(first - p, first)
+    span = float(np.median(bin_times[later]) - np.median(bin_times[earlier]))
+    if span <= 0:
+        return False
+    slope = (float(np.median(levels[later])) - float(np.median(levels[earlier]))) / span
+    elapsed = float(np.median(bin_times[last:last + p]) - np.median(bin_times[later]))
+    predicted = slope * elapsed
+    return abs(predicted) >= settings.min_step_mib and np.sign(delta) == np.sign(predicted) \
+        and abs(delta) < abs(predicted) + settings.min_step_mib
 
 
 def _runs(positions: np.ndarray) -> list[np.ndarray]:
@@ -198,22 +222,27 @@ def _segment(start: int, times: np.ndarray, levels: np.ndarray, settings: Detect
     head = float(np.median(levels[:p]))
     tail_size = max(p, len(levels) // 4)
     plateau = float(np.median(levels[-tail_size:])) if len(levels) >= 2 * p else head
+    latest = float(np.median(levels[-p:]))
     creep = None
     rise = plateau - head
     if rise >= settings.min_creep_mib:
-        smooth = rolling_median(levels, min(p, len(levels)))
         tolerance = max(3 * _noise(levels), 0.05 * rise)
+        # Still rising through the last quarter: no plateau yet; report the latest level.
+        levelled_off = latest - float(np.median(levels[-tail_size:][:p])) < tolerance
+        if not levelled_off:
+            plateau, rise = latest, latest - head
+        smooth = rolling_median(levels, min(p, len(levels)))
         reached = np.flatnonzero(smooth >= plateau - tolerance)
         at_index = int(reached[0]) if len(reached) else len(levels) - 1
         # The rolling median looks ahead; centre it on the window.
         at_index = min(at_index + min(p, len(levels)) // 2, len(levels) - 1)
-        plateau_at = times[at_index]
+        plateau_at = times[at_index] if levelled_off else times[-1]
         creep = Creep(
             start=_when(start),
             plateau_at=_when(plateau_at),
             rise_mib=round(rise, 1),
             hours_to_plateau=round((plateau_at - start) / 3600, 2),
-            levelled_off=at_index < len(levels) - p,
+            levelled_off=levelled_off,
         )
     return Segment(start=_when(start), end=_when(times[-1] + bin_seconds), level_after_boot_mib=round(head, 1),
                    plateau_used_mib=round(plateau, 1), creep=creep)

@@ -40,6 +40,9 @@ def summarise_stats(stats: list[EngineStats]) -> StatsSummary:
 def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSeries],
              processes: list[ProcessSample], plan: PlanView | None = None,
              settings: DetectSettings = DetectSettings()) -> tuple[DiagnoseReport, ObservedFootprints]:
+    if plan is not None:
+        boots = [boot.model_copy(update={"seat": plan.seat_name(boot.seat)}) for boot in boots]
+        stats = [record.model_copy(update={"seat": plan.seat_name(record.seat)}) for record in stats]
     analysed = [(one, analyse(one, settings)) for one in series if len(one.times_s)]
     gpus = [gpu_report(one, analysis) for one, analysis in analysed]
     observed = footprints_from_steps(boots, analysed, plan, settings)

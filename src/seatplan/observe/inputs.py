@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from seatplan.errors import SeatplanError
-from seatplan.observe.calibrate import PlanView
+from seatplan.observe.calibrate import PlanGpu, PlanSeat, PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
 from seatplan.observe.models import Boot, EngineStats, ProcessSample
@@ -90,36 +90,40 @@ def _load_document(path: Path) -> object:
     except OSError as problem:
         raise SeatplanError(f"cannot read ({problem.strerror})", where=str(path), fix="pass an existing file") from None
     try:
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            return yaml.safe_load(text)
         return json.loads(text)
     except ValueError as problem:
-        raise SeatplanError(f"not valid JSON/YAML ({problem})", where=str(path), fix="pass the file seatplan wrote") from None
-    except Exception as problem:  # yaml.YAMLError carries the line and column
-        raise SeatplanError(f"not valid YAML ({problem})", where=str(path), fix="fix the YAML syntax") from None
+        raise SeatplanError(f"not valid JSON ({problem})", where=str(path), fix="pass the plan.json seatplan plan -o wrote") from None
+
+
+def _fleet_view(path: Path) -> PlanView:
+    """Which seat runs where, from a fleet file: its current layout, else the seats' pins."""
+    from seatplan.plan.fleet import gpu_refs, load_fleet, resolve_gpu_ref
+
+    fleet = load_fleet(path).fleet
+    seats = []
+    for seat in fleet.seats:
+        refs = gpu_refs(fleet.current_layout.get(seat.name, seat.pin))
+        gpus = [key for key in (resolve_gpu_ref(fleet, ref) for ref in refs) if key is not None]
+        seats.append(PlanSeat(name=seat.name, served_model_name=seat.served_model_name or seat.name,
+                              gpus=[{"host": host, "index": index} for host, index in gpus]))
+    gpus = [PlanGpu(host=host.name, index=gpu.index) for host in fleet.hosts for gpu in host.gpus]
+    return PlanView(gpus=gpus, seats=seats)
 
 
 def read_plan(plan: Path | None, fleet: Path | None) -> PlanView | None:
-    """The plan (GPUs, spares, seat footprints); a fleet file only tells which seat is on which GPU."""
+    """The plan (GPUs, spares, seat footprints and places); a fleet file alone tells which seat is on which GPU."""
     from pydantic import ValidationError
 
-    views = []
-    for path in (plan, fleet):
-        if path is None:
-            continue
-        document = _load_document(path)
-        if not isinstance(document, dict):
-            raise SeatplanError("expected a mapping with gpus and seats", where=str(path), fix="pass a plan.json or a fleet file")
-        try:
-            views.append(PlanView.model_validate(document))
-        except ValidationError as problem:
-            first = problem.errors()[0]
-            raise SeatplanError(first["msg"], where=f"{path}: {'.'.join(map(str, first['loc']))}",
-                                fix="pass a plan written by seatplan plan (gpus[].index, seats[].name/gpus)") from None
-    if not views:
-        return None
-    if len(views) == 2 and not views[0].seats:
-        return PlanView(gpus=views[0].gpus, seats=views[1].seats)
-    return views[0]
+    fleet_view = _fleet_view(fleet) if fleet is not None else None
+    if plan is None:
+        return fleet_view
+    document = _load_document(plan)
+    if not isinstance(document, dict):
+        raise SeatplanError("expected a mapping with gpus and seats", where=str(plan), fix="pass a plan.json written by seatplan plan -o")
+    try:
+        view = PlanView.model_validate(document)
+    except ValidationError as problem:
+        first = problem.errors()[0]
+        raise SeatplanError(first["msg"], where=f"{plan}: {'.'.join(map(str, first['loc']))}",
+                            fix="pass a plan written by seatplan plan -o (gpus[].index, seats[].name/gpus)") from None
+    return view

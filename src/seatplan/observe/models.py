@@ -176,9 +176,10 @@ class GpuReport(_Model):
 
 
 class SeatFootprint(_Model):
-    footprint_bytes: int
+    footprint_bytes: int = Field(description="per GPU, at plateau")
     source: str
     samples: int
+    kv_cache_memory_bytes: int | None = Field(None, description="the KV the seat ran with (its latest ready boot)")
 
 
 class SeatReport(_Model):

@@ -1,0 +1,155 @@
+"""Weight bytes: safetensors headers (real files written here by hand), index total_size, estimates."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from facts_testkit import facts, fixture_dir, write_config
+
+from seatplan.errors import SeatplanError
+from seatplan.facts.weights import read_safetensors_header
+
+TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1,
+              "num_attention_heads": 4, "num_key_value_heads": 1, "intermediate_size": 128, "vocab_size": 256,
+              "max_position_embeddings": 2048, "torch_dtype": "bfloat16", "tie_word_embeddings": False}
+# name → shape; all bf16. K/V have 1 head of 16 (hidden 64 / 4 heads).
+TINY_TENSORS = {
+    "model.embed_tokens.weight": (256, 64),
+    "model.layers.0.input_layernorm.weight": (64,),
+    "model.layers.0.self_attn.q_proj.weight": (64, 64),
+    "model.layers.0.self_attn.k_proj.weight": (16, 64),
+    "model.layers.0.self_attn.v_proj.weight": (16, 64),
+    "model.layers.0.self_attn.o_proj.weight": (64, 64),
+    "model.layers.0.mlp.gate_proj.weight": (128, 64),
+    "model.layers.0.mlp.up_proj.weight": (128, 64),
+    "model.layers.0.mlp.down_proj.weight": (64, 128),
+    "model.norm.weight": (64,),
+    "lm_head.weight": (256, 64),
+}
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[int, ...]], dtype: str = "BF16", item_bytes: int = 2) -> int:
+    """A real safetensors file: 8-byte little-endian header length, JSON header, zero data bytes."""
+    header, offset = {}, 0
+    for name, shape in tensors.items():
+        size = item_bytes
+        for dim in shape:
+            size *= dim
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(offset))
+    return offset
+
+
+def _nbytes(shape: tuple[int, ...]) -> int:
+    total = 2
+    for dim in shape:
+        total *= dim
+    return total
+
+
+def test_exact_weights_from_a_single_file(tmp_path):
+    directory = write_config(tmp_path / "m", TINY_LLAMA)
+    data_bytes = write_safetensors(directory / "model.safetensors", TINY_TENSORS)
+    model = facts(directory)
+    assert (model.weights_bytes, model.weights_total_bytes, model.weights_exact) == (data_bytes, data_bytes, True)
+    assert "safetensors" in model.weights_source
+
+
+def test_tp_split_follows_vllm_sharding(tmp_path):
+    directory = write_config(tmp_path / "m", TINY_LLAMA)
+    write_safetensors(directory / "model.safetensors", TINY_TENSORS)
+    norms = _nbytes((64,)) * 2
+    kv = _nbytes((16, 64)) * 2  # one KV head < TP 2: each rank keeps the whole head
+    sharded = sum(_nbytes(shape) for shape in TINY_TENSORS.values()) - norms - kv
+    assert facts(directory, tensor_parallel_size=2).weights_bytes == norms + kv + sharded // 2
+
+
+def test_sharded_checkpoint_with_index(tmp_path):
+    directory = write_config(tmp_path / "m", TINY_LLAMA)
+    names = list(TINY_TENSORS)
+    first = {name: TINY_TENSORS[name] for name in names[:5]}
+    second = {name: TINY_TENSORS[name] for name in names[5:]}
+    total = write_safetensors(directory / "model-00001-of-00002.safetensors", first)
+    total += write_safetensors(directory / "model-00002-of-00002.safetensors", second)
+    weight_map = {name: "model-00001-of-00002.safetensors" for name in first} | {
+        name: "model-00002-of-00002.safetensors" for name in second}
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    assert facts(directory).weights_bytes == total
+
+
+def test_index_total_size_without_the_shards(tmp_path):
+    directory = write_config(tmp_path / "m", json.loads((fixture_dir("mistralai--Mistral-Small-24B-Instruct-2501") / "config.json").read_text()))
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 47_144_806_400},
+                                                                        "weight_map": {"a": "model-00001-of-00010.safetensors"}}))
+    model = facts(directory)
+    assert (model.weights_bytes, model.weights_exact) == (47_144_806_400, True)
+    half = facts(directory, tensor_parallel_size=2).weights_bytes
+    assert 0.5 < half / 47_144_806_400 < 0.51  # norms stay whole on each rank
+
+
+@pytest.mark.parametrize(
+    "name, published_total_size",
+    [
+        ("mistralai--Mistral-Small-24B-Instruct-2501", 47_144_806_400),  # index.json total_size (SOURCES.md)
+        ("microsoft--Phi-3.5-mini-instruct", 7_642_159_104),
+        ("openai--gpt-oss-20b", 13_761_264_768),  # MXFP4 experts
+    ],
+)
+def test_estimates_match_published_checkpoint_sizes(name, published_total_size):
+    model = facts(name)
+    assert not model.weights_exact
+    assert model.weights_total_bytes == pytest.approx(published_total_size, rel=0.01)
+
+
+def test_quantized_estimates():
+    bf16 = facts("Qwen--Qwen3-32B").weights_bytes
+    assert 0.5 < facts("Qwen--Qwen3-32B-FP8").weights_bytes / bf16 < 0.56
+    awq = facts("fixture--llama-2-7b-awq").weights_bytes
+    gptq = facts("fixture--llama-2-7b-gptq").weights_bytes
+    assert awq == gptq
+    assert 3.4 * 2**30 < awq < 3.9 * 2**30  # 6.5B int4 linears ≈ 0.52 B/param + 16-bit embeddings
+
+
+def test_tied_embeddings_are_counted_once(tmp_path):
+    config = json.loads((fixture_dir("Qwen--Qwen3-4B") / "config.json").read_text())
+    tied = facts(write_config(tmp_path / "tied", config)).weights_bytes
+    untied = facts(write_config(tmp_path / "untied", {**config, "tie_word_embeddings": False})).weights_bytes
+    assert untied - tied == config["vocab_size"] * config["hidden_size"] * 2
+
+
+def test_header_length_larger_than_the_file_is_refused_before_reading(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", 1 << 40) + b"{}")
+    with pytest.raises(SeatplanError) as problem:
+        read_safetensors_header(path)
+    assert "header length" in problem.value.where and str(path) in problem.value.where
+
+
+def test_header_just_beyond_the_file(tmp_path):
+    path = tmp_path / "model.safetensors"
+    raw = b'{"a": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}'
+    path.write_bytes(struct.pack("<Q", len(raw) + 1) + raw)
+    with pytest.raises(SeatplanError, match="declares a"):
+        read_safetensors_header(path)
+
+
+def test_data_offsets_beyond_the_file(tmp_path):
+    path = tmp_path / "model.safetensors"
+    raw = b'{"a": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]}}'
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(4))
+    with pytest.raises(SeatplanError, match="data_offsets") as problem:
+        read_safetensors_header(path)
+    assert "'a'" in problem.value.where
+
+
+@pytest.mark.parametrize("content", [b"", b"\x01\x02", struct.pack("<Q", 4) + b"nope"])
+def test_truncated_or_garbage_files(tmp_path, content):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(SeatplanError):
+        read_safetensors_header(path)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from plan_testkit import GiB, LLAMA_8B, MiB, one_host, write_fleet
+from plan_testkit import GiB, LLAMA_8B, PHI_35, MiB, one_host, write_fleet
 
 from seatplan.fileio import atomic_write_text
 from seatplan.plan.fleet import load_fleet
@@ -167,3 +167,31 @@ seats:
     # 16 GiB × 1.25 = 20 GiB of KV alone, plus ~15 GiB of weights, against 24 GiB
     assert short.short_by_bytes == plan.seat("long").footprint_bytes - 24 * GiB
     assert plan.seat("long").vllm_args == []
+
+
+def test_published_raises_only_where_the_fleet_still_fits(tmp_path):
+    # Phi-3.5-mini: vLLM's default 4,096 tokens, published 131,072. Raised, one seat needs ~60.5 GiB of KV
+    # (~70 GiB in all); at 4,096 its KV is 1,616,904,192 × 1.25 → 2 GiB (~12 GiB in all). On one 96 GiB GPU
+    # two raised seats cannot fit, one raised beside one at the default can: the cheaper-first restore
+    # (equal costs: the later seat first) raises phi-b and leaves phi-a at 4,096.
+    fleet = one_host(1, "96GiB") + f"""
+seats:
+  - {{name: phi-a, model: {PHI_35}, max_model_len: published}}
+  - {{name: phi-b, model: {PHI_35}, max_model_len: published}}
+"""
+    plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)))
+    assert plan.infeasible is None
+    assert plan.seat("phi-b").max_model_len == 131072 and plan.seat("phi-a").max_model_len == 4096
+    assert plan.seat("phi-a").kv_cache_memory_bytes == 2 * GiB
+    assert plan.seat("phi-a").explanation[0].rule == "published_not_fitting"
+    assert any("published context 131,072 does not fit" in warning for warning in plan.warnings)
+
+
+def test_sizing_errors_name_the_seat_line(tmp_path):
+    from seatplan.errors import SeatplanError
+
+    path = write_fleet(tmp_path, one_host() + f"seats:\n  - name: a\n    model: {LLAMA_8B}\n  - name: b\n    model: {LLAMA_8B}\n    kv_cache_memory_bytes: 1GiB\n")
+    with pytest.raises(SeatplanError) as caught:
+        build_plan(load_fleet(path))
+    assert caught.value.where == f"{path}:9"
+    assert caught.value.message.startswith("seats[1] (b): pinned KV 1.00 GiB")

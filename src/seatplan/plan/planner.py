@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import seatplan
+from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing
@@ -78,8 +79,17 @@ def build_plan(
 ) -> Plan:
     fleet = loaded.fleet
     gpus = gpu_table(fleet)
-    sized = [size_seat(fleet, gpus, seat, loaded.base_dir, usage, observed, facts_loader) for seat in fleet.seats]
+
+    def size(position: int, spec: SeatSpec) -> SizedSeat:
+        try:
+            return size_seat(fleet, gpus, spec, loaded.base_dir, usage, observed, facts_loader)
+        except SeatplanError as problem:
+            raise SeatplanError(f"seats[{position}] ({spec.name}): {problem.message}", where=loaded.where(("seats", position)), fix=problem.fix) from None
+
+    sized = [size(position, spec) for position, spec in enumerate(fleet.seats)]
     result = place(gpu_slots(fleet), [seat_demand(fleet, seat) for seat in sized], time_limit_s=time_limit_s)
+    if result.infeasible is not None:
+        sized, result = lower_raised_contexts(fleet, sized, size, result, time_limit_s)
     inputs = PlanInputs(
         fleet_path=str(loaded.path),
         fleet_sha256=loaded.sha256,
@@ -89,6 +99,61 @@ def build_plan(
         vllm_version=fleet.policy.vllm_version,
     )
     return assemble_plan(fleet, gpus, sized, result, inputs)
+
+
+# ----------------------------------------------------------------------------- contexts raised where they fit
+
+
+def raised_seats(sized: list[SizedSeat]) -> list[int]:
+    """Seats whose ``published`` raise costs KV beyond vLLM's default length, dearest first."""
+    costs = {}
+    for position, seat in enumerate(sized):
+        line = next((line for line in seat.lines if line.rule == "published_raise"), None)
+        if line is not None and int(line.inputs["request_kv_bytes"] or 0) > int(line.inputs["request_kv_bytes_default"] or 0):
+            costs[position] = int(line.inputs["request_kv_bytes"] or 0) - int(line.inputs["request_kv_bytes_default"] or 0)
+    return sorted(costs, key=lambda position: (-costs[position], position))
+
+
+def lower_raised_contexts(
+    fleet: Fleet, sized: list[SizedSeat], size: Callable[[int, SeatSpec], SizedSeat], result: PlacementResult, time_limit_s: float
+) -> tuple[list[SizedSeat], PlacementResult]:
+    """``published`` raises a context *where it fits*: when the fleet does not fit, seats go back to vLLM's
+    default length, then each raise is restored (cheapest first) as long as the fleet still fits."""
+    raised = raised_seats(sized)
+    slots = gpu_slots(fleet)
+    if not raised:
+        return sized, result
+    lowered = {position: size(position, sized[position].spec.model_copy(update={"max_model_len": None})) for position in raised}
+    current = [lowered.get(position, seat) for position, seat in enumerate(sized)]
+    attempt = place(slots, [seat_demand(fleet, seat) for seat in current], time_limit_s=time_limit_s)
+    if attempt.infeasible is not None:
+        return sized, result
+    result = attempt
+    for position in reversed(raised):
+        trial = list(current)
+        trial[position] = sized[position]
+        attempt = place(slots, [seat_demand(fleet, seat) for seat in trial], time_limit_s=time_limit_s)
+        if attempt.infeasible is None and attempt.best is not None:
+            current, result = trial, attempt
+    for position in raised:
+        if current[position] is lowered[position]:
+            note_lowered(current[position], sized[position])
+    return current, result
+
+
+def note_lowered(seat: SizedSeat, raised: SizedSeat) -> None:
+    wanted = raised.max_model_len or 0
+    got = seat.max_model_len or 0
+    seat.lines.insert(
+        0,
+        ExplanationLine(
+            rule="published_not_fitting",
+            inputs={"published_max_model_len": wanted, "max_model_len": got, "footprint_bytes_raised": raised.footprint.footprint_bytes},
+            result=f"max_model_len {got:,} (vLLM's default)",
+            note=f"the published {wanted:,} tokens ({human_bytes(raised.footprint.footprint_bytes)} per GPU) do not fit beside the other seats",
+        ),
+    )
+    seat.warnings.append(f"{seat.spec.name}: published context {wanted:,} does not fit; planned at vLLM's default {got:,}")
 
 
 # ----------------------------------------------------------------------------- sizing each seat

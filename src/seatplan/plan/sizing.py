@@ -99,7 +99,7 @@ def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> Conte
             [f"{seat.name}: published context {target:,} needs YaRN ({why}); planned at {derived:,}"],
         )
     fix = "set allow_yarn: true for this seat" if reachable else f"lower max_model_len to at most {derived:,}"
-    raise SeatplanError(f"{seat.name}: max_model_len {target:,} is beyond the {derived:,} vLLM derives for {seat.model}", where=f"seat {seat.name}", fix=fix)
+    raise SeatplanError(f"max_model_len {target:,} is beyond the {derived:,} vLLM derives for {seat.model}", where=f"seat {seat.name}", fix=fix)
 
 
 def _raise_cost_line(facts: ModelFacts, max_model_len: int) -> ExplanationLine:
@@ -170,7 +170,7 @@ def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, polic
         pinned = seat.kv_cache_memory_bytes
         if pinned < minimum_bytes:
             raise SeatplanError(
-                f"{seat.name}: pinned KV {human_bytes(pinned)} ({pinned:,} B) cannot hold one {max_model_len:,}-token request; vLLM needs at least {minimum_bytes:,} B",
+                f"pinned KV {human_bytes(pinned)} ({pinned:,} B) cannot hold one {max_model_len:,}-token request; vLLM needs at least {minimum_bytes:,} B",
                 where=f"seat {seat.name}: kv_cache_memory_bytes",
                 fix=f"pin at least {human_bytes(minimum_bytes)} or lower max_model_len",
             )

@@ -1,0 +1,125 @@
+"""seatplan's KV arithmetic against the real vLLM 0.32 CPU engine (issue 2's live test).
+
+Each plan of the boot matrix boots once (session cache, see conftest.py); the tests then compare
+what seatplan's facts stage predicts with what the engine reports: the ``num_gpu_blocks``,
+``kv_cache_size_tokens`` and ``block_size`` labels of ``vllm:cache_config_info`` in ``/metrics``,
+the capacity line of the start-up log, and ``max_model_len`` of ``/v1/models``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+
+import pytest
+
+from integration.boot_matrix import BOOT_PLANS, BootPlan
+from integration.tiny_models import QWEN3_DENSE, tiny_model_dir
+from integration.vllm_engine import (
+    PROBE_MAX_TOKENS,
+    VLLM_VERSION,
+    BootResult,
+    EngineBootError,
+    EngineConfig,
+    boot_engine,
+    boot_log_dir,
+)
+
+pytestmark = pytest.mark.vllm
+
+
+def facts_for(config: EngineConfig):
+    from seatplan.facts.api import load_model_facts
+    from seatplan.facts.models import EngineSettings
+
+    settings = EngineSettings(
+        device="cpu",
+        vllm_version=VLLM_VERSION,
+        dtype=config.dtype,
+        kv_cache_dtype=config.kv_cache_dtype,
+        prefix_caching=config.prefix_caching,
+    )
+    return load_model_facts(config.model_dir, settings)
+
+
+@pytest.fixture(params=BOOT_PLANS, ids=lambda plan: plan.name)
+def boot(request, vllm_boot_cache) -> BootResult:
+    return vllm_boot_cache.get(request.param)
+
+
+def test_engine_serves_the_asked_length_and_answers(boot: BootResult):
+    assert boot.version == VLLM_VERSION
+    assert boot.served_max_model_len == boot.config.max_model_len
+    labels = boot.cache_config_labels
+    assert int(labels["kv_cache_memory_bytes"]) == boot.config.kv_cache_memory_bytes
+    expected_cache_dtype = boot.config.kv_cache_dtype
+    assert labels["cache_dtype"] == expected_cache_dtype
+    assert labels["enable_prefix_caching"] == str(boot.config.prefix_caching)
+    if boot.config.probe != "none":
+        assert 1 <= boot.probe_completion_tokens <= PROBE_MAX_TOKENS
+
+
+def test_facts_capacity_equals_engine_labels(boot: BootResult):
+    facts = facts_for(boot.config)
+    capacity = facts.capacity(boot.config.kv_cache_memory_bytes, boot.config.max_model_len)
+    labels = boot.cache_config_labels
+    assert capacity.num_blocks == int(labels["num_gpu_blocks"])
+    assert capacity.kv_cache_tokens == int(labels["kv_cache_size_tokens"])
+    assert capacity.max_concurrency == pytest.approx(float(labels["kv_cache_max_concurrency"]), rel=1e-12)
+    assert facts.block_size == int(labels["block_size"])
+    assert capacity.fits_one_request
+
+
+def test_facts_log_line_is_in_the_startup_log(boot: BootResult):
+    capacity = facts_for(boot.config).capacity(boot.config.kv_cache_memory_bytes, boot.config.max_model_len)
+    assert capacity.log_line in boot.log_text
+
+
+def test_facts_minimum_budget_is_what_this_boot_needed(boot: BootResult):
+    facts = facts_for(boot.config)
+    minimum_bytes = facts.min_kv_cache_bytes(boot.config.max_model_len)
+    assert minimum_bytes <= boot.config.kv_cache_memory_bytes
+    assert not facts.capacity(minimum_bytes - 1, boot.config.max_model_len).fits_one_request
+    assert facts.capacity(minimum_bytes, boot.config.max_model_len).fits_one_request
+
+
+def _first_plan(name: str) -> BootPlan:
+    return next(plan for plan in BOOT_PLANS if plan.name == name)
+
+
+@pytest.mark.parametrize("plan_name", ["qwen3-next-gdn-prefix"])
+def test_cli_model_json_matches_engine(plan_name: str, vllm_boot_cache):
+    boot = vllm_boot_cache.get(_first_plan(plan_name))
+    command = [
+        sys.executable, "-m", "seatplan.cli", "model", str(boot.config.model_dir),
+        "--device", "cpu",
+        "--kv-cache-memory-bytes", str(boot.config.kv_cache_memory_bytes),
+        "--max-model-len", str(boot.config.max_model_len),
+        "--json",
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    document = json.loads(completed.stdout)
+    capacity = document["capacity"]
+    labels = boot.cache_config_labels
+    assert capacity["num_blocks"] == int(labels["num_gpu_blocks"])
+    assert capacity["kv_cache_tokens"] == int(labels["kv_cache_size_tokens"])
+    assert document["facts"]["block_size"] == int(labels["block_size"])
+
+
+def test_budget_below_one_request_is_refused_as_facts_predict(vllm_python_path):
+    """vLLM refuses to start when the budget cannot hold one max-length request plus the null block;
+    seatplan predicts the refusal and its message (needed/available GiB and estimated length)."""
+    model_dir = tiny_model_dir(QWEN3_DENSE, vllm_python_path)
+    probe = EngineConfig(name="qwen3-dense-too-small", model_dir=model_dir, max_model_len=3000,
+                         kv_cache_memory_bytes=1)
+    facts = facts_for(probe)
+    too_small_bytes = facts.min_kv_cache_bytes(probe.max_model_len) - 1
+    config = replace(probe, kv_cache_memory_bytes=too_small_bytes)
+    capacity = facts.capacity(too_small_bytes, probe.max_model_len)
+    assert not capacity.fits_one_request
+    with pytest.raises(EngineBootError):
+        boot_engine(vllm_python_path, config, boot_log_dir())
+    assert capacity.log_line in (boot_log_dir() / f"{config.name}.log").read_text()

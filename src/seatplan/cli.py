@@ -14,7 +14,7 @@ import typer
 
 from seatplan.errors import SeatplanError
 
-STAGES = ("facts", "usage", "observe", "plan", "render", "verify")
+STAGES = ("facts", "usage", "observe", "plan")
 
 app = typer.Typer(
     name="seatplan",
@@ -33,13 +33,7 @@ def _root() -> None:
 
 def _register_stages() -> None:
     for stage in STAGES:
-        try:
-            module = importlib.import_module(f"seatplan.{stage}.cli")
-        except ModuleNotFoundError as missing:
-            if missing.name == f"seatplan.{stage}.cli":
-                continue
-            raise
-        module.register(app)
+        importlib.import_module(f"seatplan.{stage}.cli").register(app)
 
 
 _register_stages()

@@ -166,3 +166,17 @@ def test_log_s12_llama_8b_blocks_and_tokens():
     assert format_gib(1478 * model.bytes_per_block) == "2.89"
     assert capacity.kv_cache_tokens == 23_648
     assert f"{capacity.max_concurrency:.2f}" == "0.82"
+
+
+def test_log_s11_error_wording_before_0_14():
+    """S11 (mid-2025, a TPU backend): the 128K Llama-3.1-8B-sized request needs 16.00 GiB. The wording,
+    the "models's" typo and two-decimal GiB figures match; the estimate is the TPU's own (other page size)."""
+    quoted = re.search(r"ValueError: (To serve .*?\(0\.71 GiB\)\.)", _log_block("S11"))[1]
+    capacity = facts(LLAMA, vllm_version="0.10.1").capacity(int(0.71 * GiB), 131072)
+    assert capacity.log_line.startswith(quoted)
+    assert not capacity.fits_one_request
+
+
+def test_error_wording_0_9_0_has_no_estimate():
+    capacity = facts(LLAMA, vllm_version="0.9.0").capacity(1 * GiB, 131072)
+    assert capacity.log_line.endswith("Based on the available memory,")

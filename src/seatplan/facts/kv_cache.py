@@ -19,7 +19,7 @@ from seatplan.facts.kv_specs import (
     SlidingWindowSpec,
 )
 from seatplan.facts.models import EngineSettings, KvCapacity, LayerGroup
-from seatplan.units import cdiv, format_gib
+from seatplan.units import GiB, cdiv, format_gib
 
 GPU_BLOCK_SIZE = 16
 GPU_MLA_BLOCK_SIZE = 64  # FlashMLA, the default MLA backend on Hopper
@@ -299,12 +299,26 @@ def log_line(tokens: int, concurrency: float, max_model_len: int, settings: Engi
     return f"{size}\n{concurrency_text}"
 
 
-def not_enough_memory_message(max_model_len: int, needed_bytes: int, available_bytes: int, estimate: int) -> str:
-    return (
-        f"To serve at least one request with the model's max seq len ({max_model_len}), ({format_gib(needed_bytes)} GiB KV cache "
-        f"is needed, which is larger than the available KV cache memory ({format_gib(available_bytes)} GiB). Based on the "
-        f"available memory, the estimated maximum model length is {estimate}."
+def not_enough_memory_message(max_model_len: int, needed_bytes: int, available_bytes: int, estimate: int,
+                               settings: EngineSettings) -> str:
+    """The start of vLLM's "To serve at least one request" error, worded as the given era worded it."""
+    version = settings.version
+    owner = "models's" if version[:2] <= (0, 21) else "model's"
+    unit = "GB" if version < (0, 8, 5) else "GiB"
+
+    def gib(value: int) -> str:
+        # format_gib since 0.14; two fixed decimals before
+        return format_gib(value) if version[:2] >= (0, 14) else f"{value / GiB:.2f}"
+
+    text = (
+        f"To serve at least one request with the {owner} max seq len ({max_model_len}), ({gib(needed_bytes)} {unit} KV cache "
+        f"is needed, which is larger than the available KV cache memory ({gib(available_bytes)} {unit}). Based on the "
+        f"available memory,"
     )
+    # 0.8.5 - 0.9.0 dropped the estimate by a string-concatenation slip.
+    if (0, 8, 5) <= version < (0, 9, 1):
+        return text
+    return f"{text} the estimated maximum model length is {estimate}."
 
 
 def capacity(groups: list[LayerGroup], bytes_per_block: int, kv_cache_memory_bytes: int, max_model_len: int,
@@ -319,7 +333,7 @@ def capacity(groups: list[LayerGroup], bytes_per_block: int, kv_cache_memory_byt
     line = log_line(tokens, concurrency, max_model_len, settings)
     if not fits:
         estimate = estimate_max_model_len(groups, bytes_per_block, kv_cache_memory_bytes, max_model_len, settings)
-        line = not_enough_memory_message(max_model_len, needed, available, estimate)
+        line = not_enough_memory_message(max_model_len, needed, available, estimate, settings)
     return KvCapacity(
         kv_cache_memory_bytes=kv_cache_memory_bytes,
         max_model_len=max_model_len,

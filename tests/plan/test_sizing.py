@@ -124,7 +124,7 @@ def test_declared_cap_is_kept_and_usage_flags_runaways():
     )
     choice = sizing.choose_output_cap(seat(max_new_tokens=32768), 262144, usage, Policy())
     assert choice.max_new_tokens == 32768
-    assert any("below the p99 completion 40,000" in warning for warning in choice.warnings)
+    assert any("below the p99 completion 40,000: ordinary replies would be cut" in warning for warning in choice.warnings)
     assert any("9 runaway replies from batch-client (up to 262,000 tokens); the cap 32,768 stops them" in warning for warning in choice.warnings)
     assert sizing.override_generation_config(32768) == '{"max_new_tokens": 32768}'
 
@@ -147,3 +147,20 @@ def test_inflight_check_warns_when_kv_cannot_hold_the_observed_peak(llama):
     assert warnings == ["s: KV holds 40,960 tokens; the peak 300,000 in flight was reached only with runaway replies"]
     lines, warnings = sizing.inflight_check("s", kv.capacity, ModelUsage(peak_inflight_tokens=90_000, peak_inflight_tokens_without_runaways=60_000))
     assert "traffic reached 60,000 in flight" in warnings[0] and lines[0].result == "too small for the observed peak"
+
+
+def test_a_runaway_tail_is_not_taken_for_ordinary_replies():
+    # the fixture spend logs: 17 calls, 3 runaways of ~261k tokens; p99 and p90 are runaways, p50 is 933
+    usage = ModelUsage(
+        calls=17,
+        completion_tokens_p50=933,
+        completion_tokens_p90=260_271,
+        completion_tokens_p99=261_025,
+        runaway_threshold_tokens=131_072,
+        runaways=[Runaway(key_alias="ci-evals", count=3, max_completion_tokens=261_025)],
+    )
+    assert sizing.completion_tail(usage) == (933, "p50")
+    choice = sizing.choose_output_cap(seat(max_new_tokens=32768), 262144, usage, Policy())
+    assert not any("ordinary replies would be cut" in warning for warning in choice.warnings)
+    # proposal: 933 × 1.25 = 1,166 → 1,536
+    assert choice.lines[0].result == "proposed cap 1,536 tokens" and "runaway replies" in choice.lines[0].note

@@ -172,7 +172,11 @@ class Runaway(_Tolerant):
 class ModelUsage(_Tolerant):
     calls: int = 0
     prompt_tokens_p99: float | None = None
+    completion_tokens_p50: float | None = None
+    completion_tokens_p90: float | None = None
     completion_tokens_p99: float | None = None
+    runaway_threshold_tokens: int | None = None
+    seat: str | None = Field(None, description="the fleet seat the usage stage mapped this name to")
     peak_inflight_tokens: int | None = None
     peak_inflight_tokens_without_runaways: int | None = None
     peak_inflight_requests: int | None = None

@@ -21,6 +21,7 @@ from seatplan.plan.models import (
     ExplanationLine,
     Fleet,
     GpuSpec,
+    ModelUsage,
     ObservedFootprints,
     Plan,
     PlanInfeasibility,
@@ -182,6 +183,15 @@ def resolve_model(model: str, base_dir: Path) -> str:
     return str(candidate.resolve()) if candidate.exists() else model
 
 
+def usage_for(usage: UsageSummary | None, served_model_name: str, seat_name: str) -> ModelUsage | None:
+    """A seat's usage: keyed by the name it serves, or mapped to it by the usage stage."""
+    if usage is None:
+        return None
+    if served_model_name in usage.models:
+        return usage.models[served_model_name]
+    return next((entry for entry in usage.models.values() if entry.seat == seat_name), None)
+
+
 def size_seat(
     fleet: Fleet,
     gpus: dict[GpuKey, GpuSpec],
@@ -217,7 +227,7 @@ def size_seat(
     context = sizing.choose_context(seat, facts)
     kv = sizing.choose_kv_bytes(seat, facts, context.max_model_len, fleet.policy)
     served = seat.served_model_name or seat.name
-    model_usage = usage.models.get(served) if usage else None
+    model_usage = usage_for(usage, served, seat.name)
     cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
     inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
 

@@ -218,29 +218,54 @@ def cap_step(tokens: float) -> int:
     return power * 2
 
 
-def propose_output_cap(completion_tokens_p99: float, margin: float, max_model_len: int) -> int:
-    """A cap from the completion tail: p99 × margin, rounded up to a step, never above the context."""
-    return min(cap_step(completion_tokens_p99 * margin), max_model_len)
+def propose_output_cap(completion_tokens: float, margin: float, max_model_len: int) -> int:
+    """A cap from the completion tail: tail × margin, rounded up to a step, never above the context."""
+    return min(cap_step(completion_tokens * margin), max_model_len)
+
+
+def completion_tail(usage: ModelUsage) -> tuple[float, str] | None:
+    """The highest completion percentile that is not a runaway reply (p99, else p90, else p50).
+
+    With a few runaways among few calls the p99 (even the p90) *is* a runaway; sizing a cap from
+    it would wave the runaways through.
+    """
+    runaway_floor = usage.runaway_threshold_tokens
+    if runaway_floor is None and usage.runaways:
+        runaway_floor = min(runaway.max_completion_tokens for runaway in usage.runaways)
+    for label, value in (("p99", usage.completion_tokens_p99), ("p90", usage.completion_tokens_p90), ("p50", usage.completion_tokens_p50)):
+        if value and (runaway_floor is None or value < runaway_floor):
+            return value, label
+    return None
 
 
 def choose_output_cap(seat: SeatSpec, max_model_len: int, usage: ModelUsage | None, policy: Policy) -> CapChoice:
     """The declared cap wins; without one, usage data propose one from the completion tail."""
     choice = CapChoice(seat.max_new_tokens)
+    tail = completion_tail(usage) if usage is not None else None
     proposal = None
-    if usage is not None and usage.completion_tokens_p99:
-        proposal = propose_output_cap(usage.completion_tokens_p99, policy.output_cap_margin, max_model_len)
+    if usage is not None and tail is not None:
+        tokens, label = tail
+        proposal = propose_output_cap(tokens, policy.output_cap_margin, max_model_len)
         choice.lines.append(
             ExplanationLine(
                 rule="output_cap_proposal",
-                inputs={"completion_tokens_p99": usage.completion_tokens_p99, "margin": policy.output_cap_margin, "max_model_len": max_model_len, "calls": usage.calls},
+                inputs={
+                    "completion_tokens_tail": tokens,
+                    "percentile": label,
+                    "completion_tokens_p99": usage.completion_tokens_p99,
+                    "margin": policy.output_cap_margin,
+                    "max_model_len": max_model_len,
+                    "calls": usage.calls,
+                },
                 result=f"proposed cap {proposal:,} tokens",
-                note=f"p99 completion {usage.completion_tokens_p99:,.0f} × {policy.output_cap_margin:g}, rounded up to a power-of-two step",
+                note=f"{label} completion {tokens:,.0f} × {policy.output_cap_margin:g}, rounded up to a power-of-two step"
+                + ("" if label == "p99" else f" ({'the p99 is' if label == 'p90' else 'the p99 and p90 are'} runaway replies)"),
             )
         )
     if seat.max_new_tokens is not None:
         choice.lines.append(ExplanationLine(rule="output_cap", inputs={"declared": seat.max_new_tokens}, result=f"cap {seat.max_new_tokens:,} tokens (declared)", note="emitted as --override-generation-config; it is the default and the ceiling of every reply"))
-        if usage is not None and usage.completion_tokens_p99 and seat.max_new_tokens < usage.completion_tokens_p99:
-            choice.warnings.append(f"{seat.name}: declared cap {seat.max_new_tokens:,} is below the p99 completion {usage.completion_tokens_p99:,.0f}: more than 1% of replies would be cut")
+        if tail is not None and seat.max_new_tokens < tail[0]:
+            choice.warnings.append(f"{seat.name}: declared cap {seat.max_new_tokens:,} is below the {tail[1]} completion {tail[0]:,.0f}: ordinary replies would be cut")
         if seat.max_new_tokens > max_model_len:
             choice.warnings.append(f"{seat.name}: cap {seat.max_new_tokens:,} is above max_model_len {max_model_len:,}; vLLM clamps replies to the context anyway")
     elif proposal is not None:

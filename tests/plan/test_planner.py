@@ -195,3 +195,23 @@ def test_sizing_errors_name_the_seat_line(tmp_path):
         build_plan(load_fleet(path))
     assert caught.value.where == f"{path}:9"
     assert caught.value.message.startswith("seats[1] (b): pinned KV 1.00 GiB")
+
+
+def test_two_hosts_pins_by_host_and_index(tmp_path):
+    fleet = f"""
+hosts:
+  - name: alpha
+    gpus: [{{index: 0, total_bytes: 80GiB}}, {{index: 1, total_bytes: 80GiB}}]
+  - name: beta
+    gpus: [{{index: 0, total_bytes: 80GiB}}, {{index: 1, total_bytes: 80GiB, reserved_bytes: 10GiB}}]
+seats:
+  - {{name: pinned, model: {LLAMA_8B}, max_model_len: 8192, pin: "beta:1"}}
+  - {{name: pair, model: {LLAMA_8B}, max_model_len: 8192, tensor_parallel_size: 2, avoid: ["beta:1"]}}
+"""
+    plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)))
+    assert plan.seat("pinned").gpus == ["beta:1"] and plan.seat("pinned").env["CUDA_VISIBLE_DEVICES"] == "1"
+    pair = plan.seat("pair").gpus
+    assert len({label.split(":")[0] for label in pair}) == 1 and "beta:1" not in pair
+    # beta:1 holds the pinned seat beside 10 GiB reserved: it is the worst GPU
+    beta1 = next(gpu for gpu in plan.gpus if (gpu.host, gpu.index) == ("beta", 1))
+    assert beta1.spare_bytes == 70 * GiB - plan.seat("pinned").footprint_bytes == plan.worst_case_spare_bytes

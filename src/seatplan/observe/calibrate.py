@@ -92,8 +92,8 @@ def _same_host(a: str | None, b: str | None) -> bool:
 
 
 def plateau_of(values: np.ndarray) -> float:
-    """The level of a run of readings once it settled: the median of the last quarter."""
-    tail = values[-max(1, len(values) // 4):]
+    """The level of a run of readings once it settled: the median of the last quarter (at least 3 readings)."""
+    tail = values[-max(3, len(values) // 4):]
     return float(np.median(tail))
 
 

@@ -33,7 +33,7 @@ def read_vllm_logs(specs: list[str], *, year: int | None) -> tuple[list[Boot], l
     boots: list[Boot] = []
     stats: list[EngineStats] = []
     for spec in specs:
-        seat, _, path_text = spec.rpartition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
+        seat, _, path_text = spec.partition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
         path = Path(path_text)
         try:
             text = path.read_text(errors="replace")

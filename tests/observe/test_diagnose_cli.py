@@ -1,0 +1,114 @@
+"""`seatplan diagnose` end to end: logs + GPU series + per-process readings + a plan → report and observations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timezone
+
+import pytest
+
+from observe.series import DAY, HOUR, MINUTE, T0, seed_scenarios, write_nvidia_smi
+from observe.test_logparse import boot_lines
+from seatplan.units import GiB, MiB
+
+
+def clock(offset_s: int) -> str:
+    return datetime.fromtimestamp(T0 + offset_s, tz=timezone.utc).strftime("%m-%d %H:%M:%S")
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "seatplan.cli", "diagnose", *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def scene(tmp_path_factory):
+    root = tmp_path_factory.mktemp("diagnose")
+    gpus = {index: scenario.generate() for index, scenario in enumerate(seed_scenarios().values())}
+    write_nvidia_smi(root / "smi.csv", gpus)
+    # "big" (GPU 0) restarted when GPU 0 stepped; "racy" booted three times with moving KV.
+    log = boot_lines(10, 11, "big", clock=clock(0), kv_gib=60.0) + boot_lines(20, 21, "big", clock=clock(4 * DAY), kv_gib=62.0, util=0.93)
+    for number, (kv, non_torch) in enumerate(((20.37, 8.11), (26.74, 1.74), (29.04, -0.56))):
+        log += boot_lines(30 + number, 40 + number, "racy", clock=clock(number * DAY + HOUR), kv_gib=kv, non_torch_gib=non_torch)
+    (root / "engines.log").write_text("\n".join(log) + "\n")
+    apps = ["timestamp, gpu_uuid, pid, process_name, used_gpu_memory [MiB]"]
+    for minute, used in enumerate([30_500, 31_200, 31_900, 32_000, 32_010, 31_990]):
+        stamp = datetime.fromtimestamp(T0 + 5 * DAY + minute * MINUTE, tz=timezone.utc).strftime("%Y/%m/%d %H:%M:%S.000")
+        apps.append(f"{stamp}, GPU-1, 42, VLLM::EngineCore, {used} MiB")
+    (root / "apps.csv").write_text("\n".join(apps) + "\n")
+    plan = {
+        "gpus": [
+            {"host": "node-1", "index": 0, "name": "H200", "total_bytes": 97_871 * MiB, "reserved_bytes": 0, "keep_clear": False,
+             "seats": ["big"], "used_bytes": 86_000 * MiB, "spare_bytes": 6_000 * MiB, "headroom_bytes": 0},
+            {"host": "node-1", "index": 1, "name": "H200", "total_bytes": 97_871 * MiB, "reserved_bytes": 0, "keep_clear": False,
+             "seats": ["racy", "emb"], "used_bytes": 90_000 * MiB, "spare_bytes": 4_000 * MiB, "headroom_bytes": 0},
+        ],
+        "seats": [
+            {"name": "big", "served_model_name": "big", "gpus": ["node-1:0"], "footprint_bytes": 86_000 * MiB, "kv_cache_memory_bytes": 60 * GiB},
+            {"name": "racy", "served_model_name": "racy", "gpus": ["node-1:1"], "footprint_bytes": 30_000 * MiB, "kv_cache_memory_bytes": 27 * GiB},
+            {"name": "emb", "served_model_name": "emb", "gpus": ["node-1:1"], "footprint_bytes": 60_000 * MiB, "kv_cache_memory_bytes": None},
+        ],
+    }
+    (root / "plan.json").write_text(json.dumps(plan))
+    return root
+
+
+def test_json_report_and_observations(scene):
+    observed_path = scene / "observed.json"
+    result = run("--vllm-log", str(scene / "engines.log"), "--log-year", "2026", "--nvidia-smi", str(scene / "smi.csv"),
+                 "--nvidia-smi", str(scene / "apps.csv"), "--plan", str(scene / "plan.json"), "-o", str(observed_path), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)  # exactly one JSON document
+    gpus = {gpu["index"]: gpu for gpu in report["gpus"]}
+    assert [round(s["delta_mib"], -2) for s in gpus[0]["steps"]] == [2_300]
+    assert gpus[0]["creep"] is None and gpus[1]["creep"]["plateau_at"]
+    assert gpus[1]["plateau_free_mib"] == pytest.approx(97_871 - 97_800, abs=60)  # "about 60 MiB free"
+
+    # GPU 0: 91,082 used against 86,000 planned + 6,000 spare: the spare held; the seat's estimate is off.
+    assert gpus[0]["plan"]["spare_held"] and gpus[0]["plan"]["seats_to_correct"] == ["big"]
+    assert gpus[0]["plan"]["miss_mib"] == pytest.approx(5_082, abs=60)
+    # GPU 1: 97,800 against 90,000 + 4,000: overrun by ~3,800; "racy" is observed at 32,000 vs 30,000 planned.
+    assert not gpus[1]["plan"]["spare_held"] and gpus[1]["plan"]["seats_to_correct"] == ["racy"]
+
+    seats = {seat["name"]: seat for seat in report["seats"]}
+    assert len(seats["big"]["boots"]) == 2 and len(seats["racy"]["boots"]) == 3
+    race = next(f for f in seats["racy"]["findings"] if f["kind"] == "co_boot_race")
+    assert race["pin_kv_cache_memory_bytes"] == 27 * GiB  # the plan's pin wins over the log's 29 GiB
+    assert {f["kind"] for f in report["findings"]} >= {"co_boot_race", "plan_spare_missed", "seat_estimate_off"}
+
+    observed = json.loads(observed_path.read_text())
+    assert observed["seats"]["racy"]["footprint_bytes"] == 32_000 * MiB  # pid 42 (racy's last engine core) at plateau
+    assert observed["seats"]["racy"]["source"].startswith("nvidia-smi compute-apps")
+    # big's restart dipped to 0 on its GPU: its footprint is the GPU's plateau after the restart.
+    assert observed["seats"]["big"]["footprint_bytes"] / MiB == pytest.approx(91_082, abs=60)
+    assert observed["seats"]["big"]["kv_cache_memory_bytes"] == 62 * GiB
+
+    from seatplan.plan.models import ObservedFootprints
+
+    assert ObservedFootprints.model_validate(observed).seats["big"].footprint_bytes == observed["seats"]["big"]["footprint_bytes"]
+
+
+def test_human_output(scene):
+    result = run("--nvidia-smi", str(scene / "smi.csv"), "--vllm-log", f"renamed={scene / 'engines.log'}")
+    assert result.returncode == 0, result.stderr
+    assert "GPUs" in result.stdout and "renamed" in result.stdout and "co_boot_race" in result.stdout
+
+
+@pytest.mark.parametrize("args, where", [
+    ((), "diagnose"),
+    (("--nvidia-smi", "/nonexistent.csv"), "/nonexistent.csv"),
+    (("--prometheus", "http://127.0.0.1:9/", "--since", "ages"), "--since"),
+])
+def test_bad_input_is_a_clean_error(args, where):
+    result = run(*args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "Traceback" not in result.stderr and where in result.stderr and "fix:" in result.stderr
+
+
+def test_bad_plan_is_a_clean_error(tmp_path, scene):
+    bad = tmp_path / "plan.json"
+    bad.write_text(json.dumps({"gpus": [{"index": "zero"}], "seats": []}))
+    result = run("--nvidia-smi", str(scene / "smi.csv"), "--plan", str(bad), "-o", str(tmp_path / "out.json"))
+    assert result.returncode == 2 and "gpus.0.index" in result.stderr
+    assert not (tmp_path / "out.json").exists()

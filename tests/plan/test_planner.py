@@ -215,3 +215,9 @@ seats:
     # beta:1 holds the pinned seat beside 10 GiB reserved: it is the worst GPU
     beta1 = next(gpu for gpu in plan.gpus if (gpu.host, gpu.index) == ("beta", 1))
     assert beta1.spare_bytes == 70 * GiB - plan.seat("pinned").footprint_bytes == plan.worst_case_spare_bytes
+
+
+def test_observations_for_unknown_seats_are_reported(tmp_path):
+    observed = ObservedFootprints.model_validate({"seats": {"gone": {"footprint_bytes": GiB, "source": "nvidia-smi", "samples": 3}}})
+    plan = build_plan(load_fleet(write_fleet(tmp_path, SMALL)), observed=observed)
+    assert "observations for gone, which the fleet does not declare, were not used" in plan.warnings

@@ -46,7 +46,8 @@ def plan_command(
         observed_path=str(observed) if observed else None,
         time_limit_s=time_limit_s,
     )
-    if output is not None and plan.infeasible is None:
+    placed = plan.worst_case_spare_bytes is not None
+    if output is not None and placed:
         atomic_write_text(output, plan.model_dump_json(indent=2) + "\n")
     if json_output:
         from seatplan.output import emit_json
@@ -58,13 +59,14 @@ def plan_command(
 
         out = console()
         print_plan(out, plan)
-        if output is not None and plan.infeasible is None:
+        if output is not None and placed:
             out.print(f"plan saved to {output}")
-    if plan.infeasible is not None:
+    if not placed:
         if not json_output:
             from seatplan.output import error_console
 
-            error_console().print("[bold red]error:[/] the fleet does not fit; see the seats above", markup=True)
+            reason = "the fleet does not fit; see the seats above" if plan.infeasible else plan.warnings[-1]
+            error_console().print(f"[bold red]error:[/] {reason}", markup=True)
         raise typer.Exit(EXIT_INFEASIBLE)
 
 

@@ -99,7 +99,13 @@ def build_plan(
         seatplan_version=seatplan.__version__,
         vllm_version=fleet.policy.vllm_version,
     )
-    return assemble_plan(fleet, gpus, sized, result, inputs)
+    plan = assemble_plan(fleet, gpus, sized, result, inputs)
+    if observed is not None:
+        declared = {seat.name for seat in fleet.seats}
+        plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
+    if result.best is None and result.infeasible is None:
+        plan.warnings.append(f"no layout found within the {time_limit_s:g} s time limit (the fleet is not proven infeasible); raise --time-limit")
+    return plan
 
 
 # ----------------------------------------------------------------------------- contexts raised where they fit
@@ -440,7 +446,7 @@ def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], 
         args = vllm_args(seat, util)
         env |= seat.extra_env
     elif not placed:
-        warnings.append(f"{spec.name}: not placed (the fleet does not fit)")
+        warnings.append(f"{spec.name}: not placed")
     return PlannedSeat(
         name=spec.name,
         engine=spec.engine,

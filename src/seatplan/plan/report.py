@@ -20,8 +20,10 @@ def gib(num_bytes: int | None) -> str:
 
 
 def headline(plan: Plan) -> str:
-    if plan.infeasible is not None or plan.worst_case_spare_bytes is None:
+    if plan.infeasible is not None:
         return "the fleet does not fit"
+    if plan.worst_case_spare_bytes is None:
+        return "no layout found within the time limit"
     proof = "proven optimal" if plan.optimal else f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)})"
     return f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s, {plan.moves} move(s))"
 
@@ -90,6 +92,8 @@ def print_plan(console: Console, plan: Plan) -> None:
     console.print(Text(headline(plan), style="bold green" if plan.infeasible is None and plan.optimal else "bold yellow"))
     if plan.infeasible is not None:
         print_infeasible(console, plan)
+        return
+    if plan.worst_case_spare_bytes is None:
         return
     console.print(gpu_table(plan))
     console.print(footprint_table(plan))

@@ -22,6 +22,7 @@ from seatplan.plan.models import (
     Fleet,
     GpuSpec,
     ModelUsage,
+    ObservedSeat,
     ObservedFootprints,
     Plan,
     PlanInfeasibility,
@@ -210,16 +211,10 @@ def size_seat(
     allowed = allowed_gpus(fleet, gpus, seat)
     seen = observed.seats.get(seat.name) if observed else None
     if seat.engine == "fixed":
-        assert seat.memory_cap_bytes is not None  # fleet checks guarantee it
-        sized = SizedSeat(seat, allowed, fp.fixed_footprint(seat.memory_cap_bytes))
-        sized.lines.append(ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU", note="not a vLLM engine: it costs its declared cap"))
-        if seen is not None:
-            sized.warnings.append(f"{seat.name}: observed {human_bytes(seen.footprint_bytes)} against a declared cap of {human_bytes(seat.memory_cap_bytes)}; the plan uses the declared cap")
-        return sized
-
+        return size_fixed_seat(seat, allowed, seen)
     overhead = fp.load_overhead_model()
-    smallest_gpu = min(gpus[key].total_bytes for key in (allowed or [k for k, g in gpus.items() if not g.keep_clear] or list(gpus)))
-    limits = fp.engine_limits(seat.max_num_seqs, seat.max_num_batched_tokens, overhead.defaults_for(smallest_gpu))
+    usable = allowed or [key for key, gpu in gpus.items() if not gpu.keep_clear] or list(gpus)
+    limits = fp.engine_limits(seat.max_num_seqs, seat.max_num_batched_tokens, overhead.defaults_for(min(gpus[key].total_bytes for key in usable)))
     settings = EngineSettings(
         tensor_parallel_size=seat.tensor_parallel_size,
         dtype=seat.dtype,
@@ -232,38 +227,11 @@ def size_seat(
 
     context = sizing.choose_context(seat, facts)
     kv = sizing.choose_kv_bytes(seat, facts, context.max_model_len, fleet.policy)
-    served = seat.served_model_name or seat.name
-    model_usage = usage_for(usage, served, seat.name)
+    model_usage = usage_for(usage, seat.served_model_name or seat.name, seat.name)
     cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
     inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
+    footprint, footprint_line = seat_footprint(fleet, seat, facts, kv.kv_cache_memory_bytes, limits, seen)
 
-    profile = overhead.profile_for(fleet.policy.vllm_version)
-    if seen is not None:
-        footprint = fp.observed_footprint(seen, kv.kv_cache_memory_bytes, seen.kv_cache_memory_bytes)
-        footprint_line = ExplanationLine(
-            rule="footprint",
-            inputs={"observed_footprint_bytes": seen.footprint_bytes, "source": seen.source, "samples": seen.samples},
-            result=f"{human_bytes(footprint.footprint_bytes)} per GPU (observed)",
-            note="observed plateau replaces the estimate; the KV part follows this plan's pin",
-        )
-    else:
-        footprint = fp.vllm_footprint(
-            shape=facts.shape,
-            weights=fp.Weights(facts.weights_bytes, facts.weights_exact, facts.weights_source),
-            tensor_parallel_size=seat.tensor_parallel_size,
-            kv_cache_memory_bytes=kv.kv_cache_memory_bytes,
-            limits=limits,
-            enforce_eager=seat.enforce_eager,
-            creep_allowance_bytes=fleet.policy.creep_allowance_bytes,
-            profile=profile,
-            vllm_version=fleet.policy.vllm_version,
-        )
-        footprint_line = ExplanationLine(
-            rule="footprint",
-            inputs={part.name: part.bytes for part in footprint.parts} | {"profile": profile.name},
-            result=f"{human_bytes(footprint.footprint_bytes)} per GPU (estimate)",
-            note=f"plateau estimate keyed on vLLM {fleet.policy.vllm_version} (profile {profile.name}, non-KV MAE {profile.non_kv_mae_gib} GiB); pass --observed to replace it",
-        )
     sized = SizedSeat(
         seat,
         allowed,
@@ -279,17 +247,62 @@ def size_seat(
         sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
         if context.yarn.needs_long_max_model_len_env:
             sized.extra_env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
-    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + [footprint_line]
-    sized.lines.append(
-        ExplanationLine(
-            rule="batch_limits",
-            inputs={"max_num_seqs": limits.max_num_seqs, "max_num_batched_tokens": limits.max_num_batched_tokens},
-            result=f"--max-num-seqs {limits.max_num_seqs} --max-num-batched-tokens {limits.max_num_batched_tokens}",
-            note=f"{limits.source}; passed explicitly because the activation estimate assumes them",
-        )
-    )
+    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + [footprint_line, batch_limits_line(limits)]
     sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings
     return sized
+
+
+def size_fixed_seat(seat: SeatSpec, allowed: list[GpuKey] | None, seen: ObservedSeat | None) -> SizedSeat:
+    assert seat.memory_cap_bytes is not None  # fleet checks guarantee it
+    sized = SizedSeat(seat, allowed, fp.fixed_footprint(seat.memory_cap_bytes))
+    sized.lines.append(
+        ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU", note="not a vLLM engine: it costs its declared cap")
+    )
+    if seen is not None:
+        sized.warnings.append(f"{seat.name}: observed {human_bytes(seen.footprint_bytes)} against a declared cap of {human_bytes(seat.memory_cap_bytes)}; the plan uses the declared cap")
+    return sized
+
+
+def seat_footprint(
+    fleet: Fleet, seat: SeatSpec, facts: ModelFacts, kv_cache_memory_bytes: int, limits: fp.EngineLimits, seen: ObservedSeat | None
+) -> tuple[fp.SeatFootprint, ExplanationLine]:
+    """The observed plateau when there is one, else the labelled estimate."""
+    if seen is not None:
+        footprint = fp.observed_footprint(seen, kv_cache_memory_bytes, seen.kv_cache_memory_bytes)
+        return footprint, ExplanationLine(
+            rule="footprint",
+            inputs={"observed_footprint_bytes": seen.footprint_bytes, "source": seen.source, "samples": seen.samples},
+            result=f"{human_bytes(footprint.footprint_bytes)} per GPU (observed)",
+            note="observed plateau replaces the estimate; the KV part follows this plan's pin",
+        )
+    version = fleet.policy.vllm_version
+    profile = fp.load_overhead_model().profile_for(version)
+    footprint = fp.vllm_footprint(
+        shape=facts.shape,
+        weights=fp.Weights(facts.weights_bytes, facts.weights_exact, facts.weights_source),
+        tensor_parallel_size=seat.tensor_parallel_size,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        limits=limits,
+        enforce_eager=seat.enforce_eager,
+        creep_allowance_bytes=fleet.policy.creep_allowance_bytes,
+        profile=profile,
+        vllm_version=version,
+    )
+    return footprint, ExplanationLine(
+        rule="footprint",
+        inputs={part.name: part.bytes for part in footprint.parts} | {"profile": profile.name},
+        result=f"{human_bytes(footprint.footprint_bytes)} per GPU (estimate)",
+        note=f"plateau estimate keyed on vLLM {version} (profile {profile.name}, non-KV MAE {profile.non_kv_mae_gib} GiB); pass --observed to replace it",
+    )
+
+
+def batch_limits_line(limits: fp.EngineLimits) -> ExplanationLine:
+    return ExplanationLine(
+        rule="batch_limits",
+        inputs={"max_num_seqs": limits.max_num_seqs, "max_num_batched_tokens": limits.max_num_batched_tokens},
+        result=f"--max-num-seqs {limits.max_num_seqs} --max-num-batched-tokens {limits.max_num_batched_tokens}",
+        note=f"{limits.source}; passed explicitly because the activation estimate assumes them",
+    )
 
 
 # ----------------------------------------------------------------------------- placement glue

@@ -51,7 +51,10 @@ def test_maximises_the_worst_case_spare_and_proves_it():
     assert result.bound_bytes == 20 * GiB
 
 
-def test_runner_ups_are_the_next_distinct_splits_with_the_reason_they_lost():
+def test_runner_ups_split_the_bottleneck_of_the_layout_before_them_and_say_why_they_lost():
+    # Best {45,15}|{30,25}: its bottleneck (20 GiB left) holds a45+d15. Kept apart, the best is 10 GiB
+    # ({45,25}|{30,15} or {45}|{30,25,15}); splitting that one's bottleneck too gives the other 10 GiB
+    # layout; splitting b30+c25+d15 then leaves only {45,30}|{25,15} at 5 GiB.
     result = place(gpus_of(2), FOUR, runner_ups=3)
     worsts = [alt.placement.worst_case_spare_bytes for alt in result.runner_ups]
     assert worsts == [10 * GiB, 10 * GiB, 5 * GiB]
@@ -61,7 +64,11 @@ def test_runner_ups_are_the_next_distinct_splits_with_the_reason_they_lost():
     }
     last = result.runner_ups[2]
     worst_gpu = next(label for label, spare in last.placement.spare_bytes.items() if spare == 5 * GiB)
-    assert last.why_lost == f"worst-case spare 15.00 GiB lower: GPU {worst_gpu} would hold a45, b30, leaving 5.00 GiB"
+    second_bottleneck = min(result.runner_ups[1].placement.spare_bytes.items(), key=lambda item: item[1])[0]
+    split_up = sorted(name for name, where in result.runner_ups[1].placement.assignment.items() if second_bottleneck in (f"{h}:{i}" for h, i in where))
+    apart = f"{split_up[0]} and {split_up[1]} on different GPUs" if len(split_up) == 2 else "b30, c25 and d15 not all on one GPU"
+    assert last.why_lost == f"with {apart}: worst-case spare 15.00 GiB lower: GPU {worst_gpu} would hold a45, b30, leaving 5.00 GiB"
+    assert result.runner_ups[0].why_lost.startswith("with a45 and d15 on different GPUs: worst-case spare 10.00 GiB lower")
 
 
 def test_runner_ups_can_be_switched_off():
@@ -216,7 +223,7 @@ def test_same_spare_more_moves_runner_up():
     ]
     result = place(gpus_of(2), seats)
     assert result.best.moves == 0 and result.best.worst_case_spare_bytes == 20 * GiB
-    assert result.runner_ups[0].why_lost == "same worst-case spare, 2 more moves"
+    assert result.runner_ups[0].why_lost == "with a and b on different GPUs: same worst-case spare, 2 more moves"
     assert result.runner_ups[0].placement.moves == 2
 
 
@@ -245,7 +252,7 @@ def test_exact_bytes_not_rounded():
     assert result.best.worst_case_spare_bytes == 499
     assert groups(result.best) == {frozenset({"a"}), frozenset({"b", "c"})}
     assert result.runner_ups[0].placement.worst_case_spare_bytes == 497
-    assert result.runner_ups[0].why_lost.startswith("worst-case spare 2 B lower")
+    assert result.runner_ups[0].why_lost.startswith("with b and c on different GPUs: worst-case spare 2 B lower")
 
 
 def test_duplicate_names_and_unknown_gpus_are_user_errors():

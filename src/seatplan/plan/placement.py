@@ -13,12 +13,13 @@ fleets. Both say whether the answer is proven optimal and give a proven upper bo
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from seatplan.plan import placement_search
-from seatplan.plan.placement_search import GpuSet, Layout, Problem
+from seatplan.plan.placement_search import GpuSet, Layout, Problem, Solved
 from seatplan.units import human_bytes
 
 Method = Literal["exhaustive", "cp-sat"]
@@ -28,6 +29,7 @@ Method = Literal["exhaustive", "cp-sat"]
 EXHAUSTIVE_MAX_OPEN_GPUS = 8
 EXHAUSTIVE_MAX_SEATS = 16
 EXHAUSTIVE_TIME_SHARE = 0.25
+BEST_TIME_SHARE = 0.7  # of the time limit for the best layout when runner-ups are asked for; they share the rest
 
 
 class GpuSlot(BaseModel):
@@ -95,70 +97,91 @@ def place(
     time_limit_s: float = 30.0,
     method: Literal["auto", "exhaustive", "cp-sat"] = "auto",
 ) -> PlacementResult:
-    """The best layout, whether it is proven optimal, up to ``runner_ups`` distinct next-best layouts, or why none fits."""
+    """The best layout, whether it is proven optimal, up to ``runner_ups`` next-best layouts, or why none fits.
+
+    Runner-up *n* is the best layout that also splits up the seats sharing the bottleneck GPU of
+    layout *n − 1* (the lowest-spare GPU holding two or more seats), so each shows what the plan
+    would look like if the pairing that limits the one before it were avoided.
+    """
     started = time.perf_counter()
     problem = placement_search.compile_problem(gpus, seats)
-    chosen_method: Method = "cp-sat" if method == "cp-sat" or (method == "auto" and not _host_sized(problem)) else "exhaustive"
+    chosen: Method = "cp-sat" if method == "cp-sat" or (method == "auto" and not _host_sized(problem)) else "exhaustive"
 
     alone = _seats_that_never_fit(problem)
     if alone:
-        return _infeasible_result(problem, chosen_method, alone, started, proven_by_size=True)
+        return _infeasible_result(problem, chosen, alone, started, proven_by_size=True)
 
-    keep = 1 + max(0, runner_ups)
-    layouts: list[Layout] = []
-    proven = False
-    bound_bytes: int | None = None
-    if chosen_method == "exhaustive":
-        share = time_limit_s if method == "exhaustive" else time_limit_s * EXHAUSTIVE_TIME_SHARE
-        outcome = placement_search.exhaustive(problem, keep=keep, deadline=started + share)
-        layouts, proven = outcome.layouts, outcome.complete
-        if not proven and method == "auto":
-            chosen_method = "cp-sat"
-        elif proven:
-            bound_bytes = layouts[0].worst_spare_bytes if layouts else None
-        else:
-            bound_bytes = placement_search.root_bound(problem)
-    if chosen_method == "cp-sat":
-        from seatplan.plan import placement_cpsat
-
-        remaining_s = max(1.0, time_limit_s - (time.perf_counter() - started))
-        hints = [layout.assignment for layout in layouts[:1]] or _greedy_hints(problem)
-        solved = placement_cpsat.solve(problem, runner_ups=keep - 1, time_limit_s=remaining_s, hints=hints)
-        layouts, proven = solved.layouts, solved.optimal
-        bound_bytes = None if solved.bound_bytes is None else min(solved.bound_bytes, placement_search.root_bound(problem))
-        if solved.proven_infeasible:
-            return _infeasible_result(problem, chosen_method, [], started, proven_by_size=False, time_limit_s=time_limit_s)
-    elif not layouts and proven:
-        return _infeasible_result(problem, chosen_method, [], started, proven_by_size=False, time_limit_s=time_limit_s)
-
-    if not layouts:
+    best_share = BEST_TIME_SHARE if runner_ups > 0 else 1.0
+    solved, chosen = _solve(problem, chosen, fallback=method == "auto", until=started + time_limit_s * best_share)
+    if solved.proven_infeasible:
+        return _infeasible_result(problem, chosen, [], started, proven_by_size=False, time_limit_s=time_limit_s)
+    if solved.layout is None:
         return PlacementResult(
-            best=None, optimal=False, method=chosen_method, bound_bytes=bound_bytes, runner_ups=[],
+            best=None, optimal=False, method=chosen, bound_bytes=solved.bound_bytes, runner_ups=[],
             infeasible=None, solve_seconds=time.perf_counter() - started,
         )
-    best = to_placement(problem, layouts[0].assignment)
-    if proven:
-        bound_bytes = best.worst_case_spare_bytes
-    alternatives = [
-        Alternative(placement=alt, why_lost=why_lost(problem, best, alt))
-        for alt in (to_placement(problem, layout.assignment) for layout in layouts[1:keep])
-    ]
+    best = to_placement(problem, solved.layout.assignment)
+    alternatives = _runner_ups(problem, chosen, solved.layout, best, runner_ups, until=started + time_limit_s)
     return PlacementResult(
-        best=best, optimal=proven, method=chosen_method, bound_bytes=bound_bytes, runner_ups=alternatives,
+        best=best, optimal=solved.optimal, method=chosen, bound_bytes=solved.bound_bytes, runner_ups=alternatives,
         infeasible=None, solve_seconds=time.perf_counter() - started,
     )
+
+
+def _solve(problem: Problem, method: Method, *, fallback: bool, until: float) -> tuple[Solved, Method]:
+    """Solve with ``method``; with ``fallback`` an exhaustive search that runs out of its share of time hands over to CP-SAT."""
+    hint: tuple[GpuSet, ...] | None = None
+    if method == "exhaustive":
+        now = time.perf_counter()
+        stop = now + (until - now) * EXHAUSTIVE_TIME_SHARE if fallback else until
+        outcome = placement_search.search(problem, deadline=stop)
+        layout = outcome.layout
+        if outcome.complete:
+            bound = None if layout is None else layout.worst_spare_bytes
+            return Solved(layout=layout, optimal=True, bound_bytes=bound, proven_infeasible=layout is None), "exhaustive"
+        if not fallback:
+            return Solved(layout=layout, optimal=False, bound_bytes=placement_search.root_bound(problem), proven_infeasible=False), "exhaustive"
+        hint = None if layout is None else layout.assignment
+    from seatplan.plan import placement_cpsat
+
+    if hint is None:
+        hint = _greedy_hint(problem)
+    return placement_cpsat.solve(problem, time_limit_s=max(0.5, until - time.perf_counter()), hint=hint), "cp-sat"
+
+
+def _runner_ups(problem: Problem, method: Method, best_layout: Layout, best: Placement, count: int, *, until: float) -> list[Alternative]:
+    alternatives: list[Alternative] = []
+    previous, constrained = best_layout, problem
+    for position in range(count):
+        group = placement_search.bottleneck_group(problem, previous.assignment)
+        if group is None:
+            break
+        constrained = replace(constrained, apart=constrained.apart + (group,))
+        share = (until - time.perf_counter()) / (count - position)
+        solved, _ = _solve(constrained, method, fallback=False, until=time.perf_counter() + max(0.5, share))
+        if solved.layout is None:
+            break
+        placement = to_placement(problem, solved.layout.assignment)
+        names = [problem.seat_names[s] for s in group]
+        alternatives.append(Alternative(placement=placement, why_lost=f"{_apart_words(names)}: {why_lost(problem, best, placement)}"))
+        previous = solved.layout
+    return alternatives
+
+
+def _apart_words(names: list[str]) -> str:
+    listed = ", ".join(sorted(names)[:-1]) + " and " + sorted(names)[-1]
+    return f"with {listed} not all on one GPU" if len(names) > 2 else f"with {listed} on different GPUs"
 
 
 def _host_sized(problem: Problem) -> bool:
     return len(problem.open_gpus) <= EXHAUSTIVE_MAX_OPEN_GPUS and len(problem.seat_names) <= EXHAUSTIVE_MAX_SEATS
 
 
-def _greedy_hints(problem: Problem) -> list[tuple[GpuSet, ...]]:
+def _greedy_hint(problem: Problem) -> tuple[GpuSet, ...] | None:
     """Most-free-first as the solver's starting point: quick, and usually close on max-min objectives."""
     from seatplan.plan.baselines import greedy
 
-    start = greedy(problem, "most-free-first")
-    return [] if start is None else [start]
+    return greedy(problem, "most-free-first")
 
 
 def to_placement(problem: Problem, assignment: tuple[GpuSet, ...] | list[GpuSet]) -> Placement:

@@ -10,21 +10,10 @@ in exact bytes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
-from seatplan.plan.placement_search import GpuSet, Layout, Problem, root_bound
+from seatplan.plan.placement_search import GpuSet, Layout, Problem, Solved, root_bound
 
 WORKERS = 2  # the machines this runs on have two cores
-PASS1_SHARE = 0.6
-PASS2_SHARE = 0.2
-
-
-@dataclass
-class Solved:
-    layouts: list[Layout]  # best first
-    optimal: bool  # worst-case spare and then moves proven optimal
-    bound_bytes: int | None  # the solver's proven upper bound on the worst-case spare
-    proven_infeasible: bool
+PASS1_SHARE = 0.75  # of a solve's time, when there is a current layout to prefer (pass 2 gets the rest)
 
 
 class _Model:
@@ -49,6 +38,8 @@ class _Model:
             if optional:
                 self.placed[seat] = placed
             self._one_gpu_set(seat, gpus, placed)
+        for group in problem.apart:
+            self.forbid_together(group)
         self.load = {}
         for g in range(len(problem.gpu_keys)):
             terms = [(problem.footprint_bytes[s] // self.unit, self.x[s, g]) for s in range(len(problem.seat_names)) if (s, g) in self.x]
@@ -102,7 +93,7 @@ class _Model:
         for (seat, g), var in self.x.items():
             self.model.AddHint(var, g in assignment[seat])
 
-    def forbid_together(self, seats: list[int]) -> None:
+    def forbid_together(self, seats: tuple[int, ...]) -> None:
         """These seats may not all share one GPU again."""
         for g in range(len(self.problem.gpu_keys)):
             if all((s, g) in self.x for s in seats):
@@ -138,79 +129,38 @@ def _layout(problem: Problem, assignment: tuple[GpuSet, ...]) -> Layout:
     return Layout((-problem.worst_spare(load_bytes), problem.moves(assignment)), assignment, problem.split_key(list(assignment)))
 
 
-def solve(problem: Problem, *, runner_ups: int, time_limit_s: float, hints: list[tuple[GpuSet, ...]]) -> Solved:
+def solve(problem: Problem, *, time_limit_s: float, hint: tuple[GpuSet, ...] | None) -> Solved:
     from ortools.sat.python import cp_model
 
     built = _Model(problem)
     worst = built.add_worst()
     built.model.Maximize(worst)
-    if hints:
-        built.hint(hints[0])
-    first = _solver(time_limit_s * (PASS1_SHARE if runner_ups else PASS1_SHARE + 0.2))
+    if hint is not None:
+        built.hint(hint)
+    moves = built.moves()
+    first = _solver(time_limit_s * (1.0 if isinstance(moves, int) else PASS1_SHARE))
     status = first.Solve(built.model)
     if status == cp_model.INFEASIBLE:
-        return Solved(layouts=[], optimal=True, bound_bytes=None, proven_infeasible=True)
+        return Solved(layout=None, optimal=True, bound_bytes=None, proven_infeasible=True)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Solved(layouts=[], optimal=False, bound_bytes=None, proven_infeasible=False)
+        return Solved(layout=None, optimal=False, bound_bytes=None, proven_infeasible=False)
     worst_proven = status == cp_model.OPTIMAL
-    bound_bytes = int(math.floor(first.BestObjectiveBound())) * built.unit
+    bound_bytes = min(int(math.floor(first.BestObjectiveBound())) * built.unit, root_bound(problem))
     found = built.assignment(first)
-
-    # Pass 2: keep the worst-case spare, fewest moves.
-    moves = built.moves()
     moves_proven = True
     if not isinstance(moves, int):
+        # Pass 2: keep the worst-case spare pass 1 reached, fewest moves.
         built.model.Add(worst >= first.Value(worst))
         built.model.Minimize(moves)
         built.hint(found)
-        second = _solver(time_limit_s * PASS2_SHARE)
+        second = _solver(time_limit_s * (1 - PASS1_SHARE))
         status2 = second.Solve(built.model)
         moves_proven = status2 == cp_model.OPTIMAL
         if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             candidate = built.assignment(second)
             if _layout(problem, candidate) < _layout(problem, found):
                 found = candidate
-    best = _layout(problem, found)
-    layouts = [best] + _runner_ups(problem, best, runner_ups, time_limit_s * (1 - PASS1_SHARE - PASS2_SHARE))
-    return Solved(layouts=layouts, optimal=worst_proven and moves_proven, bound_bytes=bound_bytes, proven_infeasible=False)
-
-
-def _runner_ups(problem: Problem, best: Layout, count: int, time_limit_s: float) -> list[Layout]:
-    """Next-best layouts: each must split up the seats sharing the bottleneck GPU of every layout before it."""
-    from ortools.sat.python import cp_model
-
-    if count <= 0:
-        return []
-    built = _Model(problem)
-    worst = built.add_worst()
-    built.model.Maximize(worst * (len(problem.seat_names) + 1) - built.moves())
-    found: list[Layout] = [best]
-    seen = {best.key}
-    for _ in range(count):
-        group = _bottleneck_group(problem, found[-1].assignment)
-        if group is None:
-            break
-        built.forbid_together(group)
-        built.hint(found[-1].assignment)
-        solver = _solver(time_limit_s / count)
-        if solver.Solve(built.model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            break
-        layout = _layout(problem, built.assignment(solver))
-        if layout.key in seen:
-            break
-        seen.add(layout.key)
-        found.append(layout)
-    return found[1:]
-
-
-def _bottleneck_group(problem: Problem, assignment: tuple[GpuSet, ...]) -> list[int] | None:
-    """The seats on the lowest-spare open GPU that holds two or more seats."""
-    load_bytes = problem.loads(assignment)
-    for g in sorted(problem.open_gpus, key=lambda g: (problem.capacity_bytes[g] - load_bytes[g], g)):
-        seats = [s for s, gpu_set in enumerate(assignment) if g in gpu_set]
-        if len(seats) >= 2:
-            return seats
-    return None
+    return Solved(layout=_layout(problem, found), optimal=worst_proven and moves_proven, bound_bytes=bound_bytes, proven_infeasible=False)
 
 
 def fewest_dropped(problem: Problem, *, time_limit_s: float) -> tuple[set[int], list[GpuSet], bool]:

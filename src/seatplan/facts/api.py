@@ -16,10 +16,13 @@ GENERATION_KEYS = ("repetition_penalty", "presence_penalty", "frequency_penalty"
                    "min_p", "max_new_tokens")
 
 
-def resolve_model_dtype(requested: str, config_dtype: str | None, quant: dict[str, Any] | None) -> tuple[str, int]:
+def resolve_model_dtype(requested: str, config_dtype: str | None, quant: dict[str, Any] | None,
+                        source: str = "config.json") -> tuple[str, int]:
     """vLLM's ``--dtype auto``: the checkpoint's dtype, float32 checkpoints run in bfloat16, AWQ in float16."""
     name = requested.lower().removeprefix("torch.")
+    where = "--dtype"
     if name == "auto":
+        where = f"{source}: torch_dtype"
         if quant and str(quant.get("quant_method", "")).lower().startswith("awq"):
             return "float16", 2
         name = (config_dtype or "float32").lower().removeprefix("torch.")
@@ -27,7 +30,7 @@ def resolve_model_dtype(requested: str, config_dtype: str | None, quant: dict[st
             name = "bfloat16"
     name = DTYPE_NAMES.get(name, name)
     if name not in DTYPE_BYTES:
-        raise SeatplanError(f"unknown dtype {requested!r}", where="--dtype", fix="use auto, bfloat16, float16 or float32")
+        raise SeatplanError(f"unknown dtype {name!r}", where=where, fix="use auto, bfloat16, float16 or float32")
     return name, DTYPE_BYTES[name]
 
 
@@ -71,20 +74,23 @@ def _generation_defaults(model_dir: Path) -> dict[str, Any]:
 
 
 def _shape(layout: architecture.ModelLayout) -> ModelShape:
-    text = layout.text_config
-    first = architecture.first_key
+    text, source = layout.text_config, layout.source
+
+    def count(*keys: str) -> int:
+        return architecture.count_field(text, keys, source)
+
     total, active = weights.parameter_totals(layout)
     return ModelShape(
-        vocab_size=int(first(text, ("vocab_size", "padded_vocab_size")) or 0),
-        hidden_size=int(first(text, architecture.HIDDEN_KEYS) or 0),
-        num_layers=int(first(text, architecture.LAYER_COUNT_KEYS) or 0),
-        intermediate_size=first(text, ("intermediate_size", "ffn_hidden_size")),
-        num_attention_heads=int(first(text, architecture.ATTENTION_HEAD_KEYS) or 0),
+        vocab_size=count("vocab_size", "padded_vocab_size"),
+        hidden_size=count(*architecture.HIDDEN_KEYS),
+        num_layers=count(*architecture.LAYER_COUNT_KEYS) or len(layout.layers),
+        intermediate_size=count("intermediate_size", "ffn_hidden_size") or None,
+        num_attention_heads=count(*architecture.ATTENTION_HEAD_KEYS),
         num_kv_heads=layout.num_kv_heads,
         head_size=layout.head_size,
-        num_experts=int(first(text, ("num_experts", "num_local_experts", "n_routed_experts")) or 0),
-        experts_per_token=int(first(text, ("num_experts_per_tok", "experts_per_token")) or 0),
-        moe_intermediate_size=first(text, ("moe_intermediate_size",)),
+        num_experts=count("num_experts", "num_local_experts", "n_routed_experts"),
+        experts_per_token=count("num_experts_per_tok", "experts_per_token"),
+        moe_intermediate_size=count("moe_intermediate_size") or None,
         tie_word_embeddings=bool(text.get("tie_word_embeddings", False)),
         multimodal=layout.multimodal,
         total_params=total,
@@ -98,13 +104,27 @@ def load_model_facts(model: str | Path, settings: EngineSettings | None = None) 
     model_dir = reader.locate_model(str(model))
     config_path = model_dir / "config.json"
     config = reader.read_json(config_path)
-    layout = architecture.describe(config, str(config_path))
+    try:
+        return _compute(model, model_dir, config, str(config_path), settings)
+    except SeatplanError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError, AttributeError, OverflowError) as problem:
+        # The specific checks name the field; this catches the long tail of damaged values.
+        raise SeatplanError(
+            f"the config holds a value seatplan cannot use ({type(problem).__name__}: {problem})",
+            where=str(config_path), fix="compare it with the model's original config.json",
+        ) from None
+
+
+def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source: str, settings: EngineSettings) -> ModelFacts:
+    layout = architecture.describe(config, source)
     quant = _quantization(config, model_dir)
-    dtype_name, dtype_bytes = resolve_model_dtype(settings.dtype, layout.config_dtype, quant)
+    dtype_name, dtype_bytes = resolve_model_dtype(settings.dtype, layout.config_dtype, quant, source)
     kv_name, kv_bytes = resolve_kv_dtype(settings.kv_cache_dtype, dtype_name, dtype_bytes, quant)
     specs, notes = kv_cache.build_specs(layout, settings, kv_bytes, dtype_bytes)
     plan = kv_cache.group_layers(specs, settings)
-    limits = context.context_limits(layout.text_config, settings.version, settings.enable_yarn, settings.yarn_factor)
+    limits = context.context_limits(layout.text_config, settings.version, settings.enable_yarn, settings.yarn_factor,
+                                    source)
     weight_result = weights.weights(model_dir, layout, settings.tensor_parallel_size, dtype_bytes)
     facts = ModelFacts(
         model=str(model),

@@ -27,6 +27,7 @@ LAYER_COUNT_KEYS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers")
 KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
 ATTENTION_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
 HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd")
+MAX_LAYERS = 10_000  # no real model comes close; guards against building a list from a damaged count
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ Layer = AttentionLayer | StateLayer
 
 @dataclass(frozen=True)
 class ModelLayout:
+    source: str
     architecture: str
     model_type: str
     text_config: dict[str, Any]
@@ -144,6 +146,19 @@ def _require_int(config: dict[str, Any], keys: tuple[str, ...], source: str, wha
     return value
 
 
+def count_field(config: dict[str, Any], keys: tuple[str, ...], source: str, default: int = 0) -> int:
+    """An optional non-negative integer under the first present key; a value of another kind is named."""
+    for key in keys:
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SeatplanError(f"{key} must be a non-negative integer, got {value!r}", where=f"{source}: {key}",
+                                fix="check the config.json for a damaged value")
+        return value
+    return default
+
+
 def _optional_int(config: dict[str, Any], key: str, source: str) -> int | None:
     value = config.get(key)
     if value is None:
@@ -175,6 +190,9 @@ def head_size_of(text: dict[str, Any], source: str) -> int:
             return value
     hidden = _require_int(text, HIDDEN_KEYS, source, "hidden size")
     heads = _require_int(text, ATTENTION_HEAD_KEYS, source, "number of attention heads")
+    if hidden < heads:
+        raise SeatplanError(f"hidden_size {hidden} is smaller than num_attention_heads {heads}, so no head_dim follows",
+                            where=f"{source}: hidden_size", fix="check the config.json, or give head_dim")
     return hidden // heads
 
 
@@ -195,7 +213,7 @@ def _attention_kinds(text: dict[str, Any], num_layers: int, source: str) -> list
                                 where=f"{source}: sliding_window", fix="check the config.json")
         return kinds
     if text.get("attention_chunk_size") and ("no_rope_layers" in text or text.get("model_type") == "llama4_text"):
-        return _llama4_kinds(text, num_layers)
+        return _llama4_kinds(text, num_layers, source)
     pattern = text.get("sliding_window_pattern")
     if isinstance(pattern, int) and pattern > 0 and window:
         return ["sliding_window" if (i + 1) % pattern else "full_attention" for i in range(num_layers)]
@@ -209,11 +227,16 @@ def _attention_kinds(text: dict[str, Any], num_layers: int, source: str) -> list
     return ["full_attention"] * num_layers
 
 
-def _llama4_kinds(text: dict[str, Any], num_layers: int) -> list[str]:
+def _llama4_kinds(text: dict[str, Any], num_layers: int, source: str) -> list[str]:
     if not text.get("attention_chunk_size"):
         return ["full_attention"] * num_layers
-    interval = text.get("no_rope_layer_interval") or 4
-    uses_rope = text.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(num_layers)]
+    uses_rope = text.get("no_rope_layers")
+    if not uses_rope:
+        interval = _require_int(text, ("no_rope_layer_interval",), source, "NoPE layer interval") if "no_rope_layer_interval" in text else 4
+        uses_rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if not isinstance(uses_rope, list) or len(uses_rope) < num_layers:
+        raise SeatplanError(f"no_rope_layers must list all {num_layers} layers", where=f"{source}: no_rope_layers",
+                            fix="check the config.json")
     return ["chunked_local" if uses_rope[i] else "full_attention" for i in range(num_layers)]
 
 
@@ -239,7 +262,8 @@ def _hybrid_pattern(text: dict[str, Any], num_layers: int, source: str) -> list[
         indices = set(text.get("attn_layer_indices") or [])
         return [i not in indices for i in range(num_layers)]
     if "attn_layer_period" in text and "attn_layer_offset" in text:
-        period, offset = text["attn_layer_period"], text["attn_layer_offset"]
+        period = _require_int(text, ("attn_layer_period",), source, "attention layer period")
+        offset = _optional_int(text, "attn_layer_offset", source)
         return [i % period != offset for i in range(num_layers)]
     if model_type in ("mamba", "mamba2", "falcon_mamba"):
         return [True] * num_layers
@@ -303,15 +327,24 @@ def _attention_layer(text: dict[str, Any], kind: str, num_kv_heads: int, head_si
 def describe(config: dict[str, Any], source: str) -> ModelLayout:
     """Turn a parsed ``config.json`` into per-layer descriptors; ``source`` names the file in errors."""
     text = text_config_of(config)
-    architectures = config.get("architectures") or []
-    architecture = str(architectures[0]) if architectures else str(config.get("model_type") or "unknown")
+    architectures = config.get("architectures")
+    if isinstance(architectures, list) and architectures:
+        architecture = str(architectures[0])
+    else:
+        architecture = str(config.get("model_type") or "unknown")
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     pattern = text.get("hybrid_override_pattern")
     if first_key(text, LAYER_COUNT_KEYS) is None and isinstance(pattern, str) and pattern:
         num_layers = len(pattern)
     else:
         num_layers = _require_int(text, LAYER_COUNT_KEYS, source, "number of layers")
+    if num_layers > MAX_LAYERS:
+        raise SeatplanError(f"{num_layers} layers is not a plausible model (limit {MAX_LAYERS})",
+                            where=f"{source}: num_hidden_layers", fix="check the config.json for a damaged value")
     state_pattern = _hybrid_pattern(text, num_layers, source)
+    if state_pattern is not None and len(state_pattern) < num_layers:
+        raise SeatplanError(f"the layer pattern lists {len(state_pattern)} layers but the model has {num_layers}",
+                            where=f"{source}: layer_types", fix="check the config.json")
     pure_state = state_pattern is not None and not any(kind is False for kind in state_pattern)
     if pure_state:
         num_kv_heads, head_size = 0, 0
@@ -338,6 +371,7 @@ def describe(config: dict[str, Any], source: str) -> ModelLayout:
     dtype = text.get("torch_dtype") or text.get("dtype") or config.get("torch_dtype") or config.get("dtype")
     multimodal = any(isinstance(config.get(key), dict) for key in ("vision_config", "audio_config"))
     return ModelLayout(
+        source=source,
         architecture=architecture,
         model_type=model_type,
         text_config=text,

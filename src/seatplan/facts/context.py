@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from seatplan.errors import SeatplanError
+
 MAX_LEN_KEYS = (
     "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
     "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len",
@@ -32,6 +34,14 @@ class ContextLimits:
     yarn_needs_env: bool
 
 
+def _positive(scaling: dict[str, Any], key: str, default: float | None, source: str) -> float:
+    value = scaling.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise SeatplanError(f"rope scaling {key} must be a positive number, got {value!r}",
+                            where=f"{source}: rope_scaling.{key}", fix="check the config.json for a damaged value")
+    return float(value)
+
+
 def rope_scaling_of(text: dict[str, Any]) -> dict[str, Any] | None:
     scaling = text.get("rope_scaling")
     if not isinstance(scaling, dict):
@@ -55,7 +65,8 @@ def _positions(text: dict[str, Any]) -> float | None:
     return float(min(values)) if values else None
 
 
-def derive_max_len(text: dict[str, Any], version: tuple[int, ...], scaling: dict[str, Any] | None) -> int:
+def derive_max_len(text: dict[str, Any], version: tuple[int, ...], scaling: dict[str, Any] | None,
+                   source: str = "config.json") -> int:
     """vLLM's ``_get_and_verify_max_len`` without a user value: the config's limit, RoPE-scaled by era."""
     derived = _positions(text)
     if derived is None:
@@ -65,9 +76,9 @@ def derive_max_len(text: dict[str, Any], version: tuple[int, ...], scaling: dict
     if scaling and "gemma3" not in model_type and rope_type not in ("default", "mrope"):
         unscaled = UNSCALED_ROPE_SINCE_0_30 if version[:2] >= (0, 30) else UNSCALED_ROPE_UNTIL_0_29
         if rope_type not in unscaled:
-            factor = float(scaling.get("factor", 1.0))
+            factor = _positive(scaling, "factor", 1.0, source)
             if rope_type == "yarn":
-                derived = float(scaling.get("original_max_position_embeddings", derived)) * factor
+                derived = _positive(scaling, "original_max_position_embeddings", derived, source) * factor
             else:
                 derived = derived * factor
     return int(derived)
@@ -82,7 +93,7 @@ def default_max_len(text: dict[str, Any], derived: int, scaling: dict[str, Any] 
     return derived
 
 
-def published_context(text: dict[str, Any]) -> int | None:
+def published_context(text: dict[str, Any], source: str = "config.json") -> int | None:
     """The context the model is published for, from the config's own conventions."""
     positions = _positions(text)
     if positions is None:
@@ -92,13 +103,15 @@ def published_context(text: dict[str, Any]) -> int | None:
         return QWEN3_NATIVE_CONTEXT
     scaling = rope_scaling_of(text)
     if rope_type_of(scaling) == "yarn" and "original_max_position_embeddings" in (scaling or {}):
-        return int(float(scaling["original_max_position_embeddings"]) * float(scaling.get("factor", 1.0)))  # type: ignore[index]
+        return int(_positive(scaling, "original_max_position_embeddings", None, source)  # type: ignore[arg-type]
+                   * _positive(scaling, "factor", 1.0, source))  # type: ignore[arg-type]
     return int(positions)
 
 
-def context_limits(text: dict[str, Any], version: tuple[int, ...], enable_yarn: bool, yarn_factor: float) -> ContextLimits:
+def context_limits(text: dict[str, Any], version: tuple[int, ...], enable_yarn: bool, yarn_factor: float,
+                   source: str = "config.json") -> ContextLimits:
     scaling = rope_scaling_of(text)
-    published = published_context(text)
+    published = published_context(text, source)
     model_type = str(text.get("model_type", ""))
     yarn_factor_used: float | None = None
     yarn_original: int | None = None
@@ -106,8 +119,9 @@ def context_limits(text: dict[str, Any], version: tuple[int, ...], enable_yarn: 
     yarn_extended: int | None = None
     yarn_needs_env = False
     if rope_type_of(scaling) == "yarn":
-        yarn_factor_used = float(scaling.get("factor", 1.0))  # type: ignore[union-attr]
-        yarn_original = int(scaling.get("original_max_position_embeddings") or 0) or None  # type: ignore[union-attr]
+        yarn_factor_used = _positive(scaling, "factor", 1.0, source)  # type: ignore[arg-type]
+        original = scaling.get("original_max_position_embeddings")  # type: ignore[union-attr]
+        yarn_original = int(_positive(scaling, "original_max_position_embeddings", None, source)) if original else None  # type: ignore[arg-type]
         yarn_enabled = True
     elif scaling is None and model_type in YARN_FAMILIES and published:
         yarn_factor_used = yarn_factor
@@ -115,7 +129,7 @@ def context_limits(text: dict[str, Any], version: tuple[int, ...], enable_yarn: 
         if enable_yarn:
             scaling = {"rope_type": "yarn", "factor": yarn_factor, "original_max_position_embeddings": published}
             yarn_enabled = True
-    derived = derive_max_len(text, version, scaling)
+    derived = derive_max_len(text, version, scaling, source)
     if yarn_factor_used is not None and yarn_original:
         yarn_extended = int(yarn_original * yarn_factor_used)
         # 0.30+ no longer scales YaRN configs: longer than the config's positions needs the env override.

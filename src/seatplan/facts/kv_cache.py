@@ -162,8 +162,9 @@ def _unify_page_sizes(specs: list[KvSpec]) -> list[KvSpec]:
 
 def group_layers(specs: list[KvSpec], settings: EngineSettings) -> GroupPlan:
     """vLLM 0.32's ``get_kv_cache_groups`` with the version differences of VLLM.md §2.1."""
-    if not specs:
-        raise SeatplanError("the model has no layers with KV cache", where="config.json", fix="check the model config")
+    if not specs or any(spec.page_size_bytes <= 0 for spec in specs):
+        raise SeatplanError("the model has no layers with a KV cache or state of positive size", where="config.json",
+                            fix="check the model config's head and state dimensions")
     if not _hybrid_manager_on(specs, settings):
         specs = _unify_without_hybrid_manager(specs)
     indices = list(range(len(specs)))

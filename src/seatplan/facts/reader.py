@@ -80,9 +80,15 @@ def read_json(path: Path) -> dict[str, Any]:
                             fix="check that this is the right file")
     try:
         document = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as problem:
+        raise SeatplanError(f"cannot read {path.name}: {problem.strerror}", where=str(path),
+                            fix="check the file's permissions") from None
     except UnicodeDecodeError as problem:
         raise SeatplanError(f"{path.name} is not UTF-8 text ({problem.reason})", where=str(path),
                             fix="replace it with the original file") from None
+    except RecursionError:
+        raise SeatplanError(f"{path.name} nests too deeply to be a config file", where=str(path),
+                            fix="replace it with the original file from the model's repository") from None
     except json.JSONDecodeError as problem:
         raise SeatplanError(f"{path.name} is not valid JSON: {problem.msg}", where=f"{path}:{problem.lineno}:{problem.colno}",
                             fix="replace it with the original file from the model's repository") from None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
-from seatplan.facts.architecture import AttentionLayer, ModelLayout, StateLayer, first_key
+from seatplan.facts.architecture import AttentionLayer, ModelLayout, StateLayer, count_field, first_key
 from seatplan.units import cdiv
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
@@ -45,6 +45,14 @@ class WeightsResult:
 
 def read_safetensors_header(path: Path) -> list[TensorInfo]:
     """Parse one safetensors header, checking its declared length before reading anything else."""
+    try:
+        return _read_header(path)
+    except OSError as problem:
+        raise SeatplanError(f"cannot read {path.name}: {problem.strerror}", where=str(path),
+                            fix="check that the file exists and is readable") from None
+
+
+def _read_header(path: Path) -> list[TensorInfo]:
     size = path.stat().st_size
     if size < 8:
         raise SeatplanError(f"{path.name} is {size} bytes, shorter than a safetensors header", where=f"{path}: header length",
@@ -93,7 +101,7 @@ def tensor_bytes_on_rank(tensor: TensorInfo, layout: ModelLayout, tp: int) -> fl
     if len(tensor.shape) <= 1 and not any(marker in name for marker in SHARDED_VECTOR_MARKERS):
         return tensor.nbytes
     if "embed" in name or "lm_head" in name:
-        vocab = _vocab(layout.text_config)
+        vocab = _vocab(layout.text_config, layout.source)
         return tensor.nbytes * _padded_vocab(vocab) / vocab / tp if vocab else tensor.nbytes / tp
     if ("k_proj" in name or "v_proj" in name) and 0 < layout.num_kv_heads < tp:
         return tensor.nbytes / layout.num_kv_heads  # one replicated head per rank
@@ -147,33 +155,40 @@ class _ParamCounts:
     active_experts: int = 0     # expert parameters one token passes through
 
 
-def _vocab(text: dict[str, Any]) -> int:
-    return int(first_key(text, ("vocab_size", "padded_vocab_size")) or 0)
+def _vocab(text: dict[str, Any], source: str) -> int:
+    return count_field(text, ("vocab_size", "padded_vocab_size"), source)
 
 
 def _padded_vocab(vocab: int) -> int:
     return cdiv(vocab, VOCAB_PADDING) * VOCAB_PADDING
 
 
-def _is_moe_layer(text: dict[str, Any], index: int) -> bool:
-    experts = first_key(text, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"))
-    if not experts:
-        return False
-    if index < (text.get("first_k_dense_replace") or 0):
-        return False
-    if index in (text.get("mlp_only_layers") or []):
-        return False
-    step = text.get("decoder_sparse_step") or text.get("moe_layer_freq") or 1
-    return (index + 1) % step == 0 if text.get("decoder_sparse_step") else index % step == 0
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 
 
-def _attention_params(layer: AttentionLayer, text: dict[str, Any], hidden: int, counts: _ParamCounts) -> None:
-    heads = int(first_key(text, ("num_attention_heads", "n_head")) or 0)
+def _is_moe_layer(text: dict[str, Any], index: int, source: str) -> bool:
+    if not count_field(text, EXPERT_COUNT_KEYS, source):
+        return False
+    if index < count_field(text, ("first_k_dense_replace",), source):
+        return False
+    dense_layers = text.get("mlp_only_layers")
+    if isinstance(dense_layers, list) and index in dense_layers:
+        return False
+    sparse_step = count_field(text, ("decoder_sparse_step",), source)
+    if sparse_step:
+        return (index + 1) % sparse_step == 0
+    frequency = count_field(text, ("moe_layer_freq",), source) or 1
+    return index % frequency == 0
+
+
+def _attention_params(layer: AttentionLayer, text: dict[str, Any], hidden: int, counts: _ParamCounts, source: str) -> None:
+    heads = count_field(text, ("num_attention_heads", "n_head"), source)
     if layer.kind == "mla":
-        nope, rope = text.get("qk_nope_head_dim") or 0, text.get("qk_rope_head_dim") or 0
-        value_dim = text.get("v_head_dim") or nope
-        q_rank = text.get("q_lora_rank")
-        rank = text.get("kv_lora_rank") or 0
+        nope = count_field(text, ("qk_nope_head_dim",), source)
+        rope = count_field(text, ("qk_rope_head_dim",), source)
+        value_dim = count_field(text, ("v_head_dim",), source, nope)
+        q_rank = count_field(text, ("q_lora_rank",), source)
+        rank = count_field(text, ("kv_lora_rank",), source)
         if q_rank:
             counts.replicated += hidden * q_rank
             counts.linear += q_rank * heads * (nope + rope)
@@ -182,8 +197,7 @@ def _attention_params(layer: AttentionLayer, text: dict[str, Any], hidden: int, 
         counts.replicated += hidden * (rank + rope)
         counts.linear += rank * heads * (nope + value_dim) + heads * value_dim * hidden
         return
-    q_size = heads * layer.head_size
-    counts.linear += 2 * hidden * q_size  # q and o
+    counts.linear += 2 * hidden * heads * layer.head_size  # q and o
     counts.kv_proj += 2 * hidden * layer.num_kv_heads * layer.head_size
 
 
@@ -198,67 +212,72 @@ def _state_params(layer: StateLayer, hidden: int, counts: _ParamCounts) -> None:
     counts.linear += hidden * (inner + conv_dim + layer.num_heads) + inner * hidden + conv_dim * layer.conv_kernel
 
 
-def _mlp_params(text: dict[str, Any], index: int, hidden: int, counts: _ParamCounts) -> None:
-    intermediate = int(first_key(text, ("intermediate_size", "ffn_hidden_size", "n_inner")) or 4 * hidden)
-    if not _is_moe_layer(text, index):
+def _mlp_params(text: dict[str, Any], index: int, hidden: int, counts: _ParamCounts, source: str) -> None:
+    intermediate = count_field(text, ("intermediate_size", "ffn_hidden_size", "n_inner"), source, 4 * hidden)
+    if not _is_moe_layer(text, index, source):
         counts.linear += 3 * hidden * intermediate
         return
-    experts = int(first_key(text, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")))
-    per_token = int(first_key(text, ("num_experts_per_tok", "experts_per_token", "moe_topk")) or 1)
-    expert_size = int(first_key(text, ("moe_intermediate_size",)) or intermediate)
+    experts = count_field(text, EXPERT_COUNT_KEYS, source)
+    per_token = count_field(text, ("num_experts_per_tok", "experts_per_token", "moe_topk"), source, 1)
+    expert_size = count_field(text, ("moe_intermediate_size",), source, intermediate)
     counts.experts += experts * 3 * hidden * expert_size
     counts.replicated += hidden * experts
-    shared = int(text.get("shared_expert_intermediate_size") or 0) or int(text.get("n_shared_experts") or 0) * expert_size
+    shared = (count_field(text, ("shared_expert_intermediate_size",), source)
+              or count_field(text, ("n_shared_experts",), source) * expert_size)
     counts.linear += 3 * hidden * shared
     counts.active_experts += 3 * hidden * per_token * expert_size
 
 
-def _vision_params(config: dict[str, Any], text_hidden: int) -> int:
+def _vision_params(config: dict[str, Any], text_hidden: int, source: str) -> int:
     vision = config.get("vision_config")
     if not isinstance(vision, dict):
         return 0
-    depth = int(first_key(vision, ("num_hidden_layers", "depth", "num_layers")) or 0)
-    width = int(first_key(vision, ("hidden_size", "embed_dim", "width")) or 0)
-    inner = int(first_key(vision, ("intermediate_size",)) or 4 * width)
+    where = f"{source} vision_config"
+    depth = count_field(vision, ("num_hidden_layers", "depth", "num_layers"), where)
+    width = count_field(vision, ("hidden_size", "embed_dim", "width"), where)
+    inner = count_field(vision, ("intermediate_size",), where, 4 * width)
     return depth * (4 * width * width + 2 * width * inner) + width * text_hidden
 
 
 def count_params(layout: ModelLayout) -> _ParamCounts:
-    text = layout.text_config
-    hidden = int(first_key(text, ("hidden_size", "d_model", "n_embd")) or 0)
-    vocab = _vocab(text)
+    text, source = layout.text_config, layout.source
+    hidden = count_field(text, ("hidden_size", "d_model", "n_embd"), source)
+    vocab = _vocab(text, source)
     counts = _ParamCounts(embedding=vocab * hidden)
     tied = bool(text.get("tie_word_embeddings", layout.full_config.get("tie_word_embeddings", False)))
     counts.lm_head = 0 if tied else vocab * hidden
-    num_layers = int(first_key(text, ("num_hidden_layers", "num_layers", "n_layer", "n_layers")) or len(layout.layers))
+    num_layers = count_field(text, ("num_hidden_layers", "num_layers", "n_layer", "n_layers"), source, len(layout.layers))
     for layer in layout.layers:
         if isinstance(layer, AttentionLayer):
-            _attention_params(layer, text, hidden, counts)
+            _attention_params(layer, text, hidden, counts, source)
         else:
             _state_params(layer, hidden, counts)
     for index in range(num_layers):
-        _mlp_params(text, index, hidden, counts)
+        _mlp_params(text, index, hidden, counts, source)
     counts.replicated += (2 * num_layers + 1) * hidden
-    counts.vision = _vision_params(layout.full_config, hidden)
+    counts.vision = _vision_params(layout.full_config, hidden, source)
     return counts
 
 
-def _quantized_bytes_per_param(quant: dict[str, Any] | None, model_dtype_bytes: int) -> tuple[float, bool]:
+def _quantized_bytes_per_param(quant: dict[str, Any] | None, model_dtype_bytes: int, source: str) -> tuple[float, bool]:
     """(bytes per quantized linear parameter, whether only MoE experts are quantized)."""
     if not quant:
         return model_dtype_bytes, False
     method = str(quant.get("quant_method", "")).lower()
     if method == "mxfp4":
         return 4.25 / 8, True  # 4-bit values + one 8-bit scale per 32
-    bits = quant.get("bits") or quant.get("w_bit")
+    where = f"{source} quantization_config"
+    bits = count_field(quant, ("bits", "w_bit"), where)
     if method in ("awq", "gptq", "awq_marlin", "gptq_marlin") or bits in (2, 3, 4, 8) and method != "fp8":
-        bits = int(bits or 4)
-        group = int(quant.get("group_size") or quant.get("q_group_size") or 128)
-        group = group if group > 0 else 4096
+        bits = bits or 4
+        # group_size -1 means one group per row: negligible scale bytes
+        group_value = quant.get("group_size", quant.get("q_group_size"))
+        group = group_value if isinstance(group_value, int) and not isinstance(group_value, bool) and group_value > 0 else 4096
         return bits / 8 + 2 / group + bits / 8 / group, False  # packed ints + fp16 scales + packed zeros
     if method in ("fp8", "modelopt", "compressed-tensors", "fbgemm_fp8"):
         block = quant.get("weight_block_size")
-        scale = 4 / (block[0] * block[1]) if isinstance(block, list) and len(block) == 2 else 0.0
+        valid_block = isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)
+        scale = 4 / (block[0] * block[1]) if valid_block else 0.0  # fp32 scale per block
         return 1 + scale, False
     return model_dtype_bytes, False
 
@@ -266,11 +285,12 @@ def _quantized_bytes_per_param(quant: dict[str, Any] | None, model_dtype_bytes: 
 def estimate_weights(layout: ModelLayout, tp: int, model_dtype_bytes: int) -> WeightsResult:
     counts = count_params(layout)
     quant = layout.full_config.get("quantization_config")
-    per_param, experts_only = _quantized_bytes_per_param(quant if isinstance(quant, dict) else None, model_dtype_bytes)
+    per_param, experts_only = _quantized_bytes_per_param(quant if isinstance(quant, dict) else None, model_dtype_bytes,
+                                                         layout.source)
     linear_bytes = counts.linear * (model_dtype_bytes if experts_only else per_param)
     kv_bytes = counts.kv_proj * (model_dtype_bytes if experts_only else per_param)
     expert_bytes = counts.experts * per_param
-    vocab = _vocab(layout.text_config)
+    vocab = _vocab(layout.text_config, layout.source)
     vocab_bytes = (counts.embedding + counts.lm_head) * model_dtype_bytes
     fixed_bytes = (counts.replicated + counts.vision) * model_dtype_bytes
     total = linear_bytes + kv_bytes + expert_bytes + vocab_bytes + fixed_bytes

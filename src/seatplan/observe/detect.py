@@ -75,14 +75,16 @@ def _when(seconds: float) -> datetime:
 
 
 def bin_medians(times_s: np.ndarray, values: np.ndarray, bin_seconds: int) -> tuple[np.ndarray, np.ndarray]:
-    """Start times and (lower) medians of the non-empty bins."""
+    """Start times and (lower) medians of the non-empty bins; ``times_s`` must be sorted."""
     bins = ((times_s - times_s[0]) // bin_seconds).astype(np.int64)
-    order = np.lexsort((values, bins))
-    sorted_bins = bins[order]
-    starts = np.flatnonzero(np.r_[True, sorted_bins[1:] != sorted_bins[:-1]])
-    counts = np.diff(np.r_[starts, len(sorted_bins)])
-    medians = values[order][starts + (counts - 1) // 2]
-    return times_s[0] + sorted_bins[starts] * bin_seconds, medians
+    # One float sort orders by bin, then by value inside the bin (much faster than a lexsort):
+    # the bins are already in order, so position j of the sorted keys still belongs to bins[j].
+    low = float(values.min())
+    spread = float(values.max()) - low + 1.0
+    ordered = np.sort(bins * spread + (values - low)) - bins * spread + low
+    starts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
+    counts = np.diff(np.r_[starts, len(bins)])
+    return times_s[0] + bins[starts] * bin_seconds, ordered[starts + (counts - 1) // 2]
 
 
 def rolling_median(values: np.ndarray, width: int) -> np.ndarray:
@@ -90,7 +92,10 @@ def rolling_median(values: np.ndarray, width: int) -> np.ndarray:
     if len(values) < width:
         return np.full(len(values), np.median(values)) if len(values) else values
     windows = np.lib.stride_tricks.sliding_window_view(values, width)
-    head = np.median(windows, axis=1)
+    if width % 2:
+        head = np.partition(windows, width // 2, axis=1)[:, width // 2]  # odd width: a partial sort is the median
+    else:
+        head = np.median(windows, axis=1)
     tail = np.array([np.median(values[j:]) for j in range(len(values) - width + 1, len(values))])
     return np.r_[head, tail]
 
@@ -100,11 +105,14 @@ def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings()) -> A
     times, used = series.times_s[valid].astype(np.int64), series.used_mib[valid].astype(np.float64)
     if len(times) == 0:
         raise ValueError("no readings")
-    order = np.argsort(times, kind="stable")
-    times, used = times[order], used[order]
+    if np.any(times[1:] < times[:-1]):
+        order = np.argsort(times, kind="stable")
+        times, used = times[order], used[order]
     spacing = np.diff(times)
     typical = float(np.median(spacing)) if len(spacing) else float(settings.bin_seconds)
-    gaps = int(np.count_nonzero(spacing > max(settings.gap_factor * typical, 2 * 60)))
+    # Against the local spacing, so a history that is coarser further back (Beszel's 120m records) has no "gaps".
+    local = rolling_median(spacing.astype(np.float64), 9) if len(spacing) else spacing
+    gaps = int(np.count_nonzero(spacing > np.maximum(settings.gap_factor * local, 2 * 60)))
     # Short captures (minutes of nvidia-smi -l 15) get finer bins so the windows still fit.
     span = float(times[-1] - times[0])
     bin_seconds = int(max(typical, min(settings.bin_seconds, span / 16)))
@@ -185,9 +193,9 @@ def _place(times: np.ndarray, used: np.ndarray, bin_times: np.ndarray, first_bin
     """The restart time: the first raw reading near the step that left the old level."""
     lo = bin_times[max(first_bin - settings.window_bins, 0)]
     hi = bin_times[min(first_bin + settings.window_bins, len(bin_times) - 1)]
-    window = (times >= lo) & (times <= hi)
-    off = window & (np.abs(used - before) > settings.min_step_mib / 2)
-    at = times[np.argmax(off)] if off.any() else bin_times[first_bin]
+    start, end = np.searchsorted(times, [lo, hi], side="left")[0], np.searchsorted(times, hi, side="right")
+    off = np.abs(used[start:end] - before) > settings.min_step_mib / 2
+    at = times[start + int(np.argmax(off))] if off.any() else bin_times[first_bin]
     return Step(at=_when(at), delta_mib=round(after - before, 1), before_mib=round(before, 1), after_mib=round(after, 1))
 
 

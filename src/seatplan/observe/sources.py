@@ -108,18 +108,43 @@ def _header_fields(row: list[str]) -> list[str]:
 
 
 def _mib(cell: str) -> float:
-    match = _NUMBER.search(cell)
-    return float(match.group(0)) if match and "N/A" not in cell and "Not Supported" not in cell else math.nan
+    """``77999 MiB``, ``77999`` (nounits) or ``[N/A]`` / ``[Not Supported]`` (NaN)."""
+    try:
+        return float(cell.split(None, 1)[0])
+    except (ValueError, IndexError):
+        match = _NUMBER.search(cell)
+        return float(match.group(0)) if match and "N/A" not in cell and "Not Supported" not in cell else math.nan
 
 
-def _smi_time(cell: str, where: str) -> float:
-    text = cell.strip()
-    for layout in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
-        try:
-            return datetime.strptime(text, layout).replace(tzinfo=timezone.utc).timestamp()
-        except ValueError:
-            continue
-    raise SeatplanError(f"cannot read timestamp {text!r}", where=where, fix="log with --query-gpu=timestamp,... --format=csv (YYYY/MM/DD HH:MM:SS.mmm)")
+_SMI_TIME_FIX = str.maketrans({"/": "-", " ": "T"})
+
+
+def _smi_times(cells: list[str], lines: list[int], source: str) -> np.ndarray:
+    """nvidia-smi timestamps (``YYYY/MM/DD HH:MM:SS.mmm``, host time, read as UTC) → epoch seconds, vectorised."""
+    fixed = [cell.strip().translate(_SMI_TIME_FIX) for cell in cells]
+    try:
+        stamps = np.array(fixed, dtype="datetime64[ms]")
+    except ValueError:
+        for cell, line in zip(fixed, lines):
+            try:
+                np.datetime64(cell, "ms")
+            except ValueError:
+                raise SeatplanError(f"cannot read timestamp {cell!r}", where=f"{source}:{line}",
+                                    fix="log with --query-gpu=timestamp,... --format=csv (YYYY/MM/DD HH:MM:SS.mmm)") from None
+        raise
+    return stamps.astype(np.int64) / 1000.0
+
+
+@dataclass
+class _SmiColumns:
+    """The cells of one nvidia-smi CSV, column by column (converted in bulk at the end)."""
+
+    times: list[str]
+    lines: list[int]
+    index: list[str]
+    used: list[str]
+    total: dict[int, str]
+    reserved: dict[int, str]
 
 
 def read_nvidia_smi(path: str | Path) -> tuple[list[GpuSeries], list[ProcessSample]]:
@@ -129,18 +154,14 @@ def read_nvidia_smi(path: str | Path) -> tuple[list[GpuSeries], list[ProcessSamp
         text = file_path.read_text(errors="replace")
     except OSError as problem:
         raise SeatplanError(f"cannot read ({problem.strerror})", where=str(file_path), fix="pass a readable nvidia-smi CSV log") from None
-    reader = csv.reader(text.splitlines(), skipinitialspace=True)
     header: list[str] | None = None
-    gpu_points: dict[int, list[tuple[float, float]]] = defaultdict(list)
-    totals: dict[int, float] = {}
-    reserved: dict[int, float] = {}
+    columns = _SmiColumns([], [], [], [], {}, {})
     processes: list[ProcessSample] = []
-    for number, row in enumerate(reader, start=1):
-        if not row or not any(cell.strip() for cell in row):
+    for number, row in enumerate(csv.reader(text.splitlines(), skipinitialspace=True), start=1):
+        if not row or not row[0].strip():
             continue
-        names = _header_fields(row)
-        if "index" in names or "pid" in names or "timestamp" in names and not _NUMBER.match(row[0].strip()):
-            header = names  # a repeated header (a looping script) just restarts the columns
+        if not row[0][:1].isdigit() and not row[0].startswith("GPU-"):
+            header = _header_fields(row)  # a repeated header (a looping script) just restarts the columns
             continue
         where = f"{file_path}:{number}"
         if header is None:
@@ -148,28 +169,52 @@ def read_nvidia_smi(path: str | Path) -> tuple[list[GpuSeries], list[ProcessSamp
                                 fix="log with --format=csv (not noheader) so the columns are named, e.g. --query-gpu=timestamp,index,memory.used,memory.total")
         if len(row) != len(header):
             continue  # a line cut by a crash or a log rotation
-        cells = dict(zip(header, (cell.strip() for cell in row)))
-        if "pid" in cells:
-            used = _mib(cells.get("used_gpu_memory", cells.get("used_memory", "")))
-            if not math.isnan(used) and cells["pid"].isdigit():
-                processes.append(ProcessSample(
-                    at=datetime.fromtimestamp(_smi_time(cells["timestamp"], where), tz=timezone.utc) if "timestamp" in cells else None,
-                    pid=int(cells["pid"]), process_name=cells.get("process_name", ""), used_mib=used,
-                    gpu_uuid=cells.get("gpu_uuid"),
-                    gpu_index=int(cells["index"]) if cells.get("index", "").isdigit() else None))
+        if "pid" in header:
+            processes.extend(_process(dict(zip(header, row)), where))
             continue
-        if "memory.used" not in cells or "index" not in cells or "timestamp" not in cells:
+        if not {"memory.used", "index", "timestamp"} <= set(header):
             raise SeatplanError("the CSV lacks timestamp, index or memory.used", where=where,
                                 fix="log with --query-gpu=timestamp,index,memory.used,memory.total --format=csv -l 60")
-        index = int(cells["index"])
-        gpu_points[index].append((_smi_time(cells["timestamp"], where), _mib(cells["memory.used"])))
-        if "memory.total" in cells and not math.isnan(_mib(cells["memory.total"])):
-            totals[index] = _mib(cells["memory.total"])
-        if "memory.reserved" in cells and not math.isnan(_mib(cells["memory.reserved"])):
-            reserved[index] = _mib(cells["memory.reserved"])
-    series = [_series(index, None, pts, totals.get(index), reserved.get(index), str(file_path))
-              for index, pts in sorted(gpu_points.items())]
-    return series, processes
+        at, gpu, used = header.index("timestamp"), header.index("index"), header.index("memory.used")
+        columns.times.append(row[at])
+        columns.lines.append(number)
+        columns.index.append(row[gpu])
+        columns.used.append(row[used])
+        for name, latest in (("memory.total", columns.total), ("memory.reserved", columns.reserved)):
+            if name in header:
+                latest[row[gpu]] = row[header.index(name)]
+    return _smi_series(columns, str(file_path)), processes
+
+
+def _process(cells: dict[str, str], where: str) -> list[ProcessSample]:
+    used = _mib(cells.get("used_gpu_memory", cells.get("used_memory", "")))
+    if math.isnan(used) or not cells["pid"].strip().isdigit():
+        return []
+    at = None
+    if "timestamp" in cells:
+        at = datetime.fromtimestamp(float(_smi_times([cells["timestamp"]], [0], where)[0]), tz=timezone.utc)
+    return [ProcessSample(at=at, pid=int(cells["pid"]), process_name=cells.get("process_name", "").strip(), used_mib=used,
+                          gpu_uuid=cells.get("gpu_uuid", "").strip() or None,
+                          gpu_index=int(cells["index"]) if cells.get("index", "").strip().isdigit() else None)]
+
+
+def _smi_series(columns: _SmiColumns, source: str) -> list[GpuSeries]:
+    if not columns.times:
+        return []
+    times = _smi_times(columns.times, columns.lines, source)
+    index = np.array([int(cell) for cell in columns.index])
+    used = np.array([_mib(cell) for cell in columns.used])
+    series = []
+    totals = {int(key): _mib(cell) for key, cell in columns.total.items()}
+    reserved_by_gpu = {int(key): _mib(cell) for key, cell in columns.reserved.items()}
+    for gpu in np.unique(index):
+        mine = index == gpu
+        total = totals.get(int(gpu), math.nan)
+        reserved = reserved_by_gpu.get(int(gpu), math.nan)
+        series.append(GpuSeries(index=int(gpu), times_s=times[mine].astype(np.int64), used_mib=used[mine],
+                                total_mib=None if math.isnan(total) else total,
+                                reserved_mib=None if math.isnan(reserved) else reserved, source=source))
+    return series
 
 
 # --------------------------------------------------------------------------------------------- Prometheus

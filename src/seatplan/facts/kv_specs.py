@@ -6,6 +6,7 @@ Each spec knows the bytes of one page (one block of one layer) and how many bloc
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -13,15 +14,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from seatplan.units import cdiv
 
 
-class _Spec(BaseModel):
+class _Spec(BaseModel, ABC):
     model_config = ConfigDict(frozen=True)
 
     block_size: int
     page_size_padded: int | None = None
 
     @property
+    @abstractmethod
     def raw_page_bytes(self) -> int:
-        raise NotImplementedError
+        """Bytes of one block of this layer before any hybrid padding."""
+
+    @abstractmethod
+    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
+        """Blocks one request of ``max_model_len`` tokens holds (vLLM's ``max_memory_usage_bytes`` / page)."""
 
     @property
     def page_size_bytes(self) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
-from seatplan.facts.architecture import AttentionLayer, ModelLayout, StateLayer, count_field, first_key
+from seatplan.facts.architecture import AttentionLayer, ModelLayout, StateLayer, count_field
 from seatplan.units import cdiv
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit

@@ -127,3 +127,15 @@ def test_demo_with_the_usage_stage_output_flags_the_runaways(capsys, monkeypatch
     busy = next(seat for seat in document["seats"] if seat["name"] == "qwen3-30b-a3b")
     assert any("runaway replies from ci-evals" in warning and "the cap 32,768 stops them" in warning for warning in busy["warnings"])
     assert any(line["rule"] == "inflight" for line in busy["explanation"])
+
+
+def test_observed_file_from_the_observe_stage_replaces_estimates(capsys, monkeypatch, tmp_path):
+    observed = tmp_path / "observed.json"
+    observed.write_text(json.dumps({"generated_at": "2026-11-30T10:00:00Z", "seats": {"qwen3-8b": {"footprint_bytes": 25 * GiB, "source": "beszel", "samples": 2016}}, "gpus": []}))
+    result = run_cli(capsys, monkeypatch, "plan", str(DEMO), "--observed", str(observed), "--json")
+    assert result.exit_code == 0, result.stderr
+    seat = next(seat for seat in json.loads(result.stdout)["seats"] if seat["name"] == "qwen3-8b")
+    assert seat["footprint_basis"] == "observed" and seat["footprint_bytes"] == 25 * GiB
+    observed.write_text('{"seats": {"qwen3-8b": ')
+    broken = run_cli(capsys, monkeypatch, "plan", str(DEMO), "--observed", str(observed))
+    assert broken.exit_code == 2 and f"{observed}:1: the observations file is not JSON" in broken.stderr

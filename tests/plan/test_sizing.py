@@ -164,3 +164,26 @@ def test_a_runaway_tail_is_not_taken_for_ordinary_replies():
     assert not any("ordinary replies would be cut" in warning for warning in choice.warnings)
     # proposal: 933 × 1.25 = 1,166 → 1,536
     assert choice.lines[0].result == "proposed cap 1,536 tokens" and "runaway replies" in choice.lines[0].note
+
+
+def test_kv_rule_invariants_hold_for_any_length_factor_and_step(llama):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=200, deadline=None)
+    @given(
+        max_model_len=st.integers(min_value=1, max_value=131072),
+        factor=st.floats(min_value=1.0, max_value=3.0, allow_nan=False),
+        step=st.sampled_from([1, MiB, 256 * MiB, 512 * MiB, GiB]),
+    )
+    def check(max_model_len: int, factor: float, step: int) -> None:
+        choice = sizing.choose_kv_bytes(seat(kv_factor=factor), llama, max_model_len, Policy(rounding_step_bytes=step))
+        kv_bytes = choice.kv_cache_memory_bytes
+        request_bytes = llama.request_kv_bytes(max_model_len)
+        assert kv_bytes % step == 0
+        assert kv_bytes >= request_bytes * factor - 1  # rounded up, never down
+        assert kv_bytes >= llama.min_kv_cache_bytes(max_model_len)  # vLLM starts with it
+        assert kv_bytes < max(request_bytes * factor, llama.min_kv_cache_bytes(max_model_len)) + step + 1
+        assert choice.capacity.fits_one_request
+
+    check()

@@ -180,3 +180,47 @@ def test_log_s11_error_wording_before_0_14():
 def test_error_wording_0_9_0_has_no_estimate():
     capacity = facts(LLAMA, vllm_version="0.9.0").capacity(1 * GiB, 131072)
     assert capacity.log_line.endswith("Based on the available memory,")
+
+
+# --- differences between vLLM eras (VLLM.md §1.2, §2.1, §2.3, §4) --------------------------------
+
+
+def test_in_flight_tokens_doubled_only_since_0_27():
+    """Async scheduling keeps two batches in flight from 0.27 on; 0.26 counted one."""
+    assert _figures(facts(GPT_OSS_120B, vllm_version="0.26"), 20 * GiB, 131072) == (36408, 547_695, 4.18)
+    assert _figures(facts(GPT_OSS_120B, vllm_version="0.27"), 20 * GiB, 131072) == (36408, 517_297, 3.95)
+
+
+def test_no_hybrid_allocator_before_0_9_1():
+    assert _figures(facts(GPT_OSS_120B, vllm_version="0.9.0"), 20 * GiB, 131072) == (18204, 291_264, 2.22)
+
+
+def test_token_figure_changed_in_0_21():
+    """Gemma-3: 7 groups; 0.20 printed (24576 // 7) x 16, 0.21 int(concurrency x max_model_len) with one
+    batch in flight: 8192 + 6 x (cdiv(1023 + 8192, 16) + 1) = 11,654 blocks per request."""
+    assert facts("google--gemma-3-27b-it", vllm_version="0.20").capacity(30 * GiB, 131072).kv_cache_tokens == 3510 * 16
+    capacity = facts("google--gemma-3-27b-it", vllm_version="0.21").capacity(30 * GiB, 131072)
+    assert capacity.blocks_per_request == 11_654
+    assert capacity.kv_cache_tokens == 24576 * 131072 // 11_654
+
+
+@pytest.mark.parametrize("version, group_size", [("0.11", 4), ("0.12", 4), ("0.17", 4), ("0.18", 5), ("0.32", 5)])
+def test_group_size_rule_by_era(tmp_path, version, group_size):
+    """5 sliding + 4 full layers: groups of the larger bucket only when 5 < ratio x 4 (1.25 until 0.17, then 1.5)."""
+    config = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "hidden_size": 512, "num_hidden_layers": 9,
+              "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128,
+              "layer_types": ["sliding_attention"] * 5 + ["full_attention"] * 4, "max_position_embeddings": 8192}
+    model = facts(write_config(tmp_path / "m", config), vllm_version=version)
+    assert model.bytes_per_block == group_size * 16 * 2 * 8 * 64 * 2
+
+
+def test_start_up_check_sets_the_null_block_aside_since_0_29():
+    assert facts(LLAMA, vllm_version="0.28").min_kv_cache_bytes(131072) == 16 * GiB
+    assert facts(LLAMA, vllm_version="0.29").min_kv_cache_bytes(131072) == 16 * GiB + 2 * 1024 * 1024
+
+
+def test_log_line_format_by_era():
+    line_030 = facts(LLAMA, vllm_version="0.30").capacity(20 * GiB, 131072).log_line
+    assert line_030 == "GPU KV cache size: 163,840 tokens, Maximum concurrency for 131,072 tokens per request: 1.25x"
+    cpu_030 = facts(LLAMA, vllm_version="0.30", device="cpu").capacity(20 * GiB, 131072).log_line
+    assert cpu_030.startswith("GPU KV cache size")  # the device word arrived in 0.31

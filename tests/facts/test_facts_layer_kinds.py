@@ -1,8 +1,10 @@
 """Layer kinds beyond plain full attention, the CPU engine's own rules, TP replication and KV dtypes.
 
 The CPU cases are the tiny models the live test boots (tests/integration/tiny_models.py); the expected
-figures are derived by hand from VLLM.md part 1's rules (block 128, MLA 16, Mamba block rounding to
-128 with an fp32 SSM state, max_num_batched_tokens 2048 without async scheduling).
+figures are derived by hand from VLLM.md part 1's rules (block 128, MLA 16 on the reference backend and
+128 with AMX, Mamba block rounding to 128 with an fp32 SSM state, max_num_batched_tokens 2048 without
+async scheduling). The real vLLM 0.32.0 CPU engine reported the same figures for the Qwen3-Next (prefix),
+Gemma-3, and AMX MLA boots.
 """
 
 from __future__ import annotations
@@ -50,15 +52,18 @@ GPT_OSS_TINY = {**COMMON, "architectures": ["GptOssForCausalLM"], "model_type": 
         # Mamba2 layer with prefix caching (one is the chunk checkpoint), 1 without
         (NEMOTRON_TINY, {"prefix_caching": True}, 100_000_007, 3000, 1152, (21, 7_000)),
         (NEMOTRON_TINY, {"prefix_caching": False}, 100_000_007, 2222, 1152, (21, 11_665)),
-        # MLA on CPU: block 16, page 16 x 576 x 2
-        (DEEPSEEK_TINY, {}, 50_000_123, 3000, 16, (904, 14_425)),
-        (DEEPSEEK_TINY, {"kv_cache_dtype": "fp8"}, 30_000_001, 2999, 16, (1085, 17_308)),
+        # MLA on CPU: the reference backend forces block 16 (page 16 x 576 x 2) ...
+        (DEEPSEEK_TINY, {"cpu_amx": False}, 50_000_123, 3000, 16, (904, 14_425)),
+        (DEEPSEEK_TINY, {"cpu_amx": False, "kv_cache_dtype": "fp8"}, 30_000_001, 2999, 16, (1085, 17_308)),
+        # ... AMX_MLA keeps 128; these two are what vLLM 0.32.0 reported on an AMX Xeon
+        (DEEPSEEK_TINY, {"cpu_amx": True}, 50_000_123, 3000, 128, (113, 14_125)),
+        (DEEPSEEK_TINY, {"cpu_amx": True, "kv_cache_dtype": "fp8"}, 30_000_001, 2999, 128, (135, 16_869)),
         # 11 sliding + 2 full → groups of 2 (6 sliding + 1 full, 1 padding layer); window 1023 + 2048 > 1500
         (GEMMA3_TINY, {}, 200_000_123, 1500, 128, (95, 1_583)),
         (GPT_OSS_TINY, {}, 50_000_123, 3000, 128, (95, 6_785)),
     ],
-    ids=["qwen3-next-prefix", "qwen3-next-noprefix", "nemotron-prefix", "nemotron-noprefix", "mla", "mla-fp8",
-         "gemma3", "gpt-oss"],
+    ids=["qwen3-next-prefix", "qwen3-next-noprefix", "nemotron-prefix", "nemotron-noprefix", "mla-reference",
+         "mla-reference-fp8", "mla-amx", "mla-amx-fp8", "gemma3", "gpt-oss"],
 )
 def test_cpu_engine_rules(tmp_path, config, settings, budget, length, block_size, expected):
     model = facts(write_config(tmp_path / "model", config), device="cpu", **settings)
@@ -164,3 +169,12 @@ def test_checkpoint_declaring_fp8_kv_switches_auto(tmp_path):
 def test_block_size_override():
     model = facts("meta-llama--Llama-3.1-8B", block_size=32)
     assert (model.block_size, model.bytes_per_block) == (32, 32 * 131072)
+
+
+def test_amx_detection_reads_cpu_flags(tmp_path):
+    from seatplan.facts.api import cpu_has_amx
+
+    (tmp_path / "amx").write_text("flags\t\t: fpu sse avx512f amx_bf16 amx_tile amx_int8\n")
+    (tmp_path / "plain").write_text("flags\t\t: fpu sse avx2\n")
+    assert cpu_has_amx(tmp_path / "amx") and not cpu_has_amx(tmp_path / "plain")
+    assert not cpu_has_amx(tmp_path / "absent")

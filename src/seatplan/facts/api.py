@@ -98,9 +98,19 @@ def _shape(layout: architecture.ModelLayout) -> ModelShape:
     )
 
 
+def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this machine's CPU has AMX tiles (vLLM's CPU engine then runs MLA with AMX_MLA)."""
+    try:
+        return "amx_tile" in cpuinfo.read_text(errors="replace").split()
+    except OSError:
+        return False
+
+
 def load_model_facts(model: str | Path, settings: EngineSettings | None = None) -> ModelFacts:
     """Read a model directory (or a cached Hugging Face id) and compute its facts under ``settings``."""
     settings = settings or EngineSettings()
+    if settings.device == "cpu" and settings.cpu_amx is None:
+        settings = settings.model_copy(update={"cpu_amx": cpu_has_amx()})
     model_dir = reader.locate_model(str(model))
     config_path = model_dir / "config.json"
     config = reader.read_json(config_path)

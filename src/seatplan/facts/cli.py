@@ -29,6 +29,8 @@ def model_command(
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling",
                                                     help="Default: on for cuda, off for cpu."),
     enable_yarn: bool = typer.Option(False, "--enable-yarn", help="Assume YaRN rope scaling is switched on."),
+    cpu_amx: Optional[bool] = typer.Option(None, "--cpu-amx/--no-cpu-amx",
+                                           help="cpu only: AMX CPU (MLA block 128) or not (16); default: this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:
     """Per-GPU KV layout, capacity, weights and context limits of one model, as vLLM computes them."""
@@ -45,7 +47,7 @@ def model_command(
         tensor_parallel_size=tp, dtype=dtype, kv_cache_dtype=kv_cache_dtype, device=device, block_size=block_size,
         vllm_version=vllm_version, prefix_caching=not no_prefix_caching,
         hybrid_kv_cache_manager=not disable_hybrid_kv_cache_manager, max_num_batched_tokens=max_num_batched_tokens,
-        async_scheduling=async_scheduling, enable_yarn=enable_yarn, max_model_len=length,
+        async_scheduling=async_scheduling, enable_yarn=enable_yarn, max_model_len=length, cpu_amx=cpu_amx,
     )
     from seatplan.facts.api import load_model_facts
     from seatplan.facts.report import model_document

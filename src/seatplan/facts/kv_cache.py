@@ -24,7 +24,8 @@ from seatplan.units import GiB, cdiv, format_gib
 GPU_BLOCK_SIZE = 16
 GPU_MLA_BLOCK_SIZE = 64  # FlashMLA, the default MLA backend on Hopper
 CPU_BLOCK_SIZE = 128
-CPU_MLA_BLOCK_SIZE = 16
+CPU_MLA_BLOCK_SIZE = 16  # the reference CPU_MLA backend
+AMX_MLA_LATENT_SIZE = 576  # the only head size vLLM's AMX_MLA backend takes (DeepSeek-style 512 + 64)
 GPU_KERNEL_BLOCK_ALIGNMENT = 16
 
 
@@ -37,12 +38,17 @@ class GroupPlan:
     notes: list[str]
 
 
-def default_block_size(settings: EngineSettings, is_mla: bool) -> int:
+def default_block_size(settings: EngineSettings, mla_latent_size: int | None) -> int:
+    """vLLM's block size before hybrid raising: the user's, else the attention backend's default."""
     if settings.block_size:
         return settings.block_size
     if settings.device == "cpu":
-        return CPU_MLA_BLOCK_SIZE if is_mla else CPU_BLOCK_SIZE
-    return GPU_MLA_BLOCK_SIZE if is_mla else GPU_BLOCK_SIZE
+        if mla_latent_size is None:
+            return CPU_BLOCK_SIZE
+        # AMX_MLA keeps the CPU default block; the reference MLA backend forces 16.
+        amx = bool(settings.cpu_amx) and mla_latent_size == AMX_MLA_LATENT_SIZE
+        return CPU_BLOCK_SIZE if amx else CPU_MLA_BLOCK_SIZE
+    return GPU_MLA_BLOCK_SIZE if mla_latent_size is not None else GPU_BLOCK_SIZE
 
 
 def _attention_spec(layer: AttentionLayer, block_size: int, tp: int, dtype_bytes: int) -> KvSpec:
@@ -76,7 +82,8 @@ def build_specs(
 ) -> tuple[list[KvSpec], list[str]]:
     """One spec per layer, with the hybrid attention/Mamba page alignment already applied."""
     tp = settings.tensor_parallel_size
-    base = default_block_size(settings, layout.is_mla)
+    latent_sizes = [layer.latent_size for layer in layout.layers if isinstance(layer, AttentionLayer) and layer.kind == "mla"]
+    base = default_block_size(settings, latent_sizes[0] if latent_sizes else None)
     attention = [layer for layer in layout.layers if isinstance(layer, AttentionLayer)]
     states = [layer for layer in layout.layers if isinstance(layer, StateLayer)]
     notes: list[str] = []

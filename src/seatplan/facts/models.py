@@ -49,6 +49,9 @@ class EngineSettings(BaseModel):
     enable_yarn: bool = False
     yarn_factor: float = Field(4.0, gt=1.0)
     max_model_len: int | None = Field(None, ge=1)
+    # CPU only: whether the CPU has AMX, which makes vLLM pick its AMX_MLA backend (block 128) over
+    # the reference CPU_MLA backend (block 16). None: detect on the machine seatplan runs on.
+    cpu_amx: bool | None = None
 
     @field_validator("vllm_version")
     @classmethod

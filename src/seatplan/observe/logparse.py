@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from seatplan.observe.models import Boot, BootError, EngineStats
 from seatplan.units import GiB
@@ -347,83 +347,89 @@ def _parse_args(text: str) -> dict:
     return found
 
 
+def _count(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+# Lines whose figures each go straight into one field: kind → [(field, group, convert)].
+_FIELDS: dict[str, list[tuple[str, str, Callable[[str], object]]]] = {
+    "max_model_len": [("max_model_len", "mml", int)],
+    "kv_cache_tokens": [("kv_cache_tokens", "tokens", _count)],
+    "legacy_blocks": [("num_gpu_blocks", "gpu", int)],
+    "max_concurrency": [("max_concurrency", "x", float), ("concurrency_max_model_len", "len", _count)],
+    "graph_capture": [("cuda_graph_bytes", "gib", _gib)],
+    "cg_estimate": [("cuda_graph_estimate_bytes", "gib", _gib)],
+    "cg_pool": [("cuda_graph_bytes", "actual", _gib)],
+    "kv_suggestion": [("suggested_kv_bytes_requested", "req", int), ("suggested_kv_bytes_full_gpu", "full", int)],
+    "auto_fit": [("max_model_len_before_auto_fit", "old", int), ("max_model_len", "new", _count)],
+    "profile_summary": [("non_kv_bytes", "nonkv", _gib), ("activation_peak_bytes", "peak", _gib)],
+    "v0_profile": [("non_torch_bytes", "nontorch", _gib), ("available_kv_bytes", "kv", _gib), ("activation_peak_bytes", "peak", _gib)],
+    "v0_profile_results": [("non_torch_bytes", "nontorch", _gib), ("available_kv_bytes", "kv", _gib), ("total_gpu_bytes", "total", _gib)],
+}
+# Figures another line may already have stated more precisely: kind → [(field, group, convert)], first one wins.
+_DEFAULTS: dict[str, list[tuple[str, str, Callable[[str], object]]]] = {
+    "api_version": [("version", "ver", str)],
+    # "GB" in the oldest weights lines is vLLM's spelling of the same 2**30 figure.
+    "weights": [("weights_bytes", "size", _gib)],
+    "cg_pool": [("cuda_graph_estimate_bytes", "est", _gib)],
+    "cg_util_equiv": [("gpu_memory_utilization", "cur", float)],
+    "profile_summary": [("weights_bytes", "weights", _gib)],
+    "v0_profile": [("weights_bytes", "weights", _gib)],
+    "v0_profile_results": [("gpu_memory_utilization", "util", float)],
+}
+
+
 def _apply(draft: _Draft, kind: str, match: re.Match[str], line: LogLine, source: str) -> None:
     values = draft.fields
     if line.at is not None:
         values.setdefault("started_at", line.at)
-    if kind == "api_version":
-        values.setdefault("version", match["ver"])
-    elif kind == "non_default_args":
-        for key, value in _parse_args(match["args"]).items():
-            values.setdefault(key, value)
-    elif kind == "engine_version":
-        values["version"] = match["ver"]
-        if match["cfg"]:
-            for key, value in _config_fields(match["cfg"]).items():
-                if value is not None:
-                    values.setdefault(key, value)
-    elif kind == "max_model_len":
-        values["max_model_len"] = int(match["mml"])
-    elif kind == "weights":
-        size = float(match["size"])
-        # "GB" in these lines is vLLM's old spelling of the same 2**30 figure.
-        values.setdefault("weights_bytes", int(round(size * GiB)))
-    elif kind == "available_kv":
-        gib = _gib(match["gib"])
-        values["available_kv_bytes"] = gib if "available_kv_bytes" not in values else min(values["available_kv_bytes"], gib)
-    elif kind == "kv_bytes_flag":
-        values["kv_cache_memory_bytes_pinned"] = values.get("kv_cache_memory_bytes_pinned") or _gib(match["gib"])
-        values["available_kv_bytes"] = values["kv_cache_memory_bytes_pinned"]
-        if match["free"]:
-            values.setdefault("free_at_start_bytes", _gib(match["free"]))
-    elif kind == "kv_cache_tokens":
-        values["kv_cache_tokens"] = int(match["tokens"].replace(",", ""))
-        values["kv_cache_device"] = match["dev"] or "GPU"
-    elif kind == "legacy_blocks":
-        values["num_gpu_blocks"] = int(match["gpu"])
-    elif kind == "max_concurrency":
-        values["max_concurrency"] = float(match["x"])
-        values["concurrency_max_model_len"] = int(match["len"].replace(",", ""))
-    elif kind == "graph_capture":
-        values["cuda_graph_bytes"] = _gib(match["gib"])
-    elif kind == "cg_estimate":
-        values["cuda_graph_estimate_bytes"] = _gib(match["gib"])
-    elif kind == "cg_pool":
-        values["cuda_graph_bytes"] = _gib(match["actual"])
-        values.setdefault("cuda_graph_estimate_bytes", _gib(match["est"]))
-    elif kind == "cg_util_equiv":
-        values.setdefault("gpu_memory_utilization", float(match["cur"]))
-    elif kind == "sizing_hint":
-        _apply_hint(values, match)
-    elif kind == "kv_suggestion":
-        values["suggested_kv_bytes_requested"] = int(match["req"])
-        values["suggested_kv_bytes_full_gpu"] = int(match["full"])
-    elif kind == "profile_summary":
-        values["non_kv_bytes"] = _gib(match["nonkv"])
-        values["activation_peak_bytes"] = _gib(match["peak"])
-        values.setdefault("weights_bytes", _gib(match["weights"]))
-        if match["kind"].startswith("total consumed"):
-            values["consumed_bytes"] = _gib(match["other"])
-        else:
-            values["non_torch_bytes"] = _gib(match["other"])
-    elif kind in ("v0_profile", "v0_profile_results"):
-        values["non_torch_bytes"] = _gib(match["nontorch"])
-        values["available_kv_bytes"] = _gib(match["kv"])
-        if kind == "v0_profile":
-            values.setdefault("weights_bytes", _gib(match["weights"]))
-            values["activation_peak_bytes"] = _gib(match["peak"])
-        else:
-            values["total_gpu_bytes"] = _gib(match["total"])
-            values.setdefault("gpu_memory_utilization", float(match["util"]))
-    elif kind == "auto_fit":
-        values["max_model_len_before_auto_fit"] = int(match["old"])
-        values["max_model_len"] = int(match["new"])
+    for field_name, group, convert in _FIELDS.get(kind, ()):
+        values[field_name] = convert(match[group])
+    for field_name, group, convert in _DEFAULTS.get(kind, ()):
+        values.setdefault(field_name, convert(match[group]))
+    if kind in _HANDLERS:
+        _HANDLERS[kind](values, match)
     elif kind == "init_engine":
         values["ready"] = True
         draft.finished = True
     elif kind in _BOOT_ERRORS:
         draft.errors.append(_boot_error(kind, match, line, source))
         draft.finished = kind != "err_engine_failed" or draft.finished
+
+
+def _apply_args(values: dict, match: re.Match[str]) -> None:
+    for key, value in _parse_args(match["args"]).items():
+        values.setdefault(key, value)
+
+
+def _apply_engine(values: dict, match: re.Match[str]) -> None:
+    values["version"] = match["ver"]
+    for key, value in _config_fields(match["cfg"] or "").items():
+        if value is not None:
+            values.setdefault(key, value)
+
+
+def _apply_available(values: dict, match: re.Match[str]) -> None:
+    # Each tensor-parallel rank prints its own figure; vLLM sizes the cache by the smallest.
+    size = _gib(match["gib"])
+    values["available_kv_bytes"] = min(values.get("available_kv_bytes", size), size)
+
+
+def _apply_pinned(values: dict, match: re.Match[str]) -> None:
+    # The exact bytes come from the arguments line when there is one; this line rounds to 0.01 GiB.
+    values["kv_cache_memory_bytes_pinned"] = values.get("kv_cache_memory_bytes_pinned") or _gib(match["gib"])
+    values["available_kv_bytes"] = values["kv_cache_memory_bytes_pinned"]
+    if match["free"]:
+        values.setdefault("free_at_start_bytes", _gib(match["free"]))
+
+
+def _apply_device(values: dict, match: re.Match[str]) -> None:
+    values["kv_cache_device"] = match["dev"] or "GPU"
+
+
+def _apply_profile(values: dict, match: re.Match[str]) -> None:
+    size = _gib(match["other"])
+    values["consumed_bytes" if match["kind"].startswith("total consumed") else "non_torch_bytes"] = size
 
 
 def _apply_hint(values: dict, match: re.Match[str]) -> None:
@@ -445,6 +451,17 @@ def _apply_hint(values: dict, match: re.Match[str]) -> None:
     if kv := PATTERNS["kv_suggestion"].search(match["rest"]):
         values["suggested_kv_bytes_requested"] = int(kv["req"])
         values["suggested_kv_bytes_full_gpu"] = int(kv["full"])
+
+
+_HANDLERS: dict[str, Callable[[dict, re.Match[str]], None]] = {
+    "non_default_args": _apply_args,
+    "engine_version": _apply_engine,
+    "available_kv": _apply_available,
+    "kv_bytes_flag": _apply_pinned,
+    "kv_cache_tokens": _apply_device,
+    "profile_summary": _apply_profile,
+    "sizing_hint": _apply_hint,
+}
 
 
 def _boot_error(kind: str, match: re.Match[str], line: LogLine, source: str) -> BootError:

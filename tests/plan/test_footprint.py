@@ -108,3 +108,10 @@ def test_fixed_seat_costs_its_cap_and_observed_replaces_the_estimate():
     same = fp.observed_footprint(seen, 10 * GiB, None)
     assert same.footprint_bytes == 30 * GiB and same.basis == "observed"
     assert [part.basis for part in same.parts] == ["observed", "exact"]
+
+
+def test_version_keys_read_release_spellings():
+    assert fp.version_key("v0.32.0") == (0, 32, 0)
+    assert fp.version_key("0.29.1rc1.dev339") == (0, 29, 1)
+    assert fp.version_key("0.10") < fp.version_key("0.10.2") < fp.version_key("0.11.1")
+    assert fp.load_overhead_model().profile_for("v0.11.0").sampler_bytes_per_row_vocab == 38.5

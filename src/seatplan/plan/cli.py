@@ -119,7 +119,7 @@ def fit_command(
     """The longest context, and the concurrency at the published context, that fit beside the weights and overhead."""
     from seatplan.errors import SeatplanError
     from seatplan.facts.api import load_model_facts
-    from seatplan.facts.models import EngineSettings
+    from seatplan.facts.models import EngineSettings, parse_vllm_version
     from seatplan.plan import footprint as fp
     from seatplan.plan.fit import fit_model
     from seatplan.plan.models import Policy
@@ -128,6 +128,7 @@ def fit_command(
     gpu_memory_bytes = parse_bytes(gpu_memory, field="--gpu-memory")
     headroom_bytes = parse_bytes(headroom, field="--headroom")
     try:
+        parse_vllm_version(vllm_version)
         policy = Policy(vllm_version=vllm_version, kv_factor=kv_factor)
         settings_limits = fp.engine_limits(max_num_seqs, max_num_batched_tokens, fp.load_overhead_model().defaults_for(gpu_memory_bytes))
         settings = EngineSettings(
@@ -138,7 +139,7 @@ def fit_command(
             max_num_batched_tokens=settings_limits.max_num_batched_tokens,
         )
     except ValueError as problem:
-        raise SeatplanError(str(problem).splitlines()[-1].strip(), where="--vllm-version", fix="write the vLLM version as e.g. 0.32") from None
+        raise SeatplanError(str(problem), where="--vllm-version", fix="write the vLLM version as e.g. 0.32") from None
     facts = load_model_facts(model, settings)
     report = fit_model(facts, gpu_memory_bytes=gpu_memory_bytes, headroom_bytes=headroom_bytes, policy=policy, limits=settings_limits, enforce_eager=enforce_eager)
     if json_output:

@@ -142,8 +142,16 @@ class Policy(_Strict):
     boot_margin_bytes: Bytes = Field(
         512 * MiB, description="kept between the free memory an engine sees at boot and its utilisation budget"
     )
-    vllm_version: str = Field("0.32", pattern=r"^\d+\.\d+(\.\d+)?$")
+    vllm_version: str = Field("0.32", description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
     output_cap_margin: float = Field(1.25, ge=1.0, description="a proposed cap is at least p99 completion × this")
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        from seatplan.facts.models import parse_vllm_version
+
+        parse_vllm_version(value)
+        return value
 
 
 class Fleet(_Strict):

@@ -12,7 +12,7 @@ from seatplan.plan.models import FitReport, Plan, PlannedSeat
 from seatplan.units import GiB, human_bytes
 
 PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
-PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.", "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "cap"}
+PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.", "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "declared"}
 
 
 def gib(num_bytes: int | None) -> str:
@@ -64,7 +64,7 @@ def _part_cell(part) -> str:
 
 def seat_table(plan: Plan) -> Table:
     table = Table(title="Seats", title_justify="left")
-    for column in ("boot", "seat", "GPUs", "KV bytes", "KV GiB", "max_model_len", "cap", "KV tokens", "conc.", "util"):
+    for column in ("boot", "seat", "GPUs", "KV bytes", "KV GiB", "max_model_len", "output cap", "KV tokens", "conc.", "util"):
         table.add_column(column, justify="left" if column in ("seat", "GPUs") else "right")
     for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
         table.add_row(

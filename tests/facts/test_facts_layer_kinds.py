@@ -178,3 +178,11 @@ def test_amx_detection_reads_cpu_flags(tmp_path):
     (tmp_path / "plain").write_text("flags\t\t: fpu sse avx2\n")
     assert cpu_has_amx(tmp_path / "amx") and not cpu_has_amx(tmp_path / "plain")
     assert not cpu_has_amx(tmp_path / "absent")
+
+
+def test_kv_shared_layers_keep_no_cache(tmp_path):
+    config = {**COMMON, "architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "hidden_size": 512,
+              "num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+              "num_kv_shared_layers": 2}
+    model = facts(write_config(tmp_path / "gemma3n", config))
+    assert model.kv_bytes_per_token == 4 * 2 * 2 * 64 * 2

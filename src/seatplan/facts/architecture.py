@@ -360,9 +360,11 @@ def describe(config: dict[str, Any], source: str) -> ModelLayout:
     kinds = _attention_kinds(text, num_layers, source) if not pure_state else ["full_attention"] * num_layers
     layers: list[Layer] = []
     state = _state_layer(text, source) if state_pattern is not None else None
+    # Gemma-3n style cross-layer sharing: the last layers read an earlier layer's KV and keep none.
+    first_shared = num_layers - count_field(text, ("num_kv_shared_layers",), source)
     for index in range(num_layers):
         role = state_pattern[index] if state_pattern is not None else False
-        if role is None:
+        if role is None or (index >= first_shared and not role):
             continue
         if role:
             layers.append(state)  # type: ignore[arg-type]

@@ -221,3 +221,25 @@ def test_observations_for_unknown_seats_are_reported(tmp_path):
     observed = ObservedFootprints.model_validate({"seats": {"gone": {"footprint_bytes": GiB, "source": "nvidia-smi", "samples": 3}}})
     plan = build_plan(load_fleet(write_fleet(tmp_path, SMALL)), observed=observed)
     assert "observations for gone, which the fleet does not declare, were not used" in plan.warnings
+
+
+def test_fp8_kv_and_yarn_reach_the_command_line(tmp_path):
+    from plan_testkit import QWEN3_8B
+
+    fleet = one_host(1, "96GiB") + f"""
+seats:
+  - {{name: short, model: {LLAMA_8B}, max_model_len: 32768, kv_cache_dtype: fp8}}
+  - {{name: long, model: {QWEN3_8B}, max_model_len: published, allow_yarn: true}}
+"""
+    plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)))
+    short = plan.seat("short")
+    # fp8 stores one byte per element: 64 KiB per token, 2 GiB per 32,768-token request, × 1.25 = 2.5 GiB
+    assert short.kv_cache_memory_bytes == 5 * 512 * MiB
+    assert short.vllm_args[short.vllm_args.index("--kv-cache-dtype") + 1] == "fp8"
+    long = plan.seat("long")
+    assert long.max_model_len == 131072
+    overrides = json.loads(long.vllm_args[long.vllm_args.index("--hf-overrides") + 1])
+    assert overrides == {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    assert long.env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
+    # 131,072 × 147,456 B = 18 GiB per request, × 1.25 = 22.5 GiB
+    assert long.kv_cache_memory_bytes == 45 * 512 * MiB

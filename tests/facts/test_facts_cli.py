@@ -145,3 +145,10 @@ def test_malformed_generation_config(tmp_path):
 )
 def test_bad_options(args, fragment):
     _fails([LLAMA, *args], fragment)
+
+
+def test_length_above_the_derived_maximum_is_flagged():
+    document = _json(str(fixture_dir("Qwen--Qwen3-8B")), "--max-model-len", "131072", "--kv-cache-memory-bytes", "40GiB")
+    assert document["max_context_derived"] == 40960
+    assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN" in warning for warning in document["warnings"])
+    assert _json(str(fixture_dir("Qwen--Qwen3-8B")))["warnings"] == []

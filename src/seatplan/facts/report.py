@@ -25,6 +25,7 @@ def model_document(facts: ModelFacts, kv_cache_memory_bytes: int | None, max_mod
         max_model_len_fit=None,
         log_line=None,
         capacity=None,
+        warnings=_length_warnings(facts, length),
     )
     if kv_cache_memory_bytes is not None:
         capacity = facts.capacity(kv_cache_memory_bytes, length)
@@ -38,6 +39,13 @@ def model_document(facts: ModelFacts, kv_cache_memory_bytes: int | None, max_mod
             log_line=capacity.log_line,
         )
     return document
+
+
+def _length_warnings(facts: ModelFacts, length: int) -> list[str]:
+    if length <= facts.max_context_derived:
+        return []
+    return [f"vLLM refuses max_model_len {length:,} above the derived {facts.max_context_derived:,} unless "
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set (positions beyond it may produce garbage)"]
 
 
 def layer_list(layers: list[int]) -> str:
@@ -101,3 +109,5 @@ def print_breakdown(facts: ModelFacts, document: dict[str, Any]) -> None:
                   + (" (needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)" if yarn.needs_long_max_model_len_env else ""))
     for note in facts.notes:
         out.print(f"  [dim]vLLM: {note}[/]")
+    for warning in document["warnings"]:
+        out.print(f"  [yellow]warning: {warning}[/]")

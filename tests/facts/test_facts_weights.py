@@ -153,3 +153,10 @@ def test_truncated_or_garbage_files(tmp_path, content):
     path.write_bytes(content)
     with pytest.raises(SeatplanError):
         read_safetensors_header(path)
+
+
+def test_dangling_cache_symlink_falls_back_to_the_estimate(tmp_path):
+    directory = write_config(tmp_path / "m", TINY_LLAMA)
+    (directory / "model.safetensors").symlink_to(tmp_path / "blobs" / "not-yet-downloaded")
+    model = facts(directory)
+    assert not model.weights_exact and model.weights_source == "estimated from config.json"

@@ -120,7 +120,9 @@ def _safetensors_files(model_dir: Path) -> tuple[list[Path], dict[str, Any] | No
         if files and all(path.exists() for path in files):
             return files, index, index_path
         return [], index, index_path
-    return sorted(model_dir.glob("*.safetensors")), None, None
+    files = sorted(model_dir.glob("*.safetensors"))
+    # A dangling cache symlink is a download still in progress: estimate rather than half-count.
+    return (files if all(path.exists() for path in files) else []), None, None
 
 
 def weights(model_dir: Path, layout: ModelLayout, tp: int, model_dtype_bytes: int) -> WeightsResult:

@@ -83,5 +83,6 @@ def _settings(**values):
         first = problem.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else "settings"
         option = OPTION_NAMES.get(field, "--" + field.replace("_", "-"))
-        raise SeatplanError(f"{first['msg']} (got {first.get('input')!r})", where=option,
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise SeatplanError(f"{message} (got {first.get('input')!r})", where=option,
                             fix="see `seatplan model --help` for the accepted values") from None

@@ -48,7 +48,7 @@ def greedy(problem: Problem, rule: Rule) -> tuple[GpuSet, ...] | None:
         choice_rank = 0
         for gpu_set in options:
             room = min(problem.usable_bytes(g) - load_bytes[g] for g in gpu_set)
-            if room < footprint:
+            if room < footprint or not problem.keeps_apart([*assignment, gpu_set]):
                 continue
             rank = prefer(room)
             if choice is None or rank < choice_rank:

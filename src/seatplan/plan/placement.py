@@ -29,6 +29,7 @@ Method = Literal["exhaustive", "cp-sat"]
 EXHAUSTIVE_MAX_OPEN_GPUS = 8
 EXHAUSTIVE_MAX_SEATS = 16
 EXHAUSTIVE_TIME_SHARE = 0.25
+LOCAL_SEARCH_SHARE = 0.3  # of a CP-SAT solve's time, for improving its starting layout first
 BEST_TIME_SHARE = 0.7  # of the time limit for the best layout when runner-ups are asked for; they share the rest
 
 
@@ -130,7 +131,7 @@ def place(
 
 def _solve(problem: Problem, method: Method, *, fallback: bool, until: float) -> tuple[Solved, Method]:
     """Solve with ``method``; with ``fallback`` an exhaustive search that runs out of its share of time hands over to CP-SAT."""
-    hint: tuple[GpuSet, ...] | None = None
+    start: tuple[GpuSet, ...] | None = None
     if method == "exhaustive":
         now = time.perf_counter()
         stop = now + (until - now) * EXHAUSTIVE_TIME_SHARE if fallback else until
@@ -141,12 +142,19 @@ def _solve(problem: Problem, method: Method, *, fallback: bool, until: float) ->
             return Solved(layout=layout, optimal=True, bound_bytes=bound, proven_infeasible=layout is None), "exhaustive"
         if not fallback:
             return Solved(layout=layout, optimal=False, bound_bytes=placement_search.root_bound(problem), proven_infeasible=False), "exhaustive"
-        hint = None if layout is None else layout.assignment
+        start = None if layout is None else layout.assignment
     from seatplan.plan import placement_cpsat
+    from seatplan.plan.baselines import greedy
+    from seatplan.plan.placement_local import improve
 
-    if hint is None:
-        hint = _greedy_hint(problem)
-    return placement_cpsat.solve(problem, time_limit_s=max(0.5, until - time.perf_counter()), hint=hint), "cp-sat"
+    # CP-SAT proves bounds well but balances a large fleet slowly: start it from a greedy layout
+    # improved by local trades, and keep whichever is better.
+    if start is None:
+        start = greedy(problem, "most-free-first") or greedy(problem, "best-fit")
+    if start is not None:
+        now = time.perf_counter()
+        start = improve(problem, start, deadline=now + (until - now) * LOCAL_SEARCH_SHARE)
+    return placement_cpsat.solve(problem, time_limit_s=max(0.5, until - time.perf_counter()), start=start), "cp-sat"
 
 
 def _runner_ups(problem: Problem, method: Method, best_layout: Layout, best: Placement, count: int, *, until: float) -> list[Alternative]:
@@ -175,13 +183,6 @@ def _apart_words(names: list[str]) -> str:
 
 def _host_sized(problem: Problem) -> bool:
     return len(problem.open_gpus) <= EXHAUSTIVE_MAX_OPEN_GPUS and len(problem.seat_names) <= EXHAUSTIVE_MAX_SEATS
-
-
-def _greedy_hint(problem: Problem) -> tuple[GpuSet, ...] | None:
-    """Most-free-first as the solver's starting point: quick, and usually close on max-min objectives."""
-    from seatplan.plan.baselines import greedy
-
-    return greedy(problem, "most-free-first")
 
 
 def to_placement(problem: Problem, assignment: tuple[GpuSet, ...] | list[GpuSet]) -> Placement:

@@ -129,38 +129,42 @@ def _layout(problem: Problem, assignment: tuple[GpuSet, ...]) -> Layout:
     return Layout((-problem.worst_spare(load_bytes), problem.moves(assignment)), assignment, problem.split_key(list(assignment)))
 
 
-def solve(problem: Problem, *, time_limit_s: float, hint: tuple[GpuSet, ...] | None) -> Solved:
+def solve(problem: Problem, *, time_limit_s: float, start: tuple[GpuSet, ...] | None) -> Solved:
+    """The best layout CP-SAT finds in the time, never worse than ``start`` (a valid layout, also the solver's hint)."""
     from ortools.sat.python import cp_model
 
     built = _Model(problem)
     worst = built.add_worst()
     built.model.Maximize(worst)
-    if hint is not None:
-        built.hint(hint)
+    if start is not None:
+        built.hint(start)
     moves = built.moves()
     first = _solver(time_limit_s * (1.0 if isinstance(moves, int) else PASS1_SHARE))
     status = first.Solve(built.model)
     if status == cp_model.INFEASIBLE:
         return Solved(layout=None, optimal=True, bound_bytes=None, proven_infeasible=True)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return Solved(layout=None, optimal=False, bound_bytes=None, proven_infeasible=False)
-    worst_proven = status == cp_model.OPTIMAL
-    bound_bytes = min(int(math.floor(first.BestObjectiveBound())) * built.unit, root_bound(problem))
-    found = built.assignment(first)
+    found = [start] if start is not None else []
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        found.append(built.assignment(first))
+    bound_bytes = root_bound(problem)
+    if status != cp_model.MODEL_INVALID:
+        bound_bytes = min(bound_bytes, int(math.floor(first.BestObjectiveBound())) * built.unit)
+    if not found:
+        return Solved(layout=None, optimal=False, bound_bytes=bound_bytes, proven_infeasible=False)
+    best = min(_layout(problem, assignment) for assignment in found)
+    worst_proven = status == cp_model.OPTIMAL or best.worst_spare_bytes >= bound_bytes
     moves_proven = True
     if not isinstance(moves, int):
-        # Pass 2: keep the worst-case spare pass 1 reached, fewest moves.
-        built.model.Add(worst >= first.Value(worst))
+        # Pass 2: keep the worst-case spare reached so far, fewest moves.
+        built.model.Add(worst >= best.worst_spare_bytes // built.unit)
         built.model.Minimize(moves)
-        built.hint(found)
+        built.hint(best.assignment)
         second = _solver(time_limit_s * (1 - PASS1_SHARE))
         status2 = second.Solve(built.model)
         moves_proven = status2 == cp_model.OPTIMAL
         if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            candidate = built.assignment(second)
-            if _layout(problem, candidate) < _layout(problem, found):
-                found = candidate
-    return Solved(layout=_layout(problem, found), optimal=worst_proven and moves_proven, bound_bytes=bound_bytes, proven_infeasible=False)
+            best = min(best, _layout(problem, built.assignment(second)))
+    return Solved(layout=best, optimal=worst_proven and moves_proven, bound_bytes=bound_bytes, proven_infeasible=False)
 
 
 def fewest_dropped(problem: Problem, *, time_limit_s: float) -> tuple[set[int], list[GpuSet], bool]:

@@ -38,8 +38,11 @@ class Problem:
     apart: tuple[tuple[int, ...], ...] = ()
 
     def keeps_apart(self, assignment: Iterable[GpuSet]) -> bool:
+        """No apart group shares a GPU; ``assignment`` may cover only the first seats (groups not yet placed pass)."""
         sets = list(assignment)
-        return all(not set.intersection(*(set(sets[s]) for s in group)) for group in self.apart)
+        return all(
+            max(group) >= len(sets) or not set.intersection(*(set(sets[s]) for s in group)) for group in self.apart
+        )
 
     @property
     def open_gpus(self) -> tuple[int, ...]:

@@ -160,3 +160,28 @@ def test_dangling_cache_symlink_falls_back_to_the_estimate(tmp_path):
     (directory / "model.safetensors").symlink_to(tmp_path / "blobs" / "not-yet-downloaded")
     model = facts(directory)
     assert not model.weights_exact and model.weights_source == "estimated from config.json"
+
+
+@pytest.mark.parametrize(
+    "name, card_params_billion",
+    [  # model-card totals quoted in tests/fixtures/models/SOURCES.md
+        ("Qwen--Qwen3-8B", 8.2), ("Qwen--Qwen3-30B-A3B", 30.5), ("Qwen--Qwen2.5-72B", 72.7), ("Qwen--Qwen2.5-7B", 7.61),
+        ("Qwen--Qwen3-4B", 4.0), ("deepseek-ai--DeepSeek-V3", 671), ("meta-llama--Llama-3.2-3B-Instruct", 3.21),
+        ("openai--gpt-oss-120b", 117), ("openai--gpt-oss-20b", 21), ("Qwen--Qwen3-Next-80B-A3B-Thinking", 80),
+        ("microsoft--Phi-3.5-mini-instruct", 3.8), ("google--gemma-3-27b-it", 27),
+    ],
+)
+def test_parameter_counts_match_model_cards(name, card_params_billion):
+    assert facts(name).shape.total_params / 1e9 == pytest.approx(card_params_billion, rel=0.02)
+
+
+def test_moe_active_parameters():
+    shape = facts("Qwen--Qwen3-30B-A3B").shape
+    assert shape.active_params / 1e9 == pytest.approx(3.3, rel=0.03)  # card: 3.3B activated
+    assert facts("deepseek-ai--DeepSeek-V3").shape.active_params / 1e9 == pytest.approx(37, rel=0.03)
+
+
+def test_log_s04_qwen3_moe_tp4_weights():
+    """S04: a ~30B bf16 Qwen3 at TP 4 loaded 14.2474 GiB per rank; Qwen3-30B-A3B's estimate lands within 0.5%."""
+    per_rank = facts("Qwen--Qwen3-30B-A3B", tensor_parallel_size=4).weights_bytes
+    assert per_rank / 2**30 == pytest.approx(14.2474, rel=0.005)

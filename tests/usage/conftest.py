@@ -1,8 +1,7 @@
 """A throwaway PostgreSQL cluster for the usage tests, and databases holding LiteLLM's spend-log table.
 
 The cluster is Debian's PostgreSQL (``scripts/install-test-deps.sh``) started with ``initdb`` + ``pg_ctl`` in a
-temporary directory on a free loopback port. initdb refuses to run as root, so as root the cluster runs
-as the ``postgres`` system user the Debian package creates.
+temporary directory on a free loopback port (``pg_cluster.py``), and removed after the session.
 """
 
 from __future__ import annotations
@@ -18,52 +17,33 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FORMAT_FIXTURES, free_port, require, require_binary
+from conftest import free_port, require, require_binary
 
-SPENDLOGS_SQL = FORMAT_FIXTURES / "litellm_spendlogs.sql"
-
-
-def spendlogs_ddl() -> str:
-    """The CREATE TABLE / ALTER / CREATE INDEX part of the fixture, without its 20 sample rows."""
-    text = SPENDLOGS_SQL.read_text(encoding="utf-8")
-    return text[: text.index("\nINSERT INTO")]
-
-
-def _server_user() -> tuple[list[str], int | None]:
-    """The command prefix that runs PostgreSQL's tools as a user initdb accepts, and that user's uid."""
-    if os.geteuid() != 0:
-        return [], None
-    try:
-        postgres = pwd.getpwnam("postgres")
-    except KeyError:
-        require(False, "the postgres system user (created by Debian's postgresql package)")
-        raise
-    runuser = require_binary("runuser")
-    return [runuser, "-u", "postgres", "--"], postgres.pw_uid
+from .pg_cluster import INITDB_CANDIDATES, running_cluster, spendlogs_ddl
 
 
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
-    initdb = require_binary("initdb", "/usr/lib/postgresql/*/bin/initdb")
-    pg_ctl = str(Path(initdb).with_name("pg_ctl"))
-    prefix, uid = _server_user()
+    initdb = require_binary("initdb", *INITDB_CANDIDATES)
+    if os.geteuid() == 0:
+        require(_has_user("postgres"), "the postgres system user (created by Debian's postgresql package)")
+        require_binary("runuser")
     base = Path(tempfile.mkdtemp(prefix="seatplan-pg-"))
-    if uid is not None:
-        os.chown(base, uid, -1)
-    data, port = base / "data", free_port()
-    run = lambda *args: subprocess.run([*prefix, *args], check=True, capture_output=True, text=True)  # noqa: E731
     try:
-        run(initdb, "-D", str(data), "-U", "seatplan", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
-        options = f"-p {port} -k {base} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
-        run(pg_ctl, "-D", str(data), "-l", str(base / "server.log"), "-o", options, "-w", "-t", "60", "start")
+        with running_cluster(base, free_port(), initdb) as dsn:
+            yield dsn
     except subprocess.CalledProcessError as failure:
-        shutil.rmtree(base, ignore_errors=True)
         pytest.fail(f"PostgreSQL did not start: {failure.stderr or failure.stdout}")
-    try:
-        yield f"postgresql://seatplan@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _has_user(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 _database_numbers = itertools.count()

@@ -10,7 +10,7 @@ from seatplan.errors import SeatplanError
 from seatplan.usage.queries import Window
 from seatplan.usage.sources import open_source
 
-from .conftest import SPENDLOGS_SQL
+from .pg_cluster import SPENDLOGS_SQL
 from .helpers import figures, usage_report
 from .scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, UNTIL, export_csv, export_jsonl, insert_calls
 

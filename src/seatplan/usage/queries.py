@@ -78,19 +78,34 @@ class SourceShape:
     columns: frozenset[str]
 
 
+METADATA_KEYS = ("status", "user_api_key_alias", "user_api_key_team_alias", "user_api_key_user_id", "user_agent",
+                 "requester_ip_address")
+
+
+def _json_paths(names: tuple[str, ...]) -> str:
+    return "[" + ", ".join(sql_string("$." + quote_identifier(name)) for name in names) + "]"
+
+
 class _Reader:
-    """How one source format spells 'this column, as an integer / timestamp / JSON field'."""
+    """How one source format spells 'this column, as an integer / timestamp / JSON field'.
+
+    In DuckDB every JSON document is parsed once per row: ``json_extract_string`` with a list of paths
+    returns all the fields at once (``source_fields`` for a JSON Lines row, ``metadata_fields`` for the
+    metadata column), and ``TRY`` turns a broken document into NULL instead of failing the run.
+    """
 
     def __init__(self, shape: SourceShape) -> None:
         self.shape = shape
         self.is_postgres = shape.source_format == "postgresql"
+        self.is_jsonl = shape.source_format == "jsonl"
+        self.source_columns = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 
     def has(self, name: str) -> bool:
-        return self.shape.source_format == "jsonl" or name in self.shape.columns
+        return self.is_jsonl or name in self.shape.columns
 
     def raw(self, name: str) -> str:
-        if self.shape.source_format == "jsonl":
-            return f"json_extract_string(line, {sql_string('$.' + quote_identifier(name))})"
+        if self.is_jsonl:
+            return f"source_fields[{self.source_columns.index(name) + 1}]"
         return quote_identifier(name) if name in self.shape.columns else "NULL"
 
     def text(self, name: str) -> str:
@@ -110,17 +125,27 @@ class _Reader:
             return "NULL"
         if self.is_postgres:
             return f"NULLIF(\"metadata\" ->> {sql_string(key)}, '')"
-        metadata = self.raw("metadata")
-        return (f"CASE WHEN json_valid({metadata}) "
-                f"THEN NULLIF(json_extract_string({metadata}, {sql_string('$.' + quote_identifier(key))}), '') END")
+        return f"NULLIF(metadata_fields[{METADATA_KEYS.index(key) + 1}], '')"
 
     def json_text(self, name: str) -> str:
         return f"{self.raw(name)}::text" if self.is_postgres and name in self.shape.columns else self.raw(name)
 
     def readable(self) -> str:
-        if self.shape.source_format == "jsonl":
-            return "(json_valid(line) AND json_type(line) = 'OBJECT')"
+        if self.is_jsonl:
+            return "(source_fields IS NOT NULL AND starts_with(ltrim(line), '{'))"
         return "TRUE"
+
+    def from_clause(self) -> str:
+        if self.is_postgres:
+            return self.shape.from_clause
+        source = self.shape.from_clause
+        if self.is_jsonl:
+            source = (f"(SELECT line, TRY(json_extract_string(line, {_json_paths(self.source_columns)})) AS source_fields "
+                      f"FROM {source}) AS jsonl_fields")
+        if not self.has("metadata"):
+            return source
+        return (f"(SELECT *, TRY(json_extract_string({self.raw('metadata')}, {_json_paths(METADATA_KEYS)})) AS metadata_fields "
+                f"FROM {source}) AS with_metadata")
 
 
 def _seat_case(column: str, seat_by_name: Mapping[str, str]) -> str:
@@ -156,7 +181,7 @@ def normalized_rows_sql(shape: SourceShape, seat_by_name: Mapping[str, str]) -> 
         {read.metadata_field('user_agent')} AS user_agent,
         COALESCE({read.text('requester_ip_address')}, {read.metadata_field('requester_ip_address')}) AS client_ip,
         {read.json_text('request_tags')} AS tags_json
-    FROM {shape.from_clause}"""
+    FROM {read.from_clause()}"""
     return f"""
     SELECT
         request_id,
@@ -242,48 +267,40 @@ def histograms_query(window: Window) -> FigureQuery:
     GROUP BY GROUPING SETS ((seat, prompt_tokens), (seat, completion_tokens))""")
 
 
-def peak_inflight_query(window: Window) -> FigureQuery:
-    """Peak in-flight tokens and requests per seat and over all seats, with and without runaway replies.
+def peak_inflight_query(window: Window, overall: bool) -> FigureQuery:
+    """Peak in-flight tokens and requests, with and without runaway replies: per seat, or over all seats.
 
-    Events are +tokens at start and -tokens at end. Summing the deltas per instant first and then
-    running the sum over instants is exact for the ends-before-starts convention: within one instant
-    the count first falls, then rises to the instant's final value, so no peak hides inside it.
-    A request open at ``since`` enters at ``since``; one still open at ``until`` never leaves.
+    Each request is two events, +tokens at its start and -tokens at its end, taken in (time, ends first)
+    order; the running sum at every event is the load after it, and the peak is the largest. Within equal
+    (time, kind) events the sum only rises (starts) or only falls (ends), so ties cannot hide a peak.
+    A request open at ``since`` enters at ``since``; ends at or after ``until`` are kept, as they come after
+    every start in the window and only lower the sum.
     """
     start = "r.start_ts" if window.since is None else f"GREATEST(r.start_ts, {sql_timestamp(window.since)})"
-    live = f"""live AS (
-        SELECT r.seat, {start} AS start_ts, r.end_ts,
-            CAST(r.prompt_tokens AS BIGINT) + r.completion_tokens AS tokens,
-            CASE WHEN r.completion_tokens >= t.runaway_threshold_tokens THEN 0 ELSE 1 END AS ordinary
-        FROM spend_rows AS r JOIN thresholds AS t ON t.seat = r.seat
-        WHERE r.reject_reason IS NULL AND {window.overlaps('r.start_ts', 'r.end_ts')})"""
     events = f"""events AS (
-        SELECT seat, start_ts AS at_ts, tokens AS tokens_delta, 1 AS requests_delta,
-            tokens * ordinary AS ordinary_tokens_delta, ordinary AS ordinary_requests_delta
-        FROM live
-        UNION ALL
-        SELECT seat, end_ts, -tokens, -1, -tokens * ordinary, -ordinary
-        FROM live WHERE {Window(until=window.until).contains('end_ts')})"""
-    instants = """instants AS (
-        SELECT seat, GROUPING(seat) AS is_overall, at_ts,
-            sum(tokens_delta) AS tokens_delta, sum(requests_delta) AS requests_delta,
-            sum(ordinary_tokens_delta) AS ordinary_tokens_delta, sum(ordinary_requests_delta) AS ordinary_requests_delta
-        FROM events
-        GROUP BY GROUPING SETS ((seat, at_ts), (at_ts)))"""
-    running = """running AS (
-        SELECT seat, is_overall,
+        SELECT r.seat, event.at_ts, event.is_start, event.sign * (CAST(r.prompt_tokens AS BIGINT) + r.completion_tokens) AS tokens_delta,
+            event.sign AS requests_delta,
+            CASE WHEN r.completion_tokens >= t.runaway_threshold_tokens THEN 0 ELSE 1 END AS ordinary
+        FROM spend_rows AS r
+        JOIN thresholds AS t ON t.seat = r.seat
+        CROSS JOIN LATERAL (VALUES ({start}, 1, 1), (r.end_ts, 0, -1)) AS event(at_ts, is_start, sign)
+        WHERE r.reject_reason IS NULL AND {window.overlaps('r.start_ts', 'r.end_ts')})"""
+    partition = "" if overall else "PARTITION BY seat "
+    running = f"""running AS (
+        SELECT seat,
             sum(tokens_delta) OVER by_time AS inflight_tokens,
             sum(requests_delta) OVER by_time AS inflight_requests,
-            sum(ordinary_tokens_delta) OVER by_time AS ordinary_inflight_tokens,
-            sum(ordinary_requests_delta) OVER by_time AS ordinary_inflight_requests
-        FROM instants
-        WINDOW by_time AS (PARTITION BY is_overall, seat ORDER BY at_ts ROWS UNBOUNDED PRECEDING))"""
-    select = """
-    SELECT seat, is_overall, max(inflight_tokens), max(inflight_requests),
-        max(ordinary_inflight_tokens), max(ordinary_inflight_requests)
+            sum(tokens_delta * ordinary) OVER by_time AS ordinary_inflight_tokens,
+            sum(requests_delta * ordinary) OVER by_time AS ordinary_inflight_requests
+        FROM events
+        WINDOW by_time AS ({partition}ORDER BY at_ts, is_start ROWS UNBOUNDED PRECEDING))"""
+    group = "" if overall else "GROUP BY seat"
+    seat = "CAST(NULL AS TEXT)" if overall else "seat"
+    select = f"""
+    SELECT {seat}, max(inflight_tokens), max(inflight_requests), max(ordinary_inflight_tokens), max(ordinary_inflight_requests)
     FROM running
-    GROUP BY seat, is_overall"""
-    return FigureQuery(select, ctes=(live, events, instants, running), needs_thresholds=True)
+    {group}"""
+    return FigureQuery(select, ctes=(events, running), needs_thresholds=True)
 
 
 def runaway_rows_query(window: Window) -> FigureQuery:

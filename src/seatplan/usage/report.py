@@ -68,7 +68,9 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
         name: runaway_threshold_tokens(rule, nearest_rank(completion_histograms.get(name, {}), 0.5), _max_model_len(seat_map, name))
         for name in names
     }
-    peaks = _read_peaks(source.fetch_all(peak_inflight_query(window), thresholds)) if thresholds else {}
+    peaks = _read_peaks(source.fetch_all(peak_inflight_query(window, overall=False), thresholds), overall=False) if thresholds else {}
+    if thresholds:
+        peaks.update(_read_peaks(source.fetch_all(peak_inflight_query(window, overall=True), thresholds), overall=True))
     runaway_rows = (_runaway_row(row) for row in source.stream(runaway_rows_query(window), thresholds)) if thresholds else ()
     runaways_per_seat, runaways_by_key = group_runaways(runaway_rows)
     client_rows = (_client_row(row) for row in source.stream(clients_query(window)))
@@ -135,10 +137,12 @@ def _read_histograms(rows: Iterable[tuple[Any, ...]]) -> tuple[dict[str, dict[in
     return prompt, completion
 
 
-def _read_peaks(rows: Iterable[tuple[Any, ...]]) -> dict[str | None, _Peaks]:
+def _read_peaks(rows: Iterable[tuple[Any, ...]], overall: bool) -> dict[str | None, _Peaks]:
     peaks: dict[str | None, _Peaks] = {}
-    for name, is_overall, tokens, requests, ordinary_tokens, ordinary_requests in rows:
-        peaks[None if is_overall else name] = _Peaks(
+    for name, tokens, requests, ordinary_tokens, ordinary_requests in rows:
+        if tokens is None:  # no request in flight at all
+            continue
+        peaks[None if overall else name] = _Peaks(
             max(0, int(tokens)), max(0, int(requests)), max(0, int(ordinary_tokens)), max(0, int(ordinary_requests))
         )
     return peaks

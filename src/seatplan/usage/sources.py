@@ -140,6 +140,8 @@ def _postgres_source(dsn: str, seat_by_name: Mapping[str, str]) -> Iterator[Post
             cursor.execute("SET default_transaction_read_only = on")
             # The in-flight sweep sorts every start and end; enough memory keeps that sort off disk.
             cursor.execute("SET work_mem = '256MB'")
+            # Compiling these one-off queries costs more than it saves.
+            cursor.execute("SET jit = off")
             columns = _postgres_columns(cursor, dsn)
         shape = SourceShape("postgresql", quote_identifier(SPEND_LOGS_TABLE), frozenset(columns))
         yield PostgresSource(connection, dsn, normalized_rows_sql(shape, seat_by_name))
@@ -253,6 +255,7 @@ def _file_source(path: Path, seat_by_name: Mapping[str, str]) -> Iterator[DuckDB
         connection.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
         connection.execute(f"SET temp_directory = {sql_string(str(workdir / 'spill'))}")
         connection.execute("SET preserve_insertion_order = false")
+        connection.execute("SET enable_progress_bar = false")
         columns = _csv_columns(connection, _csv_from_clause(path, False), path) if source_format == "csv" else []
         try:
             _load_rows(connection, path, source_format, columns, seat_by_name, keep_rejects=False)

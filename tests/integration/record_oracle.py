@@ -35,7 +35,7 @@ from integration.vllm_engine import (  # noqa: E402
 ORACLE_PATH = TESTS_DIR / "fixtures" / "vllm_cpu_oracle.json"
 # Start-up log lines that carry or explain the KV figures (block size, padding, groups, capacity).
 EXPLAINING_LINES = re.compile(
-    r"(KV cache size: .* tokens.*|Setting attention block size to .*|Padding mamba page size by .*"
+    r"((?:CPU|GPU) KV cache size: .* tokens.*|Setting attention block size to .*|Padding mamba page size by .*"
     r"|Add \d+ padding layers.*|Reset SSM cache type to .*|Maximum concurrency for .*)"
 )
 KEPT_LABELS = ("block_size", "cache_dtype", "enable_prefix_caching", "kv_cache_max_concurrency",
@@ -60,6 +60,7 @@ def oracle_entry(plan: BootPlan, result: dict, log_text: str, model_dir: Path) -
             "kv_cache_memory_bytes": plan.kv_cache_memory_bytes,
             "kv_cache_dtype": plan.kv_cache_dtype,
             "prefix_caching": plan.prefix_caching,
+            "attention_backend": plan.attention_backend,
         },
         "cache_config_labels": {key: labels[key] for key in KEPT_LABELS if key in labels},
         "served_max_model_len": result["served_max_model_len"],

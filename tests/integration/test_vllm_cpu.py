@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -89,24 +90,32 @@ def _first_plan(name: str) -> BootPlan:
     return next(plan for plan in BOOT_PLANS if plan.name == name)
 
 
-@pytest.mark.parametrize("plan_name", ["qwen3-next-gdn-prefix"])
-def test_cli_model_json_matches_engine(plan_name: str, vllm_boot_cache):
-    boot = vllm_boot_cache.get(_first_plan(plan_name))
-    command = [
-        sys.executable, "-m", "seatplan.cli", "model", str(boot.config.model_dir),
-        "--device", "cpu",
-        "--kv-cache-memory-bytes", str(boot.config.kv_cache_memory_bytes),
-        "--max-model-len", str(boot.config.max_model_len),
-        "--json",
+def cli_flags(config: EngineConfig) -> list[str]:
+    """The ``seatplan model`` flags that mirror the engine's command line."""
+    flags = [
+        "--device", "cpu", "--vllm-version", VLLM_VERSION, "--dtype", config.dtype,
+        "--kv-cache-dtype", config.kv_cache_dtype,
+        "--kv-cache-memory-bytes", str(config.kv_cache_memory_bytes),
+        "--max-model-len", str(config.max_model_len),
     ]
+    return flags if config.prefix_caching else flags + ["--no-prefix-caching"]
+
+
+@pytest.mark.parametrize("plan_name", ["qwen3-next-gdn-noprefix"])
+def test_cli_model_json_matches_engine(plan_name: str, vllm_boot_cache):
+    """The command a user runs, as a child process, against the same engine's figures."""
+    boot = vllm_boot_cache.get(_first_plan(plan_name))
+    seatplan = Path(sys.executable).with_name("seatplan")
+    command = [str(seatplan), "model", str(boot.config.model_dir), *cli_flags(boot.config), "--json"]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr
     document = json.loads(completed.stdout)
-    capacity = document["capacity"]
     labels = boot.cache_config_labels
-    assert capacity["num_blocks"] == int(labels["num_gpu_blocks"])
-    assert capacity["kv_cache_tokens"] == int(labels["kv_cache_size_tokens"])
-    assert document["facts"]["block_size"] == int(labels["block_size"])
+    assert document["num_blocks"] == int(labels["num_gpu_blocks"])
+    assert document["kv_cache_tokens"] == int(labels["kv_cache_size_tokens"])
+    assert document["block_size"] == int(labels["block_size"])
+    assert document["max_model_len"] == boot.served_max_model_len
+    assert document["log_line"] in boot.log_text
 
 
 def test_budget_below_one_request_is_refused_as_facts_predict(vllm_python_path):

@@ -22,6 +22,7 @@ does not come up raises :class:`EngineBootError` carrying the log tail. Each res
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -35,13 +36,16 @@ from typing import Literal
 
 import httpx
 
+from seatplan.fileio import atomic_write_text
+
 VLLM_VERSION = "0.32.0"
-HEALTH_TIMEOUT_S = 300.0
+HEALTH_TIMEOUT_S = 600.0  # boots take 25-60 s alone, minutes on a loaded 2-core machine
 REQUEST_TIMEOUT_S = 60.0
 STOP_GRACE_S = 20.0
 LOG_TAIL_CHARS = 6000
 PROBE_MAX_TOKENS = 8
 PROBE_PROMPT = "Hello, how are you today?"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 _CACHE_CONFIG_INFO = re.compile(r"^vllm:cache_config_info\{(?P<labels>.*)\}\s+\S+\s*$", re.MULTILINE)
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
@@ -89,6 +93,7 @@ class EngineConfig:
     # encoding files, which cannot be fetched here) or "none" (the CPU MLA kernel boots with fp8 KV
     # but fails every request).
     probe: Literal["chat", "completion", "none"] = "chat"
+    attention_backend: str | None = None  # --attention-backend; None lets vLLM choose
     extra_args: tuple[str, ...] = ()
 
     @property
@@ -109,6 +114,8 @@ class EngineConfig:
         ]
         if not self.prefix_caching:
             args.append("--no-enable-prefix-caching")
+        if self.attention_backend:
+            args += ["--attention-backend", self.attention_backend]
         return args + list(self.extra_args)
 
 
@@ -148,6 +155,11 @@ def parse_cache_config_info(metrics_text: str) -> dict[str, str]:
         label["key"]: bytes(label["value"], "utf-8").decode("unicode_escape")
         for label in _LABEL.finditer(found["labels"])
     }
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM it when the test process dies, even by SIGKILL."""
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _free_loopback_port() -> int:
@@ -223,19 +235,22 @@ def boot_engine(
 ) -> BootResult:
     """Start the engine for ``config``, collect what it reports, stop it (always)."""
     log_dir.mkdir(parents=True, exist_ok=True)
+    # The engine logs into a file of this call's own; it replaces <name>.log only once the boot is
+    # over, so two sessions booting the same plan into the shared cache never mix their logs.
+    live_log_path = log_dir / f".{config.name}.{os.getpid()}.log"
     log_path = log_dir / f"{config.name}.log"
     port = _free_loopback_port()
     base_url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    with log_path.open("w") as log_file:
+    with live_log_path.open("w") as log_file:
         process = subprocess.Popen(
             [str(vllm_python_path), *config.server_args(port)],
             stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, start_new_session=True,
+            env=env, start_new_session=True, preexec_fn=_die_with_parent,
         )
     client = httpx.Client(base_url=base_url, timeout=REQUEST_TIMEOUT_S, trust_env=False)
     try:
-        boot_seconds = _wait_for_health(process, client, log_path, health_timeout_s)
+        boot_seconds = _wait_for_health(process, client, live_log_path, health_timeout_s)
         metrics_text = client.get("/metrics").raise_for_status().text
         labels = parse_cache_config_info(metrics_text)
         served_max_model_len = _served_max_model_len(client.get("/v1/models").raise_for_status().json(), config)
@@ -244,13 +259,15 @@ def boot_engine(
     except httpx.HTTPStatusError as problem:
         raise EngineBootError(
             f"vLLM answered {problem.request.url.path} with {problem.response.status_code}: "
-            f"{problem.response.text[:2000]}; log tail:\n{_log_tail(log_path)}"
+            f"{problem.response.text[:2000]}; log tail:\n{_log_tail(live_log_path)}"
         ) from problem
     except (httpx.HTTPError, ValueError, KeyError) as problem:
-        raise EngineBootError(f"vLLM answered badly: {problem!r}; log tail:\n{_log_tail(log_path)}") from problem
+        raise EngineBootError(f"vLLM answered badly: {problem!r}; log tail:\n{_log_tail(live_log_path)}") from problem
     finally:
         client.close()
         _stop(process)
+        log_text = live_log_path.read_text(errors="replace")
+        live_log_path.replace(log_path)
     result = BootResult(
         config=config,
         cache_config_labels=labels,
@@ -259,9 +276,10 @@ def boot_engine(
         probe_completion_tokens=probe_tokens,
         boot_seconds=round(boot_seconds, 1),
         log_path=log_path,
-        log_text=log_path.read_text(errors="replace"),
+        log_text=log_text,
         metrics_text=metrics_text,
     )
-    (log_dir / f"{config.name}.metrics.prom").write_text(metrics_text)
-    (log_dir / f"{config.name}.json").write_text(json.dumps(result.to_json(), indent=2) + "\n")
+    # Several test sessions may boot the same plan into the shared cache: never a half-written file.
+    atomic_write_text(log_dir / f"{config.name}.metrics.prom", metrics_text, backup=False)
+    atomic_write_text(log_dir / f"{config.name}.json", json.dumps(result.to_json(), indent=2) + "\n", backup=False)
     return result

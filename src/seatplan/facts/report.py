@@ -61,13 +61,14 @@ def layer_list(layers: list[int]) -> str:
 
 
 def print_breakdown(facts: ModelFacts, document: dict[str, Any]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from seatplan.output import console
 
     out = console()
     settings = facts.settings
-    out.print(f"[bold]{facts.model}[/]  {facts.architecture} ({facts.model_type})")
+    out.print(f"[bold]{escape(facts.model)}[/]  {escape(facts.architecture)} ({escape(facts.model_type)})")
     out.print(
         f"  vLLM {settings.vllm_version} on {settings.device}, TP {settings.tensor_parallel_size}, dtype {facts.dtype}, "
         f"KV {facts.kv_cache_dtype} ({facts.kv_dtype_bytes} B), KV heads/rank {facts.kv_heads_per_rank}, "

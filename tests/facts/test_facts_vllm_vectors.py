@@ -224,3 +224,10 @@ def test_log_line_format_by_era():
     assert line_030 == "GPU KV cache size: 163,840 tokens, Maximum concurrency for 131,072 tokens per request: 1.25x"
     cpu_030 = facts(LLAMA, vllm_version="0.30", device="cpu").capacity(20 * GiB, 131072).log_line
     assert cpu_030.startswith("GPU KV cache size")  # the device word arrived in 0.31
+
+
+def test_budget_below_one_block_has_no_memory_for_blocks():
+    model = facts(LLAMA)
+    capacity = model.capacity(model.bytes_per_block, 4096)  # 0.29+: the only block is the null block
+    assert (capacity.num_blocks, capacity.fits_one_request, capacity.estimated_max_model_len) == (1, False, 0)
+    assert capacity.log_line.startswith("No available memory for the cache blocks.")

@@ -307,6 +307,9 @@ def log_line(tokens: int, concurrency: float, max_model_len: int, settings: Engi
     return f"{size}\n{concurrency_text}"
 
 
+NO_MEMORY_MESSAGE = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
+
+
 def not_enough_memory_message(max_model_len: int, needed_bytes: int, available_bytes: int, estimate: int,
                                settings: EngineSettings) -> str:
     """The start of vLLM's "To serve at least one request" error, worded as the given era worded it."""
@@ -339,7 +342,10 @@ def capacity(groups: list[LayerGroup], bytes_per_block: int, kv_cache_memory_byt
     fits = needed <= available
     estimate = None
     line = log_line(tokens, concurrency, max_model_len, settings)
-    if not fits:
+    if available <= 0:
+        estimate = 0
+        line = NO_MEMORY_MESSAGE
+    elif not fits:
         estimate = estimate_max_model_len(groups, bytes_per_block, kv_cache_memory_bytes, max_model_len, settings)
         line = not_enough_memory_message(max_model_len, needed, available, estimate, settings)
     return KvCapacity(

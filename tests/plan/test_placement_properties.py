@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import time
+from dataclasses import replace
 from itertools import combinations, product
 
 import pytest
@@ -15,8 +17,11 @@ from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place
 GiB = 1 << 30
 
 
-def brute_force(gpus: list[GpuSlot], seats: list[SeatDemand]) -> tuple[int, int] | None:
-    """(best worst-case spare, fewest moves among those) over every assignment, or None when nothing fits."""
+def brute_force(gpus: list[GpuSlot], seats: list[SeatDemand], apart: list[set[str]] = ()) -> tuple[int, int] | None:
+    """(best worst-case spare, fewest moves among those) over every assignment, or None when nothing fits.
+
+    ``apart``: groups of seat names that may not all share one GPU.
+    """
     keys = [(g.host, g.index) for g in gpus]
     slot = {(g.host, g.index): g for g in gpus}
     options_per_seat = []
@@ -36,6 +41,9 @@ def brute_force(gpus: list[GpuSlot], seats: list[SeatDemand]) -> tuple[int, int]
             for k in gpu_set:
                 used[k] += s.footprint_bytes
         if any(slot[k].capacity_bytes - used[k] < slot[k].headroom_bytes for k in keys):
+            continue
+        where = {s.name: gpu_set for s, gpu_set in zip(seats, choice)}
+        if any(frozenset.intersection(*(where[name] for name in group)) for group in apart):
             continue
         spares = [slot[k].capacity_bytes - used[k] for k in keys if not slot[k].keep_clear]
         worst = min(spares) if spares else 0
@@ -124,10 +132,37 @@ def test_exhaustive_matches_brute_force(fleet):
     assert_valid(gpus, seats, result.best)
     assert (result.best.worst_case_spare_bytes, result.best.moves) == expected
     assert result.bound_bytes == expected[0]
+    assert_runner_ups_are_exact(gpus, seats, result)
+
+
+def bottleneck(placement: Placement, gpus: list[GpuSlot]) -> set[str] | None:
+    """The seats on the lowest-spare open GPU holding two or more (ties: first by host, index)."""
+    ordered = sorted((g for g in gpus if not g.keep_clear), key=lambda g: (placement.spare_bytes[f"{g.host}:{g.index}"], g.host, g.index))
+    for g in ordered:
+        names = {name for name, where in placement.assignment.items() if (g.host, g.index) in map(tuple, where)}
+        if len(names) >= 2:
+            return names
+    return None
+
+
+def assert_runner_ups_are_exact(gpus: list[GpuSlot], seats: list[SeatDemand], result) -> None:
+    """Runner-up n is the best layout that also splits the bottleneck group of layout n − 1."""
+    apart: list[set[str]] = []
+    previous = result.best
     for alternative in result.runner_ups:
+        group = bottleneck(previous, gpus)
+        assert group is not None
+        apart.append(group)
         assert_valid(gpus, seats, alternative.placement)
-        assert (alternative.placement.worst_case_spare_bytes, -alternative.placement.moves) <= (expected[0], -expected[1])
-        assert alternative.placement != result.best
+        where = {name: set(map(tuple, gpus_)) for name, gpus_ in alternative.placement.assignment.items()}
+        assert not any(set.intersection(*(where[name] for name in g)) for g in apart)
+        expected = brute_force(gpus, seats, apart)
+        assert (alternative.placement.worst_case_spare_bytes, alternative.placement.moves) == expected
+        previous = alternative.placement
+    if len(result.runner_ups) < 3:
+        # The chain stopped: nothing left to split, or nothing fits with one more group kept apart.
+        group = bottleneck(previous, gpus)
+        assert group is None or brute_force(gpus, seats, [*apart, group]) is None
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -158,6 +193,56 @@ def test_cp_sat_matches_brute_force(fleet):
     assert_valid(gpus, seats, result.best)
     assert (result.best.worst_case_spare_bytes, result.best.moves) == expected
     assert result.bound_bytes == expected[0]
+    for alternative in result.runner_ups:
+        assert_valid(gpus, seats, alternative.placement)
+        assert alternative.placement.worst_case_spare_bytes <= expected[0]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.randoms(use_true_random=False))
+def test_local_trades_keep_layouts_valid_and_never_lose_spare(fleet, rng):
+    from seatplan.plan import placement_local, placement_search
+    from seatplan.plan.baselines import greedy
+
+    gpus, seats = fleet
+    problem = placement_search.compile_problem(gpus, seats)
+    if seats and rng.random() < 0.5:
+        problem = replace(problem, apart=(tuple(sorted(rng.sample(range(len(seats)), min(2, len(seats))))),))
+    start = greedy(problem, rng.choice(["best-fit", "most-free-first"]))
+    if start is None:
+        return
+    improved = placement_local.improve(problem, start, deadline=time.perf_counter() + 5)
+    assert problem.fits(list(improved)) and problem.keeps_apart(improved)
+    assert all(gpu_set in problem.candidates[s] for s, gpu_set in enumerate(improved))
+    assert problem.worst_spare(problem.loads(improved)) >= problem.worst_spare(problem.loads(start))
+
+
+def test_large_fleets_go_to_cp_sat_and_report_an_honest_bound():
+    rng = random.Random(5)
+    gpus = [GpuSlot(host=f"n{h}", index=i, capacity_bytes=94 * GiB, headroom_bytes=GiB // 2) for h in range(3) for i in range(4)]
+    seats = [SeatDemand(name=f"s{n}", footprint_bytes=rng.randint(6 * GiB, 30 * GiB), gpu_count=2 if n < 3 else 1) for n in range(30)]
+    result = place(gpus, seats, time_limit_s=4, runner_ups=1)
+    assert result.method == "cp-sat"
+    assert_valid(gpus, seats, result.best)
+    assert result.bound_bytes >= result.best.worst_case_spare_bytes
+    total = sum(s.footprint_bytes * s.gpu_count for s in seats)
+    assert result.bound_bytes <= (sum(g.capacity_bytes for g in gpus) - total) // len(gpus)
+    if result.optimal:
+        assert result.bound_bytes == result.best.worst_case_spare_bytes
+
+
+def test_an_exhaustive_search_cut_short_says_it_is_not_proven():
+    rng = random.Random(9)
+    gpus = [GpuSlot(host=h, index=i, capacity_bytes=80 * GiB) for h in ("a", "b") for i in range(4)]
+    seats = [
+        SeatDemand(name=f"s{n}", footprint_bytes=rng.randint(5 * GiB, 30 * GiB), current=[(rng.choice("ab"), rng.randrange(4))])
+        for n in range(16)
+    ]
+    result = place(gpus, seats, method="exhaustive", time_limit_s=1e-9, runner_ups=0)
+    assert not result.optimal and result.method == "exhaustive"
+    assert result.bound_bytes is not None
+    if result.best is not None:
+        assert result.bound_bytes >= result.best.worst_case_spare_bytes
 
 
 def mid_size_fleet(seed: int) -> tuple[list[GpuSlot], list[SeatDemand]]:

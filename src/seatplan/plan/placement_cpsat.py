@@ -147,7 +147,8 @@ def solve(problem: Problem, *, time_limit_s: float, start: tuple[GpuSet, ...] | 
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         found.append(built.assignment(first))
     bound_bytes = root_bound(problem)
-    if status != cp_model.MODEL_INVALID:
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        # Only then is the solver's bound defined; otherwise the water level is all that is proven.
         bound_bytes = min(bound_bytes, int(math.floor(first.BestObjectiveBound())) * built.unit)
     if not found:
         return Solved(layout=None, optimal=False, bound_bytes=bound_bytes, proven_infeasible=False)

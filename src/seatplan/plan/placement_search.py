@@ -310,7 +310,7 @@ def exhaustive(
     def visit(seat: int, moves: int) -> None:
         nonlocal nodes
         nodes += 1
-        if deadline is not None and nodes % 1024 == 0 and time.perf_counter() > deadline:
+        if deadline is not None and nodes % 1024 == 1 and time.perf_counter() > deadline:
             raise _OutOfTime
         if seat == seat_count:
             record()

@@ -84,15 +84,22 @@ def test_json_report_and_observations(scene):
     assert observed["seats"]["big"]["footprint_bytes"] / MiB == pytest.approx(91_082, abs=60)
     assert observed["seats"]["big"]["kv_cache_memory_bytes"] == 62 * GiB
 
+    assert observed["engines"] == {}  # no stats lines or /metrics were given
     from seatplan.plan.models import ObservedFootprints
 
     assert ObservedFootprints.model_validate(observed).seats["big"].footprint_bytes == observed["seats"]["big"]["footprint_bytes"]
 
 
-def test_human_output(scene):
-    result = run("--nvidia-smi", str(scene / "smi.csv"), "--vllm-log", f"renamed={scene / 'engines.log'}")
+def test_human_output_and_engine_stats(scene, tmp_path):
+    from conftest import FORMAT_FIXTURES
+
+    observed_path = tmp_path / "observed.json"
+    result = run("--nvidia-smi", str(scene / "smi.csv"), "--vllm-log", f"renamed={scene / 'engines.log'}",
+                 "--vllm-metrics", str(FORMAT_FIXTURES / "vllm_metrics.prom"), "-o", str(observed_path))
     assert result.returncode == 0, result.stderr
     assert "GPUs" in result.stdout and "renamed" in result.stdout and "co_boot_race" in result.stdout
+    engines = json.loads(observed_path.read_text())["engines"]
+    assert engines["qwen3-30b-a3b"]["peak_kv_cache_usage_pct"] == pytest.approx(1.47)
 
 
 @pytest.mark.parametrize("args, where", [

@@ -79,5 +79,6 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
         seats=observed,
         gpus=[{"host": gpu.host, "index": gpu.index, "plateau_used_mib": gpu.plateau_used_mib,
                "plateau_free_mib": gpu.plateau_free_mib, "total_mib": gpu.total_mib} for gpu in gpus],
+        engines={seat.name: seat.stats for seat in report.seats if seat.stats is not None},
     )
     return report, footprints

@@ -203,6 +203,7 @@ class ObservedFootprints(_Model):
     generated_at: datetime
     seats: dict[str, SeatFootprint] = {}
     gpus: list[dict[str, float | int | str | None]] = []
+    engines: dict[str, StatsSummary] = Field({}, description="each seat's own record of how full its KV cache got")
 
 
 class ProcessSample(_Model):

@@ -50,8 +50,8 @@ def read_beszel(path: str | Path, *, system: str | None = None) -> list[GpuSerie
     db_path = Path(path)
     if not db_path.is_file():
         raise SeatplanError("no such file", where=str(db_path), fix="pass the hub's data.db (Docker volume /beszel_data/data.db)")
+    connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
-        connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
         systems = dict(connection.execute("SELECT id, name FROM systems").fetchall())
         rows = connection.execute(
             "SELECT system, type, created, json_extract(stats, '$.g') FROM system_stats WHERE json_extract(stats, '$.g') IS NOT NULL"
@@ -60,8 +60,7 @@ def read_beszel(path: str | Path, *, system: str | None = None) -> list[GpuSerie
         raise SeatplanError(f"not a Beszel hub database ({problem})", where=str(db_path),
                             fix="pass Beszel's beszel_data/data.db (tables systems and system_stats)") from None
     finally:
-        if "connection" in locals():
-            connection.close()
+        connection.close()
     if system is not None:
         wanted = {key for key, name in systems.items() if system in (key, name)}
         if not wanted:

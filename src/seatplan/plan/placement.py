@@ -141,7 +141,8 @@ def _solve(problem: Problem, method: Method, *, fallback: bool, until: float) ->
             bound = None if layout is None else layout.worst_spare_bytes
             return Solved(layout=layout, optimal=True, bound_bytes=bound, proven_infeasible=layout is None), "exhaustive"
         if not fallback:
-            return Solved(layout=layout, optimal=False, bound_bytes=placement_search.root_bound(problem), proven_infeasible=False), "exhaustive"
+            bound = outcome.bound_bytes if outcome.bound_bytes is not None else placement_search.root_bound(problem)
+            return Solved(layout=layout, optimal=False, bound_bytes=bound, proven_infeasible=False), "exhaustive"
         start = None if layout is None else layout.assignment
     from seatplan.plan import placement_cpsat
     from seatplan.plan.baselines import greedy

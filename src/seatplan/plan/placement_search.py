@@ -235,6 +235,7 @@ class SearchOutcome:
     layout: Layout | None  # the best layout found; None when none fits (proven so when complete)
     complete: bool  # the whole tree was searched or cut: the layout is proven optimal
     nodes: int
+    bound_bytes: int | None = None  # proven upper bound on the worst-case spare, when known
 
 
 class _OutOfTime(Exception):
@@ -256,7 +257,13 @@ def search(problem: Problem, *, deadline: float | None = None) -> SearchOutcome:
         return SearchOutcome(layout=None, complete=first.complete, nodes=first.nodes)
     optimum = first.layout.worst_spare_bytes
     second = exhaustive(problem, deadline=deadline, floor_bytes=optimum, ceiling_bytes=optimum)
-    return SearchOutcome(layout=second.layout, complete=second.complete, nodes=first.nodes + second.nodes)
+    # Cut short, the second search may not have reached the optimum yet; the first one's layout has it.
+    candidates = [layout for layout in (second.layout, _with_moves(problem, first.layout)) if layout is not None]
+    return SearchOutcome(layout=min(candidates), complete=second.complete, nodes=first.nodes + second.nodes, bound_bytes=optimum)
+
+
+def _with_moves(problem: Problem, layout: Layout) -> Layout:
+    return Layout((layout.rank[0], problem.moves(layout.assignment)), layout.assignment, layout.key)
 
 
 def exhaustive(
@@ -360,7 +367,8 @@ def exhaustive(
         visit(0, 0)
     except _OutOfTime:
         complete = False
-    return SearchOutcome(layout=best, complete=complete, nodes=nodes)
+    proven = best.worst_spare_bytes if complete and best is not None else None
+    return SearchOutcome(layout=best, complete=complete, nodes=nodes, bound_bytes=proven)
 
 
 _NO_FLOOR = 1 << 80  # a rank every feasible layout beats

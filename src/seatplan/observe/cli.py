@@ -48,7 +48,9 @@ def diagnose_command(
     stats.extend(inputs.read_vllm_metrics(vllm_metrics))
     plan_view = inputs.read_plan(plan, fleet)
     settings = DetectSettings(min_step_mib=min_step_mib, min_creep_mib=min_creep_mib)
-    report, observed = diagnose(boots=boots, stats=stats, series=series, processes=processes, plan=plan_view, settings=settings)
+    rule_pins = inputs.kv_rule_pins(boots, fleet) if boots else {}
+    report, observed = diagnose(boots=boots, stats=stats, series=series, processes=processes, plan=plan_view,
+                                rule_pins=rule_pins, settings=settings)
     if output is not None:
         atomic_write_json(output, to_jsonable(observed))
     if json_output:

@@ -39,6 +39,7 @@ def summarise_stats(stats: list[EngineStats]) -> StatsSummary:
 
 def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSeries],
              processes: list[ProcessSample], plan: PlanView | None = None,
+             rule_pins: dict[str, tuple[int, str]] | None = None,
              settings: DetectSettings = DetectSettings()) -> tuple[DiagnoseReport, ObservedFootprints]:
     if plan is not None:
         boots = [boot.model_copy(update={"seat": plan.seat_name(boot.seat)}) for boot in boots]
@@ -69,7 +70,8 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
             stats=summarise_stats(stats_by_seat[name]) if stats_by_seat.get(name) else None,
             observed=observed.get(name),
             planned_footprint_bytes=plan_seat.footprint_bytes if plan_seat else None,
-            findings=seat_findings(name, seat_boots, planned_kv_bytes=plan_seat.kv_cache_memory_bytes if plan_seat else None),
+            findings=seat_findings(name, seat_boots, planned_kv_bytes=plan_seat.kv_cache_memory_bytes if plan_seat else None,
+                                   rule_pin=(rule_pins or {}).get(name)),
         )
         seat.findings.extend(f for f in report.findings if f.seat == name)
         report.seats.append(seat)

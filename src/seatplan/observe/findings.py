@@ -3,8 +3,9 @@
 * **co-boot race**: a seat sized by ``--gpu-memory-utilization`` whose KV size or non-torch figure
   moves between boots. vLLM reads free memory device-wide while it profiles, so a neighbour loading
   or freeing memory at the same time lands in this seat's budget (VLLM.md §3). The fix is to pin
-  ``--kv-cache-memory-bytes``: the plan's figure when a plan is given, else the largest KV the seat
-  actually got, rounded *down* to 0.5 GiB. That boot is the one least disturbed by neighbours
+  ``--kv-cache-memory-bytes``: the plan's figure when a plan is given, else the planner's rule (one
+  max-length request × the KV factor, rounded up to the policy step) when the model's config is
+  readable here, else the largest KV the seat actually got, rounded *down* to 0.5 GiB. That boot is the one least disturbed by neighbours
   loading (the others had memory taken from them), and rounding down keeps the pin within what the
   GPU has already shown it can give.
 * **context cut**: the engine shortened the context (auto-fit), refused it (not enough KV for one
@@ -30,9 +31,10 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0].split("rc")[0].split(".dev")[0])[:3])
 
 
-def seat_findings(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None = None) -> list[Finding]:
+def seat_findings(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None = None,
+                  rule_pin: tuple[int, str] | None = None) -> list[Finding]:
     findings: list[Finding] = []
-    if race := co_boot_race(seat, boots, planned_kv_bytes=planned_kv_bytes):
+    if race := co_boot_race(seat, boots, planned_kv_bytes=planned_kv_bytes, rule_pin=rule_pin):
         findings.append(race)
     findings.extend(context_cuts(seat, boots))
     if old := old_engine(seat, boots):
@@ -45,7 +47,8 @@ def _trail(values: list[int]) -> str:
     return " → ".join(format_gib(value) for value in values) + " GiB"
 
 
-def co_boot_race(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None = None) -> Finding | None:
+def co_boot_race(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None = None,
+                 rule_pin: tuple[int, str] | None = None) -> Finding | None:
     sized = [boot for boot in boots if boot.sized_by == "utilization" and boot.available_kv_bytes is not None]
     if len(sized) < 2:
         return None
@@ -60,6 +63,10 @@ def co_boot_race(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None =
                 for boot in sized]
     if planned_kv_bytes is not None:
         pin, why = planned_kv_bytes, "the plan's KV budget for this seat"
+    elif rule_pin is not None:
+        pin, why = rule_pin
+        if pin > max(kv):
+            why += f"; more than the {format_gib(max(kv))} GiB it ever got, so re-plan before pinning"
     else:
         pin = max(kv) // PIN_STEP_BYTES * PIN_STEP_BYTES
         why = "the largest KV it got, rounded down to 0.5 GiB"

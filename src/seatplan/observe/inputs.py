@@ -110,6 +110,47 @@ def _fleet_view(path: Path) -> PlanView:
     return PlanView(gpus=gpus, seats=seats)
 
 
+def kv_rule_pins(boots: list[Boot], fleet: Path | None) -> dict[str, tuple[int, str]]:
+    """Per seat, the KV bytes the planner's rule gives it (facts API + plan sizing), where its model config is here.
+
+    The seat's fleet entry (model, parallelism, dtypes, policy) when ``--fleet`` names it; else the model
+    directory and tensor parallelism its own log gave. Seats whose config cannot be read are left out.
+    """
+    from seatplan.facts.api import load_model_facts
+    from seatplan.facts.models import EngineSettings
+    from seatplan.plan.fleet import load_fleet
+    from seatplan.plan.models import Policy, SeatSpec
+    from seatplan.plan.planner import resolve_model
+    from seatplan.plan.sizing import choose_kv_bytes
+
+    specs: dict[str, SeatSpec] = {}
+    policy, base_dir = Policy(), Path.cwd()
+    if fleet is not None:
+        loaded = load_fleet(fleet)
+        policy, base_dir = loaded.fleet.policy, loaded.base_dir
+        for spec in loaded.fleet.seats:
+            specs[spec.name] = specs[spec.served_model_name or spec.name] = spec
+    pins: dict[str, tuple[int, str]] = {}
+    for boot in sorted(boots, key=lambda b: b.started_at.timestamp() if b.started_at else 0.0):
+        if boot.max_model_len is None or (boot.model is None and boot.seat not in specs):
+            continue
+        spec = specs.get(boot.seat) or SeatSpec(name=re.sub(r"[^A-Za-z0-9._-]", "-", boot.seat), model=boot.model,
+                                                  tensor_parallel_size=boot.tensor_parallel_size or 1)
+        if spec.model is None:
+            continue
+        settings = EngineSettings(tensor_parallel_size=spec.tensor_parallel_size, dtype=spec.dtype,
+                                  kv_cache_dtype=spec.kv_cache_dtype, vllm_version=policy.vllm_version)
+        try:
+            facts = load_model_facts(resolve_model(spec.model, base_dir), settings)
+            choice = choose_kv_bytes(spec, facts, boot.max_model_len, policy)
+        except SeatplanError:
+            continue  # no config here for this model: the log alone decides
+        pins[spec.name if boot.seat in specs else boot.seat] = (choice.kv_cache_memory_bytes,
+                           f"the plan's rule for {boot.max_model_len:,} tokens of {spec.model}: "
+                           + (choice.lines[0].note or choice.lines[0].result))
+    return pins
+
+
 def read_plan(plan: Path | None, fleet: Path | None) -> PlanView | None:
     """The plan (GPUs, spares, seat footprints and places); a fleet file alone tells which seat is on which GPU."""
     from pydantic import ValidationError

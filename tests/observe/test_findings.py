@@ -1,0 +1,40 @@
+"""The co-boot race's pin from the planner's own rule (facts API + plan sizing) when the model config is readable."""
+
+from __future__ import annotations
+
+from conftest import MODEL_FIXTURES
+from observe.test_logparse import boot_lines
+from seatplan.observe.findings import seat_findings
+from seatplan.observe.inputs import kv_rule_pins
+from seatplan.observe.logparse import parse_log
+from seatplan.units import GiB
+
+
+def racy_boots(model: str):
+    lines = []
+    for clock, non_torch, kv in (("11-20 09:00:00", 8.11, 20.37), ("11-22 14:00:00", 1.74, 26.74), ("11-25 08:30:00", -0.56, 29.04)):
+        lines += boot_lines(1, 107, "qwen3-32b", clock=clock, kv_gib=kv, non_torch_gib=non_torch, model=model)
+    return parse_log(lines, year=2026).boots
+
+
+def test_pin_follows_the_plan_rule_when_the_config_is_here():
+    boots = racy_boots(str(MODEL_FIXTURES / "Qwen--Qwen3-32B"))
+    pins = kv_rule_pins(boots, None)
+    # Qwen3-32B bf16: 64 layers × 8 KV heads × 128 × 2 (K, V) × 2 B = 256 KiB per token; one 32,768-token
+    # request = 8 GiB; × the policy's 1.25 = 10 GiB, already a multiple of the 0.5 GiB step.
+    assert pins["qwen3-32b"][0] == 10 * GiB
+    race = next(f for f in seat_findings("qwen3-32b", boots, rule_pin=pins["qwen3-32b"]) if f.kind == "co_boot_race")
+    assert race.pin_kv_cache_memory_bytes == 10 * GiB and "plan's rule" in race.fix
+
+
+def test_pin_above_what_the_seat_ever_got_says_to_replan():
+    boots = racy_boots("/nowhere")
+    race = next(f for f in seat_findings("qwen3-32b", boots, rule_pin=(40 * GiB, "rule")) if f.kind == "co_boot_race")
+    assert race.pin_kv_cache_memory_bytes == 40 * GiB and "re-plan" in race.fix
+
+
+def test_without_a_readable_config_the_log_decides():
+    boots = racy_boots("/nowhere/at/all")
+    assert kv_rule_pins(boots, None) == {}
+    race = next(f for f in seat_findings("qwen3-32b", boots) if f.kind == "co_boot_race")
+    assert race.pin_kv_cache_memory_bytes == 29 * GiB

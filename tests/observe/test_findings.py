@@ -38,3 +38,32 @@ def test_without_a_readable_config_the_log_decides():
     assert kv_rule_pins(boots, None) == {}
     race = next(f for f in seat_findings("qwen3-32b", boots) if f.kind == "co_boot_race")
     assert race.pin_kv_cache_memory_bytes == 29 * GiB
+
+
+def test_fleet_names_the_seat_and_its_rule(tmp_path):
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"""hosts:
+  - name: node-1
+    gpus:
+      - {{index: 0, total_bytes: 95.59GiB}}
+      - {{index: 1, total_bytes: 95.59GiB}}
+seats:
+  - name: big
+    model: {MODEL_FIXTURES / "Qwen--Qwen3-32B"}
+    served_model_name: qwen3-32b
+    kv_factor: 1.5
+current_layout:
+  big: node-1:1
+""")
+    from seatplan.observe.diagnose import diagnose
+    from seatplan.observe.inputs import read_plan
+
+    boots = racy_boots("/elsewhere/on/the/gpu/host")  # the log's path need not exist here: the fleet's does
+    view = read_plan(None, fleet)
+    assert view.seats_on("node-1", 1)[0].name == "big"
+    pins = kv_rule_pins(boots, fleet)
+    assert pins["big"][0] == 12 * GiB  # 8 GiB × the seat's own factor 1.5
+    report, _ = diagnose(boots=boots, stats=[], series=[], processes=[], plan=view, rule_pins=pins)
+    seat = next(s for s in report.seats if s.name == "big")
+    assert len(seat.boots) == 3
+    assert next(f for f in seat.findings if f.kind == "co_boot_race").pin_kv_cache_memory_bytes == 12 * GiB

@@ -3,8 +3,8 @@
 The CPU cases are the tiny models the live test boots (tests/integration/tiny_models.py); the expected
 figures are derived by hand from VLLM.md part 1's rules (block 128, MLA 16 on the reference backend and
 128 with AMX, Mamba block rounding to 128 with an fp32 SSM state, max_num_batched_tokens 2048 without
-async scheduling). The real vLLM 0.32.0 CPU engine reported the same figures for the Qwen3-Next (prefix),
-Gemma-3, and AMX MLA boots.
+async scheduling). The real vLLM 0.32.0 CPU engine (an AMX Xeon) reported exactly these figures for every
+case here except the reference-MLA and Nemotron-H ones, which were not booted.
 """
 
 from __future__ import annotations
@@ -32,6 +32,13 @@ DEEPSEEK_TINY = {**COMMON, "architectures": ["DeepseekV3ForCausalLM"], "model_ty
                  "num_key_value_heads": 4, "kv_lora_rank": 512, "q_lora_rank": 192, "qk_rope_head_dim": 64,
                  "qk_nope_head_dim": 128, "v_head_dim": 128, "n_routed_experts": 4, "n_shared_experts": 1,
                  "num_experts_per_tok": 2, "first_k_dense_replace": 1}
+QWEN3_DENSE_TINY = {**COMMON, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 256,
+                    "intermediate_size": 512, "num_hidden_layers": 3, "num_attention_heads": 8, "num_key_value_heads": 8,
+                    "head_dim": 128}
+QWEN3_MOE_TINY = {**COMMON, "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 256,
+                  "intermediate_size": 512, "moe_intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 8,
+                  "num_key_value_heads": 4, "head_dim": 128, "num_experts": 8, "num_experts_per_tok": 2,
+                  "decoder_sparse_step": 1, "mlp_only_layers": []}
 GEMMA3_TINY = {**COMMON, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 256,
                "intermediate_size": 512, "num_hidden_layers": 13, "num_attention_heads": 16, "num_key_value_heads": 16,
                "head_dim": 128, "sliding_window": 1024, "sliding_window_pattern": 6, "tie_word_embeddings": True}
@@ -45,6 +52,10 @@ GPT_OSS_TINY = {**COMMON, "architectures": ["GptOssForCausalLM"], "model_type": 
 @pytest.mark.parametrize(
     "config, settings, budget, length, block_size, expected",
     [
+        # 3 layers x 128 x 2 x 8 x 128 x 2 B = 1,572,864 B per block (fp8: half)
+        (QWEN3_DENSE_TINY, {}, 50_000_123, 3000, 128, (31, 3_875)),
+        (QWEN3_DENSE_TINY, {"kv_cache_dtype": "fp8", "prefix_caching": False}, 50_000_123, 3001, 128, (63, 7_877)),
+        (QWEN3_MOE_TINY, {}, 77_777_777, 2500, 128, (74, 9_250)),
         # attention 2048 B/token; GDN state 8192x3x2 + 32x128x128x4 = 2,146,304 B → block 128 x 9 = 1152
         (QWEN3_NEXT_TINY, {"prefix_caching": True}, 100_000_007, 3000, 1152, (42, 14_000)),
         (QWEN3_NEXT_TINY, {"prefix_caching": False}, 100_000_007, 3000, 1152, (42, 21_000)),
@@ -62,7 +73,7 @@ GPT_OSS_TINY = {**COMMON, "architectures": ["GptOssForCausalLM"], "model_type": 
         (GEMMA3_TINY, {}, 200_000_123, 1500, 128, (95, 1_583)),
         (GPT_OSS_TINY, {}, 50_000_123, 3000, 128, (95, 6_785)),
     ],
-    ids=["qwen3-next-prefix", "qwen3-next-noprefix", "nemotron-prefix", "nemotron-noprefix", "mla-reference",
+    ids=["qwen3-dense", "qwen3-dense-fp8-noprefix", "qwen3-moe", "qwen3-next-prefix", "qwen3-next-noprefix", "nemotron-prefix", "nemotron-noprefix", "mla-reference",
          "mla-reference-fp8", "mla-amx", "mla-amx-fp8", "gemma3", "gpt-oss"],
 )
 def test_cpu_engine_rules(tmp_path, config, settings, budget, length, block_size, expected):

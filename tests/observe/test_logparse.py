@@ -209,3 +209,25 @@ def test_auto_fit_is_a_context_cut():
     from seatplan.observe.findings import context_cuts
 
     assert "262144 to 98304" in context_cuts("d", [boot])[0].message
+
+
+def test_host_clock_offset_applies_to_zone_less_times_only():
+    plain = "(EngineCore pid=1) INFO 11-27 10:05:40 [gpu_worker.py:1] Available KV cache memory: 20.0 GiB"
+    docker = "2026-11-27T10:05:40Z " + plain
+    assert parse_log([plain], year=2026, utc_offset_s=3600).boots[0].started_at.isoformat() == "2026-11-27T09:05:40+00:00"
+    assert parse_log([docker], year=2026, utc_offset_s=3600).boots[0].started_at.isoformat() == "2026-11-27T10:05:40+00:00"
+
+
+@pytest.mark.parametrize("text, seconds", [("+01:00", 3600), ("-0500", -18000), ("UTC+5:30", 19800), (None, 0)])
+def test_utc_offset_option(text, seconds):
+    from seatplan.observe.inputs import utc_offset_seconds
+
+    assert utc_offset_seconds(text) == seconds
+
+
+def test_bad_utc_offset():
+    from seatplan.errors import SeatplanError
+    from seatplan.observe.inputs import utc_offset_seconds
+
+    with pytest.raises(SeatplanError, match="UTC offset"):
+        utc_offset_seconds("+25:00")

@@ -154,3 +154,14 @@ def test_metrics_counter_resets_are_summed():
     summary = summarise_stats(vllm_stats(parse_exposition(text), source="scrapes"))
     assert summary.preemptions == 5 + 4 and summary.peak_kv_cache_usage_pct == pytest.approx(90.0)
     assert json.loads(summary.model_dump_json())["samples"] == 5
+
+
+def test_nvidia_smi_host_time_offset_and_unreadable_values(tmp_path):
+    shifted, _ = read_nvidia_smi(FORMAT_FIXTURES / "nvidia_smi_query_gpu.csv", utc_offset_s=-5 * 3600)
+    assert analyse(shifted[0]).steps[0].at == utc("2026-11-27T15:05:45")
+    path = tmp_path / "na.csv"
+    path.write_text("timestamp, index, memory.used [MiB], memory.total [MiB]\n2026/11/27 10:05:45.268, 0, [N/A], [Not Supported]\n"
+                    "2026/11/27 10:06:00.268, 0, 17 MiB, 81559 MiB\n")
+    series, _ = read_nvidia_smi(path)
+    assert list(series[0].used_mib[1:]) == [17.0] and series[0].total_mib == 81559
+    assert str(series[0].used_mib[0]) == "nan"

@@ -15,6 +15,7 @@ def register(app: typer.Typer) -> None:
 def diagnose_command(
     vllm_log: list[str] = typer.Option([], "--vllm-log", help="vLLM log (file, docker logs, journald text/json/export); NAME=PATH names the seat. Repeatable."),
     log_year: Optional[int] = typer.Option(None, "--log-year", help="Year for vLLM's MM-DD timestamps (default: the log file's modification year)."),
+    utc_offset: Optional[str] = typer.Option(None, "--utc-offset", help="The GPU hosts' clock offset (+01:00) for vLLM's and nvidia-smi's zone-less timestamps (default: UTC)."),
     beszel: Optional[Path] = typer.Option(None, "--beszel", help="Beszel hub database (beszel_data/data.db)."),
     beszel_system: Optional[str] = typer.Option(None, "--beszel-system", help="Only this Beszel system (name or id)."),
     nvidia_smi: list[Path] = typer.Option([], "--nvidia-smi", help="nvidia-smi CSV log: --query-gpu=timestamp,index,memory.used,memory.total or --query-compute-apps. Repeatable."),
@@ -40,10 +41,11 @@ def diagnose_command(
     if not (vllm_log or beszel or nvidia_smi or prometheus or vllm_metrics):
         raise SeatplanError("nothing to read", where="diagnose",
                             fix="pass at least one of --vllm-log, --beszel, --nvidia-smi, --prometheus, --vllm-metrics")
-    boots, stats = inputs.read_vllm_logs(vllm_log, year=log_year)
+    offset_s = inputs.utc_offset_seconds(utc_offset)
+    boots, stats = inputs.read_vllm_logs(vllm_log, year=log_year, utc_offset_s=offset_s)
     series, processes, gpu_side_stats = inputs.read_gpu_sources(
         beszel=beszel, beszel_system=beszel_system, nvidia_smi=nvidia_smi, prometheus=prometheus,
-        since=since, step_seconds=step_seconds)
+        since=since, step_seconds=step_seconds, utc_offset_s=offset_s)
     stats.extend(gpu_side_stats)
     stats.extend(inputs.read_vllm_metrics(vllm_metrics))
     plan_view = inputs.read_plan(plan, fleet)

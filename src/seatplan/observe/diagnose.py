@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import datetime, timezone
 
+import numpy as np
+
 from seatplan.observe.calibrate import (
     PlanView, check_plan, footprints_from_processes, footprints_from_steps, gpu_report,
 )
@@ -44,7 +46,8 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
     if plan is not None:
         boots = [boot.model_copy(update={"seat": plan.seat_name(boot.seat)}) for boot in boots]
         stats = [record.model_copy(update={"seat": plan.seat_name(record.seat)}) for record in stats]
-    analysed = [(one, analyse(one, settings)) for one in series if len(one.times_s)]
+    # A GPU with no readings at all (every value [N/A]) has nothing to analyse.
+    analysed = [(one, analyse(one, settings)) for one in series if np.any(~np.isnan(one.used_mib))]
     gpus = [gpu_report(one, analysis) for one, analysis in analysed]
     observed = footprints_from_steps(boots, analysed, plan, settings)
     observed.update(footprints_from_processes(boots, processes))

@@ -29,7 +29,21 @@ def duration_seconds(text: str, *, field: str = "--since") -> float:
     return float(match[1]) * _SECONDS[match[2]]
 
 
-def read_vllm_logs(specs: list[str], *, year: int | None) -> tuple[list[Boot], list[EngineStats]]:
+_OFFSET = re.compile(r"^\s*(?:UTC)?\s*([+-])(\d{1,2})(?::?(\d{2}))?\s*$")
+
+
+def utc_offset_seconds(text: str | None) -> int:
+    """``+01:00``, ``-0500``, ``UTC+2`` → seconds east of UTC."""
+    if not text:
+        return 0
+    match = _OFFSET.match(text)
+    if not match or int(match[2]) > 14 or int(match[3] or 0) > 59:
+        raise SeatplanError(f"cannot read {text!r} as a UTC offset", where="--utc-offset", fix="write e.g. +01:00, -05:00 or +0530")
+    seconds = int(match[2]) * 3600 + int(match[3] or 0) * 60
+    return seconds if match[1] == "+" else -seconds
+
+
+def read_vllm_logs(specs: list[str], *, year: int | None, utc_offset_s: int = 0) -> tuple[list[Boot], list[EngineStats]]:
     boots: list[Boot] = []
     stats: list[EngineStats] = []
     for spec in specs:
@@ -41,21 +55,21 @@ def read_vllm_logs(specs: list[str], *, year: int | None) -> tuple[list[Boot], l
             raise SeatplanError(f"cannot read the vLLM log ({problem.strerror})", where=str(path),
                                 fix="pass a log file (docker logs NAME > file; journalctl -u UNIT > file)") from None
         file_year = year or datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).year
-        parsed = parse_log(text.splitlines(), source=str(path), year=file_year, seat=seat or None)
+        parsed = parse_log(text.splitlines(), source=str(path), year=file_year, utc_offset_s=utc_offset_s, seat=seat or None)
         boots.extend(parsed.boots)
         stats.extend(parsed.stats)
     return boots, stats
 
 
 def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_smi: list[Path], prometheus: str | None,
-                     since: str, step_seconds: int) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
+                     since: str, step_seconds: int, utc_offset_s: int = 0) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
     series: list[GpuSeries] = []
     processes: list[ProcessSample] = []
     stats: list[EngineStats] = []
     if beszel is not None:
         series.extend(read_beszel(beszel, system=beszel_system))
     for path in nvidia_smi:
-        gpu, apps = read_nvidia_smi(path)
+        gpu, apps = read_nvidia_smi(path, utc_offset_s=utc_offset_s)
         series.extend(gpu)
         processes.extend(apps)
     if prometheus:

@@ -113,11 +113,23 @@ def _gib(text: str | None) -> int | None:
     return None if text is None else int(round(float(text) * GiB))
 
 
-def _year_of(year: int | None) -> int:
-    return year if year is not None else datetime.now(timezone.utc).year
+@dataclass(frozen=True)
+class LocalClock:
+    """How to read a timestamp without year or zone: vLLM's ``MM-DD HH:MM:SS``, journald's ``Nov 27 10:05:40``."""
+
+    year: int | None = None
+    utc_offset_s: int = 0  # the host's offset from UTC (+3600 for UTC+01:00)
+
+    def at(self, month: int, day: int, hms: str) -> datetime | None:
+        year = self.year if self.year is not None else datetime.now(timezone.utc).year
+        try:
+            local = datetime(year, month, day, *map(int, hms.split(":")), tzinfo=timezone.utc)
+        except ValueError:
+            return None
+        return local - timedelta(seconds=self.utc_offset_s)
 
 
-def split_line(raw: str, number: int, *, year: int | None = None, stream: str = "", pid: int | None = None,
+def split_line(raw: str, number: int, *, clock: LocalClock = LocalClock(), stream: str = "", pid: int | None = None,
                at: datetime | None = None) -> LogLine:
     """Peel docker, compose, journald and process prefixes and colours; keep the message."""
     text = _ANSI.sub("", raw.rstrip("\r\n"))
@@ -133,8 +145,7 @@ def split_line(raw: str, number: int, *, year: int | None = None, stream: str = 
     if match := _JOURNAL_SHORT.match(text):
         stream = stream or match["ident"]
         pid = pid or (int(match["pid"]) if match["pid"] else None)
-        at = at or datetime(_year_of(year), _MONTHS[match["mon"]], int(match["day"]),
-                            *map(int, match["hms"].split(":")), tzinfo=timezone.utc)
+        at = at or clock.at(_MONTHS[match["mon"]], int(match["day"]), match["hms"])
         text = text[match.end():]
     elif match := _JOURNAL_ISO.match(text):
         stream = stream or match["ident"]
@@ -146,10 +157,7 @@ def split_line(raw: str, number: int, *, year: int | None = None, stream: str = 
         text = text.lstrip()[match.end():]
     if at is None and (match := _CORE.search(text)):
         month, day = map(int, match["md"].split("-"))
-        try:
-            at = datetime(_year_of(year), month, day, *map(int, match["hms"].split(":")), tzinfo=timezone.utc)
-        except ValueError:
-            at = None
+        at = clock.at(month, day, match["hms"])
     return LogLine(number=number, stream=stream, pid=pid, at=at, text=text)
 
 
@@ -163,7 +171,7 @@ def _parse_iso(text: str) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
 
 
-def read_lines(lines: Iterable[str], *, year: int | None = None) -> Iterator[LogLine]:
+def read_lines(lines: Iterable[str], *, clock: LocalClock = LocalClock()) -> Iterator[LogLine]:
     """Turn raw lines (any of the supported wrappers) into :class:`LogLine` records."""
     export_record: dict[str, str] = {}
     export_start = 0
@@ -172,12 +180,12 @@ def read_lines(lines: Iterable[str], *, year: int | None = None) -> Iterator[Log
         if stripped.startswith("{") and '"MESSAGE"' in stripped:
             record = _journal_json(stripped)
             if record is not None:
-                yield split_line(str(record.get("MESSAGE", "")), number, year=year, **_journal_fields(record))
+                yield split_line(str(record.get("MESSAGE", "")), number, clock=clock, **_journal_fields(record))
                 continue
         if stripped.startswith("__CURSOR=") or export_record:
             if not stripped:
                 if "MESSAGE" in export_record:
-                    yield split_line(export_record["MESSAGE"], export_start, year=year, **_journal_fields(export_record))
+                    yield split_line(export_record["MESSAGE"], export_start, clock=clock, **_journal_fields(export_record))
                 export_record = {}
                 continue
             key, sep, value = stripped.partition("=")
@@ -185,9 +193,9 @@ def read_lines(lines: Iterable[str], *, year: int | None = None) -> Iterator[Log
                 export_record.setdefault(key, value)
                 export_start = export_start if len(export_record) > 1 else number
                 continue
-        yield split_line(raw, number, year=year)
+        yield split_line(raw, number, clock=clock)
     if "MESSAGE" in export_record:
-        yield split_line(export_record["MESSAGE"], export_start, year=year, **_journal_fields(export_record))
+        yield split_line(export_record["MESSAGE"], export_start, clock=clock, **_journal_fields(export_record))
 
 
 def _journal_json(text: str) -> dict | None:
@@ -234,11 +242,16 @@ class ParsedLog:
     stats: list[EngineStats]
 
 
-def parse_log(lines: Iterable[str], *, source: str = "log", year: int | None = None, seat: str | None = None) -> ParsedLog:
-    """All boots and engine stats in one log. ``seat`` names every boot (else served name, container, model)."""
+def parse_log(lines: Iterable[str], *, source: str = "log", year: int | None = None, utc_offset_s: int = 0,
+              seat: str | None = None) -> ParsedLog:
+    """All boots and engine stats in one log. ``seat`` names every boot (else served name, container, model).
+
+    ``year`` and ``utc_offset_s`` read vLLM's own ``MM-DD HH:MM:SS`` (host time, no year); docker, journald
+    ISO and JSON timestamps carry their zone and need neither.
+    """
     drafts: list[_Draft] = []
     by_process: dict[tuple[str, int | None], _Draft] = {}
-    for line in read_lines(lines, year=year):
+    for line in read_lines(lines, clock=LocalClock(year, utc_offset_s)):
         for kind, match in _matches(line.text):
             draft = _target(drafts, by_process, line, kind, match)
             draft.last_line = line.number

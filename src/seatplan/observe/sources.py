@@ -118,8 +118,8 @@ def _mib(cell: str) -> float:
 _SMI_TIME_FIX = str.maketrans({"/": "-", " ": "T"})
 
 
-def _smi_times(cells: list[str], lines: list[int], source: str) -> np.ndarray:
-    """nvidia-smi timestamps (``YYYY/MM/DD HH:MM:SS.mmm``, host time, read as UTC) → epoch seconds, vectorised."""
+def _smi_times(cells: list[str], lines: list[int], source: str, utc_offset_s: int = 0) -> np.ndarray:
+    """nvidia-smi timestamps (``YYYY/MM/DD HH:MM:SS.mmm``, host time) → UTC epoch seconds, vectorised."""
     fixed = [cell.strip().translate(_SMI_TIME_FIX) for cell in cells]
     try:
         stamps = np.array(fixed, dtype="datetime64[ms]")
@@ -131,7 +131,7 @@ def _smi_times(cells: list[str], lines: list[int], source: str) -> np.ndarray:
                 raise SeatplanError(f"cannot read timestamp {cell!r}", where=f"{source}:{line}",
                                     fix="log with --query-gpu=timestamp,... --format=csv (YYYY/MM/DD HH:MM:SS.mmm)") from None
         raise
-    return stamps.astype(np.int64) / 1000.0
+    return stamps.astype(np.int64) / 1000.0 - utc_offset_s
 
 
 @dataclass
@@ -146,8 +146,8 @@ class _SmiColumns:
     reserved: dict[int, str]
 
 
-def read_nvidia_smi(path: str | Path) -> tuple[list[GpuSeries], list[ProcessSample]]:
-    """An ``nvidia-smi --query-gpu=... --format=csv`` log, or a ``--query-compute-apps`` one."""
+def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0) -> tuple[list[GpuSeries], list[ProcessSample]]:
+    """An ``nvidia-smi --query-gpu=... --format=csv`` log, or a ``--query-compute-apps`` one (host time + offset → UTC)."""
     file_path = Path(path)
     try:
         text = file_path.read_text(errors="replace")
@@ -169,7 +169,7 @@ def read_nvidia_smi(path: str | Path) -> tuple[list[GpuSeries], list[ProcessSamp
         if len(row) != len(header):
             continue  # a line cut by a crash or a log rotation
         if "pid" in header:
-            processes.extend(_process(dict(zip(header, row)), where))
+            processes.extend(_process(dict(zip(header, row)), where, utc_offset_s))
             continue
         if not {"memory.used", "index", "timestamp"} <= set(header):
             raise SeatplanError("the CSV lacks timestamp, index or memory.used", where=where,
@@ -182,25 +182,25 @@ def read_nvidia_smi(path: str | Path) -> tuple[list[GpuSeries], list[ProcessSamp
         for name, latest in (("memory.total", columns.total), ("memory.reserved", columns.reserved)):
             if name in header:
                 latest[row[gpu]] = row[header.index(name)]
-    return _smi_series(columns, str(file_path)), processes
+    return _smi_series(columns, str(file_path), utc_offset_s), processes
 
 
-def _process(cells: dict[str, str], where: str) -> list[ProcessSample]:
+def _process(cells: dict[str, str], where: str, utc_offset_s: int) -> list[ProcessSample]:
     used = _mib(cells.get("used_gpu_memory", cells.get("used_memory", "")))
     if math.isnan(used) or not cells["pid"].strip().isdigit():
         return []
     at = None
     if "timestamp" in cells:
-        at = datetime.fromtimestamp(float(_smi_times([cells["timestamp"]], [0], where)[0]), tz=timezone.utc)
+        at = datetime.fromtimestamp(float(_smi_times([cells["timestamp"]], [0], where, utc_offset_s)[0]), tz=timezone.utc)
     return [ProcessSample(at=at, pid=int(cells["pid"]), process_name=cells.get("process_name", "").strip(), used_mib=used,
                           gpu_uuid=cells.get("gpu_uuid", "").strip() or None,
                           gpu_index=int(cells["index"]) if cells.get("index", "").strip().isdigit() else None)]
 
 
-def _smi_series(columns: _SmiColumns, source: str) -> list[GpuSeries]:
+def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int) -> list[GpuSeries]:
     if not columns.times:
         return []
-    times = _smi_times(columns.times, columns.lines, source)
+    times = _smi_times(columns.times, columns.lines, source, utc_offset_s)
     index = np.array([int(cell) for cell in columns.index])
     used = np.array([_mib(cell) for cell in columns.used])
     series = []

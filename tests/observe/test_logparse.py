@@ -231,3 +231,20 @@ def test_bad_utc_offset():
 
     with pytest.raises(SeatplanError, match="UTC offset"):
         utc_offset_seconds("+25:00")
+
+
+@pytest.mark.parametrize("line, running, waiting, usage, preempted", [
+    # V0 engine
+    ("INFO 06-01 10:00:00 metrics.py:351] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 35.2 tokens/s, "
+     "Running: 3 reqs, Swapped: 0 reqs, Pending: 2 reqs, GPU KV cache usage: 41.5%, CPU KV cache usage: 0.0%.", 3, 2, 41.5, 0),
+    # V1, 0.8–0.2x
+    ("(APIServer pid=1) INFO 06-01 10:00:00 [loggers.py:118] Engine 000: Avg prompt throughput: 812.4 tokens/s, Avg generation "
+     "throughput: 95.0 tokens/s, Running: 12 reqs, Waiting: 4 reqs, GPU KV cache usage: 97.3%, Prefix cache hit rate: 12.0%", 12, 4, 97.3, 0),
+    # 0.32 with preemptions in the interval
+    ("(APIServer pid=1) INFO 06-01 10:00:00 [loggers.py:335] Engine 000: Avg prompt throughput: 1.9 tokens/s, Avg generation "
+     "throughput: 20.0 tokens/s, Running: 9 reqs, Waiting: 7 reqs, Preemptions: 3, GPU KV cache usage: 100.0%", 9, 7, 100.0, 3),
+])
+def test_engine_stats_lines(line, running, waiting, usage, preempted):
+    stats = parse_log([line], year=2026).stats
+    assert [(s.running_requests, s.waiting_requests, s.kv_cache_usage_pct, s.preemptions) for s in stats] == [
+        (running, waiting, usage, preempted)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shlex
 import shutil
 import statistics
@@ -41,16 +42,22 @@ def default_entry() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "seatplan.cli"]
 
 
-def time_cli(entry: list[str], model_id: str, cache: Path, runs: int) -> list[float]:
-    env = {**os.environ, "HF_HUB_CACHE": str(cache)}
-    command = [*entry, "model", model_id, "--kv-cache-memory-bytes", "20GiB", "--json"]
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_command(command: list[str], env: dict[str, str], runs: int) -> tuple[list[float], list[float]]:
+    """(wall seconds, CPU seconds) per run. On a shared machine the wall time mostly measures the wait
+    for a core; the CPU time is what the command itself costs."""
     subprocess.run(command, env=env, check=True, capture_output=True)  # warm the page cache and .pyc files
-    times = []
+    walls, cpus = [], []
     for _ in range(runs):
-        start = time.perf_counter()
+        cpu_before, start = _children_cpu_s(), time.perf_counter()
         subprocess.run(command, env=env, check=True, capture_output=True)
-        times.append(time.perf_counter() - start)
-    return times
+        walls.append(time.perf_counter() - start)
+        cpus.append(_children_cpu_s() - cpu_before)
+    return walls, cpus
 
 
 def time_in_process(model_id: str, cache: Path, runs: int) -> list[float]:
@@ -78,13 +85,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as temp:
         cache = Path(temp)
         model_id = make_cache(cache, options.model_fixture)
-        cli = time_cli(entry, model_id, cache, options.runs)
-        python_start = _python_start(options.runs)
+        env = {**os.environ, "HF_HUB_CACHE": str(cache)}
+        command = [*entry, "model", model_id, "--kv-cache-memory-bytes", "20GiB", "--json"]
+        cli, cli_cpu = time_command(command, env, options.runs)
+        python_start, python_cpu = time_command([sys.executable, "-c", "pass"], env, options.runs)
         in_process = time_in_process(model_id, cache, options.runs)
     rows = [
-        ("`seatplan model ID --json` (wall, incl. interpreter)", cli),
-        ("bare `python -c pass` (wall)", python_start),
-        ("load_model_facts + capacity + fit (in process)", in_process),
+        ("`seatplan model ID --json` wall, incl. interpreter", cli),
+        ("`seatplan model ID --json` CPU (user+sys)", cli_cpu),
+        ("bare `python -c pass` wall", python_start),
+        ("bare `python -c pass` CPU", python_cpu),
+        ("load_model_facts + capacity + fit, in process", in_process),
     ]
     print(f"model: {options.model_fixture} via HF cache, {options.runs} runs, entry: {' '.join(entry)}")
     print(f"cpus: {os.cpu_count()}, load average: {os.getloadavg()[0]:.2f}")
@@ -93,18 +104,10 @@ def main() -> None:
     print("|---|---|---|---|")
     for label, times in rows:
         print(f"| {label} | {statistics.median(times):.3f} | {min(times):.3f} | {max(times):.3f} |")
-    verdict = "meets" if statistics.median(cli) < TARGET_S else "misses"
     print()
-    print(f"median CLI wall time {statistics.median(cli):.3f} s {verdict} the {TARGET_S} s target")
-
-
-def _python_start(runs: int) -> list[float]:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "pass"], check=True)
-        times.append(time.perf_counter() - start)
-    return times
+    for label, times in (("wall time", cli), ("CPU time", cli_cpu)):
+        verdict = "meets" if statistics.median(times) < TARGET_S else "misses"
+        print(f"median CLI {label} {statistics.median(times):.3f} s {verdict} the {TARGET_S} s target")
 
 
 if __name__ == "__main__":

@@ -95,19 +95,7 @@ print(con.execute('''WITH th AS (SELECT model, greatest(16384, 32 * quantile_dis
     SELECT r.model, key_alias, team, count(*), max(c) FROM req r JOIN th USING (model) WHERE c >= th.t GROUP BY ALL''').fetchall())
 """
 
-SEATPLAN_USAGE = """
-import sys, typer
-from seatplan.errors import SeatplanError
-from seatplan.usage.cli import register
-app = typer.Typer(pretty_exceptions_enable=False)
-app.callback()(lambda: None)
-register(app)
-try:
-    app(["usage", *sys.argv[1:]])
-except SeatplanError as problem:
-    print(problem, file=sys.stderr)
-    sys.exit(2)
-"""
+SEATPLAN_USAGE = [sys.executable, "-m", "seatplan.cli", "usage"]
 
 
 def free_port() -> int:
@@ -194,8 +182,8 @@ def main() -> None:
         if arguments.prepare_only:
             return
         runs = {
-            "seatplan usage (PostgreSQL)": [sys.executable, "-c", SEATPLAN_USAGE, "--from", database_dsn, "--json"],
-            "seatplan usage (CSV)": [sys.executable, "-c", SEATPLAN_USAGE, "--from", str(csv_path), "--json"],
+            "seatplan usage (PostgreSQL)": [*SEATPLAN_USAGE, "--from", database_dsn, "--json"],
+            "seatplan usage (CSV)": [*SEATPLAN_USAGE, "--from", str(csv_path), "--json"],
             "hand-written DuckDB query (CSV)": [sys.executable, "-c", HAND_WRITTEN_DUCKDB, str(csv_path)],
         }
         for name, command in runs.items():

@@ -174,3 +174,27 @@ def export_jsonl(dsn: str, path: Path) -> Path:
             item = {name: _api_time(value) if isinstance(value, datetime) else value for name, value in row.items()}
             out.write(json.dumps(item) + "\n")
     return path
+
+
+def _csv_time(moment: datetime) -> str:
+    """PostgreSQL's CSV text for TIMESTAMP(3): trailing zeros of the fraction trimmed, no fraction at .000."""
+    text = moment.strftime("%Y-%m-%d %H:%M:%S.%f").rstrip("0")
+    return text.rstrip(".")
+
+
+def write_csv(calls: tuple[Call, ...] | list[Call], path: Path, drop_columns: tuple[str, ...] = ()) -> Path:
+    """The rows as PostgreSQL's ``COPY ... CSV HEADER`` writes them, without needing a server."""
+    import csv
+
+    rows = [spend_log_row(call) for call in calls]
+    columns = [name for name in rows[0] if name not in drop_columns]
+    with path.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([
+                _csv_time(row[name]) if isinstance(row[name], datetime)
+                else json.dumps(row[name]) if name in JSON_COLUMNS else row[name]
+                for name in columns
+            ])
+    return path

@@ -91,7 +91,7 @@ class _Reader:
 
     In DuckDB every JSON document is parsed once per row: ``json_extract_string`` with a list of paths
     returns all the fields at once (``source_fields`` for a JSON Lines row, ``metadata_fields`` for the
-    metadata column), and ``TRY`` turns a broken document into NULL instead of failing the run.
+    metadata column); ``json_valid`` first turns a broken document into NULL instead of failing the run.
     """
 
     def __init__(self, shape: SourceShape) -> None:
@@ -117,8 +117,11 @@ class _Reader:
     def timestamp(self, name: str) -> str:
         if self.is_postgres:
             return self.raw(name)
-        # Offsets ("Z", "+02:00") are honoured and the session time zone is UTC, so both export forms agree.
-        return f"TRY_CAST(TRY_CAST({self.raw(name)} AS TIMESTAMPTZ) AS TIMESTAMP)"
+        text = self.raw(name)
+        # PostgreSQL's CSV has no zone and the API writes "Z", both read right as plain TIMESTAMP; only an
+        # explicit offset after the date ("+02:00", "-05:00") takes the slower zone-aware cast (session zone UTC).
+        return (f"CASE WHEN regexp_matches(substr({text}, 11), '[+-]') "
+                f"THEN TRY_CAST(TRY_CAST({text} AS TIMESTAMPTZ) AS TIMESTAMP) ELSE TRY_CAST({text} AS TIMESTAMP) END")
 
     def metadata_field(self, key: str) -> str:
         if not self.has("metadata"):
@@ -140,11 +143,14 @@ class _Reader:
             return self.shape.from_clause
         source = self.shape.from_clause
         if self.is_jsonl:
-            source = (f"(SELECT line, TRY(json_extract_string(line, {_json_paths(self.source_columns)})) AS source_fields "
+            source = (f"(SELECT line, CASE WHEN json_valid(line) THEN json_extract_string(line, {_json_paths(self.source_columns)}) "
+                      f"END AS source_fields "
                       f"FROM {source}) AS jsonl_fields")
         if not self.has("metadata"):
             return source
-        return (f"(SELECT *, TRY(json_extract_string({self.raw('metadata')}, {_json_paths(METADATA_KEYS)})) AS metadata_fields "
+        metadata = self.raw("metadata")
+        return (f"(SELECT *, CASE WHEN json_valid({metadata}) THEN json_extract_string({metadata}, {_json_paths(METADATA_KEYS)}) "
+                f"END AS metadata_fields "
                 f"FROM {source}) AS with_metadata")
 
 

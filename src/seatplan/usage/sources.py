@@ -209,11 +209,16 @@ def detect_file_format(path: Path) -> SourceFormat:
     raise SeatplanError(f"cannot tell the format of {path.name}", where=str(path), fix="name the file *.csv, *.jsonl or *.json")
 
 
-def _first_character(path: Path) -> str:
+def _open_text(path: Path) -> Any:
     import gzip
 
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="replace") as stream:
+    if path.name.lower().endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
+    return path.open(encoding="utf-8", errors="replace", newline="")
+
+
+def _first_character(path: Path) -> str:
+    with _open_text(path) as stream:
         while chunk := stream.read(4096):
             if chunk.strip():
                 return chunk.strip()[0]
@@ -225,9 +230,12 @@ def _rejects_option(keep_rejects: bool) -> str:
     return ", ignore_errors = true, store_rejects = true" if keep_rejects else ""
 
 
-def _csv_from_clause(path: Path, keep_rejects: bool) -> str:
+def _csv_from_clause(path: Path, columns: list[str], keep_rejects: bool) -> str:
     # Text in, typed by TRY_CAST later: a bad cell becomes a rejected row instead of a failed run.
-    return (f"read_csv({sql_string(str(path))}, header = true, all_varchar = true, allow_quoted_nulls = false, "
+    # PostgreSQL's CSV dialect, stated rather than sniffed: a few odd lines must not change how the rest read.
+    column_types = "{" + ", ".join(f"{sql_string(name)}: 'VARCHAR'" for name in columns) + "}"
+    return (f"read_csv({sql_string(str(path))}, header = true, auto_detect = false, columns = {column_types}, "
+            f"delim = ',', quote = '\"', escape = '\"', allow_quoted_nulls = false, "
             f"max_line_size = {MAX_LINE_BYTES}{_rejects_option(keep_rejects)})")
 
 
@@ -256,7 +264,7 @@ def _file_source(path: Path, seat_by_name: Mapping[str, str]) -> Iterator[DuckDB
         connection.execute(f"SET temp_directory = {sql_string(str(workdir / 'spill'))}")
         connection.execute("SET preserve_insertion_order = false")
         connection.execute("SET enable_progress_bar = false")
-        columns = _csv_columns(connection, _csv_from_clause(path, False), path) if source_format == "csv" else []
+        columns = _csv_header(path) if source_format == "csv" else []
         try:
             _load_rows(connection, path, source_format, columns, seat_by_name, keep_rejects=False)
         except duckdb.InvalidInputException:
@@ -273,7 +281,7 @@ def _load_rows(connection: Any, path: Path, source_format: SourceFormat, columns
     import duckdb
 
     if source_format == "csv":
-        from_clause = _csv_from_clause(path, keep_rejects)
+        from_clause = _csv_from_clause(path, columns, keep_rejects)
     else:
         from_clause = _json_lines_from_clause(path, keep_rejects)
     shape = SourceShape(source_format, from_clause, frozenset(columns))
@@ -287,18 +295,20 @@ def _load_rows(connection: Any, path: Path, source_format: SourceFormat, columns
         raise SeatplanError(f"cannot read the file: {str(problem).splitlines()[0]}", where=str(path), fix=SOURCE_FIX) from None
 
 
-def _csv_columns(connection: Any, from_clause: str, path: Path) -> list[str]:
-    import duckdb
+def _csv_header(path: Path) -> list[str]:
+    """The header row, read here rather than sniffed by DuckDB, which gives up on a file with odd lines."""
+    import csv
 
     try:
-        columns = [row[0] for row in connection.execute(f"DESCRIBE SELECT * FROM {from_clause}").fetchall()]
-    except duckdb.Error as problem:
-        raise SeatplanError(f"cannot read the CSV header: {str(problem).splitlines()[0]}", where=f"{path}:1", fix=SOURCE_FIX) from None
-    missing = missing_required(columns)
+        with _open_text(path) as stream:
+            header = next(csv.reader(stream), [])
+    except (OSError, UnicodeDecodeError, csv.Error) as problem:
+        raise SeatplanError(f"cannot read the CSV header: {problem}", where=f"{path}:1", fix=SOURCE_FIX) from None
+    missing = missing_required(header)
     if missing:
         raise SeatplanError(
             f"the CSV has no column {', '.join(missing)}",
             where=f"{path}:1",
             fix="export every column of \"LiteLLM_SpendLogs\" with its header (SELECT * ... CSV HEADER)",
         )
-    return columns
+    return header

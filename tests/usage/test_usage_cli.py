@@ -1,0 +1,102 @@
+"""`seatplan usage` as a user runs it: one JSON document with --json, tables otherwise, worded errors, -o file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from seatplan.usage.cli import resolve_window
+
+from .scenario import CHAT_MODEL, SCENARIO, insert_calls, write_csv
+
+WINDOW_FLAGS = ["--since", "2026-11-23T00:16:40", "--until", "2026-11-23T10:00:00Z"]
+
+
+def seatplan(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "seatplan.cli", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=120)
+
+
+@pytest.fixture
+def scenario_csv(tmp_path: Path) -> Path:
+    return write_csv(SCENARIO, tmp_path / "spend.csv")
+
+
+def test_json_output_is_one_document_with_the_contract_fields(scenario_csv: Path, tmp_path: Path) -> None:
+    output = tmp_path / "usage.json"
+    finished = seatplan("usage", "--from", str(scenario_csv), *WINDOW_FLAGS, "-o", str(output), "--json")
+    assert finished.returncode == 0, finished.stderr
+    document = json.loads(finished.stdout)
+    assert json.loads(output.read_text()) == document
+    chat = document["models"][CHAT_MODEL]
+    assert {name: chat[name] for name in ("calls", "prompt_tokens_p99", "completion_tokens_p99", "peak_inflight_tokens",
+                                          "peak_inflight_tokens_without_runaways", "peak_inflight_requests", "rejected_rows")} == {
+        "calls": 9, "prompt_tokens_p99": 8000, "completion_tokens_p99": 260000, "peak_inflight_tokens": 272000,
+        "peak_inflight_tokens_without_runaways": 15000, "peak_inflight_requests": 2, "rejected_rows": 2}
+    assert chat["runaways"][0] | {"request_tags": [], "example_request_ids": []} == {
+        "key_alias": "ci-evals", "team": "ml-research", "user": "ci-bot", "count": 1, "max_completion_tokens": 260000,
+        "total_completion_tokens": 260000, "request_tags": [], "example_request_ids": []}
+    assert document["rejected_rows"] == 3
+    assert document["window"] == {"since": "2026-11-23T00:16:40", "until": "2026-11-23T10:00:00"}
+
+
+def test_plan_stage_reads_the_usage_document(scenario_csv: Path, tmp_path: Path) -> None:
+    from seatplan.plan.reader import read_usage
+
+    output = tmp_path / "usage.json"
+    assert seatplan("usage", "--from", str(scenario_csv), "-o", str(output), "--json").returncode == 0
+    summary = read_usage(output)
+    assert summary.models[CHAT_MODEL].peak_inflight_tokens == 272000
+    assert summary.models[CHAT_MODEL].runaways[0].key_alias == "ci-evals"
+
+
+def test_tables_for_people(scenario_csv: Path) -> None:
+    finished = seatplan("usage", "--from", str(scenario_csv), *WINDOW_FLAGS)
+    assert finished.returncode == 0, finished.stderr
+    assert "Usage by seat" in finished.stdout
+    assert "Runaway replies by key" in finished.stdout and "ci-evals" in finished.stdout
+    assert "Keys shared by several clients" in finished.stdout
+    assert "rejected rows: 3" in finished.stdout
+
+
+def test_user_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
+    for args, message in (
+        (["--from", str(tmp_path / "absent.csv")], "no such file"),
+        (["--from", "x.csv", "--days", "7", "--since", "2026-11-01"], "--days and --since"),
+        (["--from", "x.csv", "--since", "last tuesday"], "cannot read 'last tuesday'"),
+        (["--from", "postgresql://nobody:hunter2@127.0.0.1:1/litellm"], "cannot connect to PostgreSQL"),
+    ):
+        finished = seatplan("usage", *args)
+        assert finished.returncode == 2, (args, finished.stderr)
+        assert message in finished.stderr and "Traceback" not in finished.stderr
+        assert "hunter2" not in finished.stderr
+
+
+def test_no_source_says_where_to_get_one() -> None:
+    env = {"SEATPLAN_USAGE_DSN": "", "DATABASE_URL": ""}
+    finished = seatplan("usage", "--json", env=env)
+    assert finished.returncode == 2 and "SEATPLAN_USAGE_DSN" in finished.stderr
+    assert finished.stdout == ""
+
+
+@pytest.mark.postgres
+def test_dsn_from_the_environment(new_spend_database) -> None:
+    dsn = new_spend_database()
+    insert_calls(dsn, SCENARIO)
+    finished = seatplan("usage", *WINDOW_FLAGS, "--json", env={"SEATPLAN_USAGE_DSN": dsn})
+    assert finished.returncode == 0, finished.stderr
+    document = json.loads(finished.stdout)
+    assert document["source_format"] == "postgresql"
+    assert document["models"][CHAT_MODEL]["peak_inflight_tokens"] == 272000
+
+
+def test_days_counts_back_from_until() -> None:
+    window = resolve_window(None, "2026-11-30T12:00:00+01:00", 7, now=datetime(2030, 1, 1))
+    assert (window.since, window.until) == (datetime(2026, 11, 23, 11), datetime(2026, 11, 30, 11))
+    assert resolve_window(None, None, 1.5, now=datetime(2026, 11, 30)).since == datetime(2026, 11, 28, 12)

@@ -118,17 +118,31 @@ def test_cli_model_json_matches_engine(plan_name: str, vllm_boot_cache):
     assert document["log_line"] in boot.log_text
 
 
+def _config_at_minimum(vllm_python_path, plan_name: str, offset_bytes: int):
+    """The plan's engine with a budget ``offset_bytes`` from the smallest that facts says boots."""
+    plan = _first_plan(plan_name)
+    planned = plan.engine_config(tiny_model_dir(plan.model, vllm_python_path))
+    facts = facts_for(planned)
+    budget = facts.min_kv_cache_bytes(plan.max_model_len) + offset_bytes
+    name = f"{plan.name}-{'below-' if offset_bytes < 0 else 'at-'}minimum"
+    return replace(planned, name=name, kv_cache_memory_bytes=budget), facts
+
+
 def test_budget_below_one_request_is_refused_as_facts_predict(vllm_python_path):
     """vLLM refuses to start when the budget cannot hold one max-length request plus the null block;
     seatplan predicts the refusal and its message (needed/available GiB and estimated length)."""
-    model_dir = tiny_model_dir(QWEN3_DENSE, vllm_python_path)
-    probe = EngineConfig(name="qwen3-dense-too-small", model_dir=model_dir, max_model_len=3000,
-                         kv_cache_memory_bytes=1)
-    facts = facts_for(probe)
-    too_small_bytes = facts.min_kv_cache_bytes(probe.max_model_len) - 1
-    config = replace(probe, kv_cache_memory_bytes=too_small_bytes)
-    capacity = facts.capacity(too_small_bytes, probe.max_model_len)
+    config, facts = _config_at_minimum(vllm_python_path, "qwen3-dense-bf16", offset_bytes=-1)
+    capacity = facts.capacity(config.kv_cache_memory_bytes, config.max_model_len)
     assert not capacity.fits_one_request
     with pytest.raises(EngineBootError):
         boot_engine(vllm_python_path, config, boot_log_dir())
     assert capacity.log_line in (boot_log_dir() / f"{config.name}.log").read_text()
+
+
+def test_budget_of_exactly_one_request_boots(vllm_python_path):
+    """The smallest budget facts reports is enough: one max-length request plus the null block."""
+    config, facts = _config_at_minimum(vllm_python_path, "gpt-oss-swa", offset_bytes=0)
+    boot = boot_engine(vllm_python_path, config, boot_log_dir())
+    capacity = facts.capacity(config.kv_cache_memory_bytes, config.max_model_len)
+    assert int(boot.cache_config_labels["num_gpu_blocks"]) == capacity.num_blocks == capacity.blocks_per_request + 1
+    assert int(boot.cache_config_labels["kv_cache_size_tokens"]) == capacity.kv_cache_tokens

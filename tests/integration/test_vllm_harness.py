@@ -16,13 +16,22 @@ from integration.vllm_engine import BootResult, EngineConfig, _stop, parse_cache
 
 CPU_BLOCK_SIZE = 128
 
-# A line as vLLM 0.32.0 served it for the tiny dense Qwen3 boot (labels abridged to the interesting ones).
+# The gauge exactly as vLLM 0.32.0's CPU engine served it for the tiny gpt-oss boot of the matrix.
 CACHE_CONFIG_INFO_LINE = (
-    'vllm:cache_config_info{block_size="128",cache_dtype="auto",calculate_kv_scales="False",'
-    'enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.92",'
-    'kv_cache_max_concurrency="1.2916666666666667",kv_cache_memory_bytes="50000123",'
-    'kv_cache_size_tokens="3875",mamba_cache_mode="none",num_gpu_blocks="31",'
-    'prefix_caching_hash_algo="sha256",swap_space="None"} 1.0'
+    'vllm:cache_config_info{_block_size_resolved="True",block_size="128",cache_dtype="auto",'
+    'cache_hit_alignment_tokens="None",effective_attention_block_size="128",'
+    'enable_mamba_shared_prefix_checkpoint="False",enable_prefix_caching="True",engine="0",'
+    'gpu_memory_utilization="0.92",hash_block_size="None",is_attention_free="False",'
+    'kv_cache_dtype_skip_layers="[]",kv_cache_layout="None",'
+    'kv_cache_max_concurrency="2.261904761904762",kv_cache_memory_bytes="50000123",'
+    'kv_cache_size_tokens="6785",kv_offloading_backend="native",kv_offloading_size="None",'
+    'kv_sharing_fast_prefill="False",mamba_block_size="None",mamba_cache_dtype="auto",'
+    'mamba_cache_mode="none",mamba_page_size_padded="None",mamba_ssm_cache_dtype="float32",'
+    'num_cpu_blocks="None",num_gpu_blocks="95",num_gpu_blocks_override="None",'
+    'prefix_cache_retention_interval="0",prefix_caching_hash_algo="sha256",prefix_match_unit="None",'
+    'replayssm_buffer_len="16",skip_page_size_padded="None",sliding_window="None",'
+    'swa_bounded_replay="True",use_kda_recoverssm="False",use_replayssm="False",'
+    'user_specified_block_size="False"} 1.0'
 )
 
 
@@ -34,12 +43,13 @@ def test_parse_cache_config_info_reads_every_label():
         'vllm:num_requests_running{engine="0",model_name="m"} 0.0',
     ])
     labels = parse_cache_config_info(metrics)
-    assert labels["num_gpu_blocks"] == "31"
-    assert labels["kv_cache_size_tokens"] == "3875"
+    assert labels["num_gpu_blocks"] == "95"
+    assert labels["kv_cache_size_tokens"] == "6785"
     assert labels["block_size"] == "128"
     assert labels["kv_cache_memory_bytes"] == "50000123"
-    assert labels["swap_space"] == "None"
-    assert len(labels) == 13
+    assert labels["kv_cache_dtype_skip_layers"] == "[]"
+    assert labels["mamba_cache_mode"] == "none"
+    assert len(labels) == 37
 
 
 def test_parse_cache_config_info_unescapes_label_values():

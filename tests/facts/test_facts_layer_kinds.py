@@ -69,13 +69,15 @@ GPT_OSS_TINY = {**COMMON, "architectures": ["GptOssForCausalLM"], "model_type": 
         (DEEPSEEK_TINY, {"cpu_amx": False, "kv_cache_dtype": "fp8"}, 30_000_001, 2999, 16, (1085, 17_308)),
         # ... AMX_MLA keeps 128; these two are what vLLM 0.32.0 reported on an AMX Xeon
         (DEEPSEEK_TINY, {"cpu_amx": True}, 50_000_123, 3000, 128, (113, 14_125)),
+        # --attention-backend CPU_MLA pins the reference backend even on AMX hardware
+        (DEEPSEEK_TINY, {"cpu_amx": True, "attention_backend": "CPU_MLA"}, 50_000_123, 3000, 16, (904, 14_425)),
         (DEEPSEEK_TINY, {"cpu_amx": True, "kv_cache_dtype": "fp8"}, 30_000_001, 2999, 128, (135, 16_869)),
         # 11 sliding + 2 full → groups of 2 (6 sliding + 1 full, 1 padding layer); window 1023 + 2048 > 1500
         (GEMMA3_TINY, {}, 200_000_123, 1500, 128, (95, 1_583)),
         (GPT_OSS_TINY, {}, 50_000_123, 3000, 128, (95, 6_785)),
     ],
     ids=["qwen3-dense", "qwen3-dense-fp8-noprefix", "qwen3-moe", "qwen3-next-prefix", "qwen3-next-noprefix", "nemotron-prefix", "nemotron-noprefix", "mla-reference",
-         "mla-reference-fp8", "mla-amx", "mla-amx-fp8", "gemma3", "gpt-oss"],
+         "mla-reference-fp8", "mla-amx", "mla-pinned-cpu-mla", "mla-amx-fp8", "gemma3", "gpt-oss"],
 )
 def test_cpu_engine_rules(tmp_path, config, settings, budget, length, block_size, expected):
     model = facts(write_config(tmp_path / "model", config), device="cpu", **settings)
@@ -198,3 +200,15 @@ def test_kv_shared_layers_keep_no_cache(tmp_path):
               "num_kv_shared_layers": 2}
     model = facts(write_config(tmp_path / "gemma3n", config))
     assert model.kv_bytes_per_token == 4 * 2 * 2 * 64 * 2
+
+
+@pytest.mark.parametrize("backend, block_size", [(None, 64), ("FLASHMLA", 64), ("CUTLASS_MLA", 128), ("cutlass_mla", 128)])
+def test_gpu_mla_backend_block_sizes(backend, block_size):
+    assert facts("deepseek-ai--DeepSeek-V3", attention_backend=backend).block_size == block_size
+
+
+def test_unknown_mla_backend_is_refused():
+    with pytest.raises(SeatplanError, match="attention backend") as problem:
+        facts("deepseek-ai--DeepSeek-V3", attention_backend="FLASH_ATTN")
+    assert problem.value.where == "--attention-backend"
+    assert facts("meta-llama--Llama-3.1-8B", attention_backend="FLASH_ATTN").block_size == 16

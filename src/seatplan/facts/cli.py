@@ -29,6 +29,8 @@ def model_command(
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling",
                                                     help="Default: on for cuda, off for cpu."),
     enable_yarn: bool = typer.Option(False, "--enable-yarn", help="Assume YaRN rope scaling is switched on."),
+    attention_backend: Optional[str] = typer.Option(None, "--attention-backend",
+                                                    help="As vLLM's flag; fixes MLA block sizes (FLASHMLA 64, CPU_MLA 16, ...)."),
     cpu_amx: Optional[bool] = typer.Option(None, "--cpu-amx/--no-cpu-amx",
                                            help="cpu only: AMX CPU (MLA block 128) or not (16); default: this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
@@ -48,6 +50,7 @@ def model_command(
         vllm_version=vllm_version, prefix_caching=not no_prefix_caching,
         hybrid_kv_cache_manager=not disable_hybrid_kv_cache_manager, max_num_batched_tokens=max_num_batched_tokens,
         async_scheduling=async_scheduling, enable_yarn=enable_yarn, max_model_len=length, cpu_amx=cpu_amx,
+        attention_backend=attention_backend,
     )
     from seatplan.facts.api import load_model_facts
     from seatplan.facts.report import model_document

@@ -22,9 +22,10 @@ from seatplan.facts.models import EngineSettings, KvCapacity, LayerGroup
 from seatplan.units import GiB, cdiv, format_gib
 
 GPU_BLOCK_SIZE = 16
-GPU_MLA_BLOCK_SIZE = 64  # FlashMLA, the default MLA backend on Hopper
 CPU_BLOCK_SIZE = 128
-CPU_MLA_BLOCK_SIZE = 16  # the reference CPU_MLA backend
+# Block sizes MLA attention backends force (Platform.update_block_size_for_backend).
+MLA_BACKEND_BLOCK_SIZES = {"FLASHMLA": 64, "CUTLASS_MLA": 128, "CPU_MLA": 16, "AMX_MLA": CPU_BLOCK_SIZE}
+GPU_DEFAULT_MLA_BACKEND = "FLASHMLA"  # vLLM's choice on Hopper
 AMX_MLA_LATENT_SIZE = 576  # the only head size vLLM's AMX_MLA backend takes (DeepSeek-style 512 + 64)
 GPU_KERNEL_BLOCK_ALIGNMENT = 16
 
@@ -42,13 +43,24 @@ def default_block_size(settings: EngineSettings, mla_latent_size: int | None) ->
     """vLLM's block size before hybrid raising: the user's, else the attention backend's default."""
     if settings.block_size:
         return settings.block_size
-    if settings.device == "cpu":
-        if mla_latent_size is None:
-            return CPU_BLOCK_SIZE
-        # AMX_MLA keeps the CPU default block; the reference MLA backend forces 16.
-        amx = bool(settings.cpu_amx) and mla_latent_size == AMX_MLA_LATENT_SIZE
-        return CPU_BLOCK_SIZE if amx else CPU_MLA_BLOCK_SIZE
-    return GPU_MLA_BLOCK_SIZE if mla_latent_size is not None else GPU_BLOCK_SIZE
+    if mla_latent_size is None:
+        return CPU_BLOCK_SIZE if settings.device == "cpu" else GPU_BLOCK_SIZE
+    backend = (settings.attention_backend or mla_backend_choice(settings, mla_latent_size)).upper()
+    if backend not in MLA_BACKEND_BLOCK_SIZES:
+        raise SeatplanError(
+            f"seatplan does not know the block size of attention backend {settings.attention_backend!r} for MLA",
+            where="--attention-backend",
+            fix=f"use one of {', '.join(sorted(MLA_BACKEND_BLOCK_SIZES))}, or give --block-size",
+        )
+    return MLA_BACKEND_BLOCK_SIZES[backend]
+
+
+def mla_backend_choice(settings: EngineSettings, mla_latent_size: int) -> str:
+    """The MLA backend vLLM picks by itself: FlashMLA on GPUs; on CPUs AMX_MLA where AMX and the head
+    size allow it, else the reference CPU_MLA."""
+    if settings.device == "cuda":
+        return GPU_DEFAULT_MLA_BACKEND
+    return "AMX_MLA" if settings.cpu_amx and mla_latent_size == AMX_MLA_LATENT_SIZE else "CPU_MLA"
 
 
 def _attention_spec(layer: AttentionLayer, block_size: int, tp: int, dtype_bytes: int) -> KvSpec:

@@ -49,6 +49,8 @@ class EngineSettings(BaseModel):
     enable_yarn: bool = False
     yarn_factor: float = Field(4.0, gt=1.0)
     max_model_len: int | None = Field(None, ge=1)
+    # vLLM's --attention-backend; it fixes the block size of MLA models (None: vLLM's own choice).
+    attention_backend: str | None = None
     # CPU only: whether the CPU has AMX, which makes vLLM pick its AMX_MLA backend (block 128) over
     # the reference CPU_MLA backend (block 16). None: detect on the machine seatplan runs on.
     cpu_amx: bool | None = None

@@ -3,9 +3,9 @@
 The CPU cases are the tiny models the live test boots (tests/integration/tiny_models.py); the expected
 figures are derived by hand from VLLM.md part 1's rules (block 128, MLA 16 on the reference backend and
 128 with AMX, Mamba block rounding to 128 with an fp32 SSM state, max_num_batched_tokens 2048 without
-async scheduling). The real vLLM 0.32.0 CPU engine (an AMX Xeon, booted by tests/integration) reported
-exactly these block sizes, block counts and token figures for every case here except the two
-reference-MLA ones, which need a CPU without AMX.
+async scheduling). The real vLLM 0.32.0 CPU engine (an AMX Xeon, booted by tests/integration, MLA both
+unpinned = AMX_MLA and pinned with --attention-backend CPU_MLA) reported exactly these block sizes, block
+counts and token figures for every case here.
 """
 
 from __future__ import annotations

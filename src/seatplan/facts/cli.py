@@ -24,8 +24,12 @@ def model_command(
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Override vLLM's block size."),
     vllm_version: str = typer.Option("0.32", "--vllm-version", help="vLLM release whose formulas to use (0.8 ... 0.32)."),
     no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="As vLLM's --no-enable-prefix-caching."),
-    disable_hybrid_kv_cache_manager: bool = typer.Option(False, "--disable-hybrid-kv-cache-manager"),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
+    disable_hybrid_kv_cache_manager: bool = typer.Option(
+        False, "--disable-hybrid-kv-cache-manager", help="As vLLM's flag: sliding-window layers then keep full KV."
+    ),
+    max_num_batched_tokens: Optional[int] = typer.Option(
+        None, "--max-num-batched-tokens", help="Sizes the sliding-window term. Default: 8192 cuda (>= 70 GiB GPUs), 2048 cpu."
+    ),
     async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling",
                                                     help="Default: on for cuda, off for cpu."),
     enable_yarn: bool = typer.Option(False, "--enable-yarn", help="Assume YaRN rope scaling is switched on."),

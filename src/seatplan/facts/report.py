@@ -96,8 +96,8 @@ def print_breakdown(facts: ModelFacts, document: dict[str, Any]) -> None:
         out.print(f"  [{style}]{document['log_line']}[/]")
     else:
         out.print("  (give --kv-cache-memory-bytes for blocks, tokens and concurrency)")
-    exact = "exact" if facts.weights_exact else "estimated"
-    out.print(f"  weights per GPU         {human_bytes(facts.weights_bytes)} ({exact}; {facts.weights_source}); "
+    source = f"exact, {facts.weights_source}" if facts.weights_exact else facts.weights_source
+    out.print(f"  weights per GPU         {human_bytes(facts.weights_bytes)} ({escape(source)}); "
               f"{facts.shape.total_params / 1e9:.2f}B params, {facts.shape.active_params / 1e9:.2f}B active")
     published = f"{facts.max_context_published:,}" if facts.max_context_published else "unknown"
     out.print(f"  context                 derived {facts.max_context_derived:,}, default {facts.max_context_default:,}, "

@@ -273,40 +273,52 @@ def histograms_query(window: Window) -> FigureQuery:
     GROUP BY GROUPING SETS ((seat, prompt_tokens), (seat, completion_tokens))""")
 
 
-def peak_inflight_query(window: Window, overall: bool) -> FigureQuery:
-    """Peak in-flight tokens and requests, with and without runaway replies: per seat, or over all seats.
+SWEEP_BUCKET_SECONDS = 10
 
-    Each request is two events, +tokens at its start and -tokens at its end, taken in (time, ends first)
-    order; the running sum at every event is the load after it, and the peak is the largest. Within equal
-    (time, kind) events the sum only rises (starts) or only falls (ends), so ties cannot hide a peak.
+
+def _events_cte(window: Window) -> str:
+    """Each request as two events, +tokens at its start and -tokens at its end, with its time bucket.
+
     A request open at ``since`` enters at ``since``; ends at or after ``until`` are kept, as they come after
-    every start in the window and only lower the sum.
+    every start in the window and only lower the load.
     """
     start = "r.start_ts" if window.since is None else f"GREATEST(r.start_ts, {sql_timestamp(window.since)})"
-    events = f"""events AS (
-        SELECT r.seat, event.at_ts, event.is_start, event.sign * (CAST(r.prompt_tokens AS BIGINT) + r.completion_tokens) AS tokens_delta,
+    return f"""events AS (
+        SELECT r.seat, event.at_ts, event.is_start,
+            event.sign * (CAST(r.prompt_tokens AS BIGINT) + r.completion_tokens) AS tokens_delta,
             event.sign AS requests_delta,
-            CASE WHEN r.completion_tokens >= t.runaway_threshold_tokens THEN 0 ELSE 1 END AS ordinary
+            CASE WHEN r.completion_tokens >= t.runaway_threshold_tokens THEN 0 ELSE 1 END AS ordinary,
+            CAST(floor(extract(epoch FROM event.at_ts) / {SWEEP_BUCKET_SECONDS}) AS BIGINT) AS bucket
         FROM spend_rows AS r
         JOIN thresholds AS t ON t.seat = r.seat
         CROSS JOIN LATERAL (VALUES ({start}, 1, 1), (r.end_ts, 0, -1)) AS event(at_ts, is_start, sign)
         WHERE r.reject_reason IS NULL AND {window.overlaps('r.start_ts', 'r.end_ts')})"""
-    partition = "" if overall else "PARTITION BY seat "
-    running = f"""running AS (
-        SELECT seat,
-            sum(tokens_delta) OVER by_time AS inflight_tokens,
-            sum(requests_delta) OVER by_time AS inflight_requests,
-            sum(tokens_delta * ordinary) OVER by_time AS ordinary_inflight_tokens,
-            sum(requests_delta * ordinary) OVER by_time AS ordinary_inflight_requests
-        FROM events
-        WINDOW by_time AS ({partition}ORDER BY at_ts, is_start ROWS UNBOUNDED PRECEDING))"""
-    group = "" if overall else "GROUP BY seat"
-    seat = "CAST(NULL AS TEXT)" if overall else "seat"
-    select = f"""
-    SELECT {seat}, max(inflight_tokens), max(inflight_requests), max(ordinary_inflight_tokens), max(ordinary_inflight_requests)
-    FROM running
-    {group}"""
-    return FigureQuery(select, ctes=(events, running), needs_thresholds=True)
+
+
+def bucket_totals_query(window: Window) -> FigureQuery:
+    """Per (seat, time bucket): what starting requests add, and the net change, for the four loads.
+
+    Loads, in this order everywhere: tokens, requests, tokens of ordinary (non-runaway) replies, their
+    requests. From these the sweep knows the load entering every bucket and which buckets could hold
+    the peak (``sweep.plan_peak_search``); only those are swept event by event.
+    """
+    loads = ("tokens_delta", "requests_delta", "tokens_delta * ordinary", "requests_delta * ordinary")
+    starts = ", ".join(f"sum({load}) FILTER (WHERE is_start = 1)" for load in loads)
+    nets = ", ".join(f"sum({load})" for load in loads)
+    return FigureQuery(f"""
+    SELECT seat, bucket, {starts}, {nets}
+    FROM events
+    GROUP BY seat, bucket""", ctes=(_events_cte(window),), needs_thresholds=True)
+
+
+def bucket_events_query(window: Window, buckets: Sequence[int]) -> FigureQuery:
+    """Every event in the given buckets, in sweep order: time, ends before starts at equal times."""
+    values = ", ".join(f"(CAST({int(bucket)} AS BIGINT))" for bucket in buckets)
+    return FigureQuery(f"""
+    SELECT e.bucket, e.seat, e.is_start, e.tokens_delta, e.requests_delta, e.ordinary
+    FROM events AS e
+    JOIN (VALUES {values}) AS wanted(bucket) ON wanted.bucket = e.bucket
+    ORDER BY e.bucket, e.at_ts, e.is_start""", ctes=(_events_cte(window),), needs_thresholds=True)
 
 
 def runaway_rows_query(window: Window) -> FigureQuery:

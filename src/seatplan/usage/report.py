@@ -2,28 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from seatplan.usage.models import ModelUsage, RunawayGroup, RunawayRule, UsageReport, UsageWindow
 from seatplan.usage.queries import (
     Window,
+    bucket_events_query,
+    bucket_totals_query,
     clients_query,
     counts_query,
     histograms_query,
-    peak_inflight_query,
     rejected_query,
     runaway_rows_query,
 )
 from seatplan.usage.seats import SeatMap
 from seatplan.usage.sources import SpendLogSource
 from seatplan.usage.sweep import (
+    BucketTotals,
     ClientRow,
+    Loads,
     RunawayRow,
     group_runaways,
     merge_histograms,
     nearest_rank,
+    plan_peak_search,
+    finish_peak_search,
     runaway_threshold_tokens,
     summarize_keys,
     token_percentiles,
@@ -68,9 +73,7 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
         name: runaway_threshold_tokens(rule, nearest_rank(completion_histograms.get(name, {}), 0.5), _max_model_len(seat_map, name))
         for name in names
     }
-    peaks = _read_peaks(source.fetch_all(peak_inflight_query(window, overall=False), thresholds), overall=False) if thresholds else {}
-    if thresholds:
-        peaks.update(_read_peaks(source.fetch_all(peak_inflight_query(window, overall=True), thresholds), overall=True))
+    peaks = _peak_loads(source, window, thresholds) if thresholds else {}
     runaway_rows = (_runaway_row(row) for row in source.stream(runaway_rows_query(window), thresholds)) if thresholds else ()
     runaways_per_seat, runaways_by_key = group_runaways(runaway_rows)
     client_rows = (_client_row(row) for row in source.stream(clients_query(window)))
@@ -137,15 +140,26 @@ def _read_histograms(rows: Iterable[tuple[Any, ...]]) -> tuple[dict[str, dict[in
     return prompt, completion
 
 
-def _read_peaks(rows: Iterable[tuple[Any, ...]], overall: bool) -> dict[str | None, _Peaks]:
-    peaks: dict[str | None, _Peaks] = {}
-    for name, tokens, requests, ordinary_tokens, ordinary_requests in rows:
-        if tokens is None:  # no request in flight at all
-            continue
-        peaks[None if overall else name] = _Peaks(
-            max(0, int(tokens)), max(0, int(requests)), max(0, int(ordinary_tokens)), max(0, int(ordinary_requests))
+def _peak_loads(source: SpendLogSource, window: Window, thresholds: Mapping[str, int]) -> dict[str | None, _Peaks]:
+    totals = (
+        BucketTotals(seat, int(bucket), _loads(row[2:6]), _loads(row[6:10]))
+        for row in source.fetch_all(bucket_totals_query(window), thresholds)
+        for seat, bucket in [row[:2]]
+    )
+    search = plan_peak_search(totals)
+    events = ()
+    if search.buckets_to_sweep:
+        events = (
+            (int(bucket), seat, int(is_start), int(tokens_delta), int(requests_delta), int(ordinary))
+            for bucket, seat, is_start, tokens_delta, requests_delta, ordinary in source.stream(
+                bucket_events_query(window, search.buckets_to_sweep), thresholds)
         )
-    return peaks
+    return {track: _Peaks(*(max(0, value) for value in loads)) for track, loads in finish_peak_search(search, events).items()}
+
+
+def _loads(values: Sequence[Any]) -> Loads:
+    tokens, requests, ordinary_tokens, ordinary_requests = (int(value or 0) for value in values)
+    return (tokens, requests, ordinary_tokens, ordinary_requests)
 
 
 def _read_rejected(rows: Iterable[tuple[Any, ...]]) -> tuple[dict[str, int], dict[str, list[str | None]]]:

@@ -55,13 +55,15 @@ BOOT_PLANS: tuple[BootPlan, ...] = (
     # gpt-oss chat goes through the Harmony encoding, whose files cannot be fetched here.
     BootPlan("gpt-oss-swa", GPT_OSS, max_model_len=3000, kv_cache_memory_bytes=50_000_123, probe="completion"),
     BootPlan("gemma3-swa-padding", GEMMA3_TEXT, max_model_len=1500, kv_cache_memory_bytes=200_000_123),
-    # On a host with AMX, vLLM picks the AMX_MLA backend (block size 128, bf16 KV only); elsewhere the
-    # reference CPU_MLA backend (block size 16). Pinning CPU_MLA makes the figures the same on every host.
+    # vLLM picks the MLA backend by host: AMX_MLA (block size 128, bf16 KV only) where the CPU has AMX,
+    # else the reference CPU_MLA (block size 16); facts detects AMX the same way. The reference backend
+    # turns prefix caching off ("forcing chunked prefill and prefix caching to be disabled"), so the
+    # MLA plans ask for it off and the engine reports the same on every host.
     BootPlan("deepseek-v3-mla", DEEPSEEK_V3_MLA, max_model_len=3000, kv_cache_memory_bytes=50_000_123,
-             attention_backend="CPU_MLA"),
-    # The CPU MLA kernel accepts fp8 KV at start-up but fails the first request (VLLM.md).
+             prefix_caching=False),
+    # fp8 KV needs the reference backend, which accepts it at start-up but fails the first request.
     BootPlan("deepseek-v3-mla-fp8", DEEPSEEK_V3_MLA, max_model_len=2999, kv_cache_memory_bytes=30_000_001,
-             kv_cache_dtype="fp8", probe="none", attention_backend="CPU_MLA"),
+             kv_cache_dtype="fp8", prefix_caching=False, probe="none", attention_backend="CPU_MLA"),
     BootPlan("qwen3-next-gdn-prefix", QWEN3_NEXT_GDN, max_model_len=3000, kv_cache_memory_bytes=100_000_007),
     BootPlan("qwen3-next-gdn-noprefix", QWEN3_NEXT_GDN, max_model_len=3000, kv_cache_memory_bytes=100_000_007,
              prefix_caching=False),

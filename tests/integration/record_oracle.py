@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,7 +47,14 @@ def explaining_lines(log_text: str) -> list[str]:
     return [found.group(1).strip() for found in EXPLAINING_LINES.finditer(log_text)]
 
 
-def oracle_entry(plan: BootPlan, result: dict, log_text: str, model_dir: Path) -> dict:
+def engine_sees_amx() -> bool:
+    """vLLM's own test for AMX (it picks the MLA backend, hence the MLA block size, by it)."""
+    probe = subprocess.run([str(vllm_python()), "-c", "import torch; print(torch.cpu._is_amx_tile_supported())"],
+                           capture_output=True, text=True, check=True, timeout=300)
+    return probe.stdout.strip() == "True"
+
+
+def oracle_entry(plan: BootPlan, result: dict, log_text: str, model_dir: Path, cpu_amx: bool) -> dict:
     labels = result["cache_config_labels"]
     return {
         "name": plan.name,
@@ -61,6 +69,7 @@ def oracle_entry(plan: BootPlan, result: dict, log_text: str, model_dir: Path) -
             "kv_cache_dtype": plan.kv_cache_dtype,
             "prefix_caching": plan.prefix_caching,
             "attention_backend": plan.attention_backend,
+            "cpu_amx": cpu_amx,
         },
         "cache_config_labels": {key: labels[key] for key in KEPT_LABELS if key in labels},
         "served_max_model_len": result["served_max_model_len"],
@@ -82,9 +91,10 @@ def saved_boot(plan: BootPlan, log_dir: Path) -> tuple[dict, str, Path]:
         raise SystemExit(f"no saved boot {result_path}; run the live tests or drop --saved")
     result = json.loads(result_path.read_text())
     booted = result["config"]
-    asked = (plan.max_model_len, plan.kv_cache_memory_bytes, plan.kv_cache_dtype, plan.prefix_caching)
+    asked = (plan.max_model_len, plan.kv_cache_memory_bytes, plan.kv_cache_dtype, plan.prefix_caching,
+             plan.attention_backend)
     if (booted["max_model_len"], booted["kv_cache_memory_bytes"], booted["kv_cache_dtype"],
-            booted["prefix_caching"]) != asked:
+            booted["prefix_caching"], booted.get("attention_backend")) != asked:
         raise SystemExit(f"saved boot {result_path} was made for other flags than plan {plan.name}; drop --saved")
     return result, Path(result["log_path"]).read_text(errors="replace"), Path(result["config"]["model_dir"])
 
@@ -94,17 +104,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--saved", action="store_true", help="reuse the boots saved by the last live test run")
     parser.add_argument("--out", type=Path, default=ORACLE_PATH)
     options = parser.parse_args(argv)
-    if not options.saved and not vllm_installed():
+    if not vllm_installed():
         raise SystemExit(f"no vLLM in {vllm_venv()}; run scripts/install-test-deps.sh")
 
     from seatplan.fileio import atomic_write_json
 
     log_dir = boot_log_dir()
     fetch = saved_boot if options.saved else boot_plan_now
+    cpu_amx = engine_sees_amx()
     boots = []
     for plan in BOOT_PLANS:
         result, log_text, model_dir = fetch(plan, log_dir)
-        boots.append(oracle_entry(plan, result, log_text, model_dir))
+        boots.append(oracle_entry(plan, result, log_text, model_dir, cpu_amx))
     document = {
         "description": "What vLLM 0.32.0's CPU engine reported for tiny random-weight models booted with "
                        "--kv-cache-memory-bytes (recorded by tests/integration/record_oracle.py).",

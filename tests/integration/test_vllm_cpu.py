@@ -41,6 +41,7 @@ def facts_for(config: EngineConfig):
         dtype=config.dtype,
         kv_cache_dtype=config.kv_cache_dtype,
         prefix_caching=config.prefix_caching,
+        attention_backend=config.attention_backend,
     )
     return load_model_facts(config.model_dir, settings)
 
@@ -98,6 +99,8 @@ def cli_flags(config: EngineConfig) -> list[str]:
         "--kv-cache-memory-bytes", str(config.kv_cache_memory_bytes),
         "--max-model-len", str(config.max_model_len),
     ]
+    if config.attention_backend:
+        flags += ["--attention-backend", config.attention_backend]
     return flags if config.prefix_caching else flags + ["--no-prefix-caching"]
 
 

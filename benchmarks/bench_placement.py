@@ -67,9 +67,9 @@ def fleet(seed: int) -> tuple[list[GpuSlot], list[SeatDemand]]:
 
 
 def fleet_running(seed: int) -> tuple[list[GpuSlot], list[SeatDemand]]:
-    """The same fleet with every single-GPU seat running somewhere now (a best-fit layout), so moves count."""
+    """The same fleet with every single-GPU seat running where most-free-first put it, so moves count."""
     slots, seats = fleet(seed)
-    now = best_fit(slots, seats)
+    now = most_free_first(slots, seats)
     return slots, [
         seat.model_copy(update={"current": now.assignment[seat.name]}) if now is not None and seat.gpu_count == 1 else seat
         for seat in seats

@@ -67,7 +67,7 @@ def test_runner_ups_split_the_bottleneck_of_the_layout_before_them_and_say_why_t
     second_bottleneck = min(result.runner_ups[1].placement.spare_bytes.items(), key=lambda item: item[1])[0]
     split_up = sorted(name for name, where in result.runner_ups[1].placement.assignment.items() if second_bottleneck in (f"{h}:{i}" for h, i in where))
     apart = f"{split_up[0]} and {split_up[1]} on different GPUs" if len(split_up) == 2 else "b30, c25 and d15 not all on one GPU"
-    assert last.why_lost == f"with {apart}: worst-case spare 15.00 GiB lower: GPU {worst_gpu} would hold a45, b30, leaving 5.00 GiB"
+    assert last.why_lost == f"with {apart}: worst-case spare 15.00 GiB lower: GPU {worst_gpu} would hold a45 and b30, leaving 5.00 GiB"
     assert result.runner_ups[0].why_lost.startswith("with a45 and d15 on different GPUs: worst-case spare 10.00 GiB lower")
 
 

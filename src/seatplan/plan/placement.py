@@ -178,8 +178,14 @@ def _runner_ups(problem: Problem, method: Method, best_layout: Layout, best: Pla
 
 
 def _apart_words(names: list[str]) -> str:
-    listed = ", ".join(sorted(names)[:-1]) + " and " + sorted(names)[-1]
+    listed = _listing(names)
     return f"with {listed} not all on one GPU" if len(names) > 2 else f"with {listed} on different GPUs"
+
+
+def _listing(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c`` (sorted)."""
+    ordered = sorted(names)
+    return ordered[0] if len(ordered) == 1 else ", ".join(ordered[:-1]) + " and " + ordered[-1]
 
 
 def _host_sized(problem: Problem) -> bool:
@@ -212,7 +218,7 @@ def why_lost(problem: Problem, best: Placement, alternative: Placement) -> str:
     lower_bytes = best.worst_case_spare_bytes - alternative.worst_case_spare_bytes
     if lower_bytes > 0:
         label = _worst_gpu(problem, alternative)
-        holds = ", ".join(seats_on(alternative, label)) or "nothing"
+        holds = _listing(seats_on(alternative, label)) if seats_on(alternative, label) else "nothing"
         return (
             f"worst-case spare {human_bytes(lower_bytes)} lower: GPU {label} would hold {holds}, "
             f"leaving {human_bytes(alternative.spare_bytes[label])}"

@@ -10,7 +10,8 @@ in exact bytes.
 from __future__ import annotations
 
 import math
-from seatplan.plan.placement_search import GpuSet, Layout, Problem, Solved, root_bound
+import time
+from seatplan.plan.placement_search import GpuSet, Problem, Solved, root_bound
 
 WORKERS = 2  # the machines this runs on have two cores
 PASS1_SHARE = 0.75  # of a solve's time, when there is a current layout to prefer (pass 2 gets the rest)
@@ -124,22 +125,18 @@ def _solver(time_limit_s: float):
     return solver
 
 
-def _layout(problem: Problem, assignment: tuple[GpuSet, ...]) -> Layout:
-    load_bytes = problem.loads(assignment)
-    return Layout((-problem.worst_spare(load_bytes), problem.moves(assignment)), assignment, problem.split_key(list(assignment)))
-
-
 def solve(problem: Problem, *, time_limit_s: float, start: tuple[GpuSet, ...] | None) -> Solved:
     """The best layout CP-SAT finds in the time, never worse than ``start`` (a valid layout, also the solver's hint)."""
     from ortools.sat.python import cp_model
 
+    deadline = time.perf_counter() + time_limit_s  # building a fleet-sized model takes a while too
     built = _Model(problem)
     worst = built.add_worst()
     built.model.Maximize(worst)
     if start is not None:
         built.hint(start)
     moves = built.moves()
-    first = _solver(time_limit_s * (1.0 if isinstance(moves, int) else PASS1_SHARE))
+    first = _solver((deadline - time.perf_counter()) * (1.0 if isinstance(moves, int) else PASS1_SHARE))
     status = first.Solve(built.model)
     if status == cp_model.INFEASIBLE:
         return Solved(layout=None, optimal=True, bound_bytes=None, proven_infeasible=True)
@@ -152,19 +149,24 @@ def solve(problem: Problem, *, time_limit_s: float, start: tuple[GpuSet, ...] | 
         bound_bytes = min(bound_bytes, int(math.floor(first.BestObjectiveBound())) * built.unit)
     if not found:
         return Solved(layout=None, optimal=False, bound_bytes=bound_bytes, proven_infeasible=False)
-    best = min(_layout(problem, assignment) for assignment in found)
+    best = min(problem.layout(assignment) for assignment in found)
     worst_proven = status == cp_model.OPTIMAL or best.worst_spare_bytes >= bound_bytes
     moves_proven = True
     if not isinstance(moves, int):
-        # Pass 2: keep the worst-case spare reached so far, fewest moves.
+        # Pass 2: keep the worst-case spare reached so far, fewest moves, starting from local trades
+        # that send seats home (the solver alone rarely gets far on a fleet in the time).
+        from seatplan.plan.placement_local import fewer_moves
+
+        now = time.perf_counter()
+        best = min(best, problem.layout(fewer_moves(problem, best.assignment, deadline=now + (deadline - now) / 2)))
         built.model.Add(worst >= best.worst_spare_bytes // built.unit)
         built.model.Minimize(moves)
         built.hint(best.assignment)
-        second = _solver(time_limit_s * (1 - PASS1_SHARE))
+        second = _solver(deadline - time.perf_counter())
         status2 = second.Solve(built.model)
         moves_proven = status2 == cp_model.OPTIMAL
         if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            best = min(best, _layout(problem, built.assignment(second)))
+            best = min(best, problem.layout(built.assignment(second)))
     return Solved(layout=best, optimal=worst_proven and moves_proven, bound_bytes=bound_bytes, proven_infeasible=False)
 
 

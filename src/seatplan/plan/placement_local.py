@@ -24,6 +24,19 @@ def improve(problem: Problem, assignment: tuple[GpuSet, ...], *, deadline: float
     return tuple(state.assignment)
 
 
+def fewer_moves(problem: Problem, assignment: tuple[GpuSet, ...], *, deadline: float) -> tuple[GpuSet, ...]:
+    """Send seats back where they run now, directly or by swapping with a seat that is away from home too.
+
+    Every step keeps each GPU it fills at or above the layout's worst-case spare (and its
+    headroom), so the worst-case spare never drops, and takes at least one move away.
+    """
+    state = _State(problem, assignment)
+    floor = problem.worst_spare(problem.loads(assignment))
+    while time.perf_counter() < deadline and state.send_one_home(floor):
+        pass
+    return tuple(state.assignment)
+
+
 class _State:
     def __init__(self, problem: Problem, assignment: tuple[GpuSet, ...]) -> None:
         self.problem = problem
@@ -95,17 +108,52 @@ class _State:
     def _gain(self, trade: Trade) -> int:
         """The lowest spare among the open GPUs ``trade`` touches, after it; -1 when it breaks a rule."""
         problem = self.problem
-        delta: dict[int, int] = {}
-        for seat, gpu_set in trade:
-            size = problem.footprint_bytes[seat]
-            for g in self.assignment[seat]:
-                delta[g] = delta.get(g, 0) + size
-            for g in gpu_set:
-                delta[g] = delta.get(g, 0) - size
-        after = {g: self.spare[g] + change for g, change in delta.items()}
+        after = {g: self.spare[g] + change for g, change in self._delta(trade).items()}
         if any(after[g] < problem.headroom_bytes[g] for g in after) or not self._apart_ok(trade):
             return -1
         return min((after[g] for g in after if not problem.keep_clear[g]), default=-1)
+
+    def send_one_home(self, floor: int) -> bool:
+        problem = self.problem
+        for seat, home in enumerate(problem.current):
+            if home is None or home == self.assignment[seat] or home not in problem.candidates[seat]:
+                continue
+            for trade in self._homecomings(seat, home):
+                if self._keeps_floor(trade, floor):
+                    for moved, gpu_set in trade:
+                        self._place(moved, gpu_set)
+                    return True
+        return False
+
+    def _homecomings(self, seat: int, home: GpuSet) -> list[Trade]:
+        """Going straight home, or (single-GPU seats) swapping places with a seat on the home GPU that is away from its own home."""
+        problem = self.problem
+        trades: list[Trade] = [[(seat, home)]]
+        here = self.assignment[seat]
+        if len(home) == 1 and len(here) == 1:
+            for other in sorted(self.on_gpu[home[0]]):
+                if problem.gpu_count[other] == 1 and problem.current[other] != (home[0],) and here[0] in self.single_gpus[other]:
+                    trades.append([(seat, home), (other, here)])
+        return trades
+
+    def _keeps_floor(self, trade: Trade, floor: int) -> bool:
+        problem = self.problem
+        for g, change in self._delta(trade).items():
+            after = self.spare[g] + change
+            if after < problem.headroom_bytes[g] or (change < 0 and not problem.keep_clear[g] and after < floor):
+                return False
+        return self._apart_ok(trade)
+
+    def _delta(self, trade: Trade) -> dict[int, int]:
+        """How each GPU's spare changes if ``trade`` happens."""
+        size = self.problem.footprint_bytes
+        delta: dict[int, int] = {}
+        for seat, gpu_set in trade:
+            for g in self.assignment[seat]:
+                delta[g] = delta.get(g, 0) + size[seat]
+            for g in gpu_set:
+                delta[g] = delta.get(g, 0) - size[seat]
+        return delta
 
     def _apart_ok(self, trade: Trade) -> bool:
         moved = dict(trade)
@@ -124,3 +172,4 @@ class _State:
             self.spare[g] -= size
             self.on_gpu[g].add(seat)
         self.assignment[seat] = gpu_set
+

@@ -79,19 +79,8 @@ class Problem:
         load_bytes = self.loads(assignment)
         return all(load_bytes[g] <= self.usable_bytes(g) for g in range(len(load_bytes)))
 
-    def split_key(self, assignment: list[GpuSet]) -> tuple:
-        """What a layout is, ignoring which of several identical GPUs or identical seats got which part."""
-        seat_kind = _seat_kinds(self)
-        groups: list[list[int]] = [[] for _ in self.gpu_keys]
-        for seat, gpu_set in enumerate(assignment):
-            for gpu in gpu_set:
-                groups[gpu].append(seat_kind[seat])
-        return tuple(
-            sorted(
-                (self.capacity_bytes[g], self.headroom_bytes[g], self.keep_clear[g], tuple(sorted(groups[g])))
-                for g in range(len(groups))
-            )
-        )
+    def layout(self, assignment: tuple[GpuSet, ...]) -> Layout:
+        return Layout((-self.worst_spare(self.loads(assignment)), self.moves(assignment)), assignment)
 
 
 def compile_problem(gpus: list[GpuSlot], seats: list[SeatDemand]) -> Problem:
@@ -199,7 +188,6 @@ class Layout:
 
     rank: tuple[int, int]  # (-worst_spare_bytes, moves)
     assignment: tuple[GpuSet, ...] = field(compare=False)
-    key: tuple = field(compare=False, repr=False)
 
     @property
     def worst_spare_bytes(self) -> int:
@@ -258,12 +246,8 @@ def search(problem: Problem, *, deadline: float | None = None) -> SearchOutcome:
     optimum = first.layout.worst_spare_bytes
     second = exhaustive(problem, deadline=deadline, floor_bytes=optimum, ceiling_bytes=optimum)
     # Cut short, the second search may not have reached the optimum yet; the first one's layout has it.
-    candidates = [layout for layout in (second.layout, _with_moves(problem, first.layout)) if layout is not None]
+    candidates = [layout for layout in (second.layout, problem.layout(first.layout.assignment)) if layout is not None]
     return SearchOutcome(layout=min(candidates), complete=second.complete, nodes=first.nodes + second.nodes, bound_bytes=optimum)
-
-
-def _with_moves(problem: Problem, layout: Layout) -> Layout:
-    return Layout((layout.rank[0], problem.moves(layout.assignment)), layout.assignment, layout.key)
 
 
 def exhaustive(
@@ -305,9 +289,7 @@ def exhaustive(
 
     def record() -> None:
         nonlocal best
-        assignment = tuple(candidates[s][chosen[s]] for s in range(seat_count))
-        load_bytes = [c - left for c, left in zip(problem.capacity_bytes, spare)]
-        layout = Layout((-problem.worst_spare(load_bytes), problem.moves(assignment)), assignment, problem.split_key(list(assignment)))
+        layout = problem.layout(tuple(candidates[s][chosen[s]] for s in range(seat_count)))
         if best is None or layout.rank < best.rank:
             best = layout
 

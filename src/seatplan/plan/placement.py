@@ -6,8 +6,11 @@ into each seat's allowed GPU set; a tensor-parallel seat takes ``gpu_count`` dis
 host. Among layouts with the same worst-case spare the one with fewer moves from the current
 layout wins, then the first in search order (seats largest first, GPUs by host and index).
 
-Two exact methods: exhaustive branch and bound for host-sized problems, OR-Tools CP-SAT for
-fleets. Both say whether the answer is proven optimal and give a proven upper bound.
+Two exact methods: exhaustive branch and bound for host-sized problems (``placement_search``),
+OR-Tools CP-SAT for fleets (``placement_cpsat``), started from a greedy layout improved by local
+trades (``placement_local``). Both say whether the answer is proven optimal and give a proven
+upper bound on the worst-case spare, so a fleet-sized answer that is not proven says how far from
+optimal it can at most be.
 """
 
 from __future__ import annotations

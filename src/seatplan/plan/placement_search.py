@@ -242,7 +242,8 @@ def search(problem: Problem, *, deadline: float | None = None) -> SearchOutcome:
     fresh = replace(problem, current=tuple(None for _ in problem.current))
     first = exhaustive(fresh, deadline=deadline)
     if not first.complete or first.layout is None:
-        return SearchOutcome(layout=None, complete=first.complete, nodes=first.nodes)
+        found = None if first.layout is None else problem.layout(first.layout.assignment)
+        return SearchOutcome(layout=found, complete=first.complete, nodes=first.nodes)
     optimum = first.layout.worst_spare_bytes
     second = exhaustive(problem, deadline=deadline, floor_bytes=optimum, ceiling_bytes=optimum)
     # Cut short, the second search may not have reached the optimum yet; the first one's layout has it.

@@ -218,7 +218,8 @@ class FigureQuery:
 
 def statement(rows_sql: str, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> str:
     """The full SQL: ``spend_rows``, ``thresholds(seat, runaway_threshold_tokens)`` if needed, then the query."""
-    parts = [f"spend_rows AS ({rows_sql})"]
+    # NOT MATERIALIZED: PostgreSQL would otherwise store every row once a query reads spend_rows twice.
+    parts = [f"spend_rows AS NOT MATERIALIZED ({rows_sql})"]
     if query.needs_thresholds:
         if not thresholds:
             raise ValueError("this query needs at least one seat threshold")
@@ -243,7 +244,9 @@ def counts_query(window: Window) -> FigureQuery:
         count(failed) FILTER (WHERE {accepted}) AS calls_with_status,
         count(*) FILTER (WHERE {accepted} AND cache_hit) AS cache_hits,
         count(cache_hit) FILTER (WHERE {accepted}) AS calls_with_cache_flag,
-        count(*) FILTER (WHERE reject_reason IS NOT NULL AND {counted}) AS rejected_rows
+        count(*) FILTER (WHERE reject_reason IS NOT NULL AND {counted}) AS rejected_rows,
+        min(start_ts) FILTER (WHERE reject_reason IS NULL) AS first_start,
+        max(end_ts) FILTER (WHERE reject_reason IS NULL) AS last_end
     FROM spend_rows
     WHERE seat IS NOT NULL AND ({counted} OR ({window.overlaps('start_ts', 'end_ts')}))
     GROUP BY seat, model_group, model""")
@@ -273,53 +276,97 @@ def histograms_query(window: Window) -> FigureQuery:
     GROUP BY GROUPING SETS ((seat, prompt_tokens), (seat, completion_tokens))""")
 
 
-SWEEP_BUCKET_SECONDS = 10
+LOADS = ("{e}tokens_delta", "{e}requests_delta", "{e}tokens_delta * {e}ordinary", "{e}requests_delta * {e}ordinary")
+"""The four in-flight loads, in this order everywhere: tokens, requests, and both for ordinary (non-runaway) replies."""
 
 
-def _events_cte(window: Window) -> str:
+def _each_load(template: str, events_alias: str = "") -> str:
+    """``template`` once per load: ``{i}`` its number, ``{load}`` its expression over ``events`` (or its alias)."""
+    prefix = f"{events_alias}." if events_alias else ""
+    return ", ".join(template.format(i=index, load=load.format(e=prefix)) for index, load in enumerate(LOADS))
+
+
+def _events_cte(window: Window, bucket_seconds: float) -> str:
     """Each request as two events, +tokens at its start and -tokens at its end, with its time bucket.
 
     A request open at ``since`` enters at ``since``; ends at or after ``until`` are kept, as they come after
-    every start in the window and only lower the load.
+    every start in the window and only lower the load. NOT MATERIALIZED: read twice, it is cheaper to scan
+    the rows again than to store twice as many events.
     """
     start = "r.start_ts" if window.since is None else f"GREATEST(r.start_ts, {sql_timestamp(window.since)})"
-    return f"""events AS (
+    return f"""events AS NOT MATERIALIZED (
         SELECT r.seat, event.at_ts, event.is_start,
             event.sign * (CAST(r.prompt_tokens AS BIGINT) + r.completion_tokens) AS tokens_delta,
             event.sign AS requests_delta,
             CASE WHEN r.completion_tokens >= t.runaway_threshold_tokens THEN 0 ELSE 1 END AS ordinary,
-            CAST(floor(extract(epoch FROM event.at_ts) / {SWEEP_BUCKET_SECONDS}) AS BIGINT) AS bucket
+            CAST(floor(date_part('epoch', event.at_ts) / {float(bucket_seconds)!r}) AS BIGINT) AS bucket
         FROM spend_rows AS r
         JOIN thresholds AS t ON t.seat = r.seat
         CROSS JOIN LATERAL (VALUES ({start}, 1, 1), (r.end_ts, 0, -1)) AS event(at_ts, is_start, sign)
         WHERE r.reject_reason IS NULL AND {window.overlaps('r.start_ts', 'r.end_ts')})"""
 
 
-def bucket_totals_query(window: Window) -> FigureQuery:
-    """Per (seat, time bucket): what starting requests add, and the net change, for the four loads.
+def peak_inflight_query(window: Window, bucket_seconds: float) -> FigureQuery:
+    """Exact peak in-flight loads per seat (``is_overall`` 0) and over all seats (1), sorting few events.
 
-    Loads, in this order everywhere: tokens, requests, tokens of ordinary (non-runaway) replies, their
-    requests. From these the sweep knows the load entering every bucket and which buckets could hold
-    the peak (``sweep.plan_peak_search``); only those are swept event by event.
+    The sweep order is (time, ends before starts): within equal timestamps the load first falls, then
+    rises, so no peak hides between events. Instead of sorting every event, time is cut into buckets:
+    the load entering a bucket (the sum of all earlier buckets) is a load the track really carried, so
+    the highest entering load is a lower bound on the peak ("known"); inside a bucket the load never
+    exceeds what entered plus everything that starts in it. Only buckets whose bound beats the known
+    peak are swept event by event. ``bucket_seconds`` only changes how much is swept, never the answer.
     """
-    loads = ("tokens_delta", "requests_delta", "tokens_delta * ordinary", "requests_delta * ordinary")
-    # Sums cast back to BIGINT: PostgreSQL widens them to NUMERIC, which the client would read slowly as Decimal.
-    starts = ", ".join(f"CAST(sum({load}) FILTER (WHERE is_start = 1) AS BIGINT)" for load in loads)
-    nets = ", ".join(f"CAST(sum({load}) AS BIGINT)" for load in loads)
-    return FigureQuery(f"""
-    SELECT seat, bucket, {starts}, {nets}
-    FROM events
-    GROUP BY seat, bucket""", ctes=(_events_cte(window),), needs_thresholds=True)
-
-
-def bucket_events_query(window: Window, buckets: Sequence[int]) -> FigureQuery:
-    """Every event in the given buckets, in sweep order: time, ends before starts at equal times."""
-    values = ", ".join(f"(CAST({int(bucket)} AS BIGINT))" for bucket in buckets)
-    return FigureQuery(f"""
-    SELECT e.bucket, e.seat, e.is_start, e.tokens_delta, e.requests_delta, e.ordinary
-    FROM events AS e
-    JOIN (VALUES {values}) AS wanted(bucket) ON wanted.bucket = e.bucket
-    ORDER BY e.bucket, e.at_ts, e.is_start""", ctes=(_events_cte(window),), needs_thresholds=True)
+    seat_buckets = f"""seat_buckets AS (
+        SELECT seat, bucket,
+            {_each_load("CAST(COALESCE(sum({load}) FILTER (WHERE is_start = 1), 0) AS BIGINT) AS start_{i}")},
+            {_each_load("CAST(sum({load}) AS BIGINT) AS net_{i}")}
+        FROM events
+        GROUP BY seat, bucket)"""
+    bucket_loads = f"""bucket_loads AS (
+        SELECT seat, 0 AS is_overall, bucket, {_each_load("start_{i}")}, {_each_load("net_{i}")} FROM seat_buckets
+        UNION ALL
+        SELECT NULL, 1, bucket, {_each_load("sum(start_{i})")}, {_each_load("sum(net_{i})")} FROM seat_buckets GROUP BY bucket)"""
+    entering = f"""entering AS (
+        SELECT seat, is_overall, bucket, {_each_load("start_{i}")}, {_each_load("net_{i}")},
+            {_each_load("CAST(COALESCE(sum(net_{i}) OVER earlier, 0) AS BIGINT) AS entering_{i}")}
+        FROM bucket_loads
+        WINDOW earlier AS (PARTITION BY is_overall, seat ORDER BY bucket ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING))"""
+    known = f"""known AS (
+        SELECT is_overall, seat, {_each_load("GREATEST(max(entering_{i}), CAST(sum(net_{i}) AS BIGINT), 0) AS known_{i}")}
+        FROM entering
+        GROUP BY is_overall, seat)"""
+    open_buckets = f"""open_buckets AS (
+        SELECT e.is_overall, e.seat, e.bucket, {_each_load("e.entering_{i}")}
+        FROM entering AS e
+        JOIN known AS k ON k.is_overall = e.is_overall AND k.seat IS NOT DISTINCT FROM e.seat
+        WHERE {" OR ".join(f"e.entering_{i} + e.start_{i} > k.known_{i}" for i in range(len(LOADS)))})"""
+    # Events of open buckets only (few), picked by a semi-join so no database loops over every event per bucket.
+    open_events = """open_events AS MATERIALIZED (
+        SELECT * FROM events WHERE bucket IN (SELECT bucket FROM open_buckets))"""
+    prefix_peaks = [
+        f"""{name} AS (
+        SELECT {columns}bucket, {_each_load("max(prefix_{i}) AS highest_{i}")}
+        FROM (SELECT {columns}bucket, {_each_load("sum({load}) OVER inside AS prefix_{i}")}
+              FROM open_events
+              WINDOW inside AS (PARTITION BY {columns}bucket ORDER BY at_ts, is_start ROWS UNBOUNDED PRECEDING)) AS prefixes
+        GROUP BY {columns}bucket)"""
+        for name, columns in (("seat_prefix_peaks", "seat, "), ("overall_prefix_peaks", ""))
+    ]
+    swept = f"""swept AS (
+        SELECT o.is_overall, o.seat, {_each_load("o.entering_{i} + p.highest_{i} AS load_{i}")}
+        FROM open_buckets AS o JOIN seat_prefix_peaks AS p ON p.seat = o.seat AND p.bucket = o.bucket
+        WHERE o.is_overall = 0
+        UNION ALL
+        SELECT o.is_overall, o.seat, {_each_load("o.entering_{i} + p.highest_{i} AS load_{i}")}
+        FROM open_buckets AS o JOIN overall_prefix_peaks AS p ON p.bucket = o.bucket
+        WHERE o.is_overall = 1)"""
+    select = f"""
+    SELECT k.seat, k.is_overall, {_each_load("CAST(GREATEST(k.known_{i}, max(s.load_{i})) AS BIGINT)")}
+    FROM known AS k
+    LEFT JOIN swept AS s ON s.is_overall = k.is_overall AND s.seat IS NOT DISTINCT FROM k.seat
+    GROUP BY k.seat, k.is_overall, {", ".join(f"k.known_{i}" for i in range(len(LOADS)))}"""
+    return FigureQuery(select, ctes=(_events_cte(window, bucket_seconds), seat_buckets, bucket_loads, entering, known,
+                                     open_buckets, open_events, *prefix_peaks, swept), needs_thresholds=True)
 
 
 def runaway_rows_query(window: Window) -> FigureQuery:

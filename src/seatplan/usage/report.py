@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from seatplan.usage.models import ModelUsage, RunawayGroup, RunawayRule, UsageReport, UsageWindow
 from seatplan.usage.queries import (
     Window,
-    bucket_events_query,
-    bucket_totals_query,
     clients_query,
     counts_query,
     histograms_query,
+    peak_inflight_query,
     rejected_query,
     runaway_rows_query,
 )
 from seatplan.usage.seats import SeatMap
 from seatplan.usage.sources import SpendLogSource
 from seatplan.usage.sweep import (
-    BucketTotals,
     ClientRow,
-    Loads,
     RunawayRow,
     group_runaways,
     merge_histograms,
     nearest_rank,
-    plan_peak_search,
-    finish_peak_search,
+    sweep_bucket_seconds,
     runaway_threshold_tokens,
     summarize_keys,
     token_percentiles,
@@ -46,6 +43,8 @@ class _Counts:
     cache_hits: int = 0
     calls_with_cache_flag: int = 0
     rejected_rows: int = 0
+    first_start: datetime | None = None
+    last_end: datetime | None = None
 
     def add(self, other: _Counts) -> None:
         self.model_names |= other.model_names
@@ -55,6 +54,8 @@ class _Counts:
         self.cache_hits += other.cache_hits
         self.calls_with_cache_flag += other.calls_with_cache_flag
         self.rejected_rows += other.rejected_rows
+        self.first_start = min(filter(None, (self.first_start, other.first_start)), default=None)
+        self.last_end = max(filter(None, (self.last_end, other.last_end)), default=None)
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,12 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
         name: runaway_threshold_tokens(rule, nearest_rank(completion_histograms.get(name, {}), 0.5), _max_model_len(seat_map, name))
         for name in names
     }
-    peaks = _peak_loads(source, window, thresholds) if thresholds else {}
+    overall_counts = _Counts()
+    for seat_counts in counts.values():
+        overall_counts.add(seat_counts)
+    bucket_seconds = sweep_bucket_seconds(overall_counts.first_start, overall_counts.last_end, window.since, window.until,
+                                          len(counts), overall_counts.calls)
+    peaks = _peak_loads(source, window, thresholds, bucket_seconds) if thresholds else {}
     runaway_rows = (_runaway_row(row) for row in source.stream(runaway_rows_query(window), thresholds)) if thresholds else ()
     runaways_per_seat, runaways_by_key = group_runaways(runaway_rows)
     client_rows = (_client_row(row) for row in source.stream(clients_query(window)))
@@ -91,9 +97,6 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
         )
         for name in sorted(names)
     }
-    overall_counts = _Counts()
-    for seat_counts in counts.values():
-        overall_counts.add(seat_counts)
     overall = _model_usage(
         None, seat_map, overall_counts, merge_histograms(prompt_histograms.values()), merge_histograms(completion_histograms.values()),
         peaks.get(None, _Peaks()), None, runaways_by_key,
@@ -123,11 +126,12 @@ def _max_model_len(seat_map: SeatMap, served_name: str) -> int | None:
 
 def _read_counts(rows: Iterable[tuple[Any, ...]]) -> dict[str, _Counts]:
     counts: dict[str, _Counts] = {}
-    for name, model_group, model, calls, errors, with_status, cache_hits, with_cache_flag, rejected in rows:
+    for name, model_group, model, calls, errors, with_status, cache_hits, with_cache_flag, rejected, first_start, last_end in rows:
         counts.setdefault(name, _Counts()).add(_Counts(
             model_names={text for text in (model, model_group) if text},
             calls=int(calls), errors=int(errors), calls_with_status=int(with_status),
             cache_hits=int(cache_hits), calls_with_cache_flag=int(with_cache_flag), rejected_rows=int(rejected),
+            first_start=first_start, last_end=last_end,
         ))
     return counts
 
@@ -140,26 +144,11 @@ def _read_histograms(rows: Iterable[tuple[Any, ...]]) -> tuple[dict[str, dict[in
     return prompt, completion
 
 
-def _peak_loads(source: SpendLogSource, window: Window, thresholds: Mapping[str, int]) -> dict[str | None, _Peaks]:
-    totals = (
-        BucketTotals(seat, int(bucket), _loads(row[2:6]), _loads(row[6:10]))
-        for row in source.fetch_all(bucket_totals_query(window), thresholds)
-        for seat, bucket in [row[:2]]
-    )
-    search = plan_peak_search(totals)
-    events = ()
-    if search.buckets_to_sweep:
-        events = (
-            (int(bucket), seat, int(is_start), int(tokens_delta), int(requests_delta), int(ordinary))
-            for bucket, seat, is_start, tokens_delta, requests_delta, ordinary in source.stream(
-                bucket_events_query(window, search.buckets_to_sweep), thresholds)
-        )
-    return {track: _Peaks(*(max(0, value) for value in loads)) for track, loads in finish_peak_search(search, events).items()}
-
-
-def _loads(values: Sequence[Any]) -> Loads:
-    tokens, requests, ordinary_tokens, ordinary_requests = (int(value or 0) for value in values)
-    return (tokens, requests, ordinary_tokens, ordinary_requests)
+def _peak_loads(source: SpendLogSource, window: Window, thresholds: Mapping[str, int], bucket_seconds: float) -> dict[str | None, _Peaks]:
+    peaks: dict[str | None, _Peaks] = {}
+    for seat, is_overall, *loads in source.fetch_all(peak_inflight_query(window, bucket_seconds), thresholds):
+        peaks[None if is_overall else seat] = _Peaks(*(max(0, int(load or 0)) for load in loads))
+    return peaks
 
 
 def _read_rejected(rows: Iterable[tuple[Any, ...]]) -> tuple[dict[str, int], dict[str, list[str | None]]]:

@@ -92,8 +92,8 @@ class Interval:
 def peak_inflight(intervals: Iterable[Interval], since: datetime | None = None, until: datetime | None = None) -> tuple[int, int]:
     """(peak in-flight tokens, peak in-flight requests) over [since, until), ends before starts at equal times.
 
-    This is the definition the SQL sweep in ``queries.py`` implements for millions of rows; it is kept
-    here, small and obvious, so tests can hold the database to it.
+    This is the definition ``queries.peak_inflight_query`` implements for millions of rows; it is kept
+    here, small and obvious, so tests can hold the databases to it.
     """
     events: list[tuple[datetime, int, int, int]] = []
     for interval in intervals:
@@ -115,84 +115,22 @@ def peak_inflight(intervals: Iterable[Interval], since: datetime | None = None, 
     return peak_tokens, peak_requests
 
 
-Loads = tuple[int, int, int, int]
-"""In-flight load, always in this order: tokens, requests, tokens of ordinary replies, their requests."""
-NO_LOAD: Loads = (0, 0, 0, 0)
+STARTS_PER_BUCKET = 8
 
 
-def _plus(load: Loads, delta: Loads) -> Loads:
-    return (load[0] + delta[0], load[1] + delta[1], load[2] + delta[2], load[3] + delta[3])
-
-
-def _highest(load: Loads, other: Loads) -> Loads:
-    return (max(load[0], other[0]), max(load[1], other[1]), max(load[2], other[2]), max(load[3], other[3]))
-
-
-@dataclass(frozen=True)
-class BucketTotals:
-    """One seat's events in one time bucket: what its starts add, and its net change."""
-
-    seat: str
-    bucket: int
-    starts: Loads
-    net: Loads
-
-
-@dataclass
-class PeakSearch:
-    """The peaks found from bucket totals alone, and the buckets that could still hold a higher one.
-
-    Per track (a seat, or ``None`` for all seats together): the load entering each bucket is a load the
-    track really had (right after the last event before it), so the highest of those is a lower bound
-    on the peak. Inside a bucket the load never exceeds what entered plus everything starting in it,
-    so a bucket whose entering load plus starts stays at or under that bound cannot hold the peak;
-    only the others are swept event by event (:func:`finish_peak_search`).
-    """
-
-    peaks: dict[str | None, Loads]
-    entering: dict[tuple[str | None, int], Loads]
-    buckets_to_sweep: list[int]
-
-
-def plan_peak_search(totals: Iterable[BucketTotals]) -> PeakSearch:
-    tracks: dict[str | None, dict[int, tuple[Loads, Loads]]] = {}
-    for total in totals:
-        for track in (total.seat, None):
-            starts, net = tracks.setdefault(track, {}).get(total.bucket, (NO_LOAD, NO_LOAD))
-            tracks[track][total.bucket] = (_plus(starts, total.starts), _plus(net, total.net))
-    peaks: dict[str | None, Loads] = {}
-    entering: dict[tuple[str | None, int], Loads] = {}
-    for track, buckets in tracks.items():
-        load = peak = NO_LOAD
-        for bucket in sorted(buckets):
-            entering[(track, bucket)] = load
-            peak = _highest(peak, load)
-            load = _plus(load, buckets[bucket][1])
-        peaks[track] = _highest(peak, load)
-    to_sweep = {
-        bucket
-        for track, buckets in tracks.items()
-        for bucket, (starts, _) in buckets.items()
-        if any(bound > known for bound, known in zip(_plus(entering[(track, bucket)], starts), peaks[track]))
-    }
-    return PeakSearch(peaks, entering, sorted(to_sweep))
-
-
-def finish_peak_search(search: PeakSearch, events: Iterable[tuple[int, str, int, int, int, int]]) -> dict[str | None, Loads]:
-    """Sweep the remaining buckets' events, given as (bucket, seat, is_start, tokens delta, requests delta,
-    ordinary) in bucket, time, ends-before-starts order; returns the peak loads per track."""
-    peaks = dict(search.peaks)
-    current_bucket: int | None = None
-    loads: dict[str | None, Loads] = {}
-    for bucket, seat, _, tokens_delta, requests_delta, ordinary in events:
-        if bucket != current_bucket:
-            current_bucket, loads = bucket, {}
-        delta = (tokens_delta, requests_delta, tokens_delta * ordinary, requests_delta * ordinary)
-        for track in (seat, None):
-            load = _plus(loads.get(track) or search.entering[(track, bucket)], delta)
-            loads[track] = load
-            peaks[track] = _highest(peaks[track], load)
-    return peaks
+def sweep_bucket_seconds(first_start: datetime | None, last_end: datetime | None, window_since: datetime | None,
+                         window_until: datetime | None, seats: int, requests: int) -> float:
+    """Bucket length for the peak search (``queries.peak_inflight_query``): about STARTS_PER_BUCKET starts
+    per seat and bucket, so a bucket's bound stays close to the load that entered it and few buckets need
+    sweeping. Any length gives the same peaks; this one keeps the work small."""
+    if first_start is None or last_end is None or requests <= 0:
+        return 1.0
+    start = max(first_start, window_since) if window_since else first_start
+    end = min(last_end, window_until) if window_until else last_end
+    span_s = (end - start).total_seconds()
+    if span_s <= 0:
+        return 1.0
+    return max(span_s * max(seats, 1) * STARTS_PER_BUCKET / requests, 0.001)
 
 
 def parse_tags(tags_json: str | None) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from integration.boot_matrix import BOOT_PLANS, BootPlan
-from integration.tiny_models import QWEN3_DENSE, tiny_model_dir
+from integration.tiny_models import tiny_model_dir
 from integration.vllm_engine import (
     PROBE_MAX_TOKENS,
     VLLM_VERSION,
@@ -56,8 +56,7 @@ def test_engine_serves_the_asked_length_and_answers(boot: BootResult):
     assert boot.served_max_model_len == boot.config.max_model_len
     labels = boot.cache_config_labels
     assert int(labels["kv_cache_memory_bytes"]) == boot.config.kv_cache_memory_bytes
-    expected_cache_dtype = boot.config.kv_cache_dtype
-    assert labels["cache_dtype"] == expected_cache_dtype
+    assert labels["cache_dtype"] == boot.config.kv_cache_dtype
     assert labels["enable_prefix_caching"] == str(boot.config.prefix_caching)
     if boot.config.probe != "none":
         assert 1 <= boot.probe_completion_tokens <= PROBE_MAX_TOKENS

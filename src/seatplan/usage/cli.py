@@ -52,7 +52,7 @@ def usage_command(
     fleet: Optional[Path] = typer.Option(None, "--fleet", help="fleet file: maps LiteLLM model names to seats by served_model_name"),
     runaway_tokens: Optional[int] = typer.Option(
         None, "--runaway-tokens", min=1, help="a reply of at least this many completion tokens is a runaway (default: "
-        "far beyond the seat's p90, or near max_model_len)"),
+        "32 x the seat's median completion, at least 16384, at most 0.9 x max_model_len)"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the usage JSON here (for `seatplan plan --usage`)"),
     as_json: bool = typer.Option(False, "--json", help="print the usage report as one JSON document"),
 ) -> None:

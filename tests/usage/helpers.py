@@ -10,14 +10,16 @@ from seatplan.usage.queries import Window
 from seatplan.usage.report import collect_usage
 from seatplan.usage.seats import SeatMap, load_seat_map
 from seatplan.usage.sources import open_source
-from seatplan.usage.sweep import default_runaway_rule
+from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
 
 
 def usage_report(source: str | Path, window: Window = Window(), fleet: Path | None = None,
                  runaway_tokens: int | None = None) -> UsageReport:
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
-    with open_source(str(source), seat_map.served_name_by_litellm_name()) as opened:
-        return collect_usage(opened, window, seat_map, default_runaway_rule(runaway_tokens))
+    rule = default_runaway_rule(runaway_tokens)
+    request_id_from_tokens = lowest_runaway_threshold_tokens(rule, (seat.max_model_len for seat in seat_map.seats))
+    with open_source(str(source), seat_map.served_name_by_litellm_name(), request_id_from_tokens) as opened:
+        return collect_usage(opened, window, seat_map, rule)
 
 
 def figures(report: UsageReport) -> dict[str, Any]:

@@ -62,12 +62,14 @@ def usage_command(
     from seatplan.usage.report import collect_usage
     from seatplan.usage.seats import SeatMap, load_seat_map
     from seatplan.usage.sources import open_source, resolve_source
-    from seatplan.usage.sweep import default_runaway_rule
+    from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
 
     window = resolve_window(since, until, days, datetime.now(timezone.utc).replace(tzinfo=None))
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
-    with open_source(resolve_source(source), seat_map.served_name_by_litellm_name()) as opened:
-        report = collect_usage(opened, window, seat_map, default_runaway_rule(runaway_tokens))
+    rule = default_runaway_rule(runaway_tokens)
+    request_id_from_tokens = lowest_runaway_threshold_tokens(rule, (seat.max_model_len for seat in seat_map.seats))
+    with open_source(resolve_source(source), seat_map.served_name_by_litellm_name(), request_id_from_tokens) as opened:
+        report = collect_usage(opened, window, seat_map, rule)
     if output is not None:
         atomic_write_json(output, report.model_dump(mode="json"))
     if as_json:

@@ -13,7 +13,8 @@ from seatplan.usage.queries import (
     clients_query,
     counts_query,
     histograms_query,
-    peak_inflight_query,
+    peak_bounds_query,
+    peak_sweep_query,
     rejected_query,
     runaway_rows_query,
 )
@@ -145,10 +146,23 @@ def _read_histograms(rows: Iterable[tuple[Any, ...]]) -> tuple[dict[str, dict[in
 
 
 def _peak_loads(source: SpendLogSource, window: Window, thresholds: Mapping[str, int], bucket_seconds: float) -> dict[str | None, _Peaks]:
-    peaks: dict[str | None, _Peaks] = {}
-    for seat, is_overall, *loads in source.fetch_all(peak_inflight_query(window, bucket_seconds), thresholds):
-        peaks[None if is_overall else seat] = _Peaks(*(max(0, int(load or 0)) for load in loads))
-    return peaks
+    """The exact peaks in two queries: bounds and open buckets, then a sweep of the open buckets only."""
+    known: dict[str | None, list[int]] = {}
+    entering: dict[tuple[str | None, int], list[int]] = {}
+    for is_open, is_overall, seat, bucket, *loads in source.fetch_all(peak_bounds_query(window, bucket_seconds), thresholds):
+        track = None if is_overall else seat
+        if is_open:
+            entering[(track, int(bucket))] = [int(load) for load in loads]
+        else:
+            known[track] = [int(load or 0) for load in loads]
+    if entering:
+        sweep = peak_sweep_query(window, bucket_seconds, [bucket for _, bucket in entering])
+        for is_overall, seat, bucket, *highest in source.fetch_all(sweep, thresholds):
+            entered = entering.get((None if is_overall else seat, int(bucket)))
+            if entered is not None:
+                track_peaks = known[None if is_overall else seat]
+                known[None if is_overall else seat] = [max(peak, load + int(rise)) for peak, load, rise in zip(track_peaks, entered, highest)]
+    return {track: _Peaks(*(max(0, load) for load in loads)) for track, loads in known.items()}
 
 
 def _read_rejected(rows: Iterable[tuple[Any, ...]]) -> tuple[dict[str, int], dict[str, list[str | None]]]:

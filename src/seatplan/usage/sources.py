@@ -73,12 +73,13 @@ def resolve_source(source: str | None) -> str:
 
 
 @contextmanager
-def open_source(source: str, seat_by_name: Mapping[str, str]) -> Iterator[SpendLogSource]:
+def open_source(source: str, seat_by_name: Mapping[str, str], request_id_from_tokens: int | None = None) -> Iterator[SpendLogSource]:
+    """``request_id_from_tokens``: see :func:`normalized_rows_sql`; a file's rows are loaded without the other ids."""
     if is_dsn(source):
         with _postgres_source(source, seat_by_name) as opened:
             yield opened
     else:
-        with _file_source(Path(source), seat_by_name) as opened:
+        with _file_source(Path(source), seat_by_name, request_id_from_tokens) as opened:
             yield opened
 
 
@@ -250,7 +251,7 @@ def _json_lines_from_clause(path: Path, keep_rejects: bool) -> str:
 
 
 @contextmanager
-def _file_source(path: Path, seat_by_name: Mapping[str, str]) -> Iterator[DuckDBFileSource]:
+def _file_source(path: Path, seat_by_name: Mapping[str, str], request_id_from_tokens: int | None) -> Iterator[DuckDBFileSource]:
     import duckdb
 
     if not path.is_file():
@@ -266,10 +267,10 @@ def _file_source(path: Path, seat_by_name: Mapping[str, str]) -> Iterator[DuckDB
         connection.execute("SET enable_progress_bar = false")
         columns = _csv_header(path) if source_format == "csv" else []
         try:
-            _load_rows(connection, path, source_format, columns, seat_by_name, keep_rejects=False)
+            _load_rows(connection, path, source_format, columns, seat_by_name, request_id_from_tokens, keep_rejects=False)
         except duckdb.InvalidInputException:
             # Lines that do not split into the header's columns: read again, counting them instead.
-            _load_rows(connection, path, source_format, columns, seat_by_name, keep_rejects=True)
+            _load_rows(connection, path, source_format, columns, seat_by_name, request_id_from_tokens, keep_rejects=True)
         yield DuckDBFileSource(connection, path, source_format)
     finally:
         connection.close()
@@ -277,7 +278,7 @@ def _file_source(path: Path, seat_by_name: Mapping[str, str]) -> Iterator[DuckDB
 
 
 def _load_rows(connection: Any, path: Path, source_format: SourceFormat, columns: list[str],
-               seat_by_name: Mapping[str, str], *, keep_rejects: bool) -> None:
+               seat_by_name: Mapping[str, str], request_id_from_tokens: int | None, *, keep_rejects: bool) -> None:
     import duckdb
 
     if source_format == "csv":
@@ -286,7 +287,7 @@ def _load_rows(connection: Any, path: Path, source_format: SourceFormat, columns
         from_clause = _json_lines_from_clause(path, keep_rejects)
     shape = SourceShape(source_format, from_clause, frozenset(columns))
     try:
-        connection.execute(f"CREATE OR REPLACE TABLE usage_rows AS {normalized_rows_sql(shape, seat_by_name)}")
+        connection.execute(f"CREATE OR REPLACE TABLE usage_rows AS {normalized_rows_sql(shape, seat_by_name, request_id_from_tokens)}")
     except duckdb.InvalidInputException:
         if keep_rejects:
             raise SeatplanError("DuckDB cannot read the file even line by line", where=str(path), fix=SOURCE_FIX) from None

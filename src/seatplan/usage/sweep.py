@@ -70,6 +70,14 @@ def default_runaway_rule(operator_threshold_tokens: int | None = None) -> Runawa
     )
 
 
+def lowest_runaway_threshold_tokens(rule: RunawayRule, max_model_lens: Iterable[int | None]) -> int:
+    """No seat's :func:`runaway_threshold_tokens` can be lower, whatever its median turns out to be."""
+    if rule.operator_threshold_tokens is not None:
+        return rule.operator_threshold_tokens
+    capped = [math.floor(rule.cap_fraction * length) for length in max_model_lens if length is not None]
+    return min([rule.floor_tokens, *capped])
+
+
 def runaway_threshold_tokens(rule: RunawayRule, completion_p50_tokens: int | None, max_model_len: int | None) -> int:
     """Where a seat's normal replies end: the operator's number, else far beyond the median, never above the cap."""
     if rule.operator_threshold_tokens is not None:

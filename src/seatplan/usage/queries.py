@@ -4,8 +4,9 @@ Only the first step differs between sources: :func:`normalized_rows_sql` reads L
 (typed in PostgreSQL, text in a CSV, JSON in JSON Lines) into one shape, ``spend_rows``:
 
     request_id, seat, model_group, model, start_ts, end_ts, prompt_tokens, completion_tokens,
-    failed, cache_hit, key_alias, team, user_id, user_agent, client_ip, tags_json, reject_reason
+    failed, cache_hit, key_alias, team, user_id, user_agent, client_ip, tags_json, reject_reason, accepted
 
+(``accepted`` is ``reject_reason IS NULL``)
 ``seat`` is the name the report files the row under: the served name of the fleet seat whose
 ``served_model_name`` (or name) equals the row's ``model`` or ``model_group``, else ``model``, else
 ``model_group``. Every figure query after it is plain SQL both databases run unchanged, so a CSV export and the live
@@ -201,6 +202,12 @@ def normalized_rows_sql(shape: SourceShape, seat_by_name: Mapping[str, str], req
             WHEN prompt_tokens < 0 OR completion_tokens < 0 THEN 'negative_tokens'
             WHEN end_ts < start_ts THEN 'end_before_start'
         END"""
+    # "reject_reason IS NULL" spelled as a plain conjunction: PostgreSQL estimates each term from the table's
+    # statistics (it cannot see through a CASE, guesses 0.5 % of rows, and plans aggregations for a few
+    # hundred rows that then spill to disk).
+    accepted = """(readable IS NOT FALSE AND (model_group IS NOT NULL OR model IS NOT NULL)
+            AND start_ts IS NOT NULL AND end_ts IS NOT NULL AND prompt_tokens IS NOT NULL AND completion_tokens IS NOT NULL
+            AND prompt_tokens >= 0 AND completion_tokens >= 0 AND end_ts >= start_ts)"""
     request_id = "request_id" if request_id_from_tokens is None else (
         f"CASE WHEN {reject_reason} IS NOT NULL OR completion_tokens >= {int(request_id_from_tokens)} THEN request_id END")
     return f"""
@@ -210,7 +217,8 @@ def normalized_rows_sql(shape: SourceShape, seat_by_name: Mapping[str, str], req
                  model, model_group) AS seat,
         model_group, model, start_ts, end_ts, prompt_tokens, completion_tokens, failed, cache_hit,
         key_alias, team, user_id, user_agent, client_ip, tags_json,
-        {reject_reason} AS reject_reason
+        {reject_reason} AS reject_reason,
+        {accepted} AS accepted
     FROM ({base}
     ) AS litellm_rows"""
 
@@ -222,6 +230,9 @@ class FigureQuery:
     select: str
     ctes: tuple[str, ...] = ()
     needs_thresholds: bool = False
+    # PostgreSQL underestimates the groups of these aggregations over millions of rows and picks sorts that
+    # spill to disk; planning them with sorting discouraged gives (parallel) hash aggregation, 1.5-2x faster.
+    prefer_hashing: bool = False
 
 
 def statement(rows_sql: str, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> str:
@@ -244,17 +255,17 @@ def counts_query(window: Window) -> FigureQuery:
     name the in-flight sweep can report is known before thresholds are set.
     """
     counted = f"(start_ts IS NULL OR ({window.contains('start_ts')}))"
-    accepted = f"reject_reason IS NULL AND {window.contains('start_ts')}"
+    call = f"accepted AND {window.contains('start_ts')}"
     return FigureQuery(f"""
     SELECT seat, model_group, model,
-        count(*) FILTER (WHERE {accepted}) AS calls,
-        count(*) FILTER (WHERE {accepted} AND failed) AS errors,
-        count(failed) FILTER (WHERE {accepted}) AS calls_with_status,
-        count(*) FILTER (WHERE {accepted} AND cache_hit) AS cache_hits,
-        count(cache_hit) FILTER (WHERE {accepted}) AS calls_with_cache_flag,
-        count(*) FILTER (WHERE reject_reason IS NOT NULL AND {counted}) AS rejected_rows,
-        min(start_ts) FILTER (WHERE reject_reason IS NULL) AS first_start,
-        max(end_ts) FILTER (WHERE reject_reason IS NULL) AS last_end
+        count(*) FILTER (WHERE {call}) AS calls,
+        count(*) FILTER (WHERE {call} AND failed) AS errors,
+        count(failed) FILTER (WHERE {call}) AS calls_with_status,
+        count(*) FILTER (WHERE {call} AND cache_hit) AS cache_hits,
+        count(cache_hit) FILTER (WHERE {call}) AS calls_with_cache_flag,
+        count(*) FILTER (WHERE NOT accepted AND {counted}) AS rejected_rows,
+        min(start_ts) FILTER (WHERE accepted) AS first_start,
+        max(end_ts) FILTER (WHERE accepted) AS last_end
     FROM spend_rows
     WHERE seat IS NOT NULL AND ({counted} OR ({window.overlaps('start_ts', 'end_ts')}))
     GROUP BY seat, model_group, model""")
@@ -268,7 +279,7 @@ def rejected_query(window: Window, examples_per_reason: int) -> FigureQuery:
             count(*) OVER (PARTITION BY reject_reason) AS rejected_rows,
             row_number() OVER (PARTITION BY reject_reason ORDER BY start_ts NULLS LAST, request_id) AS pick
         FROM spend_rows
-        WHERE reject_reason IS NOT NULL AND (start_ts IS NULL OR ({window.contains('start_ts')}))
+        WHERE NOT accepted AND (start_ts IS NULL OR ({window.contains('start_ts')}))
     ) AS rejected
     WHERE pick <= {int(examples_per_reason)}
     ORDER BY reject_reason, pick""")
@@ -280,7 +291,7 @@ def histograms_query(window: Window) -> FigureQuery:
     SELECT seat, GROUPING(completion_tokens) AS is_prompt, COALESCE(prompt_tokens, completion_tokens) AS tokens,
         count(*) AS calls
     FROM spend_rows
-    WHERE reject_reason IS NULL AND {window.contains('start_ts')}
+    WHERE accepted AND {window.contains('start_ts')}
     GROUP BY GROUPING SETS ((seat, prompt_tokens), (seat, completion_tokens))""")
 
 
@@ -316,7 +327,7 @@ def _events_cte(window: Window, bucket_seconds: float) -> str:
                 CASE WHEN r.completion_tokens >= t.runaway_threshold_tokens THEN 0 ELSE 1 END AS ordinary
             FROM spend_rows AS r
             JOIN thresholds AS t ON t.seat = r.seat
-            WHERE r.reject_reason IS NULL AND {window.overlaps('r.start_ts', 'r.end_ts')}) AS request_events)"""
+            WHERE r.accepted AND {window.overlaps('r.start_ts', 'r.end_ts')}) AS request_events)"""
 
 
 def peak_bounds_query(window: Window, bucket_seconds: float) -> FigureQuery:
@@ -359,7 +370,7 @@ def peak_bounds_query(window: Window, bucket_seconds: float) -> FigureQuery:
     JOIN known AS k ON k.is_overall = e.is_overall AND k.seat IS NOT DISTINCT FROM e.seat
     WHERE {" OR ".join(f"e.entering_{i} + e.start_{i} > k.known_{i}" for i in range(len(LOADS)))}"""
     return FigureQuery(select, ctes=(_events_cte(window, bucket_seconds), seat_buckets, bucket_loads, entering, known),
-                       needs_thresholds=True)
+                       needs_thresholds=True, prefer_hashing=True)
 
 
 def peak_sweep_query(window: Window, bucket_seconds: float, buckets: Sequence[int]) -> FigureQuery:
@@ -384,7 +395,7 @@ def runaway_rows_query(window: Window) -> FigureQuery:
     return FigureQuery(f"""
     SELECT r.seat, r.request_id, r.completion_tokens, r.key_alias, r.team, r.user_id, r.tags_json
     FROM spend_rows AS r JOIN thresholds AS t ON t.seat = r.seat
-    WHERE r.reject_reason IS NULL AND {window.contains('r.start_ts')}
+    WHERE r.accepted AND {window.contains('r.start_ts')}
       AND r.completion_tokens >= t.runaway_threshold_tokens""", needs_thresholds=True)
 
 
@@ -393,8 +404,8 @@ def clients_query(window: Window) -> FigureQuery:
     return FigureQuery(f"""
     SELECT key_alias, team, seat, user_agent, client_ip, tags_json, count(*) AS calls
     FROM spend_rows
-    WHERE reject_reason IS NULL AND {window.contains('start_ts')}
-    GROUP BY key_alias, team, seat, user_agent, client_ip, tags_json""")
+    WHERE accepted AND {window.contains('start_ts')}
+    GROUP BY key_alias, team, seat, user_agent, client_ip, tags_json""", prefer_hashing=True)
 
 
 def missing_required(columns: Sequence[str] | frozenset[str]) -> list[str]:

@@ -95,16 +95,31 @@ class PostgresSource:
         self.rows_sql = rows_sql
 
     def fetch_all(self, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> list[tuple[Any, ...]]:
-        with self._errors(), self.connection.cursor() as cursor:
+        with self._errors(), self._planned(query), self.connection.cursor() as cursor:
             cursor.execute(statement(self.rows_sql, query, thresholds))
             return cursor.fetchall()
 
     def stream(self, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> Iterator[tuple[Any, ...]]:
         # A named cursor lives on the server: rows arrive STREAM_BATCH_ROWS at a time, never all at once.
-        with self._errors(), self.connection.cursor(name="seatplan_usage_stream") as cursor:
+        with self._errors(), self._planned(query), self.connection.cursor(name="seatplan_usage_stream") as cursor:
             cursor.itersize = STREAM_BATCH_ROWS
             cursor.execute(statement(self.rows_sql, query, thresholds))
             yield from cursor
+
+    @contextmanager
+    def _planned(self, query: FigureQuery) -> Iterator[None]:
+        if not query.prefer_hashing:
+            yield
+            return
+        from psycopg.pq import TransactionStatus
+
+        self.connection.execute("SET enable_sort = off")
+        try:
+            yield
+        finally:
+            # After a failed query the transaction refuses every command; the error itself must surface.
+            if self.connection.info.transaction_status != TransactionStatus.INERROR:
+                self.connection.execute("RESET enable_sort")
 
     def unreadable_lines(self) -> int:
         return 0

@@ -17,6 +17,7 @@ from seatplan.usage.sweep import (
     RunawayRow,
     default_runaway_rule,
     group_runaways,
+    lowest_runaway_threshold_tokens,
     nearest_rank,
     parse_tags,
     peak_inflight,
@@ -49,6 +50,17 @@ def test_runaway_threshold_rule() -> None:
     assert runaway_threshold_tokens(rule, 2000, 40000) == 36000  # near the cap: 0.9 x max_model_len
     assert runaway_threshold_tokens(rule, None, None) == 16384
     assert runaway_threshold_tokens(default_runaway_rule(5000), 2000, 40000) == 5000
+
+
+@given(medians=st.lists(st.one_of(st.none(), st.integers(0, 100_000)), min_size=1, max_size=4),
+       lengths=st.lists(st.one_of(st.none(), st.integers(1, 300_000)), min_size=1, max_size=4),
+       operator=st.one_of(st.none(), st.integers(1, 300_000)))
+def test_no_seat_threshold_is_below_the_lowest(medians: list[int | None], lengths: list[int | None], operator: int | None) -> None:
+    # Files are loaded with request ids only from this many completion tokens up: no runaway may lose its id.
+    rule = default_runaway_rule(operator)
+    lowest = lowest_runaway_threshold_tokens(rule, lengths)
+    assert all(runaway_threshold_tokens(rule, median, length) >= lowest for median in medians for length in lengths)
+    assert lowest == min(runaway_threshold_tokens(rule, 0, length) for length in lengths)
 
 
 def test_reference_sweep_takes_ends_before_starts() -> None:

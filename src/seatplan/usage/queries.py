@@ -351,7 +351,8 @@ def peak_bounds_query(window: Window, bucket_seconds: float) -> FigureQuery:
     bucket_loads = f"""bucket_loads AS (
         SELECT seat, 0 AS is_overall, bucket, {_each_load("start_{i}")}, {_each_load("net_{i}")} FROM seat_buckets
         UNION ALL
-        SELECT NULL, 1, bucket, {_each_load("sum(start_{i})")}, {_each_load("sum(net_{i})")} FROM seat_buckets GROUP BY bucket)"""
+        SELECT NULL, 1, bucket, {_each_load("CAST(sum(start_{i}) AS BIGINT)")}, {_each_load("CAST(sum(net_{i}) AS BIGINT)")}
+        FROM seat_buckets GROUP BY bucket)"""
     entering = f"""entering AS (
         SELECT seat, is_overall, bucket, {_each_load("start_{i}")}, {_each_load("net_{i}")},
             {_each_load("CAST(COALESCE(sum(net_{i}) OVER earlier, 0) AS BIGINT) AS entering_{i}")}

@@ -100,7 +100,7 @@ class Interval:
 def peak_inflight(intervals: Iterable[Interval], since: datetime | None = None, until: datetime | None = None) -> tuple[int, int]:
     """(peak in-flight tokens, peak in-flight requests) over [since, until), ends before starts at equal times.
 
-    This is the definition ``queries.peak_inflight_query`` implements for millions of rows; it is kept
+    This is the definition ``queries.peak_bounds_query`` and ``peak_sweep_query`` implement for millions of rows; it is kept
     here, small and obvious, so tests can hold the databases to it.
     """
     events: list[tuple[datetime, int, int, int]] = []
@@ -128,7 +128,7 @@ STARTS_PER_BUCKET = 8
 
 def sweep_bucket_seconds(first_start: datetime | None, last_end: datetime | None, window_since: datetime | None,
                          window_until: datetime | None, seats: int, requests: int) -> float:
-    """Bucket length for the peak search (``queries.peak_inflight_query``): about STARTS_PER_BUCKET starts
+    """Bucket length for the peak search (``queries.peak_bounds_query``): about STARTS_PER_BUCKET starts
     per seat and bucket, so a bucket's bound stays close to the load that entered it and few buckets need
     sweeping. Any length gives the same peaks; this one keeps the work small."""
     if first_start is None or last_end is None or requests <= 0:

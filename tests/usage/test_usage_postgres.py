@@ -104,11 +104,11 @@ def test_operator_threshold_is_inclusive(scenario_dsn: str) -> None:
 def test_fleet_maps_litellm_names_to_served_names(scenario_dsn: str, tmp_path: Path) -> None:
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(
-        "hosts: [{name: gpu-node-01, gpus: 2}]\n"
+        "hosts: [{name: gpu-node-01, gpus: [{index: 0, total_bytes: 80GiB}, {index: 1, total_bytes: 80GiB}]}]\n"
         "seats:\n"
-        f"  - {{name: chat, served_model_name: {CHAT_MODEL}, max_model_len: 256K}}\n"
-        "  - {name: embed, served_model_name: qwen3-embed}\n"
-        "  - {name: idle}\n"
+        f"  - {{name: chat, model: Qwen/Qwen3-8B, served_model_name: {CHAT_MODEL}, max_model_len: 256K, port: 8000}}\n"
+        "  - {name: embed, model: Qwen/Qwen3-8B, served_model_name: qwen3-embed, port: 8001}\n"
+        "  - {name: idle, model: Qwen/Qwen3-8B, port: 8002}\n"
     )
     report = usage_report(scenario_dsn, WINDOW, fleet=fleet)
     assert sorted(report.models) == [CHAT_MODEL, "idle", "qwen3-embed"]

@@ -1,18 +1,13 @@
 """Which LiteLLM model names belong to which fleet seat.
 
-Only ``seats[].name``, ``served_model_name`` and ``max_model_len`` matter here, so this reads just those
-from the fleet YAML (the plan stage owns the full fleet schema and its checks).
+Only ``seats[].name``, ``served_model_name`` and ``max_model_len`` matter here; the fleet file itself is
+read and checked by the plan stage's loader, so a typo in it is reported the same way everywhere.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from seatplan.errors import SeatplanError
-
-FLEET_FIX = "pass the fleet file `seatplan plan` reads: a YAML with `seats:`, each with `name:` (and `served_model_name:`)"
 
 
 @dataclass(frozen=True)
@@ -39,37 +34,17 @@ class SeatMap:
 
 
 def load_seat_map(path: str | Path) -> SeatMap:
-    import yaml
+    """The seats of a fleet file, read (and checked) by the plan stage's own loader."""
+    from seatplan.plan.fleet import load_fleet
 
-    source = Path(path)
-    try:
-        document = yaml.safe_load(source.read_text(encoding="utf-8"))
-    except OSError as problem:
-        raise SeatplanError(f"cannot read the fleet file: {problem.strerror}", where=str(source), fix=FLEET_FIX) from None
-    except yaml.YAMLError as problem:
-        line = getattr(getattr(problem, "problem_mark", None), "line", None)
-        where = f"{source}:{line + 1}" if line is not None else str(source)
-        raise SeatplanError(f"the fleet file is not valid YAML: {getattr(problem, 'problem', problem)}", where=where, fix=FLEET_FIX) from None
-    seats = document.get("seats") if isinstance(document, dict) else None
-    if not isinstance(seats, list) or not seats:
-        raise SeatplanError("no `seats:` list in the fleet file", where=str(source), fix=FLEET_FIX)
-    return SeatMap(tuple(_seat_names(seat, index, source) for index, seat in enumerate(seats)))
-
-
-def _seat_names(seat: Any, index: int, source: Path) -> SeatNames:
-    where = f"{source}: seats[{index}]"
-    if not isinstance(seat, dict) or not isinstance(seat.get("name"), str) or not seat["name"]:
-        raise SeatplanError("a seat without a `name:`", where=where, fix=FLEET_FIX)
-    served_name = seat.get("served_model_name") or seat["name"]
-    if not isinstance(served_name, str):
-        raise SeatplanError("`served_model_name` must be one name", where=f"{where}.served_model_name", fix=FLEET_FIX)
-    max_model_len = seat.get("max_model_len")
-    if isinstance(max_model_len, str) and max_model_len != "published":
-        from seatplan.units import parse_tokens
-
-        max_model_len = parse_tokens(max_model_len, field=f"{where}.max_model_len")
-    return SeatNames(
-        name=seat["name"],
-        served_name=served_name,
-        max_model_len=max_model_len if isinstance(max_model_len, int) and not isinstance(max_model_len, bool) else None,
+    fleet = load_fleet(path).fleet
+    return SeatMap(
+        tuple(
+            SeatNames(
+                name=seat.name,
+                served_name=seat.served_model_name or seat.name,
+                max_model_len=seat.max_model_len if isinstance(seat.max_model_len, int) else None,
+            )
+            for seat in fleet.seats
+        )
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from datetime import datetime, timezone
@@ -98,17 +97,6 @@ def read_vllm_metrics(specs: list[str]) -> list[EngineStats]:
     return stats
 
 
-def _load_document(path: Path) -> object:
-    try:
-        text = path.read_text()
-    except OSError as problem:
-        raise SeatplanError(f"cannot read ({problem.strerror})", where=str(path), fix="pass an existing file") from None
-    try:
-        return json.loads(text)
-    except ValueError as problem:
-        raise SeatplanError(f"not valid JSON ({problem})", where=str(path), fix="pass the plan.json seatplan plan -o wrote") from None
-
-
 def _fleet_view(path: Path) -> PlanView:
     """Which seat runs where, from a fleet file: its current layout, else the seats' pins."""
     from seatplan.plan.fleet import gpu_refs, load_fleet, resolve_gpu_ref
@@ -167,18 +155,8 @@ def kv_rule_pins(boots: list[Boot], fleet: Path | None) -> dict[str, tuple[int, 
 
 def read_plan(plan: Path | None, fleet: Path | None) -> PlanView | None:
     """The plan (GPUs, spares, seat footprints and places); a fleet file alone tells which seat is on which GPU."""
-    from pydantic import ValidationError
-
-    fleet_view = _fleet_view(fleet) if fleet is not None else None
     if plan is None:
-        return fleet_view
-    document = _load_document(plan)
-    if not isinstance(document, dict):
-        raise SeatplanError("expected a mapping with gpus and seats", where=str(plan), fix="pass a plan.json written by seatplan plan -o")
-    try:
-        view = PlanView.model_validate(document)
-    except ValidationError as problem:
-        first = problem.errors()[0]
-        raise SeatplanError(first["msg"], where=f"{plan}: {'.'.join(map(str, first['loc']))}",
-                            fix="pass a plan written by seatplan plan -o (gpus[].index, seats[].name/gpus)") from None
-    return view
+        return _fleet_view(fleet) if fleet is not None else None
+    from seatplan.plan.reader import read_document
+
+    return read_document(plan, PlanView, "plan", "pass a plan written by seatplan plan -o (gpus[].index, seats[].name/gpus)")

@@ -15,38 +15,20 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from seatplan.errors import SeatplanError
-from seatplan.usage.queries import (
-    FigureQuery,
-    SourceFormat,
-    SourceShape,
-    missing_required,
-    normalized_rows_sql,
-    quote_identifier,
-    sql_string,
-    statement,
-)
+from seatplan.usage.queries import GROUP_COLUMNS, SourceFormat, SourceShape, Window, missing_required, spend_groups_sql, sql_string
+from seatplan.usage.rows import ClientFields, ModelFields, SpendRows, Verdicts, judge, summarize
+from seatplan.usage.rows import runaway_rows as find_runaways
+from seatplan.usage.scan import SpendLogSource, SpendScan
+from seatplan.usage.sweep import RunawayRow
 
 DSN_ENVIRONMENT = ("SEATPLAN_USAGE_DSN", "DATABASE_URL")
-SPEND_LOGS_TABLE = "LiteLLM_SpendLogs"
-STREAM_BATCH_ROWS = 10_000
 DUCKDB_MEMORY_LIMIT = "1GB"
 MAX_LINE_BYTES = 16 * 1024 * 1024
 SOURCE_FIX = ("pass --from postgresql://USER@HOST/DB (LiteLLM's database), a CSV made with "
               "\\copy (SELECT * FROM \"LiteLLM_SpendLogs\") TO 'x.csv' CSV HEADER, or a JSON Lines / JSON export of /spend/logs")
-
-
-class SpendLogSource(Protocol):
-    source_format: SourceFormat
-    description: str
-
-    def fetch_all(self, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> list[tuple[Any, ...]]: ...
-
-    def stream(self, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> Iterator[tuple[Any, ...]]: ...
-
-    def unreadable_lines(self) -> int: ...
 
 
 def is_dsn(text: str) -> bool:
@@ -76,137 +58,112 @@ def resolve_source(source: str | None) -> str:
 def open_source(source: str, seat_by_name: Mapping[str, str], request_id_from_tokens: int | None = None) -> Iterator[SpendLogSource]:
     """``request_id_from_tokens``: see :func:`normalized_rows_sql`; a file's rows are loaded without the other ids."""
     if is_dsn(source):
-        with _postgres_source(source, seat_by_name) as opened:
+        from seatplan.usage.postgres import postgres_source
+
+        with postgres_source(source, redact_dsn(source), seat_by_name) as opened:
             yield opened
     else:
         with _file_source(Path(source), seat_by_name, request_id_from_tokens) as opened:
             yield opened
 
 
-# ----------------------------------------------------------------------------------------- PostgreSQL
-
-
-class PostgresSource:
-    source_format: SourceFormat = "postgresql"
-
-    def __init__(self, connection: Any, dsn: str, rows_sql: str) -> None:
-        self.connection = connection
-        self.description = redact_dsn(dsn)
-        self.rows_sql = rows_sql
-
-    def fetch_all(self, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> list[tuple[Any, ...]]:
-        with self._errors(), self._planned(query), self.connection.cursor() as cursor:
-            cursor.execute(statement(self.rows_sql, query, thresholds))
-            return cursor.fetchall()
-
-    def stream(self, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> Iterator[tuple[Any, ...]]:
-        # A named cursor lives on the server: rows arrive STREAM_BATCH_ROWS at a time, never all at once.
-        with self._errors(), self._planned(query), self.connection.cursor(name="seatplan_usage_stream") as cursor:
-            cursor.itersize = STREAM_BATCH_ROWS
-            cursor.execute(statement(self.rows_sql, query, thresholds))
-            yield from cursor
-
-    @contextmanager
-    def _planned(self, query: FigureQuery) -> Iterator[None]:
-        if not query.prefer_hashing:
-            yield
-            return
-        from psycopg.pq import TransactionStatus
-
-        self.connection.execute("SET enable_sort = off")
-        try:
-            yield
-        finally:
-            # After a failed query the transaction refuses every command; the error itself must surface.
-            if self.connection.info.transaction_status != TransactionStatus.INERROR:
-                self.connection.execute("RESET enable_sort")
-
-    def unreadable_lines(self) -> int:
-        return 0
-
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        import psycopg
-
-        try:
-            yield
-        except psycopg.Error as problem:
-            raise SeatplanError(
-                f"PostgreSQL refused the usage query: {str(problem).strip().splitlines()[0]}",
-                where=self.description,
-                fix="check that the DSN points at LiteLLM's database and the role may SELECT from \"LiteLLM_SpendLogs\"",
-            ) from None
-
-
-@contextmanager
-def _postgres_source(dsn: str, seat_by_name: Mapping[str, str]) -> Iterator[PostgresSource]:
-    import psycopg
-
-    try:
-        connection = psycopg.connect(dsn, connect_timeout=10, application_name="seatplan-usage")
-    except psycopg.Error as problem:
-        raise SeatplanError(
-            f"cannot connect to PostgreSQL: {str(problem).strip().splitlines()[-1] if str(problem).strip() else problem}",
-            where=redact_dsn(dsn),
-            fix="check host, port, user, password and database in the DSN (the role needs only SELECT)",
-        ) from None
-    try:
-        connection.read_only = True
-        with connection.cursor() as cursor:
-            cursor.execute("SET default_transaction_read_only = on")
-            # The in-flight sweep sorts every start and end; enough memory keeps that sort off disk.
-            cursor.execute("SET work_mem = '256MB'")
-            # Compiling these one-off queries costs more than it saves.
-            cursor.execute("SET jit = off")
-            columns = _postgres_columns(cursor, dsn)
-        shape = SourceShape("postgresql", quote_identifier(SPEND_LOGS_TABLE), frozenset(columns))
-        yield PostgresSource(connection, dsn, normalized_rows_sql(shape, seat_by_name))
-    finally:
-        connection.close()
-
-
-def _postgres_columns(cursor: Any, dsn: str) -> list[str]:
-    cursor.execute(
-        "SELECT column_name FROM information_schema.columns "
-        "WHERE table_name = %s AND table_schema = ANY (current_schemas(false))",
-        (SPEND_LOGS_TABLE,),
-    )
-    columns = [row[0] for row in cursor.fetchall()]
-    if not columns:
-        raise SeatplanError(
-            f'no "{SPEND_LOGS_TABLE}" table in this database',
-            where=redact_dsn(dsn),
-            fix="point the DSN at the database LiteLLM's proxy writes to (its DATABASE_URL)",
-        )
-    missing = missing_required(columns)
-    if missing:
-        raise SeatplanError(
-            f'"{SPEND_LOGS_TABLE}" has no column {", ".join(missing)}',
-            where=redact_dsn(dsn),
-            fix="this does not look like LiteLLM's spend-log table; check the database",
-        )
-    return columns
-
-
 # ----------------------------------------------------------------------------------------- files
 
 
 class DuckDBFileSource:
-    def __init__(self, connection: Any, path: Path, source_format: SourceFormat) -> None:
+    """A CSV or JSON Lines export, read in one DuckDB pass per scan.
+
+    The pass groups the rows by their strings (model fields, client fields, and the request id of a row
+    that may need naming) and keeps each group's numbers as lists, so the strings of ten million rows
+    are never held, and the numbers come back as plain arrays (:class:`SpendRows`).
+    """
+
+    def __init__(self, connection: Any, path: Path, source_format: SourceFormat, columns: list[str],
+                 seat_by_name: Mapping[str, str], request_id_from_tokens: int | None) -> None:
         self.connection = connection
+        self.path = path
         self.description = str(path)
         self.source_format = source_format
-        self.rows_sql = "SELECT * FROM usage_rows"
+        self.columns = columns
+        self.seat_by_name = seat_by_name
+        self.request_id_from_tokens = request_id_from_tokens
+        self._rows: SpendRows | None = None
+        self._verdicts: Verdicts | None = None
+        self._group_of_row: Any = None
+        self._group_request_ids: list[str | None] = []
 
-    def fetch_all(self, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> list[tuple[Any, ...]]:
-        return self.connection.execute(statement(self.rows_sql, query, thresholds)).fetchall()
+    def scan(self, window: Window) -> SpendScan:
+        import duckdb
 
-    def stream(self, query: FigureQuery, thresholds: Mapping[str, int] | None = None) -> Iterator[tuple[Any, ...]]:
-        result = self.connection.execute(statement(self.rows_sql, query, thresholds))
-        while batch := result.fetchmany(STREAM_BATCH_ROWS):
-            yield from batch
+        try:
+            self._read_groups(window, careful=False)
+        except duckdb.InvalidInputException:
+            # Lines that do not split into the header's columns, or a broken JSON document: read again,
+            # counting such lines and reading such documents as empty instead.
+            self._read_groups(window, careful=True)
+        assert self._rows is not None
+        self._verdicts = judge(self._rows, self.seat_by_name, window)
+        scan = summarize(self._rows, self._verdicts, self._request_ids)
+        unreadable_lines = self._unreadable_lines()
+        if unreadable_lines:
+            scan.rejected_by_reason["unreadable_row"] = scan.rejected_by_reason.get("unreadable_row", 0) + unreadable_lines
+            scan.rejected_examples.setdefault("unreadable_row", [])
+        return scan
 
-    def unreadable_lines(self) -> int:
+    def runaway_rows(self, window: Window, thresholds: Mapping[str, int]) -> list[RunawayRow]:
+        if self._rows is None or self._verdicts is None:
+            raise RuntimeError("runaway_rows needs scan() first")
+        return find_runaways(self._rows, self._verdicts, thresholds, self._request_ids)
+
+    def _request_ids(self, positions: Any) -> list[str | None]:
+        return [self._group_request_ids[group] for group in self._group_of_row[positions].tolist()]
+
+    def _read_groups(self, window: Window, *, careful: bool) -> None:
+        import duckdb
+        import numpy as np
+
+        if self.source_format == "csv":
+            from_clause = _csv_from_clause(self.path, self.columns, careful)
+        else:
+            from_clause = _json_lines_from_clause(self.path, careful)
+        # The careful second read also checks each JSON document before reading it.
+        shape = SourceShape(self.source_format, from_clause, frozenset(self.columns), check_json=careful)
+        try:
+            self.connection.execute(f"CREATE OR REPLACE TEMP TABLE spend_groups AS {spend_groups_sql(shape, window, self.request_id_from_tokens)}")
+            # Read back in table order, one column at a time: the lists' elements line up across columns.
+            self.connection.execute("SET preserve_insertion_order = true")
+            groups = self.connection.execute(
+                f"SELECT {', '.join(GROUP_COLUMNS)}, len(start_us) FROM spend_groups ORDER BY rowid").fetchall()
+            numbers = {name: self.connection.execute(f"SELECT unnest({name}) AS value FROM spend_groups").fetchnumpy()["value"]
+                       for name in ("start_us", "end_us", "prompt_tokens", "completion_tokens")}
+            self.connection.execute("SET preserve_insertion_order = false")
+            self.connection.execute("DROP TABLE spend_groups")
+        except duckdb.InvalidInputException:
+            if careful:
+                raise SeatplanError("DuckDB cannot read the file even line by line", where=str(self.path), fix=SOURCE_FIX) from None
+            raise
+        except duckdb.Error as problem:
+            raise SeatplanError(f"cannot read the file: {str(problem).splitlines()[0]}", where=str(self.path), fix=SOURCE_FIX) from None
+        models: dict[ModelFields, int] = {}
+        clients: dict[ClientFields, int] = {}
+        model_of_group = np.zeros(len(groups), dtype=np.int32)
+        client_of_group = np.zeros(len(groups), dtype=np.int32)
+        request_ids: list[str | None] = []
+        for group, (model, model_group, failed, cache_hit, readable, *client, request_id, _) in enumerate(groups):
+            model_of_group[group] = models.setdefault(ModelFields(model, model_group, failed, cache_hit, bool(readable)), len(models))
+            client_of_group[group] = clients.setdefault(ClientFields(*client), len(clients))
+            request_ids.append(request_id)
+        group_of_row = np.repeat(np.arange(len(groups), dtype=np.int32), [size for *_, size in groups])
+        self._group_of_row, self._group_request_ids = group_of_row, request_ids
+        self._rows = SpendRows(
+            start_us=np.asarray(numbers["start_us"], dtype=np.int64), end_us=np.asarray(numbers["end_us"], dtype=np.int64),
+            prompt_tokens=np.asarray(numbers["prompt_tokens"], dtype=np.int64),
+            completion_tokens=np.asarray(numbers["completion_tokens"], dtype=np.int64),
+            model_index=model_of_group[group_of_row], client_index=client_of_group[group_of_row],
+            models=list(models), clients=list(clients),
+        )
+
+    def _unreadable_lines(self) -> int:
         """CSV lines DuckDB could not split into the header's columns (it keeps them in ``reject_errors``)."""
         import duckdb
 
@@ -261,7 +218,7 @@ def _json_lines_from_clause(path: Path, keep_rejects: bool) -> str:
         return f"(SELECT CAST(json AS VARCHAR) AS line FROM read_json_objects({sql_string(str(path))}, format = 'array')) AS jsonl"
     # One row per line, parsed later, so a broken line is counted rather than failing the whole file.
     return (f"(SELECT line FROM read_csv({sql_string(str(path))}, columns = {{'line': 'VARCHAR'}}, header = false, "
-            f"delim = e'\\x1e', quote = '', escape = '', auto_detect = false, max_line_size = {MAX_LINE_BYTES}, "
+            f"delim = e'\\x1e', quote = '', escape = '', auto_detect = false, max_line_size = {MAX_LINE_BYTES}"
             f"{_rejects_option(keep_rejects)}) WHERE trim(line) <> '') AS jsonl")
 
 
@@ -273,7 +230,7 @@ def _file_source(path: Path, seat_by_name: Mapping[str, str], request_id_from_to
         raise SeatplanError("no such file", where=str(path), fix=SOURCE_FIX)
     source_format = detect_file_format(path)
     workdir = Path(tempfile.mkdtemp(prefix="seatplan-usage-"))
-    connection = duckdb.connect(str(workdir / "usage.duckdb"))
+    connection = duckdb.connect()
     try:
         connection.execute("SET TimeZone = 'UTC'")
         connection.execute(f"SET memory_limit = '{DUCKDB_MEMORY_LIMIT}'")
@@ -281,34 +238,10 @@ def _file_source(path: Path, seat_by_name: Mapping[str, str], request_id_from_to
         connection.execute("SET preserve_insertion_order = false")
         connection.execute("SET enable_progress_bar = false")
         columns = _csv_header(path) if source_format == "csv" else []
-        try:
-            _load_rows(connection, path, source_format, columns, seat_by_name, request_id_from_tokens, keep_rejects=False)
-        except duckdb.InvalidInputException:
-            # Lines that do not split into the header's columns: read again, counting them instead.
-            _load_rows(connection, path, source_format, columns, seat_by_name, request_id_from_tokens, keep_rejects=True)
-        yield DuckDBFileSource(connection, path, source_format)
+        yield DuckDBFileSource(connection, path, source_format, columns, seat_by_name, request_id_from_tokens)
     finally:
         connection.close()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _load_rows(connection: Any, path: Path, source_format: SourceFormat, columns: list[str],
-               seat_by_name: Mapping[str, str], request_id_from_tokens: int | None, *, keep_rejects: bool) -> None:
-    import duckdb
-
-    if source_format == "csv":
-        from_clause = _csv_from_clause(path, columns, keep_rejects)
-    else:
-        from_clause = _json_lines_from_clause(path, keep_rejects)
-    shape = SourceShape(source_format, from_clause, frozenset(columns))
-    try:
-        connection.execute(f"CREATE OR REPLACE TABLE usage_rows AS {normalized_rows_sql(shape, seat_by_name, request_id_from_tokens)}")
-    except duckdb.InvalidInputException:
-        if keep_rejects:
-            raise SeatplanError("DuckDB cannot read the file even line by line", where=str(path), fix=SOURCE_FIX) from None
-        raise
-    except duckdb.Error as problem:
-        raise SeatplanError(f"cannot read the file: {str(problem).splitlines()[0]}", where=str(path), fix=SOURCE_FIX) from None
 
 
 def _csv_header(path: Path) -> list[str]:

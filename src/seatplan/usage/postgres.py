@@ -1,0 +1,343 @@
+"""LiteLLM's PostgreSQL database, read in one pass over ``LiteLLM_SpendLogs``.
+
+Per-row work is what costs in PostgreSQL, so the table is scanned once and each row crosses the wire as
+54 fixed bytes: its ``ctid``, the two timestamps, the two token counts, a 64-bit hash of its model names, a
+64-bit hash of its client (key alias, team, user, user agent, address, tags). The server packs the rows of a range of pages into one ``bytea`` (``string_agg``), so the client
+receives a few dozen large values instead of millions of rows, and numpy reads them in place.
+Two connections read alternate page ranges in one exported snapshot, using two server cores.
+Strings are fetched afterwards only for a handful of rows, by ``ctid`` in that same snapshot: one row per
+distinct model pair (with status and cache flag) and per distinct client, the rejected rows and the runaway replies.
+
+Hashes only group rows; every name printed is read back from a row, and two different clients would
+have to collide on 64 bits to be counted together.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from seatplan.errors import SeatplanError
+from seatplan.usage.queries import (
+    SourceShape,
+    Window,
+    cache_hit_text,
+    missing_required,
+    normalized_columns,
+    quote_identifier,
+    sql_string,
+    status_text,
+)
+from seatplan.usage.rows import (
+    MISSING,
+    ClientFields,
+    ModelFields,
+    SpendRows,
+    Verdicts,
+    judge,
+    runaway_rows as find_runaways,
+    summarize,
+)
+from seatplan.usage.scan import SpendScan
+from seatplan.usage.sweep import RunawayRow
+
+SPEND_LOGS_TABLE = "LiteLLM_SpendLogs"
+READ_CONNECTIONS = 2
+PAGES_PER_RANGE = 16_384  # 128 MiB of heap, about 10 MiB of packed rows per value
+LOOKUP_BATCH_ROWS = 5_000
+
+# PostgreSQL's timestamps count microseconds from 2000-01-01; RequestRows count from 1970-01-01.
+POSTGRES_EPOCH_US = 946_684_800 * 1_000_000
+INFINITE = np.iinfo(np.int64).max  # +infinity; NULL and -infinity read as rows.MISSING
+
+ROW_DTYPE = np.dtype([
+    ("block", ">u4"), ("offset", ">u2"), ("start", ">i8"), ("end", ">i8"), ("prompt", ">i8"), ("completion", ">i8"),
+    ("model_key", ">i8"), ("client_key", ">i8"),
+])
+CLIENT_COLUMNS = ("key_alias", "team", "user_id", "user_agent", "client_ip", "tags_json")
+
+
+@dataclass(frozen=True)
+class TableRows:
+    """Every row the window can use, one entry each, as read from the table (not yet judged)."""
+
+    block: np.ndarray
+    offset: np.ndarray
+    start: np.ndarray  # microseconds since 2000, MISSING / INFINITE as read
+    end: np.ndarray
+    prompt: np.ndarray
+    completion: np.ndarray
+    model_key: np.ndarray
+    client_key: np.ndarray
+
+    def tids(self, rows: np.ndarray) -> list[str]:
+        return [f"({block},{offset})" for block, offset in zip(self.block[rows].tolist(), self.offset[rows].tolist())]
+
+
+def row_bytes_sql(columns: Mapping[str, str], status: str, cache_hit: str) -> str:
+    """One row as ROW_DTYPE's bytes; NULLs become sentinels so every row has the same length.
+
+    The two keys XOR one 64-bit hash per field (NULL hashes to 0): cheaper for the server than joining the
+    strings, and the tags are hashed as jsonb, never printed. The model key also carries the status and
+    cache-hit text, whose meaning is then read once per distinct key instead of once per row.
+    """
+    def hashed(expressions: Sequence[str]) -> str:
+        return " # ".join(f"COALESCE(hashtextextended({expression}, {seed}), 0)" for seed, expression in enumerate(expressions))
+
+    model_key = hashed((columns["model"], columns["model_group"], status, cache_hit))
+    client_key = (hashed([columns[name] for name in CLIENT_COLUMNS if name != "tags_json"])
+                  + f" # COALESCE(jsonb_hash_extended(CAST({columns['tags_json']} AS jsonb), {len(CLIENT_COLUMNS)}), 0)")
+    return " || ".join((
+        "tidsend(ctid)",
+        f"timestamp_send(COALESCE(CAST({columns['start_ts']} AS timestamp), '-infinity'))",
+        f"timestamp_send(COALESCE(CAST({columns['end_ts']} AS timestamp), '-infinity'))",
+        f"int8send(COALESCE(CAST({columns['prompt_tokens']} AS bigint), {MISSING}))",
+        f"int8send(COALESCE(CAST({columns['completion_tokens']} AS bigint), {MISSING}))",
+        f"int8send({model_key})",
+        f"int8send({client_key})",
+    ))
+
+
+def page_ranges(pages: int, count: int) -> list[tuple[int, int | None]]:
+    """``count`` ranges of heap pages covering the table; the last is open, for pages added while reading."""
+    step = max(1, -(-pages // count))
+    starts = list(range(0, max(pages, 1), step))
+    return [(start, starts[index + 1] if index + 1 < len(starts) else None) for index, start in enumerate(starts)]
+
+
+def decode_chunk(chunk: bytes) -> dict[str, np.ndarray]:
+    """One page range's packed rows as native arrays, so the bytes can be let go at once."""
+    packed = np.frombuffer(chunk, dtype=ROW_DTYPE)
+    return {name: packed[name].astype(ROW_DTYPE[name].newbyteorder("=")) for name in ROW_DTYPE.names}
+
+
+def join_chunks(chunks: list[dict[str, np.ndarray]]) -> TableRows:
+    """All page ranges as one TableRows, one column at a time, freeing each part as it is joined."""
+    columns: dict[str, np.ndarray] = {}
+    for name in ROW_DTYPE.names:
+        parts = [chunk.pop(name) for chunk in chunks]
+        columns[name] = np.concatenate(parts) if parts else np.zeros(0, ROW_DTYPE[name].newbyteorder("="))
+        del parts
+    return TableRows(**columns)
+
+
+class PostgresSource:
+    source_format = "postgresql"
+
+    def __init__(self, connection: Any, dsn: str, description: str, shape: SourceShape,
+                 seat_by_name: Mapping[str, str]) -> None:
+        self.connection = connection
+        self.columns = normalized_columns(shape)
+        self.status_text = status_text(shape)
+        self.cache_hit_text = cache_hit_text(shape)
+        self.dsn = dsn
+        self.description = description
+        self.seat_by_name = seat_by_name
+        self.table = quote_identifier(SPEND_LOGS_TABLE)
+        self._table: TableRows | None = None
+        self._rows: SpendRows | None = None
+        self._verdicts: Verdicts | None = None
+
+    # -- reading
+
+    def scan(self, window: Window) -> SpendScan:
+        with self._errors():
+            table = self._read_rows(window)
+            model_keys, model_index = distinct(table.model_key)
+            models = [ModelFields(*values) for values in self._lookup(
+                table, representatives(model_index, len(model_keys)), ("model", "model_group", "failed", "cache_hit"))]
+            client_keys, client_index = distinct(table.client_key)
+            clients = [ClientFields(*values) for values in self._lookup(
+                table, representatives(client_index, len(client_keys)), CLIENT_COLUMNS)]
+            rows = SpendRows(unix_microseconds(table.start), unix_microseconds(table.end), table.prompt, table.completion,
+                             model_index, client_index, models, clients)
+            self._table, self._rows = table, rows
+            self._verdicts = judge(rows, self.seat_by_name, window)
+            return summarize(rows, self._verdicts, self._request_ids)
+
+    def runaway_rows(self, window: Window, thresholds: Mapping[str, int]) -> list[RunawayRow]:
+        if self._rows is None or self._verdicts is None:
+            raise RuntimeError("runaway_rows needs scan() first")
+        with self._errors():
+            return find_runaways(self._rows, self._verdicts, thresholds, self._request_ids)
+
+    def _request_ids(self, positions: np.ndarray) -> list[str | None]:
+        assert self._table is not None
+        return [request_id for (request_id,) in self._lookup(self._table, positions, ("request_id",))]
+
+    def _read_rows(self, window: Window) -> TableRows:
+        wanted = "TRUE"
+        if window.since is not None or window.until is not None:
+            start, end = self.columns["start_ts"], self.columns["end_ts"]
+            wanted = f"({start} IS NULL OR ({window.contains(start)}) OR ({window.overlaps(start, end)}))"
+        pages = self.connection.execute(
+            f"SELECT pg_relation_size({sql_string(self.table)}::regclass) / current_setting('block_size')::int").fetchone()[0]
+        select = f"SELECT string_agg({row_bytes_sql(self.columns, self.status_text, self.cache_hit_text)}, ''::bytea) FROM {self.table} WHERE {wanted} AND "
+        statements = [select + (f"ctid >= '({first},0)'::tid" + (f" AND ctid < '({last},0)'::tid" if last is not None else ""))
+                      for first, last in page_ranges(int(pages), max(2 * READ_CONNECTIONS, -(-int(pages) // PAGES_PER_RANGE)))]
+        return join_chunks(self._run_in_parallel(statements))
+
+    def _run_in_parallel(self, statements: list[str]) -> list[dict[str, np.ndarray]]:
+        """Each statement's one bytea, decoded, read on READ_CONNECTIONS connections sharing this transaction's snapshot."""
+        snapshot = self._export_snapshot()
+        helpers = [_snapshot_connection(self.dsn, snapshot) for _ in range(READ_CONNECTIONS - 1)] if snapshot else []
+        results: list[dict[str, np.ndarray] | None] = [None] * len(statements)
+        failures: list[BaseException] = []
+
+        def read(connection: Any, indexes: range) -> None:
+            try:
+                for index in indexes:
+                    value = connection.execute(statements[index], binary=True).fetchone()[0]
+                    results[index] = decode_chunk(value if value is not None else b"")
+            except BaseException as problem:  # noqa: BLE001 - re-raised in the calling thread
+                failures.append(problem)
+
+        connections = [self.connection, *helpers]
+        try:
+            threads = [threading.Thread(target=read, args=(connection, range(number, len(statements), len(connections))))
+                       for number, connection in enumerate(connections)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        finally:
+            for helper in helpers:
+                helper.close()
+        if failures:
+            raise failures[0]
+        return [result if result is not None else decode_chunk(b"") for result in results]
+
+    def _export_snapshot(self) -> str | None:
+        """This transaction's snapshot for the helper connections; None where the server cannot share one."""
+        import psycopg
+
+        try:
+            return self.connection.execute("SELECT pg_export_snapshot()").fetchone()[0]
+        except psycopg.Error:
+            # A hot standby cannot export snapshots before PostgreSQL 10, and a failed call aborts the
+            # transaction: start a clean one and read everything on this connection alone.
+            self.connection.rollback()
+            return None
+
+    # -- strings for a few rows
+
+    def _lookup(self, rows: TableRows, picked: np.ndarray, names: Sequence[str]) -> list[tuple[Any, ...]]:
+        return self._lookup_tids(rows.tids(picked), names)
+
+    def _lookup_tids(self, tids: list[str], names: Sequence[str]) -> list[tuple[Any, ...]]:
+        """The named columns of these rows, in their order, read by ctid in this snapshot."""
+        expressions = ", ".join(self.columns[name] for name in names)
+        found: dict[str, tuple[Any, ...]] = {}
+        for first in range(0, len(tids), LOOKUP_BATCH_ROWS):
+            batch = tids[first:first + LOOKUP_BATCH_ROWS]
+            for tid, *values in self.connection.execute(
+                    f"SELECT ctid::text, {expressions} FROM {self.table} WHERE ctid = ANY(%s::tid[])", (batch,)):
+                found[tid] = tuple(values)
+        missing = [tid for tid in tids if tid not in found]
+        if missing:
+            raise SeatplanError(f"rows moved while being read (ctid {missing[0]})", where=self.description,
+                                fix="run seatplan usage again")
+        return [found[tid] for tid in tids]
+
+    def _seat(self, model: str | None, model_group: str | None) -> str | None:
+        return self.seat_by_name.get(model or "") or self.seat_by_name.get(model_group or "") or model or model_group
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as problem:
+            raise SeatplanError(
+                f"PostgreSQL refused the usage query: {str(problem).strip().splitlines()[0]}",
+                where=self.description,
+                fix="check that the DSN points at LiteLLM's database and the role may SELECT from \"LiteLLM_SpendLogs\"",
+            ) from None
+
+
+def unix_microseconds(postgres_times: np.ndarray) -> np.ndarray:
+    """PostgreSQL's microseconds since 2000 as microseconds since 1970; NULL and +-infinity as rows.MISSING."""
+    readable = (postgres_times != MISSING) & (postgres_times != INFINITE)
+    return np.where(readable, postgres_times + POSTGRES_EPOCH_US, MISSING)
+
+
+def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, each value's index among them): a plain sort, cheaper than np.unique's inverse."""
+    keys = np.unique(values)
+    return keys, np.searchsorted(keys, values).astype(np.int32)
+
+
+def representatives(index: np.ndarray, count: int) -> np.ndarray:
+    """One row (any) for each of ``count`` distinct values, given each row's value index."""
+    chosen = np.zeros(count, dtype=np.int64)
+    chosen[index] = np.arange(len(index))
+    return chosen
+
+
+def _configure(connection: Any) -> None:
+    connection.execute("SET jit = off")  # compiling these one-off queries costs more than it saves
+
+
+def _snapshot_connection(dsn: str, snapshot: str) -> Any:
+    import psycopg
+
+    connection = psycopg.connect(dsn, connect_timeout=10, application_name="seatplan-usage")
+    connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    connection.read_only = True
+    _configure(connection)
+    connection.commit()
+    connection.execute(f"SET TRANSACTION SNAPSHOT {sql_string(snapshot)}")
+    return connection
+
+
+@contextmanager
+def postgres_source(dsn: str, description: str, seat_by_name: Mapping[str, str]) -> Iterator[PostgresSource]:
+    import psycopg
+
+    try:
+        connection = psycopg.connect(dsn, connect_timeout=10, application_name="seatplan-usage")
+    except psycopg.Error as problem:
+        raise SeatplanError(
+            f"cannot connect to PostgreSQL: {str(problem).strip().splitlines()[-1] if str(problem).strip() else problem}",
+            where=description,
+            fix="check host, port, user, password and database in the DSN (the role needs only SELECT)",
+        ) from None
+    try:
+        # One read-only transaction: every read, on every connection, sees the same rows.
+        connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        connection.read_only = True
+        _configure(connection)
+        connection.commit()
+        columns = _table_columns(connection, description)
+        shape = SourceShape("postgresql", quote_identifier(SPEND_LOGS_TABLE), frozenset(columns))
+        yield PostgresSource(connection, dsn, description, shape, seat_by_name)
+    finally:
+        connection.close()
+
+
+def _table_columns(connection: Any, description: str) -> list[str]:
+    columns = [row[0] for row in connection.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_name = %s AND table_schema = ANY (current_schemas(false))",
+        (SPEND_LOGS_TABLE,),
+    )]
+    if not columns:
+        raise SeatplanError(
+            f'no "{SPEND_LOGS_TABLE}" table in this database',
+            where=description,
+            fix="point the DSN at the database LiteLLM's proxy writes to (its DATABASE_URL)",
+        )
+    missing = missing_required(columns)
+    if missing:
+        raise SeatplanError(
+            f'"{SPEND_LOGS_TABLE}" has no column {", ".join(missing)}',
+            where=description,
+            fix="this does not look like LiteLLM's spend-log table; check the database",
+        )
+    return columns

@@ -1,0 +1,221 @@
+"""Every spend-log row as numpy arrays, and what the report needs from them: verdicts, counts, clients.
+
+Both sources read their rows once into :class:`SpendRows`: the numbers of each row (times, tokens) and,
+instead of its strings, an index into two small tables of distinct values, its model fields
+(:class:`ModelFields`) and its client fields (:class:`ClientFields`). Everything per row is then a vector
+operation here, the same for PostgreSQL and for files; only request ids, needed for a few rows, are asked
+of the source (``request_ids``).
+
+The verdicts follow LiteLLM's columns as ``queries.normalized_columns`` reads them: a row without a model
+name, with an unreadable time or token count, negative tokens, or an end before its start is rejected,
+counted by the first reason that applies, and left out of every figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from seatplan.usage.loads import RequestRows
+from seatplan.usage.queries import REJECT_REASONS, Window
+from seatplan.usage.scan import SeatCounts, SpendScan, from_microseconds, microseconds
+from seatplan.usage.sweep import ClientRow, RunawayRow
+
+MISSING = np.iinfo(np.int64).min  # an unreadable (or NULL) time or token count
+REJECTED_EXAMPLES_PER_REASON = 3
+
+RequestIds = Callable[[np.ndarray], list["str | None"]]
+
+
+@dataclass(frozen=True)
+class ModelFields:
+    """What a row says about its model and outcome; ``readable`` is False for a JSON line that is not an object."""
+
+    model: str | None
+    model_group: str | None
+    failed: bool | None
+    cache_hit: bool | None
+    readable: bool = True
+
+
+@dataclass(frozen=True)
+class ClientFields:
+    key_alias: str
+    team: str | None
+    user_id: str | None
+    user_agent: str | None
+    client_ip: str | None
+    tags_json: str | None
+
+
+@dataclass(frozen=True)
+class SpendRows:
+    """One entry per row; times in microseconds since 1970 (UTC), MISSING where unreadable."""
+
+    start_us: np.ndarray
+    end_us: np.ndarray
+    prompt_tokens: np.ndarray
+    completion_tokens: np.ndarray
+    model_index: np.ndarray  # into ``models``
+    client_index: np.ndarray  # into ``clients``
+    models: Sequence[ModelFields]
+    clients: Sequence[ClientFields]
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    seat_names: tuple[str, ...]
+    seat_of_model: np.ndarray  # index into seat_names per entry of SpendRows.models, -1 without a model name
+    seat: np.ndarray  # the same per row
+    reason: np.ndarray  # index into REJECT_REASONS, -1 when accepted
+    starts_in_window: np.ndarray
+    counted: np.ndarray  # a rejected row is reported when it starts in the window or has no readable start
+    in_flight: np.ndarray  # runs during the window, for the sweep
+
+    @property
+    def accepted(self) -> np.ndarray:
+        return self.reason < 0
+
+    @property
+    def calls(self) -> np.ndarray:
+        return self.accepted & self.starts_in_window
+
+
+def seat_name(fields: ModelFields, seat_by_name: Mapping[str, str]) -> str | None:
+    """The fleet seat serving the row's model (or model group), else the model name itself."""
+    return (seat_by_name.get(fields.model or "") or seat_by_name.get(fields.model_group or "")
+            or fields.model or fields.model_group)
+
+
+def judge(rows: SpendRows, seat_by_name: Mapping[str, str], window: Window) -> Verdicts:
+    seat_of_model = [seat_name(fields, seat_by_name) for fields in rows.models]
+    seat_names = tuple(sorted({name for name in seat_of_model if name}))
+    seat_index = np.array([seat_names.index(name) if name else -1 for name in seat_of_model] or [-1], dtype=np.int32)
+    readable_model = np.array([fields.readable for fields in rows.models] or [True], dtype=bool)
+    seat = seat_index[rows.model_index]
+    start_readable = rows.start_us != MISSING
+    end_readable = rows.end_us != MISSING
+    tests = {
+        "unreadable_row": ~readable_model[rows.model_index],
+        "missing_model": seat < 0,
+        "unreadable_timestamp": ~(start_readable & end_readable),
+        "unreadable_tokens": (rows.prompt_tokens == MISSING) | (rows.completion_tokens == MISSING),
+        "negative_tokens": (rows.prompt_tokens < 0) | (rows.completion_tokens < 0),
+        "end_before_start": rows.end_us < rows.start_us,
+    }
+    reason = np.full(len(rows.start_us), -1, dtype=np.int8)
+    # Written last to first, so the first test a row fails names it.
+    for name, failed in reversed(tests.items()):
+        reason[failed] = REJECT_REASONS.index(name)
+    since_us, until_us = microseconds(window.since), microseconds(window.until)
+    starts_in_window = start_readable.copy()
+    in_flight = start_readable & end_readable & (rows.end_us > rows.start_us)
+    if since_us is not None:
+        starts_in_window &= rows.start_us >= since_us
+        in_flight &= rows.end_us > since_us
+    if until_us is not None:
+        starts_in_window &= rows.start_us < until_us
+        in_flight &= rows.start_us < until_us
+    return Verdicts(seat_names, seat_index, seat, reason, starts_in_window, ~start_readable | starts_in_window, in_flight)
+
+
+def summarize(rows: SpendRows, verdicts: Verdicts, request_ids: RequestIds) -> SpendScan:
+    """Counts, clients, rejected rows and the accepted requests, from one pass of vector operations."""
+    wanted = verdicts.accepted & (verdicts.seat >= 0) & (verdicts.starts_in_window | verdicts.in_flight)
+    request_rows = RequestRows(
+        seat_names=verdicts.seat_names, seat=verdicts.seat[wanted], start_us=rows.start_us[wanted],
+        end_us=rows.end_us[wanted], prompt_tokens=rows.prompt_tokens[wanted],
+        completion_tokens=rows.completion_tokens[wanted], starts_in_window=verdicts.starts_in_window[wanted],
+    )
+    by_reason, examples = rejected_rows(rows, verdicts, request_ids)
+    return SpendScan(seat_counts(rows, verdicts), request_rows, client_rows(rows, verdicts), by_reason, examples)
+
+
+def seat_counts(rows: SpendRows, verdicts: Verdicts) -> dict[str, SeatCounts]:
+    seats = len(verdicts.seat_names)
+    considered = (verdicts.seat >= 0) & (verdicts.counted | verdicts.in_flight)
+    seat = verdicts.seat[considered]
+    model_index = rows.model_index[considered]
+    accepted = verdicts.accepted[considered]
+    calls = accepted & verdicts.starts_in_window[considered]
+    failed = np.array([_code(fields.failed) for fields in rows.models] or [0], dtype=np.int8)[model_index]
+    cache_hit = np.array([_code(fields.cache_hit) for fields in rows.models] or [0], dtype=np.int8)[model_index]
+
+    def per_seat(mask: np.ndarray) -> list[int]:
+        return np.bincount(seat[mask], minlength=seats).tolist()
+
+    tallies = {
+        "calls": per_seat(calls), "errors": per_seat(calls & (failed == 1)),
+        "calls_with_status": per_seat(calls & (failed >= 0)), "cache_hits": per_seat(calls & (cache_hit == 1)),
+        "calls_with_cache_flag": per_seat(calls & (cache_hit >= 0)),
+        "rejected_rows": per_seat(~accepted & verdicts.counted[considered]),
+    }
+    counts = {name: SeatCounts(**{field: values[index] for field, values in tallies.items()})
+              for index, name in enumerate(verdicts.seat_names)}
+    seen = np.bincount(model_index, minlength=len(rows.models)) > 0
+    for index in np.flatnonzero(seen & (verdicts.seat_of_model[: len(rows.models)] >= 0)).tolist():
+        fields = rows.models[index]
+        counts[verdicts.seat_names[verdicts.seat_of_model[index]]].model_names |= {
+            text for text in (fields.model, fields.model_group) if text}
+    starts, ends = rows.start_us[considered], rows.end_us[considered]
+    for index, name in enumerate(verdicts.seat_names):
+        on_seat = accepted & (seat == index)
+        if on_seat.any():
+            counts[name].first_start = from_microseconds(starts[on_seat].min())
+            counts[name].last_end = from_microseconds(ends[on_seat].max())
+    return counts
+
+
+def rejected_rows(rows: SpendRows, verdicts: Verdicts, request_ids: RequestIds) -> tuple[dict[str, int], dict[str, list[str | None]]]:
+    """Rejected rows by reason, with the first few by start time (rows without one last), then request id."""
+    rejected = ~verdicts.accepted & verdicts.counted
+    by_reason: dict[str, int] = {}
+    examples: dict[str, list[str | None]] = {}
+    latest = np.iinfo(np.int64).max
+    for index, reason in enumerate(REJECT_REASONS):
+        of_reason = np.flatnonzero(rejected & (verdicts.reason == index))
+        if len(of_reason) == 0:
+            continue
+        by_reason[reason] = len(of_reason)
+        starts = np.where(rows.start_us[of_reason] == MISSING, latest, rows.start_us[of_reason])
+        # Only rows that can be among the first few need their ids: those up to the few-th start.
+        few = min(REJECTED_EXAMPLES_PER_REASON, len(starts)) - 1
+        candidates = starts <= np.partition(starts, few)[few]
+        ordered = sorted(zip(starts[candidates].tolist(), request_ids(of_reason[candidates])),
+                         key=lambda pair: (pair[0], pair[1] is None, pair[1] or ""))
+        examples[reason] = [request_id for _, request_id in ordered[:REJECTED_EXAMPLES_PER_REASON]]
+    return by_reason, examples
+
+
+def client_rows(rows: SpendRows, verdicts: Verdicts) -> list[ClientRow]:
+    """Calls per distinct (client, seat)."""
+    calls = verdicts.calls & (verdicts.seat >= 0)
+    seats = max(len(verdicts.seat_names), 1)
+    pair_calls = np.bincount(rows.client_index[calls].astype(np.int64) * seats + verdicts.seat[calls],
+                             minlength=len(rows.clients) * seats)
+    clients = []
+    for pair in np.flatnonzero(pair_calls).tolist():
+        fields = rows.clients[pair // seats]
+        clients.append(ClientRow(fields.key_alias, fields.team, verdicts.seat_names[pair % seats], fields.user_agent,
+                                 fields.client_ip, fields.tags_json, int(pair_calls[pair])))
+    return clients
+
+
+def runaway_rows(rows: SpendRows, verdicts: Verdicts, thresholds: Mapping[str, int], request_ids: RequestIds) -> list[RunawayRow]:
+    """Calls whose completion reaches their seat's threshold, with their sender."""
+    never = np.iinfo(np.int64).max
+    seat_thresholds = np.array([thresholds.get(name, never) for name in verdicts.seat_names] + [never], dtype=np.int64)
+    picked = np.flatnonzero(verdicts.calls & (verdicts.seat >= 0) & (rows.completion_tokens >= seat_thresholds[verdicts.seat]))
+    ids = request_ids(picked)
+    runaways = []
+    for row, request_id in zip(picked.tolist(), ids):
+        client = rows.clients[rows.client_index[row]]
+        runaways.append(RunawayRow(verdicts.seat_names[verdicts.seat[row]], request_id, int(rows.completion_tokens[row]),
+                                   client.key_alias, client.team, client.user_id, client.tags_json))
+    return runaways
+
+
+def _code(flag: bool | None) -> int:
+    return -1 if flag is None else int(flag)

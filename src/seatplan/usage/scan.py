@@ -1,0 +1,73 @@
+"""What one read of a source hands to the report: the contract between ``sources`` / ``postgres`` and ``report``.
+
+A source reads its rows once and returns a :class:`SpendScan`: per-seat counts, the distinct clients with
+their calls, the rejected rows by reason, and every accepted request as arrays (:class:`RequestRows`).
+Runaway replies are asked for afterwards, once the thresholds are known from the completion percentiles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from seatplan.usage.loads import RequestRows
+from seatplan.usage.queries import SourceFormat, Window
+from seatplan.usage.sweep import ClientRow, RunawayRow
+
+EPOCH = datetime(1970, 1, 1)
+ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+def microseconds(moment: datetime | None) -> int | None:
+    """A naive UTC datetime as microseconds since 1970, the time unit of :class:`RequestRows`."""
+    return None if moment is None else (moment - EPOCH) // ONE_MICROSECOND
+
+
+def from_microseconds(value: int) -> datetime:
+    return EPOCH + timedelta(microseconds=int(value))
+
+
+@dataclass
+class SeatCounts:
+    """Calls and row counts of one seat; a source may return several parts of one seat, which add up."""
+
+    model_names: set[str] = field(default_factory=set)
+    calls: int = 0
+    errors: int = 0
+    calls_with_status: int = 0
+    cache_hits: int = 0
+    calls_with_cache_flag: int = 0
+    rejected_rows: int = 0
+    first_start: datetime | None = None
+    last_end: datetime | None = None
+
+    def add(self, other: SeatCounts) -> None:
+        self.model_names |= other.model_names
+        self.calls += other.calls
+        self.errors += other.errors
+        self.calls_with_status += other.calls_with_status
+        self.cache_hits += other.cache_hits
+        self.calls_with_cache_flag += other.calls_with_cache_flag
+        self.rejected_rows += other.rejected_rows
+        self.first_start = min(filter(None, (self.first_start, other.first_start)), default=None)
+        self.last_end = max(filter(None, (self.last_end, other.last_end)), default=None)
+
+
+@dataclass
+class SpendScan:
+    counts: dict[str, SeatCounts]
+    rows: RequestRows
+    clients: list[ClientRow]
+    rejected_by_reason: dict[str, int]
+    rejected_examples: dict[str, list[str | None]]
+
+
+class SpendLogSource(Protocol):
+    source_format: SourceFormat
+    description: str
+
+    def scan(self, window: Window) -> SpendScan: ...
+
+    def runaway_rows(self, window: Window, thresholds: Mapping[str, int]) -> list[RunawayRow]: ...

@@ -124,8 +124,8 @@ calls_strategy = st.lists(
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(calls=calls_strategy, since_s=st.integers(0, 80), length_s=st.integers(1, 60), runaway_tokens=st.integers(1, 300))
-def test_sql_sweep_matches_the_reference(tmp_path_factory: pytest.TempPathFactory, calls, since_s, length_s, runaway_tokens) -> None:
-    """Small integer times force many equal timestamps, windows cut through requests."""
+def test_file_sweep_matches_the_reference(tmp_path_factory: pytest.TempPathFactory, calls, since_s, length_s, runaway_tokens) -> None:
+    """End to end through a CSV: small integer times force many equal timestamps, windows cut through requests."""
     spend = [Call(f"q{index}", start, start + duration, prompt, completion)
              for index, (start, duration, prompt, completion) in enumerate(calls)]
     path = write_csv(spend, Path(tmp_path_factory.mktemp("sweep")) / "spend.csv")
@@ -141,3 +141,56 @@ def test_sql_sweep_matches_the_reference(tmp_path_factory: pytest.TempPathFactor
     assert found == expected
     assert found_ordinary == expected_ordinary
     assert (report.overall.peak_inflight_tokens, report.overall.peak_inflight_requests) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(requests=st.lists(st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(0, 30), st.integers(0, 50),
+                                   st.integers(0, 50)), max_size=40),
+       window=st.one_of(st.none(), st.tuples(st.integers(0, 60), st.integers(1, 40))),
+       bucket_us=st.one_of(st.none(), st.integers(1, 40_000_000)), runaway_tokens=st.integers(1, 60))
+def test_bucketed_sweep_matches_the_reference(requests, window, bucket_us, runaway_tokens) -> None:
+    """Per seat and overall, with runaways left out, for any bucket length (one bucket per microsecond up to all in one)."""
+    import numpy as np
+
+    from seatplan.usage.loads import RequestRows, peak_loads, runaway_mask
+    from seatplan.usage.scan import microseconds
+
+    seat_names = ("a", "b", "c")
+    rows = RequestRows(
+        seat_names=seat_names,
+        seat=np.array([seat for seat, *_ in requests], dtype=np.int32),
+        start_us=np.array([microseconds(at(start)) for _, start, _, _, _ in requests], dtype=np.int64),
+        end_us=np.array([microseconds(at(start + length)) for _, start, length, _, _ in requests], dtype=np.int64),
+        prompt_tokens=np.array([prompt for *_, prompt, _ in requests], dtype=np.int64),
+        completion_tokens=np.array([completion for *_, completion in requests], dtype=np.int64),
+        starts_in_window=np.ones(len(requests), dtype=bool),
+    )
+    since, until = (at(window[0]), at(window[0] + window[1])) if window else (None, None)
+    runaway = runaway_mask(rows, {name: runaway_tokens for name in seat_names})
+    per_seat, overall = peak_loads(rows, runaway, microseconds(since), microseconds(until), bucket_us)
+
+    def reference(selected) -> tuple[int, int]:
+        return peak_inflight((Interval(at(start), at(start + length), prompt + completion)
+                              for seat, start, length, prompt, completion in requests if selected(seat, completion)), since, until)
+
+    for index, name in enumerate(seat_names):
+        found = per_seat[name]
+        assert (found.tokens, found.requests) == reference(lambda seat, _, index=index: seat == index)
+        assert (found.tokens_without_runaways, found.requests_without_runaways) == reference(
+            lambda seat, completion, index=index: seat == index and completion < runaway_tokens)
+    assert (overall.tokens, overall.requests) == reference(lambda seat, completion: True)
+    assert (overall.tokens_without_runaways, overall.requests_without_runaways) == reference(
+        lambda seat, completion: completion < runaway_tokens)
+
+
+def test_percentiles_by_partition_match_nearest_rank() -> None:
+    import numpy as np
+
+    from seatplan.usage.loads import percentiles
+
+    for values in ([5], [1, 2], list(range(1, 11)), [7, 7, 7, 100], [1] * 98 + [50, 900]):
+        histogram: dict[int, int] = {}
+        for value in values:
+            histogram[value] = histogram.get(value, 0) + 1
+        assert percentiles(np.array(values[::-1], dtype=np.int64)) == token_percentiles(histogram)
+    assert percentiles(np.zeros(0, dtype=np.int64)).model_dump() == {"p50": None, "p90": None, "p99": None, "max": None}

@@ -1,9 +1,8 @@
 """Token percentiles and the exact in-flight peaks, over every accepted request as numpy arrays.
 
 Both sources hand over the same :class:`RequestRows`: one entry per accepted request that starts in the
-window or is still running in it, times in microseconds since 1970. Sorting 2N events once per track is
-what a 10-million-row week costs here (about a second on one core); the definition the sweep implements is
-:func:`seatplan.usage.sweep.peak_inflight`, kept small and obvious so tests can hold this one to it.
+window or is still running in it, times in microseconds since 1970. The definition the sweep implements
+is :func:`seatplan.usage.sweep.peak_inflight`, kept small and obvious so tests can hold this one to it.
 """
 
 from __future__ import annotations
@@ -72,71 +71,112 @@ def runaway_mask(rows: RequestRows, threshold_tokens_by_seat: Mapping[str, int])
     return rows.completion_tokens >= thresholds[rows.seat]
 
 
-def peak_loads(rows: RequestRows, runaway: np.ndarray, since_us: int | None, until_us: int | None) -> tuple[dict[str, Peaks], Peaks]:
+STARTS_PER_BUCKET = 8
+
+
+def peak_loads(rows: RequestRows, runaway: np.ndarray, since_us: int | None, until_us: int | None,
+               bucket_us: int | None = None) -> tuple[dict[str, Peaks], Peaks]:
     """The exact peaks per seat and over all seats: tokens, requests, and both without runaway replies.
 
-    One sort orders every event by time, ends (0) before starts (1) at equal times; ties beyond that only
-    reorder events of one sign, which cannot change the highest prefix sum. A stable sort by seat of that
-    order gives each seat's events, still in time order, as one contiguous run, so each load takes one
-    gather and one running sum per ordering.
+    Events are swept in time order, ends before starts at equal times (``sweep.peak_inflight``). Sorting
+    every event would cost more than everything else together, so time is cut into buckets first (about
+    STARTS_PER_BUCKET starts per seat each, unless ``bucket_us`` is given): the load entering a bucket is
+    a load the track really carried, so the highest one is a lower bound on the peak; inside a bucket the
+    load never exceeds what entered plus everything that starts in it. Only the buckets whose bound beats
+    the lower bound are swept event by event. Any bucket length gives the same peaks.
     """
-    start = rows.start_us if since_us is None else np.maximum(rows.start_us, since_us)
-    # In flight on [start, end): a request clipped to nothing, or starting at the window's end, never is.
-    live = rows.end_us > start
-    if until_us is not None:
-        live &= start < until_us
-    live_rows = np.flatnonzero(live).astype(np.int32)
-    start, end = start[live_rows], rows.end_us[live_rows]
-    # Ends at or after the window's end come after every start in it and only lower the load: left out.
-    ending = np.flatnonzero(end < until_us).astype(np.int32) if until_us is not None else np.arange(len(end), dtype=np.int32)
-    keys = np.concatenate((end[ending] * 2, start * 2 + 1))
-    del start, end
-    order = np.argsort(keys)
-    del keys
-    event_rows = np.concatenate((live_rows[ending], live_rows))[order]
-    event_signs = np.concatenate((np.full(len(ending), -1, dtype=np.int8), np.ones(len(live_rows), dtype=np.int8)))[order]
-    del order, ending
-    seat_of_event = rows.seat[event_rows].astype(np.int16)  # 16 bits: numpy's stable sort is then a radix sort
-    by_seat = np.argsort(seat_of_event, kind="stable").astype(np.int32)
-    seat_runs = np.searchsorted(seat_of_event[by_seat], np.arange(len(rows.seat_names) + 1))
-    del seat_of_event
-    tokens = rows.prompt_tokens + rows.completion_tokens
-    ordinary = ~runaway
-    weights = {
-        "tokens": lambda: tokens[event_rows] * event_signs,
-        "requests": lambda: event_signs.astype(np.int64),
-        "tokens_without_runaways": lambda: (tokens * ordinary)[event_rows] * event_signs,
-        "requests_without_runaways": lambda: ordinary[event_rows] * event_signs.astype(np.int64),
-    }
-    any_runaway = bool(runaway[live_rows].any())
+    events = _Events.of(rows, since_us, until_us, bucket_us)
+    tokens = (rows.prompt_tokens + rows.completion_tokens)[events.live]
+    ordinary = ~runaway[events.live]
+    # Float weights for np.bincount: exact, as every partial sum of token counts stays far below 2**53.
+    weights = {"tokens": lambda: tokens.astype(np.float64), "requests": lambda: np.ones(len(tokens)),
+               "tokens_without_runaways": lambda: (tokens * ordinary).astype(np.float64),
+               "requests_without_runaways": lambda: ordinary.astype(np.float64)}
     overall: dict[str, int] = {}
     per_seat: dict[str, dict[str, int]] = {name: {} for name in rows.seat_names}
-    for load_name, deltas_of in weights.items():
-        if load_name.endswith("_without_runaways") and not any_runaway:
+    for load_name, weight_of in weights.items():
+        if load_name.endswith("_without_runaways") and ordinary.all():
             plain = load_name.removesuffix("_without_runaways")
             overall[load_name] = overall[plain]
             for figures in per_seat.values():
                 figures[load_name] = figures[plain]
             continue
-        deltas = deltas_of()
-        overall[load_name] = _highest_prefix(deltas)
-        for name, peak in zip(rows.seat_names, _highest_prefix_per_run(deltas[by_seat], seat_runs)):
+        seat_peaks, overall[load_name] = events.peaks(weight_of(), len(rows.seat_names))
+        for name, peak in zip(rows.seat_names, seat_peaks):
             per_seat[name][load_name] = peak
     return {name: Peaks(**figures) for name, figures in per_seat.items()}, Peaks(**overall)
 
 
-def _highest_prefix(deltas: np.ndarray) -> int:
-    return max(0, int(np.cumsum(deltas).max())) if len(deltas) else 0
+@dataclass(frozen=True)
+class _Events:
+    """Each live request's start and (if before the window's end) its end, with their buckets."""
 
+    live: np.ndarray  # the requests in flight at some instant of the window
+    start_key: np.ndarray  # time * 2 + 1 per live request: ends (time * 2) sort before starts at equal times
+    end_key: np.ndarray  # per entry of ``ending``
+    ending: np.ndarray  # live requests (positions among them) whose end falls before the window's end
+    bucket: np.ndarray  # of each start; end_bucket: of each end
+    end_bucket: np.ndarray
+    seat_bucket: np.ndarray  # seat * buckets + bucket; seat_end_bucket: the same for ends
+    seat_end_bucket: np.ndarray
+    buckets: int
 
-def _highest_prefix_per_run(deltas: np.ndarray, run_bounds: np.ndarray) -> list[int]:
-    """The highest prefix sum within each run ``run_bounds[i]:run_bounds[i + 1]``, from one running sum."""
-    running = np.cumsum(deltas)
-    peaks = []
-    for first, last in zip(run_bounds[:-1].tolist(), run_bounds[1:].tolist()):
-        if last <= first:
-            peaks.append(0)
-            continue
-        before = int(running[first - 1]) if first > 0 else 0
-        peaks.append(max(0, int(running[first:last].max()) - before))
-    return peaks
+    @staticmethod
+    def of(rows: RequestRows, since_us: int | None, until_us: int | None, bucket_us: int | None) -> _Events:
+        start = rows.start_us if since_us is None else np.maximum(rows.start_us, since_us)
+        # In flight on [start, end): a request clipped to nothing, or starting at the window's end, never is.
+        live_mask = rows.end_us > start
+        if until_us is not None:
+            live_mask &= start < until_us
+        live = np.flatnonzero(live_mask)
+        start, end = start[live], rows.end_us[live]
+        # Ends at or after the window's end come after every start in it and only lower the load: left out.
+        ending = np.flatnonzero(end < until_us) if until_us is not None else np.arange(len(end))
+        end = end[ending]
+        first = int(start.min()) if len(start) else 0
+        last = int(max(start.max(initial=first), end.max(initial=first)))
+        seats = max(len(rows.seat_names), 1)
+        if bucket_us is None:
+            bucket_us = max(1, (last - first + 1) * seats * STARTS_PER_BUCKET // max(len(start), 1))
+        bucket = (start - first) // bucket_us
+        end_bucket = (end - first) // bucket_us
+        buckets = int(max(bucket.max(initial=0), end_bucket.max(initial=0))) + 1
+        seat = rows.seat[live].astype(np.int64)
+        return _Events(live, start * 2 + 1, end * 2, ending, bucket, end_bucket, seat * buckets + bucket,
+                       seat[ending] * buckets + end_bucket, buckets)
+
+    def peaks(self, weight: np.ndarray, seats: int) -> tuple[list[int], int]:
+        """(the peak of each seat, the peak over all seats) of one load, ``weight`` per live request."""
+        end_weight = weight if len(self.ending) == len(weight) else weight[self.ending]
+        groups = max(seats, 1) * self.buckets
+        started = np.bincount(self.seat_bucket, weights=weight, minlength=groups).reshape(-1, self.buckets)
+        net = started - np.bincount(self.seat_end_bucket, weights=end_weight, minlength=groups).reshape(-1, self.buckets)
+        seat_peaks = self._tracks(started, net, self.seat_bucket, self.seat_end_bucket, weight, end_weight)
+        overall = self._tracks(started.sum(axis=0, keepdims=True), net.sum(axis=0, keepdims=True), self.bucket,
+                               self.end_bucket, weight, end_weight)
+        return seat_peaks[:seats], overall[0]
+
+    def _tracks(self, started: np.ndarray, net: np.ndarray, start_group: np.ndarray, end_group: np.ndarray,
+                weight: np.ndarray, end_weight: np.ndarray) -> list[int]:
+        """Peaks of the tracks whose (track, bucket) sums are the rows of ``started`` and ``net``."""
+        entering = np.cumsum(net, axis=1) - net  # the load entering each bucket of each track
+        known = np.maximum(entering.max(axis=1), 0)
+        open_groups = (entering + started > known[:, None]).ravel()
+        if not open_groups.any():
+            return [int(peak) for peak in known]
+        starts = np.flatnonzero(open_groups[start_group])
+        ends = np.flatnonzero(open_groups[end_group])
+        group = np.concatenate((end_group[ends], start_group[starts]))
+        key = np.concatenate((self.end_key[ends], self.start_key[starts]))
+        delta = np.concatenate((-end_weight[ends], weight[starts]))
+        order = np.lexsort((key, group))
+        group, delta = group[order], delta[order]
+        new_group = np.concatenate(([True], group[1:] != group[:-1]))
+        running = np.cumsum(delta)
+        before = np.concatenate(([0.0], running))[np.flatnonzero(new_group)]
+        inside = running - before[np.cumsum(new_group) - 1] + entering.ravel()[group]
+        # Groups are sorted, so each track's swept events are one run: its highest load is one reduceat away.
+        track = group // self.buckets
+        track_starts = np.flatnonzero(np.concatenate(([True], track[1:] != track[:-1])))
+        highest = dict(zip(track[track_starts].tolist(), np.maximum.reduceat(inside, track_starts).tolist()))
+        return [int(max(peak, highest.get(index, 0))) for index, peak in enumerate(known.tolist())]

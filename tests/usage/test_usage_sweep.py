@@ -163,7 +163,7 @@ def test_bucketed_sweep_matches_the_reference(requests, window, bucket_us, runaw
         end_us=np.array([microseconds(at(start + length)) for _, start, length, _, _ in requests], dtype=np.int64),
         prompt_tokens=np.array([prompt for *_, prompt, _ in requests], dtype=np.int64),
         completion_tokens=np.array([completion for *_, completion in requests], dtype=np.int64),
-        starts_in_window=np.ones(len(requests), dtype=bool),
+        starts_in_window=np.ones(len(requests), dtype=bool), included=np.ones(len(requests), dtype=bool),
     )
     since, until = (at(window[0]), at(window[0] + window[1])) if window else (None, None)
     runaway = runaway_mask(rows, {name: runaway_tokens for name in seat_names})

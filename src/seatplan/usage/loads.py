@@ -8,7 +8,7 @@ is :func:`seatplan.usage.sweep.peak_inflight`, kept small and obvious so tests c
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,7 +20,9 @@ PERCENTILE_FRACTIONS = (0.50, 0.90, 0.99)
 
 @dataclass(frozen=True)
 class RequestRows:
-    """Accepted requests: ``seat`` indexes ``seat_names``; ``starts_in_window`` marks the calls the window counts."""
+    """Requests as arrays: ``seat`` indexes ``seat_names``. Only the ``included`` entries are accepted requests
+    that start in the window or run in it (a source may pass all its rows, to save copying them);
+    ``starts_in_window`` marks, among those, the calls the window counts."""
 
     seat_names: tuple[str, ...]
     seat: np.ndarray  # int32
@@ -28,13 +30,8 @@ class RequestRows:
     end_us: np.ndarray  # int64
     prompt_tokens: np.ndarray  # int64
     completion_tokens: np.ndarray  # int64
-    starts_in_window: np.ndarray  # bool
-
-    @staticmethod
-    def empty(seat_names: Sequence[str] = ()) -> RequestRows:
-        integers = np.zeros(0, dtype=np.int64)
-        return RequestRows(tuple(seat_names), np.zeros(0, dtype=np.int32), integers, integers, integers, integers,
-                           np.zeros(0, dtype=bool))
+    starts_in_window: np.ndarray  # bool, False wherever not included
+    included: np.ndarray  # bool
 
 
 @dataclass(frozen=True)
@@ -67,7 +64,8 @@ def seat_percentiles(rows: RequestRows, column: np.ndarray) -> tuple[dict[str, T
 def runaway_mask(rows: RequestRows, threshold_tokens_by_seat: Mapping[str, int]) -> np.ndarray:
     """Requests whose completion reaches their seat's runaway threshold."""
     never = np.iinfo(np.int64).max
-    thresholds = np.array([threshold_tokens_by_seat.get(name, never) for name in rows.seat_names], dtype=np.int64)
+    # The extra last entry answers seat -1 (a row without a model name, never included).
+    thresholds = np.array([threshold_tokens_by_seat.get(name, never) for name in rows.seat_names] + [never], dtype=np.int64)
     return rows.completion_tokens >= thresholds[rows.seat]
 
 
@@ -109,15 +107,13 @@ def peak_loads(rows: RequestRows, runaway: np.ndarray, since_us: int | None, unt
 
 @dataclass(frozen=True)
 class _Events:
-    """Each live request's start and (if before the window's end) its end, with their buckets."""
+    """Each live request's start and (if before the window's end) its end, with their (seat, bucket) group."""
 
     live: np.ndarray  # the requests in flight at some instant of the window
     start_key: np.ndarray  # time * 2 + 1 per live request: ends (time * 2) sort before starts at equal times
     end_key: np.ndarray  # per entry of ``ending``
     ending: np.ndarray  # live requests (positions among them) whose end falls before the window's end
-    bucket: np.ndarray  # of each start; end_bucket: of each end
-    end_bucket: np.ndarray
-    seat_bucket: np.ndarray  # seat * buckets + bucket; seat_end_bucket: the same for ends
+    seat_bucket: np.ndarray  # seat * buckets + bucket of each start; seat_end_bucket: of each end
     seat_end_bucket: np.ndarray
     buckets: int
 
@@ -126,24 +122,29 @@ class _Events:
         start = rows.start_us if since_us is None else np.maximum(rows.start_us, since_us)
         # In flight on [start, end): a request clipped to nothing, or starting at the window's end, never is.
         live_mask = rows.end_us > start
+        live_mask &= rows.included
         if until_us is not None:
             live_mask &= start < until_us
-        live = np.flatnonzero(live_mask)
+        live = np.flatnonzero(live_mask).astype(np.int32)
+        del live_mask
         start, end = start[live], rows.end_us[live]
         # Ends at or after the window's end come after every start in it and only lower the load: left out.
-        ending = np.flatnonzero(end < until_us) if until_us is not None else np.arange(len(end))
+        ending = (np.flatnonzero(end < until_us) if until_us is not None else np.arange(len(end))).astype(np.int32)
         end = end[ending]
         first = int(start.min()) if len(start) else 0
         last = int(max(start.max(initial=first), end.max(initial=first)))
         seats = max(len(rows.seat_names), 1)
         if bucket_us is None:
             bucket_us = max(1, (last - first + 1) * seats * STARTS_PER_BUCKET // max(len(start), 1))
-        bucket = (start - first) // bucket_us
-        end_bucket = (end - first) // bucket_us
-        buckets = int(max(bucket.max(initial=0), end_bucket.max(initial=0))) + 1
-        seat = rows.seat[live].astype(np.int64)
-        return _Events(live, start * 2 + 1, end * 2, ending, bucket, end_bucket, seat * buckets + bucket,
-                       seat[ending] * buckets + end_bucket, buckets)
+        buckets = (last - first) // bucket_us + 1
+        seat = rows.seat[live].astype(np.int64) * buckets
+        seat_bucket = seat + (start - first) // bucket_us
+        seat_end_bucket = seat[ending] + (end - first) // bucket_us
+        del seat
+        np.multiply(start, 2, out=start)
+        np.add(start, 1, out=start)
+        np.multiply(end, 2, out=end)
+        return _Events(live, start, end, ending, seat_bucket, seat_end_bucket, buckets)
 
     def peaks(self, weight: np.ndarray, seats: int) -> tuple[list[int], int]:
         """(the peak of each seat, the peak over all seats) of one load, ``weight`` per live request."""
@@ -151,22 +152,25 @@ class _Events:
         groups = max(seats, 1) * self.buckets
         started = np.bincount(self.seat_bucket, weights=weight, minlength=groups).reshape(-1, self.buckets)
         net = started - np.bincount(self.seat_end_bucket, weights=end_weight, minlength=groups).reshape(-1, self.buckets)
-        seat_peaks = self._tracks(started, net, self.seat_bucket, self.seat_end_bucket, weight, end_weight)
-        overall = self._tracks(started.sum(axis=0, keepdims=True), net.sum(axis=0, keepdims=True), self.bucket,
-                               self.end_bucket, weight, end_weight)
+        seat_peaks = self._tracks(started, net, lambda groups: groups, weight, end_weight)
+        overall = self._tracks(started.sum(axis=0, keepdims=True), net.sum(axis=0, keepdims=True),
+                               lambda groups: groups % self.buckets, weight, end_weight)
         return seat_peaks[:seats], overall[0]
 
-    def _tracks(self, started: np.ndarray, net: np.ndarray, start_group: np.ndarray, end_group: np.ndarray,
+    def _tracks(self, started: np.ndarray, net: np.ndarray, track_group: Callable[[np.ndarray], np.ndarray],
                 weight: np.ndarray, end_weight: np.ndarray) -> list[int]:
-        """Peaks of the tracks whose (track, bucket) sums are the rows of ``started`` and ``net``."""
+        """Peaks of the tracks whose (track, bucket) sums are the rows of ``started`` and ``net``;
+        ``track_group`` maps a (seat, bucket) group to its (track, bucket) group."""
         entering = np.cumsum(net, axis=1) - net  # the load entering each bucket of each track
         known = np.maximum(entering.max(axis=1), 0)
         open_groups = (entering + started > known[:, None]).ravel()
         if not open_groups.any():
             return [int(peak) for peak in known]
+        start_group, end_group = track_group(self.seat_bucket), track_group(self.seat_end_bucket)
         starts = np.flatnonzero(open_groups[start_group])
         ends = np.flatnonzero(open_groups[end_group])
         group = np.concatenate((end_group[ends], start_group[starts]))
+        del start_group, end_group
         key = np.concatenate((self.end_key[ends], self.start_key[starts]))
         delta = np.concatenate((-end_weight[ends], weight[starts]))
         order = np.lexsort((key, group))

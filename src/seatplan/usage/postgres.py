@@ -154,9 +154,12 @@ class PostgresSource:
             client_keys, client_index = distinct(table.client_key)
             clients = [ClientFields(*values) for values in self._lookup(
                 table, representatives(client_index, len(client_keys)), CLIENT_COLUMNS)]
-            rows = SpendRows(unix_microseconds(table.start), unix_microseconds(table.end), table.prompt, table.completion,
-                             model_index, client_index, models, clients)
-            self._table, self._rows = table, rows
+            # Only the ctids are kept beside the rows (for request ids); the hashes have done their work.
+            self._table = TableRows(table.block, table.offset, *(np.zeros(0, dtype=np.int64),) * 6)
+            rows = SpendRows(to_unix_microseconds(table.start), to_unix_microseconds(table.end), table.prompt,
+                             table.completion, model_index, client_index, models, clients)
+            del table
+            self._rows = rows
             self._verdicts = judge(rows, self.seat_by_name, window)
             return summarize(rows, self._verdicts, self._request_ids)
 
@@ -261,10 +264,13 @@ class PostgresSource:
             ) from None
 
 
-def unix_microseconds(postgres_times: np.ndarray) -> np.ndarray:
-    """PostgreSQL's microseconds since 2000 as microseconds since 1970; NULL and +-infinity as rows.MISSING."""
+def to_unix_microseconds(postgres_times: np.ndarray) -> np.ndarray:
+    """PostgreSQL's microseconds since 2000 turned, in place, into microseconds since 1970; NULL and
+    +-infinity into rows.MISSING."""
     readable = (postgres_times != MISSING) & (postgres_times != INFINITE)
-    return np.where(readable, postgres_times + POSTGRES_EPOCH_US, MISSING)
+    np.add(postgres_times, POSTGRES_EPOCH_US, out=postgres_times, where=readable)
+    postgres_times[~readable] = MISSING
+    return postgres_times
 
 
 def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

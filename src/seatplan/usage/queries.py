@@ -1,17 +1,15 @@
-"""SQL that turns ``LiteLLM_SpendLogs`` rows into figures, written once for PostgreSQL and DuckDB.
+"""SQL that reads LiteLLM's ``LiteLLM_SpendLogs`` columns, written once for PostgreSQL and DuckDB.
 
-Only the first step differs between sources: :func:`normalized_rows_sql` reads LiteLLM's columns
-(typed in PostgreSQL, text in a CSV, JSON in JSON Lines) into one shape, ``spend_rows``:
+:func:`normalized_columns` spells each column the report uses as an expression over the source (typed
+columns in PostgreSQL, text in a CSV, JSON in JSON Lines):
 
-    request_id, seat, model_group, model, start_ts, end_ts, prompt_tokens, completion_tokens,
-    failed, cache_hit, key_alias, team, user_id, user_agent, client_ip, tags_json, reject_reason, accepted
+    request_id, model_group, model, start_ts, end_ts, prompt_tokens, completion_tokens,
+    failed, cache_hit, key_alias, team, user_id, user_agent, client_ip, tags_json, readable
 
-(``accepted`` is ``reject_reason IS NULL``)
-``seat`` is the name the report files the row under: the served name of the fleet seat whose
-``served_model_name`` (or name) equals the row's ``model`` or ``model_group``, else ``model``, else
-``model_group``. Every figure query after it is plain SQL both databases run unchanged, so a CSV export and the live
-table give the same numbers by construction. Nothing here does I/O; the values inlined into the
-SQL are datetimes and integers formatted here, and names quoted by :func:`sql_string`.
+Empty strings read as NULL; a key without an alias is named by the start of its hash. PostgreSQL packs
+these per row (``postgres.row_bytes_sql``); a file is grouped by them in one pass (:func:`spend_groups_sql`).
+Nothing here does I/O; the values inlined into the SQL are datetimes and integers formatted here, and
+names quoted by :func:`sql_string`.
 """
 
 from __future__ import annotations

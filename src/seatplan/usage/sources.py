@@ -1,9 +1,9 @@
-"""Where spend-log rows come from: LiteLLM's PostgreSQL database, or a CSV / JSON Lines export read by DuckDB.
+"""Where spend-log rows come from: LiteLLM's PostgreSQL database (``postgres.py``), or a CSV / JSON Lines
+export read here by DuckDB.
 
-Both sources answer the same SQL (``queries.py``). PostgreSQL runs every figure query itself in a
-read-only session, so only small results (histograms, per-seat peaks, runaway rows through a server-side
-cursor) cross the wire. A file is parsed once by DuckDB into a compressed on-disk table in a temporary
-directory, so a file of tens of millions of rows is neither parsed again per figure nor held in memory.
+Either source reads its rows once per report and hands them over as :class:`rows.SpendRows` (numbers per
+row, strings once per distinct value); every figure is then computed the same way for both (``rows.py``,
+``loads.py``), so a CSV export and the live table give the same report by construction.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ def resolve_source(source: str | None) -> str:
 
 @contextmanager
 def open_source(source: str, seat_by_name: Mapping[str, str], request_id_from_tokens: int | None = None) -> Iterator[SpendLogSource]:
-    """``request_id_from_tokens``: see :func:`normalized_rows_sql`; a file's rows are loaded without the other ids."""
+    """``request_id_from_tokens``: the lowest any runaway threshold can be; a file keeps other rows' ids only
+    where they are rejected (see :func:`queries.spend_groups_sql`)."""
     if is_dsn(source):
         from seatplan.usage.postgres import postgres_source
 

@@ -1,7 +1,7 @@
 """Pure figures over spend-log rows: percentiles, runaway rules, the in-flight sweep, runaway and client tables.
 
-The databases do the heavy lifting over millions of rows (see ``queries.py``); what comes back is small
-(histograms, runaway rows, one row per distinct client) and is turned into figures here.
+The per-row work over millions of rows is numpy (``rows.py``, ``loads.py``); what reaches these functions
+is small (runaway rows, one row per distinct client) and is turned into figures here.
 """
 
 from __future__ import annotations
@@ -40,14 +40,6 @@ def token_percentiles(histogram: Mapping[int, int]) -> TokenPercentiles:
         p99=nearest_rank(histogram, 0.99),
         max=max(histogram) if histogram else None,
     )
-
-
-def merge_histograms(histograms: Iterable[Mapping[int, int]]) -> dict[int, int]:
-    merged: dict[int, int] = {}
-    for histogram in histograms:
-        for value, count in histogram.items():
-            merged[value] = merged.get(value, 0) + count
-    return merged
 
 
 def default_runaway_rule(operator_threshold_tokens: int | None = None) -> RunawayRule:
@@ -100,8 +92,8 @@ class Interval:
 def peak_inflight(intervals: Iterable[Interval], since: datetime | None = None, until: datetime | None = None) -> tuple[int, int]:
     """(peak in-flight tokens, peak in-flight requests) over [since, until), ends before starts at equal times.
 
-    This is the definition ``queries.peak_bounds_query`` and ``peak_sweep_query`` implement for millions of rows; it is kept
-    here, small and obvious, so tests can hold the databases to it.
+    This is the definition ``loads.peak_loads`` implements for millions of rows; it is kept here, small and
+    obvious, so tests can hold that one to it.
     """
     events: list[tuple[datetime, int, int, int]] = []
     for interval in intervals:
@@ -121,24 +113,6 @@ def peak_inflight(intervals: Iterable[Interval], since: datetime | None = None, 
         peak_tokens = max(peak_tokens, tokens)
         peak_requests = max(peak_requests, requests)
     return peak_tokens, peak_requests
-
-
-STARTS_PER_BUCKET = 8
-
-
-def sweep_bucket_seconds(first_start: datetime | None, last_end: datetime | None, window_since: datetime | None,
-                         window_until: datetime | None, seats: int, requests: int) -> float:
-    """Bucket length for the peak search (``queries.peak_bounds_query``): about STARTS_PER_BUCKET starts
-    per seat and bucket, so a bucket's bound stays close to the load that entered it and few buckets need
-    sweeping. Any length gives the same peaks; this one keeps the work small."""
-    if first_start is None or last_end is None or requests <= 0:
-        return 1.0
-    start = max(first_start, window_since) if window_since else first_start
-    end = min(last_end, window_until) if window_until else last_end
-    span_s = (end - start).total_seconds()
-    if span_s <= 0:
-        return 1.0
-    return max(span_s * max(seats, 1) * STARTS_PER_BUCKET / requests, 0.001)
 
 
 def parse_tags(tags_json: str | None) -> list[str]:

@@ -157,3 +157,76 @@ def test_missing_table_and_bad_dsn_are_user_errors(new_spend_database, postgres_
     with pytest.raises(SeatplanError, match="cannot connect") as raised:
         usage_report("postgresql://seatplan:secret@127.0.0.1:1/none")
     assert "secret" not in str(raised.value)
+
+
+def _busy_table(new_spend_database) -> str:
+    """The scenario plus 3000 more calls from many clients: the table spans dozens of heap pages."""
+    from .scenario import Call
+
+    dsn = new_spend_database()
+    filler = [Call(f"fill-{number}", 1000 + number * 7 % 30000, 1000 + number * 7 % 30000 + number % 50, number % 900,
+                   number % 300, key_alias=f"key-{number % 40}", user_agent=f"agent/{number % 3}", ip=f"10.0.1.{number % 5}")
+              for number in range(3000)]
+    insert_calls(dsn, list(SCENARIO) + filler)
+    return dsn
+
+
+def test_page_ranges_on_two_connections_read_exactly_the_table(new_spend_database, tmp_path: Path, monkeypatch) -> None:
+    """One heap page per range, so both connections read many ranges; the report equals the CSV export's."""
+    import seatplan.usage.postgres as postgres
+
+    dsn = _busy_table(new_spend_database)
+    whole = figures(usage_report(dsn, WINDOW))
+    monkeypatch.setattr(postgres, "PAGES_PER_RANGE", 1)
+    opened: list[str] = []
+    real_helper = postgres._snapshot_connection
+    monkeypatch.setattr(postgres, "_snapshot_connection", lambda *args: opened.append("helper") or real_helper(*args))
+    in_ranges = figures(usage_report(dsn, WINDOW))
+    assert opened == ["helper"]
+    assert in_ranges == whole
+    assert figures(usage_report(export_csv(dsn, tmp_path / "spend.csv"), WINDOW)) == whole
+    assert whole["models"][CHAT_MODEL]["calls"] > 3000
+
+
+def test_helper_connection_reads_the_same_snapshot(new_spend_database, monkeypatch) -> None:
+    """A row committed after the read began is in no page range of this report, whichever connection reads it."""
+    import psycopg
+
+    import seatplan.usage.postgres as postgres
+    from .scenario import Call
+
+    dsn = _busy_table(new_spend_database)
+    before = usage_report(dsn, WINDOW).models[CHAT_MODEL].calls
+    monkeypatch.setattr(postgres, "PAGES_PER_RANGE", 1)
+    real_helper = postgres._snapshot_connection
+
+    def helper_after_a_new_row(*args):
+        insert_calls(dsn, [Call("after-the-snapshot", 1500, 1600, 10, 10)])
+        return real_helper(*args)
+
+    monkeypatch.setattr(postgres, "_snapshot_connection", helper_after_a_new_row)
+    assert usage_report(dsn, WINDOW).models[CHAT_MODEL].calls == before
+    monkeypatch.undo()
+    with psycopg.connect(dsn) as connection:
+        assert connection.execute("SELECT count(*) FROM \"LiteLLM_SpendLogs\" WHERE request_id = 'after-the-snapshot'").fetchone() == (1,)
+    assert usage_report(dsn, WINDOW).models[CHAT_MODEL].calls == before + 1
+
+
+def test_one_connection_when_the_server_cannot_share_a_snapshot(new_spend_database, monkeypatch) -> None:
+    import seatplan.usage.postgres as postgres
+
+    dsn = _busy_table(new_spend_database)
+    whole = figures(usage_report(dsn, WINDOW))
+    monkeypatch.setattr(postgres, "PAGES_PER_RANGE", 1)
+    monkeypatch.setattr(postgres.PostgresSource, "_export_snapshot", lambda self: None)
+    monkeypatch.setattr(postgres, "_snapshot_connection", lambda *args: pytest.fail("no helper without a snapshot"))
+    assert figures(usage_report(dsn, WINDOW)) == whole
+
+
+def test_page_ranges_cover_every_page() -> None:
+    from seatplan.usage.postgres import page_ranges
+
+    assert page_ranges(0, 4) == [(0, None)]
+    assert page_ranges(1, 4) == [(0, None)]
+    assert page_ranges(10, 4) == [(0, 3), (3, 6), (6, 9), (9, None)]
+    assert page_ranges(8, 4) == [(0, 2), (2, 4), (4, 6), (6, None)]

@@ -46,6 +46,23 @@ def test_broken_csv_lines_and_cells_are_counted_not_fatal(scenario_csv: Path) ->
     assert report.models[CHAT_MODEL].calls == 9
 
 
+def test_broken_metadata_json_reads_as_no_metadata(scenario_csv: Path) -> None:
+    """The fast read trusts each JSON document; a broken one sends the file through the careful second read,
+    where that row counts with its key named by its hash, as a row without metadata would."""
+    reference = usage_report(scenario_csv, WINDOW)
+    with scenario_csv.open(newline="", encoding="utf-8") as stream:
+        header, *rows = list(csv.reader(stream))
+    row_c = dict(zip(header, next(row for row in rows if row[header.index("request_id")] == "C")))
+    broken = row_c | {"request_id": "broken-metadata", "metadata": '{"user_api_key_alias": "x"'}
+    with scenario_csv.open("a", newline="", encoding="utf-8") as stream:
+        csv.writer(stream, lineterminator="\n").writerow([broken[name] for name in header])
+    report = usage_report(scenario_csv, WINDOW)
+    assert report.rejected_by_reason == reference.rejected_by_reason
+    added = {key.key_alias for key in report.keys} - {key.key_alias for key in reference.keys}
+    assert added == {"key " + broken["api_key"][:12]}
+    assert report.models[CHAT_MODEL].calls == reference.models[CHAT_MODEL].calls + 1
+
+
 def test_jsonl_broken_and_blank_lines(scenario_csv: Path, tmp_path: Path) -> None:
     reference = figures(usage_report(scenario_csv, WINDOW))
     from .scenario import spend_log_row

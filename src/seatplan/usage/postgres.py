@@ -1,12 +1,13 @@
 """LiteLLM's PostgreSQL database, read in one pass over ``LiteLLM_SpendLogs``.
 
 Per-row work is what costs in PostgreSQL, so the table is scanned once and each row crosses the wire as
-54 fixed bytes: its ``ctid``, the two timestamps, the two token counts, a 64-bit hash of its model names, a
-64-bit hash of its client (key alias, team, user, user agent, address, tags). The server packs the rows of a range of pages into one ``bytea`` (``string_agg``), so the client
-receives a few dozen large values instead of millions of rows, and numpy reads them in place.
+54 fixed bytes: its ``ctid``, the two timestamps, the two token counts, a 64-bit hash of its model fields
+(model, model group, status, cache flag) and one of its client fields (key alias, team, user, user agent,
+address, tags). The server packs the rows of a range of pages into one ``bytea`` (``string_agg``), so the
+client receives a few dozen large values instead of millions of rows, and numpy reads them in place.
 Two connections read alternate page ranges in one exported snapshot, using two server cores.
 Strings are fetched afterwards only for a handful of rows, by ``ctid`` in that same snapshot: one row per
-distinct model pair (with status and cache flag) and per distinct client, the rejected rows and the runaway replies.
+distinct model hash and per distinct client hash, the rejected rows named as examples, and the runaways.
 
 Hashes only group rows; every name printed is read back from a row, and two different clients would
 have to collide on 64 bits to be counted together.
@@ -75,8 +76,6 @@ class TableRows:
     model_key: np.ndarray
     client_key: np.ndarray
 
-    def tids(self, rows: np.ndarray) -> list[str]:
-        return [f"({block},{offset})" for block, offset in zip(self.block[rows].tolist(), self.offset[rows].tolist())]
 
 
 def row_bytes_sql(columns: Mapping[str, str], status: str, cache_hit: str) -> str:
@@ -139,7 +138,7 @@ class PostgresSource:
         self.description = description
         self.seat_by_name = seat_by_name
         self.table = quote_identifier(SPEND_LOGS_TABLE)
-        self._table: TableRows | None = None
+        self._block = self._offset = np.zeros(0, dtype=np.int64)  # each row's ctid, to read its strings
         self._rows: SpendRows | None = None
         self._verdicts: Verdicts | None = None
 
@@ -148,14 +147,14 @@ class PostgresSource:
     def scan(self, window: Window) -> SpendScan:
         with self._errors():
             table = self._read_rows(window)
+            self._block, self._offset = table.block, table.offset
             model_keys, model_index = distinct(table.model_key)
             models = [ModelFields(*values) for values in self._lookup(
-                table, representatives(model_index, len(model_keys)), ("model", "model_group", "failed", "cache_hit"))]
+                representatives(model_index, len(model_keys)), ("model", "model_group", "failed", "cache_hit"))]
             client_keys, client_index = distinct(table.client_key)
             clients = [ClientFields(*values) for values in self._lookup(
-                table, representatives(client_index, len(client_keys)), CLIENT_COLUMNS)]
-            # Only the ctids are kept beside the rows (for request ids); the hashes have done their work.
-            self._table = TableRows(table.block, table.offset, *(np.zeros(0, dtype=np.int64),) * 6)
+                representatives(client_index, len(client_keys)), CLIENT_COLUMNS)]
+            # The hashes have done their work: only the numbers and the ctids are kept.
             rows = SpendRows(to_unix_microseconds(table.start), to_unix_microseconds(table.end), table.prompt,
                              table.completion, model_index, client_index, models, clients)
             del table
@@ -170,8 +169,7 @@ class PostgresSource:
             return find_runaways(self._rows, self._verdicts, thresholds, self._request_ids)
 
     def _request_ids(self, positions: np.ndarray) -> list[str | None]:
-        assert self._table is not None
-        return [request_id for (request_id,) in self._lookup(self._table, positions, ("request_id",))]
+        return [request_id for (request_id,) in self._lookup(positions, ("request_id",))]
 
     def _read_rows(self, window: Window) -> TableRows:
         wanted = "TRUE"
@@ -180,13 +178,15 @@ class PostgresSource:
             wanted = f"({start} IS NULL OR ({window.contains(start)}) OR ({window.overlaps(start, end)}))"
         pages = self.connection.execute(
             f"SELECT pg_relation_size({sql_string(self.table)}::regclass) / current_setting('block_size')::int").fetchone()[0]
-        select = f"SELECT string_agg({row_bytes_sql(self.columns, self.status_text, self.cache_hit_text)}, ''::bytea) FROM {self.table} WHERE {wanted} AND "
-        statements = [select + (f"ctid >= '({first},0)'::tid" + (f" AND ctid < '({last},0)'::tid" if last is not None else ""))
-                      for first, last in page_ranges(int(pages), max(2 * READ_CONNECTIONS, -(-int(pages) // PAGES_PER_RANGE)))]
+        packed = row_bytes_sql(self.columns, self.status_text, self.cache_hit_text)
+        select = f"SELECT string_agg({packed}, ''::bytea) FROM {self.table} WHERE {wanted} AND "
+        ranges = page_ranges(int(pages), max(2 * READ_CONNECTIONS, -(-int(pages) // PAGES_PER_RANGE)))
+        statements = [select + f"ctid >= '({first},0)'::tid" + (f" AND ctid < '({last},0)'::tid" if last is not None else "")
+                      for first, last in ranges]
         return join_chunks(self._run_in_parallel(statements))
 
     def _run_in_parallel(self, statements: list[str]) -> list[dict[str, np.ndarray]]:
-        """Each statement's one bytea, decoded, read on READ_CONNECTIONS connections sharing this transaction's snapshot."""
+        """Each statement's one bytea, decoded; READ_CONNECTIONS connections share this transaction's snapshot."""
         snapshot = self._export_snapshot()
         helpers = [_snapshot_connection(self.dsn, snapshot) for _ in range(READ_CONNECTIONS - 1)] if snapshot else []
         results: list[dict[str, np.ndarray] | None] = [None] * len(statements)
@@ -229,11 +229,9 @@ class PostgresSource:
 
     # -- strings for a few rows
 
-    def _lookup(self, rows: TableRows, picked: np.ndarray, names: Sequence[str]) -> list[tuple[Any, ...]]:
-        return self._lookup_tids(rows.tids(picked), names)
-
-    def _lookup_tids(self, tids: list[str], names: Sequence[str]) -> list[tuple[Any, ...]]:
-        """The named columns of these rows, in their order, read by ctid in this snapshot."""
+    def _lookup(self, picked: np.ndarray, names: Sequence[str]) -> list[tuple[Any, ...]]:
+        """The named columns of the picked rows, in their order, read by ctid in this snapshot."""
+        tids = [f"({block},{offset})" for block, offset in zip(self._block[picked].tolist(), self._offset[picked].tolist())]
         expressions = ", ".join(self.columns[name] for name in names)
         found: dict[str, tuple[Any, ...]] = {}
         for first in range(0, len(tids), LOOKUP_BATCH_ROWS):
@@ -246,9 +244,6 @@ class PostgresSource:
             raise SeatplanError(f"rows moved while being read (ctid {missing[0]})", where=self.description,
                                 fix="run seatplan usage again")
         return [found[tid] for tid in tids]
-
-    def _seat(self, model: str | None, model_group: str | None) -> str | None:
-        return self.seat_by_name.get(model or "") or self.seat_by_name.get(model_group or "") or model or model_group
 
     @contextmanager
     def _errors(self) -> Iterator[None]:

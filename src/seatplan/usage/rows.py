@@ -20,7 +20,7 @@ import numpy as np
 
 from seatplan.usage.loads import RequestRows
 from seatplan.usage.queries import REJECT_REASONS, Window
-from seatplan.usage.scan import SeatCounts, SpendScan, from_microseconds, microseconds
+from seatplan.usage.scan import SeatCounts, SpendScan, microseconds
 from seatplan.usage.sweep import ClientRow, RunawayRow
 
 MISSING = np.iinfo(np.int64).min  # an unreadable (or NULL) time or token count
@@ -160,12 +160,6 @@ def seat_counts(rows: SpendRows, verdicts: Verdicts) -> dict[str, SeatCounts]:
         fields = rows.models[index]
         counts[verdicts.seat_names[verdicts.seat_of_model[index]]].model_names |= {
             text for text in (fields.model, fields.model_group) if text}
-    starts, ends = rows.start_us[considered], rows.end_us[considered]
-    for index, name in enumerate(verdicts.seat_names):
-        on_seat = accepted & (seat == index)
-        if on_seat.any():
-            counts[name].first_start = from_microseconds(starts[on_seat].min())
-            counts[name].last_end = from_microseconds(ends[on_seat].max())
     return counts
 
 

@@ -25,13 +25,9 @@ def microseconds(moment: datetime | None) -> int | None:
     return None if moment is None else (moment - EPOCH) // ONE_MICROSECOND
 
 
-def from_microseconds(value: int) -> datetime:
-    return EPOCH + timedelta(microseconds=int(value))
-
-
 @dataclass
 class SeatCounts:
-    """Calls and row counts of one seat; a source may return several parts of one seat, which add up."""
+    """Calls and row counts of one seat; parts of one seat add up (the overall figures are their sum)."""
 
     model_names: set[str] = field(default_factory=set)
     calls: int = 0
@@ -40,8 +36,6 @@ class SeatCounts:
     cache_hits: int = 0
     calls_with_cache_flag: int = 0
     rejected_rows: int = 0
-    first_start: datetime | None = None
-    last_end: datetime | None = None
 
     def add(self, other: SeatCounts) -> None:
         self.model_names |= other.model_names
@@ -51,8 +45,6 @@ class SeatCounts:
         self.cache_hits += other.cache_hits
         self.calls_with_cache_flag += other.calls_with_cache_flag
         self.rejected_rows += other.rejected_rows
-        self.first_start = min(filter(None, (self.first_start, other.first_start)), default=None)
-        self.last_end = max(filter(None, (self.last_end, other.last_end)), default=None)
 
 
 @dataclass

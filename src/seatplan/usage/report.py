@@ -16,8 +16,8 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
     counts = scan.counts
     rows = scan.rows
     names = sorted(set(counts) | {seat.served_name for seat in seat_map.seats})
-    prompt_by_seat, prompt_overall = seat_percentiles(rows, rows.prompt_tokens)
-    completion_by_seat, completion_overall = seat_percentiles(rows, rows.completion_tokens)
+    (prompt_by_seat, prompt_overall), (completion_by_seat, completion_overall) = seat_percentiles(
+        rows, rows.prompt_tokens, rows.completion_tokens)
     thresholds = {
         name: runaway_threshold_tokens(rule, completion_by_seat[name].p50 if name in completion_by_seat else None,
                                        _max_model_len(seat_map, name))

@@ -230,3 +230,11 @@ def test_page_ranges_cover_every_page() -> None:
     assert page_ranges(1, 4) == [(0, None)]
     assert page_ranges(10, 4) == [(0, 3), (3, 6), (6, 9), (9, None)]
     assert page_ranges(8, 4) == [(0, 2), (2, 4), (4, 6), (6, None)]
+
+
+def test_an_empty_table_and_an_empty_export_give_an_empty_report(new_spend_database, tmp_path: Path) -> None:
+    dsn = new_spend_database()
+    from_postgres = usage_report(dsn, WINDOW)
+    assert (from_postgres.models, from_postgres.rejected_rows, from_postgres.keys) == ({}, 0, [])
+    assert from_postgres.overall.calls == 0 and from_postgres.overall.peak_inflight_tokens == 0
+    assert figures(usage_report(export_csv(dsn, tmp_path / "empty.csv"), WINDOW)) == figures(from_postgres)

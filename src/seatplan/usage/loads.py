@@ -56,16 +56,10 @@ def percentiles(values: np.ndarray) -> TokenPercentiles:
 
 def seat_percentiles(rows: RequestRows, *columns: np.ndarray) -> list[tuple[dict[str, TokenPercentiles], TokenPercentiles]]:
     """For each column, (per seat, over all seats) percentiles over the calls that start in the window."""
-    calls = np.flatnonzero(rows.starts_in_window)
-    seat = rows.seat[calls].astype(np.int16)  # 16 bits: numpy's stable sort is then a radix sort
-    by_seat = calls[np.argsort(seat, kind="stable")]
-    bounds = np.concatenate(([0], np.cumsum(np.bincount(seat, minlength=len(rows.seat_names)))))
-    figures = []
-    for column in columns:
-        values = column[by_seat]
-        per_seat = {name: percentiles(values[bounds[index]:bounds[index + 1]]) for index, name in enumerate(rows.seat_names)}
-        figures.append((per_seat, percentiles(values)))
-    return figures
+    calls = rows.starts_in_window
+    seat_calls = [calls & (rows.seat == index) for index in range(len(rows.seat_names))]
+    return [({name: percentiles(column[on_seat]) for name, on_seat in zip(rows.seat_names, seat_calls)},
+             percentiles(column[calls])) for column in columns]
 
 
 def runaway_mask(rows: RequestRows, threshold_tokens_by_seat: Mapping[str, int]) -> np.ndarray:

@@ -31,6 +31,7 @@ from seatplan.usage.queries import (
     missing_required,
     normalized_columns,
     quote_identifier,
+    request_tags_column,
     sql_string,
     status_text,
 )
@@ -78,19 +79,20 @@ class TableRows:
 
 
 
-def row_bytes_sql(columns: Mapping[str, str], status: str, cache_hit: str) -> str:
+def row_bytes_sql(columns: Mapping[str, str], status: str, cache_hit: str, request_tags: str) -> str:
     """One row as ROW_DTYPE's bytes; NULLs become sentinels so every row has the same length.
 
     The two keys XOR one 64-bit hash per field (NULL hashes to 0): cheaper for the server than joining the
-    strings, and the tags are hashed as jsonb, never printed. The model key also carries the status and
-    cache-hit text, whose meaning is then read once per distinct key instead of once per row.
+    strings, and the tags are hashed as the jsonb the table holds (printing them as text to hash that costs
+    more than everything else in the row). The model key also carries the status and cache-hit text, whose
+    meaning is then read once per distinct key instead of once per row.
     """
     def hashed(expressions: Sequence[str]) -> str:
         return " # ".join(f"COALESCE(hashtextextended({expression}, {seed}), 0)" for seed, expression in enumerate(expressions))
 
     model_key = hashed((columns["model"], columns["model_group"], status, cache_hit))
     client_key = (hashed([columns[name] for name in CLIENT_COLUMNS if name != "tags_json"])
-                  + f" # COALESCE(jsonb_hash_extended(CAST({columns['tags_json']} AS jsonb), {len(CLIENT_COLUMNS)}), 0)")
+                  + f" # COALESCE(jsonb_hash_extended(CAST({request_tags} AS jsonb), {len(CLIENT_COLUMNS)}), 0)")
     return " || ".join((
         "tidsend(ctid)",
         f"timestamp_send(COALESCE(CAST({columns['start_ts']} AS timestamp), '-infinity'))",
@@ -134,6 +136,7 @@ class PostgresSource:
         self.columns = normalized_columns(shape)
         self.status_text = status_text(shape)
         self.cache_hit_text = cache_hit_text(shape)
+        self.request_tags = request_tags_column(shape)
         self.dsn = dsn
         self.description = description
         self.seat_by_name = seat_by_name
@@ -178,7 +181,7 @@ class PostgresSource:
             wanted = f"({start} IS NULL OR ({window.contains(start)}) OR ({window.overlaps(start, end)}))"
         pages = self.connection.execute(
             f"SELECT pg_relation_size({sql_string(self.table)}::regclass) / current_setting('block_size')::int").fetchone()[0]
-        packed = row_bytes_sql(self.columns, self.status_text, self.cache_hit_text)
+        packed = row_bytes_sql(self.columns, self.status_text, self.cache_hit_text, self.request_tags)
         select = f"SELECT string_agg({packed}, ''::bytea) FROM {self.table} WHERE {wanted} AND "
         ranges = page_ranges(int(pages), max(2 * READ_CONNECTIONS, -(-int(pages) // PAGES_PER_RANGE)))
         statements = [select + f"ctid >= '({first},0)'::tid" + (f" AND ctid < '({last},0)'::tid" if last is not None else "")

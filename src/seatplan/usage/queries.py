@@ -164,6 +164,11 @@ def cache_hit_text(shape: SourceShape) -> str:
     return _Reader(shape).text("cache_hit")
 
 
+def request_tags_column(shape: SourceShape) -> str:
+    """``request_tags`` as the source holds it (jsonb in PostgreSQL), or NULL where the source has none."""
+    return _Reader(shape).raw("request_tags")
+
+
 def normalized_columns(shape: SourceShape) -> dict[str, str]:
     """The SQL expression of each ``spend_rows`` column read straight from the source (no seat, no verdict)."""
     read = _Reader(shape)

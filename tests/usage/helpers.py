@@ -18,7 +18,7 @@ def usage_report(source: str | Path, window: Window = Window(), fleet: Path | No
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
     rule = default_runaway_rule(runaway_tokens)
     request_id_from_tokens = lowest_runaway_threshold_tokens(rule, (seat.max_model_len for seat in seat_map.seats))
-    with open_source(str(source), seat_map.served_name_by_litellm_name(), request_id_from_tokens) as opened:
+    with open_source(str(source), request_id_from_tokens) as opened:
         return collect_usage(opened, window, seat_map, rule)
 
 

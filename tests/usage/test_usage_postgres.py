@@ -122,7 +122,7 @@ def test_fleet_maps_litellm_names_to_served_names(scenario_dsn: str, tmp_path: P
 def test_session_is_read_only(scenario_dsn: str) -> None:
     import psycopg
 
-    with open_source(scenario_dsn, {}) as source:
+    with open_source(scenario_dsn) as source:
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             source.connection.execute('DELETE FROM "LiteLLM_SpendLogs"')
 

@@ -68,7 +68,7 @@ def usage_command(
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
     rule = default_runaway_rule(runaway_tokens)
     request_id_from_tokens = lowest_runaway_threshold_tokens(rule, (seat.max_model_len for seat in seat_map.seats))
-    with open_source(resolve_source(source), seat_map.served_name_by_litellm_name(), request_id_from_tokens) as opened:
+    with open_source(resolve_source(source), request_id_from_tokens) as opened:
         report = collect_usage(opened, window, seat_map, rule)
     if output is not None:
         atomic_write_json(output, report.model_dump(mode="json"))

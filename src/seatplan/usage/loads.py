@@ -8,7 +8,7 @@ is :func:`seatplan.usage.sweep.peak_inflight`, kept small and obvious so tests c
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np

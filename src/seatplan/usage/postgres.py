@@ -25,6 +25,8 @@ import numpy as np
 
 from seatplan.errors import SeatplanError
 from seatplan.usage.queries import (
+    CLIENT_COLUMNS,
+    MODEL_COLUMNS,
     SourceShape,
     Window,
     cache_hit_text,
@@ -35,18 +37,7 @@ from seatplan.usage.queries import (
     sql_string,
     status_text,
 )
-from seatplan.usage.rows import (
-    MISSING,
-    ClientFields,
-    ModelFields,
-    SpendRows,
-    Verdicts,
-    judge,
-    runaway_rows as find_runaways,
-    summarize,
-)
-from seatplan.usage.scan import SpendScan
-from seatplan.usage.sweep import RunawayRow
+from seatplan.usage.rows import MISSING, ClientFields, ModelFields, SpendRows
 
 SPEND_LOGS_TABLE = "LiteLLM_SpendLogs"
 READ_CONNECTIONS = 2
@@ -61,7 +52,6 @@ ROW_DTYPE = np.dtype([
     ("block", ">u4"), ("offset", ">u2"), ("start", ">i8"), ("end", ">i8"), ("prompt", ">i8"), ("completion", ">i8"),
     ("model_key", ">i8"), ("client_key", ">i8"),
 ])
-CLIENT_COLUMNS = ("key_alias", "team", "user_id", "user_agent", "client_ip", "tags_json")
 
 
 @dataclass(frozen=True)
@@ -130,8 +120,7 @@ def join_chunks(chunks: list[dict[str, np.ndarray]]) -> TableRows:
 class PostgresSource:
     source_format = "postgresql"
 
-    def __init__(self, connection: Any, dsn: str, description: str, shape: SourceShape,
-                 seat_by_name: Mapping[str, str]) -> None:
+    def __init__(self, connection: Any, dsn: str, description: str, shape: SourceShape) -> None:
         self.connection = connection
         self.columns = normalized_columns(shape)
         self.status_text = status_text(shape)
@@ -139,46 +128,34 @@ class PostgresSource:
         self.request_tags = request_tags_column(shape)
         self.dsn = dsn
         self.description = description
-        self.seat_by_name = seat_by_name
         self.table = quote_identifier(SPEND_LOGS_TABLE)
         self._block = self._offset = np.zeros(0, dtype=np.int64)  # each row's ctid, to read its strings
-        self._rows: SpendRows | None = None
-        self._verdicts: Verdicts | None = None
 
     # -- reading
 
-    def scan(self, window: Window) -> SpendScan:
+    def read(self, window: Window) -> SpendRows:
         with self._errors():
             table = self._read_rows(window)
             self._block, self._offset = table.block, table.offset
             model_keys, model_index = distinct(table.model_key)
             models = [ModelFields(*values) for values in self._lookup(
-                representatives(model_index, len(model_keys)), ("model", "model_group", "failed", "cache_hit"))]
+                representatives(model_index, len(model_keys)), MODEL_COLUMNS)]
             client_keys, client_index = distinct(table.client_key)
             clients = [ClientFields(*values) for values in self._lookup(
                 representatives(client_index, len(client_keys)), CLIENT_COLUMNS)]
             # The hashes have done their work: only the numbers and the ctids are kept.
-            rows = SpendRows(to_unix_microseconds(table.start), to_unix_microseconds(table.end), table.prompt,
+            return SpendRows(to_unix_microseconds(table.start), to_unix_microseconds(table.end), table.prompt,
                              table.completion, model_index, client_index, models, clients)
-            del table
-            self._rows = rows
-            self._verdicts = judge(rows, self.seat_by_name, window)
-            return summarize(rows, self._verdicts, self._request_ids)
 
-    def runaway_rows(self, window: Window, thresholds: Mapping[str, int]) -> list[RunawayRow]:
-        if self._rows is None or self._verdicts is None:
-            raise RuntimeError("runaway_rows needs scan() first")
+    def request_ids(self, positions: np.ndarray) -> list[str | None]:
         with self._errors():
-            return find_runaways(self._rows, self._verdicts, thresholds, self._request_ids)
+            return [request_id for (request_id,) in self._lookup(positions, ("request_id",))]
 
-    def _request_ids(self, positions: np.ndarray) -> list[str | None]:
-        return [request_id for (request_id,) in self._lookup(positions, ("request_id",))]
+    def unreadable_lines(self) -> int:
+        return 0  # a table has no lines to misread
 
     def _read_rows(self, window: Window) -> TableRows:
-        wanted = "TRUE"
-        if window.since is not None or window.until is not None:
-            start, end = self.columns["start_ts"], self.columns["end_ts"]
-            wanted = f"({start} IS NULL OR ({window.contains(start)}) OR ({window.overlaps(start, end)}))"
+        wanted = window.needs(self.columns["start_ts"], self.columns["end_ts"])
         pages = self.connection.execute(
             f"SELECT pg_relation_size({sql_string(self.table)}::regclass) / current_setting('block_size')::int").fetchone()[0]
         packed = row_bytes_sql(self.columns, self.status_text, self.cache_hit_text, self.request_tags)
@@ -301,7 +278,7 @@ def _snapshot_connection(dsn: str, snapshot: str) -> Any:
 
 
 @contextmanager
-def postgres_source(dsn: str, description: str, seat_by_name: Mapping[str, str]) -> Iterator[PostgresSource]:
+def postgres_source(dsn: str, description: str) -> Iterator[PostgresSource]:
     import psycopg
 
     try:
@@ -320,7 +297,7 @@ def postgres_source(dsn: str, description: str, seat_by_name: Mapping[str, str])
         connection.commit()
         columns = _table_columns(connection, description)
         shape = SourceShape("postgresql", quote_identifier(SPEND_LOGS_TABLE), frozenset(columns))
-        yield PostgresSource(connection, dsn, description, shape, seat_by_name)
+        yield PostgresSource(connection, dsn, description, shape)
     finally:
         connection.close()
 

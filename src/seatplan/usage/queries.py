@@ -14,7 +14,7 @@ names quoted by :func:`sql_string`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -66,6 +66,12 @@ class Window:
         if self.until is not None:
             bounds.append(f"{start_column} < {sql_timestamp(self.until)}")
         return " AND ".join(bounds)
+
+    def needs(self, start_column: str, end_column: str) -> str:
+        """Rows a report can use: calls in the window, requests running in it, and rows without a readable
+        start (counted if rejected). Everything else is left out before any per-row work."""
+        return (f"({start_column} IS NULL OR ({self.contains(start_column)}) "
+                f"OR ({self.overlaps(start_column, end_column)}))")
 
 
 @dataclass(frozen=True)
@@ -197,11 +203,14 @@ def normalized_columns(shape: SourceShape) -> dict[str, str]:
     }
 
 
-GROUP_COLUMNS = ("model", "model_group", "failed", "cache_hit", "readable", "key_alias", "team", "user_id", "user_agent",
-                 "client_ip", "tags_json", "named_request_id")
-"""The strings :func:`spend_groups_sql` groups by, in the order ``rows.ModelFields`` / ``rows.ClientFields`` take them."""
+MODEL_COLUMNS = ("model", "model_group", "failed", "cache_hit")
+"""A row's model fields, in the order ``rows.ModelFields`` takes them."""
+CLIENT_COLUMNS = ("key_alias", "team", "user_id", "user_agent", "client_ip", "tags_json")
+"""A row's client fields, in the order ``rows.ClientFields`` takes them."""
+GROUP_COLUMNS = (*MODEL_COLUMNS, "readable", *CLIENT_COLUMNS, "named_request_id")
+"""The strings :func:`spend_groups_sql` groups by."""
 
-MISSING_NUMBER = -(2**63)  # rows.MISSING: what an unreadable time or token count reads as
+MISSING_NUMBER = -(2**63)  # what an unreadable time or token count reads as (rows.MISSING)
 
 
 def spend_groups_sql(shape: SourceShape, window: Window, request_id_from_tokens: int | None) -> str:
@@ -222,7 +231,6 @@ def spend_groups_sql(shape: SourceShape, window: Window, request_id_from_tokens:
     numbers = ", ".join(f"list(COALESCE({expression}, CAST({MISSING_NUMBER} AS BIGINT))) AS {name}" for expression, name in (
         ("epoch_us(start_ts)", "start_us"), ("epoch_us(end_ts)", "end_us"), ("prompt_tokens", "prompt_tokens"),
         ("completion_tokens", "completion_tokens")))
-    wanted = f"(start_ts IS NULL OR ({window.contains('start_ts')}) OR ({window.overlaps('start_ts', 'end_ts')}))"
     return f"""
     SELECT {', '.join(GROUP_COLUMNS[:-1])}, CASE WHEN {named} THEN request_id END AS named_request_id, {numbers}
     FROM (
@@ -230,7 +238,7 @@ def spend_groups_sql(shape: SourceShape, window: Window, request_id_from_tokens:
             {selected}
         FROM {read.from_clause()}
     ) AS litellm_rows
-    WHERE {wanted}
+    WHERE {window.needs('start_ts', 'end_ts')}
     GROUP BY ALL"""
 
 

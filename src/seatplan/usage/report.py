@@ -1,18 +1,21 @@
-"""Assemble the :class:`UsageReport` from one scan of a source: counts and clients as the source grouped
-them, percentiles, runaway thresholds and in-flight peaks from the request arrays (``loads.py``)."""
+"""Assemble the :class:`UsageReport` from one read of a source: verdicts, counts and clients (``rows.py``),
+percentiles, runaway thresholds and in-flight peaks from the request arrays (``loads.py``)."""
 
 from __future__ import annotations
 
 from seatplan.usage.loads import Peaks, peak_loads, runaway_mask, seat_percentiles
 from seatplan.usage.models import ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
 from seatplan.usage.queries import Window
+from seatplan.usage.rows import judge, runaway_rows, summarize
 from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds
 from seatplan.usage.seats import SeatMap
 from seatplan.usage.sweep import group_runaways, runaway_threshold_tokens, summarize_keys
 
 
 def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rule: RunawayRule) -> UsageReport:
-    scan = source.scan(window)
+    spend_rows = source.read(window)
+    verdicts = judge(spend_rows, seat_map.served_name_by_litellm_name(), window)
+    scan = summarize(spend_rows, verdicts, source.request_ids, source.unreadable_lines())
     counts = scan.counts
     rows = scan.rows
     names = sorted(set(counts) | {seat.served_name for seat in seat_map.seats})
@@ -23,9 +26,9 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
                                        _max_model_len(seat_map, name))
         for name in names
     }
-    peaks_by_seat, peaks_overall = peak_loads(rows, runaway_mask(rows, thresholds), microseconds(window.since),
-                                              microseconds(window.until))
-    runaways_per_seat, runaways_by_key = group_runaways(source.runaway_rows(window, thresholds) if thresholds else ())
+    runaway = runaway_mask(rows, thresholds)
+    peaks_by_seat, peaks_overall = peak_loads(rows, runaway, microseconds(window.since), microseconds(window.until))
+    runaways_per_seat, runaways_by_key = group_runaways(runaway_rows(spend_rows, verdicts, runaway, source.request_ids))
     keys = summarize_keys(scan.clients, runaways_by_key)
     overall_counts = SeatCounts()
     for seat_counts in counts.values():

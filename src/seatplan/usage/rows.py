@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from seatplan.usage.loads import RequestRows
-from seatplan.usage.queries import REJECT_REASONS, Window
+from seatplan.usage.queries import MISSING_NUMBER, REJECT_REASONS, Window
 from seatplan.usage.scan import SeatCounts, SpendScan, microseconds
 from seatplan.usage.sweep import ClientRow, RunawayRow
 
-MISSING = np.iinfo(np.int64).min  # an unreadable (or NULL) time or token count
+MISSING = MISSING_NUMBER  # an unreadable (or NULL) time or token count: the lowest int64
 REJECTED_EXAMPLES_PER_REASON = 3
 
 RequestIds = Callable[[np.ndarray], list["str | None"]]
@@ -121,8 +121,9 @@ def judge(rows: SpendRows, seat_by_name: Mapping[str, str], window: Window) -> V
     return Verdicts(seat_names, seat_index, seat, reason, starts_in_window, ~start_readable | starts_in_window, in_flight)
 
 
-def summarize(rows: SpendRows, verdicts: Verdicts, request_ids: RequestIds) -> SpendScan:
-    """Counts, clients, rejected rows and the accepted requests, from one pass of vector operations."""
+def summarize(rows: SpendRows, verdicts: Verdicts, request_ids: RequestIds, unreadable_lines: int = 0) -> SpendScan:
+    """Counts, clients, rejected rows and the accepted requests, from one pass of vector operations;
+    ``unreadable_lines`` (lines a file could not split into columns) are rejected rows without an example."""
     included = verdicts.accepted & (verdicts.seat >= 0) & (verdicts.starts_in_window | verdicts.in_flight)
     # The row arrays themselves, not copies of the included part: ten million rows are 400 MB a copy.
     request_rows = RequestRows(
@@ -131,6 +132,9 @@ def summarize(rows: SpendRows, verdicts: Verdicts, request_ids: RequestIds) -> S
         starts_in_window=verdicts.starts_in_window & included, included=included,
     )
     by_reason, examples = rejected_rows(rows, verdicts, request_ids)
+    if unreadable_lines:
+        by_reason["unreadable_row"] = by_reason.get("unreadable_row", 0) + unreadable_lines
+        examples.setdefault("unreadable_row", [])
     return SpendScan(seat_counts(rows, verdicts), request_rows, client_rows(rows, verdicts), by_reason, examples)
 
 
@@ -198,14 +202,11 @@ def client_rows(rows: SpendRows, verdicts: Verdicts) -> list[ClientRow]:
     return clients
 
 
-def runaway_rows(rows: SpendRows, verdicts: Verdicts, thresholds: Mapping[str, int], request_ids: RequestIds) -> list[RunawayRow]:
-    """Calls whose completion reaches their seat's threshold, with their sender."""
-    never = np.iinfo(np.int64).max
-    seat_thresholds = np.array([thresholds.get(name, never) for name in verdicts.seat_names] + [never], dtype=np.int64)
-    picked = np.flatnonzero(verdicts.calls & (verdicts.seat >= 0) & (rows.completion_tokens >= seat_thresholds[verdicts.seat]))
-    ids = request_ids(picked)
+def runaway_rows(rows: SpendRows, verdicts: Verdicts, runaway: np.ndarray, request_ids: RequestIds) -> list[RunawayRow]:
+    """The calls ``runaway`` marks (``loads.runaway_mask``), with their sender."""
+    picked = np.flatnonzero(verdicts.calls & (verdicts.seat >= 0) & runaway)
     runaways = []
-    for row, request_id in zip(picked.tolist(), ids):
+    for row, request_id in zip(picked.tolist(), request_ids(picked)):
         client = rows.clients[rows.client_index[row]]
         runaways.append(RunawayRow(verdicts.seat_names[verdicts.seat[row]], request_id, int(rows.completion_tokens[row]),
                                    client.key_alias, client.team, client.user_id, client.tags_json))

@@ -1,20 +1,25 @@
-"""What one read of a source hands to the report: the contract between ``sources`` / ``postgres`` and ``report``.
+"""The contract between the sources (``sources`` / ``postgres``) and the report.
 
-A source reads its rows once and returns a :class:`SpendScan`: per-seat counts, the distinct clients with
-their calls, the rejected rows by reason, and every accepted request as arrays (:class:`RequestRows`).
-Runaway replies are asked for afterwards, once the thresholds are known from the completion percentiles.
+A source reads its rows once (:meth:`SpendLogSource.read`, :class:`rows.SpendRows`) and names the few rows
+a report lists (``request_ids``). The report judges and counts them (``rows.summarize``, a
+:class:`SpendScan`: per-seat counts, the distinct clients with their calls, the rejected rows by reason,
+and every accepted request as arrays), the same way for every source.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from seatplan.usage.loads import RequestRows
 from seatplan.usage.queries import SourceFormat, Window
-from seatplan.usage.sweep import ClientRow, RunawayRow
+from seatplan.usage.sweep import ClientRow
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from seatplan.usage.rows import SpendRows
 
 EPOCH = datetime(1970, 1, 1)
 ONE_MICROSECOND = timedelta(microseconds=1)
@@ -60,6 +65,11 @@ class SpendLogSource(Protocol):
     source_format: SourceFormat
     description: str
 
-    def scan(self, window: Window) -> SpendScan: ...
+    def read(self, window: Window) -> SpendRows:
+        """Every row that starts in the window, runs in it, or has no readable start."""
 
-    def runaway_rows(self, window: Window, thresholds: Mapping[str, int]) -> list[RunawayRow]: ...
+    def request_ids(self, positions: np.ndarray) -> list[str | None]:
+        """The request ids of these rows of the last read (rows the report names: examples, runaways)."""
+
+    def unreadable_lines(self) -> int:
+        """Lines of the last read that did not even split into columns (not in the rows)."""

@@ -12,17 +12,15 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
 from seatplan.usage.queries import GROUP_COLUMNS, SourceFormat, SourceShape, Window, missing_required, spend_groups_sql, sql_string
-from seatplan.usage.rows import ClientFields, ModelFields, SpendRows, Verdicts, judge, summarize
-from seatplan.usage.rows import runaway_rows as find_runaways
-from seatplan.usage.scan import SpendLogSource, SpendScan
-from seatplan.usage.sweep import RunawayRow
+from seatplan.usage.rows import ClientFields, ModelFields, SpendRows
+from seatplan.usage.scan import SpendLogSource
 
 DSN_ENVIRONMENT = ("SEATPLAN_USAGE_DSN", "DATABASE_URL")
 DUCKDB_MEMORY_LIMIT = "1GB"
@@ -55,16 +53,16 @@ def resolve_source(source: str | None) -> str:
 
 
 @contextmanager
-def open_source(source: str, seat_by_name: Mapping[str, str], request_id_from_tokens: int | None = None) -> Iterator[SpendLogSource]:
+def open_source(source: str, request_id_from_tokens: int | None = None) -> Iterator[SpendLogSource]:
     """``request_id_from_tokens``: the lowest any runaway threshold can be; a file keeps other rows' ids only
     where they are rejected (see :func:`queries.spend_groups_sql`)."""
     if is_dsn(source):
         from seatplan.usage.postgres import postgres_source
 
-        with postgres_source(source, redact_dsn(source), seat_by_name) as opened:
+        with postgres_source(source, redact_dsn(source)) as opened:
             yield opened
     else:
-        with _file_source(Path(source), seat_by_name, request_id_from_tokens) as opened:
+        with _file_source(Path(source), request_id_from_tokens) as opened:
             yield opened
 
 
@@ -80,46 +78,30 @@ class DuckDBFileSource:
     """
 
     def __init__(self, connection: Any, path: Path, source_format: SourceFormat, columns: list[str],
-                 seat_by_name: Mapping[str, str], request_id_from_tokens: int | None) -> None:
+                 request_id_from_tokens: int | None) -> None:
         self.connection = connection
         self.path = path
         self.description = str(path)
         self.source_format = source_format
         self.columns = columns
-        self.seat_by_name = seat_by_name
         self.request_id_from_tokens = request_id_from_tokens
-        self._rows: SpendRows | None = None
-        self._verdicts: Verdicts | None = None
         self._group_of_row: Any = None
         self._group_request_ids: list[str | None] = []
 
-    def scan(self, window: Window) -> SpendScan:
+    def read(self, window: Window) -> SpendRows:
         import duckdb
 
         try:
-            self._read_groups(window, careful=False)
+            return self._read_groups(window, careful=False)
         except duckdb.InvalidInputException:
             # Lines that do not split into the header's columns, or a broken JSON document: read again,
             # counting such lines and reading such documents as empty instead.
-            self._read_groups(window, careful=True)
-        assert self._rows is not None
-        self._verdicts = judge(self._rows, self.seat_by_name, window)
-        scan = summarize(self._rows, self._verdicts, self._request_ids)
-        unreadable_lines = self._unreadable_lines()
-        if unreadable_lines:
-            scan.rejected_by_reason["unreadable_row"] = scan.rejected_by_reason.get("unreadable_row", 0) + unreadable_lines
-            scan.rejected_examples.setdefault("unreadable_row", [])
-        return scan
+            return self._read_groups(window, careful=True)
 
-    def runaway_rows(self, window: Window, thresholds: Mapping[str, int]) -> list[RunawayRow]:
-        if self._rows is None or self._verdicts is None:
-            raise RuntimeError("runaway_rows needs scan() first")
-        return find_runaways(self._rows, self._verdicts, thresholds, self._request_ids)
-
-    def _request_ids(self, positions: Any) -> list[str | None]:
+    def request_ids(self, positions: Any) -> list[str | None]:
         return [self._group_request_ids[group] for group in self._group_of_row[positions].tolist()]
 
-    def _read_groups(self, window: Window, *, careful: bool) -> None:
+    def _read_groups(self, window: Window, *, careful: bool) -> SpendRows:
         import duckdb
         import numpy as np
 
@@ -156,7 +138,7 @@ class DuckDBFileSource:
             request_ids.append(request_id)
         group_of_row = np.repeat(np.arange(len(groups), dtype=np.int32), [size for *_, size in groups])
         self._group_of_row, self._group_request_ids = group_of_row, request_ids
-        self._rows = SpendRows(
+        return SpendRows(
             start_us=np.asarray(numbers["start_us"], dtype=np.int64), end_us=np.asarray(numbers["end_us"], dtype=np.int64),
             prompt_tokens=np.asarray(numbers["prompt_tokens"], dtype=np.int64),
             completion_tokens=np.asarray(numbers["completion_tokens"], dtype=np.int64),
@@ -164,7 +146,7 @@ class DuckDBFileSource:
             models=list(models), clients=list(clients),
         )
 
-    def _unreadable_lines(self) -> int:
+    def unreadable_lines(self) -> int:
         """CSV lines DuckDB could not split into the header's columns (it keeps them in ``reject_errors``)."""
         import duckdb
 
@@ -224,7 +206,7 @@ def _json_lines_from_clause(path: Path, keep_rejects: bool) -> str:
 
 
 @contextmanager
-def _file_source(path: Path, seat_by_name: Mapping[str, str], request_id_from_tokens: int | None) -> Iterator[DuckDBFileSource]:
+def _file_source(path: Path, request_id_from_tokens: int | None) -> Iterator[DuckDBFileSource]:
     import duckdb
 
     if not path.is_file():
@@ -239,7 +221,7 @@ def _file_source(path: Path, seat_by_name: Mapping[str, str], request_id_from_to
         connection.execute("SET preserve_insertion_order = false")
         connection.execute("SET enable_progress_bar = false")
         columns = _csv_header(path) if source_format == "csv" else []
-        yield DuckDBFileSource(connection, path, source_format, columns, seat_by_name, request_id_from_tokens)
+        yield DuckDBFileSource(connection, path, source_format, columns, request_id_from_tokens)
     finally:
         connection.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -59,17 +59,14 @@ def usage_command(
     """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
     from seatplan.fileio import atomic_write_json
     from seatplan.output import console, emit_json
-    from seatplan.usage.report import collect_usage
+    from seatplan.usage.report import usage_report
     from seatplan.usage.seats import SeatMap, load_seat_map
-    from seatplan.usage.sources import open_source, resolve_source
-    from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
+    from seatplan.usage.sources import resolve_source
+    from seatplan.usage.sweep import default_runaway_rule
 
     window = resolve_window(since, until, days, datetime.now(timezone.utc).replace(tzinfo=None))
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
-    rule = default_runaway_rule(runaway_tokens)
-    request_id_from_tokens = lowest_runaway_threshold_tokens(rule, (seat.max_model_len for seat in seat_map.seats))
-    with open_source(resolve_source(source), request_id_from_tokens) as opened:
-        report = collect_usage(opened, window, seat_map, rule)
+    report = usage_report(resolve_source(source), window, seat_map, default_runaway_rule(runaway_tokens))
     if output is not None:
         atomic_write_json(output, report.model_dump(mode="json"))
     if as_json:

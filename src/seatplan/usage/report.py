@@ -9,7 +9,15 @@ from seatplan.usage.queries import Window
 from seatplan.usage.rows import judge, runaway_rows, summarize
 from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds
 from seatplan.usage.seats import SeatMap
-from seatplan.usage.sweep import group_runaways, runaway_threshold_tokens, summarize_keys
+from seatplan.usage.sources import open_source
+from seatplan.usage.sweep import group_runaways, lowest_runaway_threshold_tokens, runaway_threshold_tokens, summarize_keys
+
+
+def usage_report(source: str, window: Window, seat_map: SeatMap, rule: RunawayRule) -> UsageReport:
+    """Open ``source`` (a PostgreSQL DSN or an export file), read it once, and build the report."""
+    request_id_from_tokens = lowest_runaway_threshold_tokens(rule, (seat.max_model_len for seat in seat_map.seats))
+    with open_source(source, request_id_from_tokens) as opened:
+        return collect_usage(opened, window, seat_map, rule)
 
 
 def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rule: RunawayRule) -> UsageReport:

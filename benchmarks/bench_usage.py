@@ -100,6 +100,10 @@ print(con.execute('''WITH th AS (SELECT model, greatest(16384, 32 * quantile_dis
 SEATPLAN_USAGE = [sys.executable, "-m", "seatplan.cli", "usage"]
 
 
+def ratio(wall_s: float, hand_wall_s: float | None) -> str:
+    return f"{wall_s / hand_wall_s:.2f}x" if hand_wall_s else "-"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -173,6 +177,8 @@ def main() -> None:
                         help="kept between runs; as root the postgres user must be able to reach it")
     parser.add_argument("--prepare-only", action="store_true", help="generate the database and CSV, time nothing")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs per source, after one warm-up run")
+    parser.add_argument("--only", choices=("postgresql", "csv", "duckdb"), action="append",
+                        help="time only these runs (repeatable); the ratio needs duckdb too")
     arguments = parser.parse_args()
     initdb = find_initdb()
     if initdb is None:
@@ -189,6 +195,10 @@ def main() -> None:
             "seatplan usage (CSV)": [*SEATPLAN_USAGE, "--from", str(csv_path), "--json"],
             "hand-written DuckDB query (CSV)": [sys.executable, "-c", HAND_WRITTEN_DUCKDB, str(csv_path)],
         }
+        wanted = {"postgresql": "seatplan usage (PostgreSQL)", "csv": "seatplan usage (CSV)",
+                  "duckdb": "hand-written DuckDB query (CSV)"}
+        if arguments.only:
+            runs = {name: command for name, command in runs.items() if name in {wanted[key] for key in arguments.only}}
         for name, command in runs.items():
             # The first run warms the page cache (the table and the file do not both fit in RAM here);
             # the figures are the median and best of the timed runs after it.
@@ -206,13 +216,13 @@ def main() -> None:
                 results[name]["runaways"] = report["overall"]["runaway_count"]
                 results[name]["rejected_rows"] = report["rejected_rows"]
             print(name, results[name], flush=True)
-    hand = results["hand-written DuckDB query (CSV)"]["wall_s"]
+    hand = results.get("hand-written DuckDB query (CSV)", {}).get("wall_s")
     print(json.dumps({"rows": arguments.rows, "cores": os.cpu_count(), "results": results}, indent=2))
     print("\n| run | median wall s | best wall s | peak RSS MiB | vs hand-written DuckDB | load avg (1 min) |\n"
           "|---|---:|---:|---:|---:|---:|")
     for name, figures in results.items():
         print(f"| {name} | {figures['wall_s']:.1f} | {figures['best_wall_s']:.1f} | {figures['peak_rss_mib']:.0f} "
-              f"| {figures['wall_s'] / hand:.2f}x | {figures['load_average_1m']:.1f} |")
+              f"| {ratio(figures['wall_s'], hand)} | {figures['load_average_1m']:.1f} |")
 
 
 if __name__ == "__main__":

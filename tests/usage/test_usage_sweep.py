@@ -34,6 +34,10 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
+def at_ms(milliseconds: int) -> datetime:
+    return T0 + timedelta(milliseconds=milliseconds)
+
+
 def test_nearest_rank_takes_the_value_at_rank_ceil_p_times_n() -> None:
     ten = {value: 1 for value in range(1, 11)}
     assert [nearest_rank(ten, p) for p in (0.5, 0.9, 0.99, 0.01)] == [5, 9, 10, 1]
@@ -149,7 +153,8 @@ def test_file_sweep_matches_the_reference(tmp_path_factory: pytest.TempPathFacto
        window=st.one_of(st.none(), st.tuples(st.integers(0, 60), st.integers(1, 40))),
        bucket_us=st.one_of(st.none(), st.integers(1, 40_000_000)), runaway_tokens=st.integers(1, 60))
 def test_bucketed_sweep_matches_the_reference(requests, window, bucket_us, runaway_tokens) -> None:
-    """Per seat and overall, with runaways left out, for any bucket length (one bucket per microsecond up to all in one)."""
+    """Per seat and overall, with runaways left out, for any bucket length (one bucket per microsecond up to all
+    in one). Times are whole milliseconds here, so a microsecond bucket stays cheap."""
     import numpy as np
 
     from seatplan.usage.loads import RequestRows, peak_loads, runaway_mask
@@ -159,18 +164,18 @@ def test_bucketed_sweep_matches_the_reference(requests, window, bucket_us, runaw
     rows = RequestRows(
         seat_names=seat_names,
         seat=np.array([seat for seat, *_ in requests], dtype=np.int32),
-        start_us=np.array([microseconds(at(start)) for _, start, _, _, _ in requests], dtype=np.int64),
-        end_us=np.array([microseconds(at(start + length)) for _, start, length, _, _ in requests], dtype=np.int64),
+        start_us=np.array([microseconds(at_ms(start)) for _, start, _, _, _ in requests], dtype=np.int64),
+        end_us=np.array([microseconds(at_ms(start + length)) for _, start, length, _, _ in requests], dtype=np.int64),
         prompt_tokens=np.array([prompt for *_, prompt, _ in requests], dtype=np.int64),
         completion_tokens=np.array([completion for *_, completion in requests], dtype=np.int64),
         starts_in_window=np.ones(len(requests), dtype=bool), included=np.ones(len(requests), dtype=bool),
     )
-    since, until = (at(window[0]), at(window[0] + window[1])) if window else (None, None)
+    since, until = (at_ms(window[0]), at_ms(window[0] + window[1])) if window else (None, None)
     runaway = runaway_mask(rows, {name: runaway_tokens for name in seat_names})
     per_seat, overall = peak_loads(rows, runaway, microseconds(since), microseconds(until), bucket_us)
 
     def reference(selected) -> tuple[int, int]:
-        return peak_inflight((Interval(at(start), at(start + length), prompt + completion)
+        return peak_inflight((Interval(at_ms(start), at_ms(start + length), prompt + completion)
                               for seat, start, length, prompt, completion in requests if selected(seat, completion)), since, until)
 
     for index, name in enumerate(seat_names):
@@ -194,3 +199,47 @@ def test_percentiles_by_partition_match_nearest_rank() -> None:
             histogram[value] = histogram.get(value, 0) + 1
         assert percentiles(np.array(values[::-1], dtype=np.int64)) == token_percentiles(histogram)
     assert percentiles(np.zeros(0, dtype=np.int64)).model_dump() == {"p50": None, "p90": None, "p99": None, "max": None}
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 300)), max_size=60), huge=st.booleans())
+def test_seat_percentiles_by_histogram_and_by_partition_match_nearest_rank(values, huge) -> None:
+    """The histogram (token counts that fit in HISTOGRAM_BINS) and the partition fallback give nearest rank."""
+    import numpy as np
+
+    import seatplan.usage.loads as loads
+
+    seat_names = ("a", "b", "c", "d")
+    tokens = np.array([value + (2**40 if huge and index == 0 else 0) for index, (_, value) in enumerate(values)], dtype=np.int64)
+    seat = np.array([seat for seat, _ in values], dtype=np.int32)
+    calls = np.ones(len(values), dtype=bool)
+    rows = loads.RequestRows(seat_names, seat, tokens, tokens, tokens, tokens, calls, calls)
+    [(per_seat, overall)] = loads.seat_percentiles(rows, tokens)
+
+    def reference(selected: list[int]) -> object:
+        histogram: dict[int, int] = {}
+        for value in selected:
+            histogram[value] = histogram.get(value, 0) + 1
+        return token_percentiles(histogram)
+
+    for index, name in enumerate(seat_names):
+        assert per_seat[name] == reference([int(value) for value, on in zip(tokens, seat == index) if on])
+    assert overall == reference([int(value) for value in tokens])
+
+
+@settings(max_examples=200, deadline=None)
+@given(picks=st.lists(st.integers(0, 7), max_size=200))
+def test_distinct_hashes_match_a_sort_even_when_they_share_slots(picks) -> None:
+    """Hashes that share their low bits, or all the bits of the first rounds, still get their own index."""
+    import numpy as np
+
+    from seatplan.usage.postgres import SLOT_BITS, distinct
+
+    shared = 12345
+    keys = np.array([shared, shared + (1 << SLOT_BITS), shared + (1 << (2 * SLOT_BITS)), shared + (3 << (3 * SLOT_BITS)),
+                     -shared, 0, -(2**63), 2**63 - 1], dtype=np.int64)
+    values = keys[np.array(picks, dtype=np.int64)]
+    found_keys, index = distinct(values)
+    expected_keys = np.unique(values)
+    assert found_keys.tolist() == expected_keys.tolist()
+    assert index.tolist() == np.searchsorted(expected_keys, values).tolist()

@@ -8,7 +8,7 @@ is :func:`seatplan.usage.sweep.peak_inflight`, kept small and obvious so tests c
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,12 +54,43 @@ def percentiles(values: np.ndarray) -> TokenPercentiles:
     return TokenPercentiles(p50=p50, p90=p90, p99=p99, max=at_rank[count - 1])
 
 
+HISTOGRAM_BINS = 1 << 24  # 128 MiB of counts; above that, per-seat partitions instead
+
+
 def seat_percentiles(rows: RequestRows, *columns: np.ndarray) -> list[tuple[dict[str, TokenPercentiles], TokenPercentiles]]:
     """For each column, (per seat, over all seats) percentiles over the calls that start in the window."""
-    calls = rows.starts_in_window
-    seat_calls = [calls & (rows.seat == index) for index in range(len(rows.seat_names))]
-    return [({name: percentiles(column[on_seat]) for name, on_seat in zip(rows.seat_names, seat_calls)},
-             percentiles(column[calls])) for column in columns]
+    calls = np.flatnonzero(rows.starts_in_window)
+    seat = rows.seat[calls]
+    seats = len(rows.seat_names)
+    figures = []
+    for column in columns:
+        values = column[calls]
+        top = int(values.max(initial=0))
+        # Accepted token counts are never negative, and usually small: one histogram per seat is then
+        # one bincount, where partitions would copy each seat's share of the column.
+        if seats and (top + 1) * seats <= HISTOGRAM_BINS:
+            per_seat, overall = _histogram_percentiles(seat, values, seats, top)
+        else:
+            per_seat = [percentiles(values[seat == index]) for index in range(seats)]
+            overall = percentiles(values)
+        figures.append((dict(zip(rows.seat_names, per_seat)), overall))
+    return figures
+
+
+def _histogram_percentiles(seat: np.ndarray, values: np.ndarray, seats: int, top: int) -> tuple[list[TokenPercentiles], TokenPercentiles]:
+    counts = np.bincount(seat.astype(np.int64) * (top + 1) + values, minlength=seats * (top + 1)).reshape(seats, top + 1)
+    cumulative = np.cumsum(counts, axis=1)
+    return ([_ranked(track) for track in cumulative], _ranked(cumulative.sum(axis=0)))
+
+
+def _ranked(cumulative: np.ndarray) -> TokenPercentiles:
+    """Nearest-rank percentiles from the running count of values up to each value."""
+    count = int(cumulative[-1]) if len(cumulative) else 0
+    if count == 0:
+        return TokenPercentiles(p50=None, p90=None, p99=None, max=None)
+    ranks = [max(1, math.ceil(fraction * count)) for fraction in PERCENTILE_FRACTIONS] + [count]
+    p50, p90, p99, top = (int(value) for value in np.searchsorted(cumulative, ranks))
+    return TokenPercentiles(p50=p50, p90=p90, p99=p99, max=top)
 
 
 def runaway_mask(rows: RequestRows, threshold_tokens_by_seat: Mapping[str, int]) -> np.ndarray:
@@ -71,6 +102,7 @@ def runaway_mask(rows: RequestRows, threshold_tokens_by_seat: Mapping[str, int])
 
 
 STARTS_PER_BUCKET = 8
+LOAD_NAMES = ("tokens", "requests", "tokens_without_runaways", "requests_without_runaways")
 
 
 def peak_loads(rows: RequestRows, runaway: np.ndarray, since_us: int | None, until_us: int | None,
@@ -82,41 +114,70 @@ def peak_loads(rows: RequestRows, runaway: np.ndarray, since_us: int | None, unt
     STARTS_PER_BUCKET starts per seat each, unless ``bucket_us`` is given): the load entering a bucket is
     a load the track really carried, so the highest one is a lower bound on the peak; inside a bucket the
     load never exceeds what entered plus everything that starts in it. Only the buckets whose bound beats
-    the lower bound are swept event by event. Any bucket length gives the same peaks.
+    the lower bound, for any of the four loads, are swept event by event, once for all four. Any bucket
+    length gives the same peaks.
     """
     events = _Events.of(rows, since_us, until_us, bucket_us)
-    tokens = (rows.prompt_tokens + rows.completion_tokens)[events.live]
-    ordinary = ~runaway[events.live]
-    # Float weights for np.bincount: exact, as every partial sum of token counts stays far below 2**53.
-    weights = {"tokens": lambda: tokens.astype(np.float64), "requests": lambda: np.ones(len(tokens)),
-               "tokens_without_runaways": lambda: (tokens * ordinary).astype(np.float64),
-               "requests_without_runaways": lambda: ordinary.astype(np.float64)}
-    overall: dict[str, int] = {}
-    per_seat: dict[str, dict[str, int]] = {name: {} for name in rows.seat_names}
-    for load_name, weight_of in weights.items():
-        if load_name.endswith("_without_runaways") and ordinary.all():
-            plain = load_name.removesuffix("_without_runaways")
-            overall[load_name] = overall[plain]
-            for figures in per_seat.values():
-                figures[load_name] = figures[plain]
-            continue
-        seat_peaks, overall[load_name] = events.peaks(weight_of(), len(rows.seat_names))
-        for name, peak in zip(rows.seat_names, seat_peaks):
-            per_seat[name][load_name] = peak
-    return {name: Peaks(**figures) for name, figures in per_seat.items()}, Peaks(**overall)
+    ordinary = ~events.take(runaway)
+    runaways = np.flatnonzero(~ordinary)
+    weights: dict[str, _Weights] = {"tokens": _Weights(events.take(rows.prompt_tokens + rows.completion_tokens)),
+                                    "requests": _Weights(None)}
+    sums = {name: events.bucket_sums(weight) for name, weight in weights.items()}
+    for name, weight in list(weights.items()):
+        # Runaways are a handful of requests: their share is taken off the bucket sums instead of summing again.
+        started, ended = sums[name]
+        runaway_started, runaway_ended = events.bucket_sums(weight, runaways)
+        sums[f"{name}_without_runaways"] = (started - runaway_started, ended - runaway_ended)
+        weights[f"{name}_without_runaways"] = _Weights(weight.values, ordinary)
+    seat_tracks = {name: (started.reshape(-1, events.buckets), (started - ended).reshape(-1, events.buckets))
+                   for name, (started, ended) in sums.items()}
+    overall_tracks = {name: (started.sum(axis=0, keepdims=True), net.sum(axis=0, keepdims=True))
+                      for name, (started, net) in seat_tracks.items()}
+    seat_peaks = events.sweep(seat_tracks, weights)
+    overall_peaks = events.sweep(overall_tracks, weights)
+    per_seat = {name: Peaks(**{load: seat_peaks[load][index] for load in LOAD_NAMES})
+                for index, name in enumerate(rows.seat_names)}
+    return per_seat, Peaks(**{load: overall_peaks[load][0] for load in LOAD_NAMES})
+
+
+@dataclass(frozen=True)
+class _Weights:
+    """What each live request adds to a load: its tokens, or 1 (``values`` None), or 0 where not ``kept``.
+
+    Float weights for np.bincount: exact, as every partial sum of token counts stays far below 2**53.
+    """
+
+    values: np.ndarray | None
+    kept: np.ndarray | None = None
+
+    def of(self, picked: np.ndarray | None, count: int) -> np.ndarray | None:
+        """The weights of the ``picked`` requests (all ``count`` of them when None); None means all ones."""
+        if self.values is None and self.kept is None:
+            return None if picked is None else np.ones(len(picked))
+        values = np.ones(count if picked is None else len(picked)) if self.values is None else (
+            self.values if picked is None else self.values[picked]).astype(np.float64)
+        return values if self.kept is None else values * (self.kept if picked is None else self.kept[picked])
 
 
 @dataclass(frozen=True)
 class _Events:
-    """Each live request's start and (if before the window's end) its end, with their (seat, bucket) group."""
+    """Each live request's start and end, with their (seat, bucket) group.
 
-    live: np.ndarray  # the requests in flight at some instant of the window
-    start_key: np.ndarray  # time * 2 + 1 per live request: ends (time * 2) sort before starts at equal times
-    end_key: np.ndarray  # per entry of ``ending``
-    ending: np.ndarray  # live requests (positions among them) whose end falls before the window's end
+    Each seat's track has one bucket more than time needs, past its last: ends at or after the window's
+    end go there. They come after every start in the window and only lower the load, and that bucket, with
+    no start in it, can never beat the lower bound, so it is never swept.
+    """
+
+    live: np.ndarray | None  # the requests in flight at some instant of the window; None: all of them
+    start: np.ndarray  # per live request, clipped to the window's start
+    end: np.ndarray
     seat_bucket: np.ndarray  # seat * buckets + bucket of each start; seat_end_bucket: of each end
     seat_end_bucket: np.ndarray
-    buckets: int
+    buckets: int  # per track, the one past the window included
+    seats: int
+
+    def take(self, values: np.ndarray) -> np.ndarray:
+        return values if self.live is None else values[self.live]
 
     @staticmethod
     def of(rows: RequestRows, since_us: int | None, until_us: int | None, bucket_us: int | None) -> _Events:
@@ -126,62 +187,80 @@ class _Events:
         live_mask &= rows.included
         if until_us is not None:
             live_mask &= start < until_us
-        live = np.flatnonzero(live_mask).astype(np.int32)
+        live = None if live_mask.all() else np.flatnonzero(live_mask)
         del live_mask
-        start, end = start[live], rows.end_us[live]
-        # Ends at or after the window's end come after every start in it and only lower the load: left out.
-        ending = (np.flatnonzero(end < until_us) if until_us is not None else np.arange(len(end))).astype(np.int32)
-        end = end[ending]
+        if live is not None:
+            start = start[live]
+        end = rows.end_us if live is None else rows.end_us[live]
         first = int(start.min()) if len(start) else 0
         last = int(max(start.max(initial=first), end.max(initial=first)))
         seats = max(len(rows.seat_names), 1)
         if bucket_us is None:
             bucket_us = max(1, (last - first + 1) * seats * STARTS_PER_BUCKET // max(len(start), 1))
-        buckets = (last - first) // bucket_us + 1
-        seat = rows.seat[live].astype(np.int64) * buckets
-        seat_bucket = seat + (start - first) // bucket_us
-        seat_end_bucket = seat[ending] + (end - first) // bucket_us
-        del seat
-        np.multiply(start, 2, out=start)
-        np.add(start, 1, out=start)
-        np.multiply(end, 2, out=end)
-        return _Events(live, start, end, ending, seat_bucket, seat_end_bucket, buckets)
+        buckets = (last - first) // bucket_us + 2
+        seat = (rows.seat if live is None else rows.seat[live]).astype(np.int64)
+        np.multiply(seat, buckets, out=seat)
+        seat_bucket = start - first
+        seat_bucket //= bucket_us
+        seat_bucket += seat
+        seat_end_bucket = end - first
+        seat_end_bucket //= bucket_us
+        if until_us is not None:
+            seat_end_bucket[end >= until_us] = buckets - 1
+        seat_end_bucket += seat
+        return _Events(live, start, end, seat_bucket, seat_end_bucket, buckets, seats)
 
-    def peaks(self, weight: np.ndarray, seats: int) -> tuple[list[int], int]:
-        """(the peak of each seat, the peak over all seats) of one load, ``weight`` per live request."""
-        end_weight = weight if len(self.ending) == len(weight) else weight[self.ending]
-        groups = max(seats, 1) * self.buckets
-        started = np.bincount(self.seat_bucket, weights=weight, minlength=groups).reshape(-1, self.buckets)
-        net = started - np.bincount(self.seat_end_bucket, weights=end_weight, minlength=groups).reshape(-1, self.buckets)
-        seat_peaks = self._tracks(started, net, lambda groups: groups, weight, end_weight)
-        overall = self._tracks(started.sum(axis=0, keepdims=True), net.sum(axis=0, keepdims=True),
-                               lambda groups: groups % self.buckets, weight, end_weight)
-        return seat_peaks[:seats], overall[0]
+    def bucket_sums(self, weight: _Weights, picked: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(started, ended) per (seat, bucket) group, of the ``picked`` requests (all by default)."""
+        start_group = self.seat_bucket if picked is None else self.seat_bucket[picked]
+        end_group = self.seat_end_bucket if picked is None else self.seat_end_bucket[picked]
+        weights = weight.of(picked, len(self.seat_bucket))
+        groups = self.seats * self.buckets
+        return (np.bincount(start_group, weights=weights, minlength=groups).astype(np.float64, copy=False),
+                np.bincount(end_group, weights=weights, minlength=groups).astype(np.float64, copy=False))
 
-    def _tracks(self, started: np.ndarray, net: np.ndarray, track_group: Callable[[np.ndarray], np.ndarray],
-                weight: np.ndarray, end_weight: np.ndarray) -> list[int]:
-        """Peaks of the tracks whose (track, bucket) sums are the rows of ``started`` and ``net``;
-        ``track_group`` maps a (seat, bucket) group to its (track, bucket) group."""
-        entering = np.cumsum(net, axis=1) - net  # the load entering each bucket of each track
-        known = np.maximum(entering.max(axis=1), 0)
-        open_groups = (entering + started > known[:, None]).ravel()
-        if not open_groups.any():
-            return [int(peak) for peak in known]
-        start_group, end_group = track_group(self.seat_bucket), track_group(self.seat_end_bucket)
-        starts = np.flatnonzero(open_groups[start_group])
-        ends = np.flatnonzero(open_groups[end_group])
-        group = np.concatenate((end_group[ends], start_group[starts]))
-        del start_group, end_group
-        key = np.concatenate((self.end_key[ends], self.start_key[starts]))
-        delta = np.concatenate((-end_weight[ends], weight[starts]))
+    def sweep(self, tracks: Mapping[str, tuple[np.ndarray, np.ndarray]], weights: Mapping[str, _Weights]) -> dict[str, list[int]]:
+        """Each load's peak per track, given per (track, bucket) its started and net sums: one track per
+        seat, or one track of all seats together."""
+        entering = {name: np.cumsum(net, axis=1) - net for name, (_, net) in tracks.items()}  # load entering each bucket
+        known = {name: np.maximum(entering[name].max(axis=1), 0) for name in tracks}
+        track_open = np.zeros(next(iter(tracks.values()))[0].shape, dtype=bool)
+        for name, (started, _) in tracks.items():
+            track_open |= entering[name] + started > known[name][:, None]
+        peaks = {name: [int(peak) for peak in known[name]] for name in tracks}
+        if not track_open.any():
+            return peaks
+        # Open (seat, bucket) groups: on the one track of all seats, a bucket is open for every seat.
+        merged = track_open.shape[0] == 1
+        open_groups = np.tile(track_open.ravel(), self.seats) if merged else track_open.ravel()
+        starts = np.flatnonzero(open_groups[self.seat_bucket])
+        ends = np.flatnonzero(open_groups[self.seat_end_bucket])
+        group = np.concatenate((self.seat_end_bucket[ends], self.seat_bucket[starts]))
+        if merged:
+            group %= self.buckets
+        # Ends (time * 2) sort before starts (time * 2 + 1) at equal times.
+        key = np.concatenate((self.end[ends] * 2, self.start[starts] * 2 + 1))
         order = np.lexsort((key, group))
-        group, delta = group[order], delta[order]
-        new_group = np.concatenate(([True], group[1:] != group[:-1]))
-        running = np.cumsum(delta)
-        before = np.concatenate(([0.0], running))[np.flatnonzero(new_group)]
-        inside = running - before[np.cumsum(new_group) - 1] + entering.ravel()[group]
+        del key
+        group = group[order]
+        opens_group = np.concatenate(([True], group[1:] != group[:-1]))
+        new_group = np.flatnonzero(opens_group)
+        run_of_event = np.cumsum(opens_group) - 1
+        del opens_group
         # Groups are sorted, so each track's swept events are one run: its highest load is one reduceat away.
         track = group // self.buckets
         track_starts = np.flatnonzero(np.concatenate(([True], track[1:] != track[:-1])))
-        highest = dict(zip(track[track_starts].tolist(), np.maximum.reduceat(inside, track_starts).tolist()))
-        return [int(max(peak, highest.get(index, 0))) for index, peak in enumerate(known.tolist())]
+        count = len(self.seat_bucket)
+        for name in tracks:
+            weight = weights[name]
+            delta = np.concatenate((-_as_array(weight.of(ends, count), ends), _as_array(weight.of(starts, count), starts)))[order]
+            running = np.cumsum(delta)
+            before = np.concatenate(([0.0], running))[new_group]
+            inside = running - before[run_of_event] + entering[name].ravel()[group]
+            highest = dict(zip(track[track_starts].tolist(), np.maximum.reduceat(inside, track_starts).tolist()))
+            peaks[name] = [int(max(peak, highest.get(index, 0))) for index, peak in enumerate(known[name].tolist())]
+        return peaks
+
+
+def _as_array(weights: np.ndarray | None, picked: np.ndarray) -> np.ndarray:
+    return np.ones(len(picked)) if weights is None else weights

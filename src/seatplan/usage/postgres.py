@@ -1,10 +1,11 @@
 """LiteLLM's PostgreSQL database, read in one pass over ``LiteLLM_SpendLogs``.
 
 Per-row work is what costs in PostgreSQL, so the table is scanned once and each row crosses the wire as
-54 fixed bytes: its ``ctid``, the two timestamps, the two token counts, a 64-bit hash of its model fields
-(model, model group, status, cache flag) and one of its client fields (key alias, team, user, user agent,
-address, tags). The server packs the rows of a range of pages into one ``bytea`` (``string_agg``), so the
-client receives a few dozen large values instead of millions of rows, and numpy reads them in place.
+seven fixed-size values: its ``ctid``, the two timestamps, the two token counts, a 64-bit hash of its model
+fields (model, model group, status, cache flag) and one of its client fields (key alias, team, user, user
+agent, address, tags). The server gathers the rows of a range of pages into one array per value
+(``array_agg``, cheaper for it than packing bytes), so the client receives a few dozen large values instead
+of millions of rows, and numpy reads their binary form in place.
 Two connections read alternate page ranges in one exported snapshot, using two server cores.
 Strings are fetched afterwards only for a handful of rows, by ``ctid`` in that same snapshot: one row per
 distinct model hash and per distinct client hash, the rejected rows named as examples, and the runaways.
@@ -48,10 +49,12 @@ LOOKUP_BATCH_ROWS = 5_000
 POSTGRES_EPOCH_US = 946_684_800 * 1_000_000
 INFINITE = np.iinfo(np.int64).max  # +infinity; NULL and -infinity read as rows.MISSING
 
-ROW_DTYPE = np.dtype([
-    ("block", ">u4"), ("offset", ">u2"), ("start", ">i8"), ("end", ">i8"), ("prompt", ">i8"), ("completion", ">i8"),
-    ("model_key", ">i8"), ("client_key", ">i8"),
-])
+# array_agg's binary form: a 20-byte header (one dimension, no NULLs), then each element as its length and bytes.
+ARRAY_HEADER_BYTES = 20
+INT8_ELEMENT = np.dtype([("length", ">i4"), ("value", ">i8")])  # int8 and timestamp (microseconds since 2000)
+TID_ELEMENT = np.dtype([("length", ">i4"), ("block", ">u4"), ("offset", ">u2")])
+ARRAY_OIDS = {"tid[]": 1010, "int8[]": 1016, "timestamp[]": 1115}
+COLUMNS = ("ctid", "start", "end", "prompt", "completion", "model_key", "client_key")
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,8 @@ class TableRows:
     client_key: np.ndarray
 
 
-
-def row_bytes_sql(columns: Mapping[str, str], status: str, cache_hit: str, request_tags: str) -> str:
-    """One row as ROW_DTYPE's bytes; NULLs become sentinels so every row has the same length.
+def row_columns_sql(columns: Mapping[str, str], status: str, cache_hit: str, request_tags: str) -> list[str]:
+    """The per-row values, in COLUMNS' order, each never NULL so every array element has the same length.
 
     The two keys XOR one 64-bit hash per field (NULL hashes to 0): cheaper for the server than joining the
     strings, and the tags are hashed as the jsonb the table holds (printing them as text to hash that costs
@@ -83,15 +85,15 @@ def row_bytes_sql(columns: Mapping[str, str], status: str, cache_hit: str, reque
     model_key = hashed((columns["model"], columns["model_group"], status, cache_hit))
     client_key = (hashed([columns[name] for name in CLIENT_COLUMNS if name != "tags_json"])
                   + f" # COALESCE(jsonb_hash_extended(CAST({request_tags} AS jsonb), {len(CLIENT_COLUMNS)}), 0)")
-    return " || ".join((
-        "tidsend(ctid)",
-        f"timestamp_send(COALESCE(CAST({columns['start_ts']} AS timestamp), '-infinity'))",
-        f"timestamp_send(COALESCE(CAST({columns['end_ts']} AS timestamp), '-infinity'))",
-        f"int8send(COALESCE(CAST({columns['prompt_tokens']} AS bigint), {MISSING}))",
-        f"int8send(COALESCE(CAST({columns['completion_tokens']} AS bigint), {MISSING}))",
-        f"int8send({model_key})",
-        f"int8send({client_key})",
-    ))
+    return [
+        "ctid",
+        f"COALESCE(CAST({columns['start_ts']} AS timestamp), '-infinity')",
+        f"COALESCE(CAST({columns['end_ts']} AS timestamp), '-infinity')",
+        f"COALESCE(CAST({columns['prompt_tokens']} AS bigint), {MISSING})",
+        f"COALESCE(CAST({columns['completion_tokens']} AS bigint), {MISSING})",
+        model_key,
+        client_key,
+    ]
 
 
 def page_ranges(pages: int, count: int) -> list[tuple[int, int | None]]:
@@ -101,18 +103,52 @@ def page_ranges(pages: int, count: int) -> list[tuple[int, int | None]]:
     return [(start, starts[index + 1] if index + 1 < len(starts) else None) for index, start in enumerate(starts)]
 
 
-def decode_chunk(chunk: bytes) -> dict[str, np.ndarray]:
-    """One page range's packed rows as native arrays, so the bytes can be let go at once."""
-    packed = np.frombuffer(chunk, dtype=ROW_DTYPE)
-    return {name: packed[name].astype(ROW_DTYPE[name].newbyteorder("=")) for name in ROW_DTYPE.names}
+def decode_array(data: Any, element: np.dtype) -> np.ndarray:
+    """One array_agg value, received in binary, as a native copy of its elements."""
+    header = np.frombuffer(data, dtype=">i4", count=2) if len(data) >= 8 else np.zeros(2, dtype=">i4")
+    if len(data) == 12 and header[0] == 0:
+        return np.zeros(0, dtype=element)  # an empty array has no dimension
+    elements = np.frombuffer(data, dtype=element, offset=ARRAY_HEADER_BYTES)
+    if header[0] != 1 or header[1] != 0 or (elements["length"] != element.itemsize - 4).any():
+        raise SeatplanError("PostgreSQL sent an array seatplan cannot read", where="LiteLLM_SpendLogs",
+                            fix="report this with the PostgreSQL version; NULL elements or a second dimension are unexpected")
+    return elements
+
+
+def native_fields(data: Any, element: np.dtype) -> tuple[np.ndarray, ...]:
+    """Each field of an array's elements (but their length) as a native int64 copy, the bytes left unreferenced."""
+    elements = decode_array(data, element)
+    return tuple(elements[name].astype(elements.dtype[name].newbyteorder("=")) for name in element.names[1:])
+
+
+def _array_loader(element: np.dtype) -> type:
+    """A psycopg binary loader that hands an array's bytes to numpy instead of building a Python list."""
+    from psycopg.adapt import Loader
+    from psycopg.pq import Format
+
+    class RawArrayLoader(Loader):
+        format = Format.BINARY
+
+        def load(self, data: Any) -> tuple[np.ndarray, ...]:
+            return native_fields(data, element)
+
+    return RawArrayLoader
+
+
+def decode_chunk(values: Sequence[Any]) -> dict[str, np.ndarray]:
+    """One page range's arrays, as the loaders made them (None where the range had no rows), by name."""
+    empty = tuple(np.zeros(0, dtype=TID_ELEMENT[name].newbyteorder("=")) for name in TID_ELEMENT.names[1:])
+    (block, offset), *numbers = (value if value is not None else empty if index == 0 else (np.zeros(0, np.int64),)
+                                 for index, value in enumerate(values))
+    return {"block": block, "offset": offset, **{name: value for name, (value, *_) in zip(COLUMNS[1:], numbers)}}
 
 
 def join_chunks(chunks: list[dict[str, np.ndarray]]) -> TableRows:
     """All page ranges as one TableRows, one column at a time, freeing each part as it is joined."""
     columns: dict[str, np.ndarray] = {}
-    for name in ROW_DTYPE.names:
+    for name in ("block", "offset", *COLUMNS[1:]):
         parts = [chunk.pop(name) for chunk in chunks]
-        columns[name] = np.concatenate(parts) if parts else np.zeros(0, ROW_DTYPE[name].newbyteorder("="))
+        columns[name] = np.concatenate(parts)
         del parts
     return TableRows(**columns)
 
@@ -158,32 +194,40 @@ class PostgresSource:
         wanted = window.needs(self.columns["start_ts"], self.columns["end_ts"])
         pages = self.connection.execute(
             f"SELECT pg_relation_size({sql_string(self.table)}::regclass) / current_setting('block_size')::int").fetchone()[0]
-        packed = row_bytes_sql(self.columns, self.status_text, self.cache_hit_text, self.request_tags)
-        select = f"SELECT string_agg({packed}, ''::bytea) FROM {self.table} WHERE {wanted} AND "
+        values = row_columns_sql(self.columns, self.status_text, self.cache_hit_text, self.request_tags)
+        select = f"SELECT {', '.join(f'array_agg({value})' for value in values)} FROM {self.table} WHERE {wanted} AND "
         ranges = page_ranges(int(pages), max(2 * READ_CONNECTIONS, -(-int(pages) // PAGES_PER_RANGE)))
         statements = [select + f"ctid >= '({first},0)'::tid" + (f" AND ctid < '({last},0)'::tid" if last is not None else "")
                       for first, last in ranges]
         return join_chunks(self._run_in_parallel(statements))
 
     def _run_in_parallel(self, statements: list[str]) -> list[dict[str, np.ndarray]]:
-        """Each statement's one bytea, decoded; READ_CONNECTIONS connections share this transaction's snapshot."""
+        """Each statement's arrays, decoded; READ_CONNECTIONS connections share this transaction's snapshot and
+        take the next statement as they finish one, so neither waits while the other still has ranges to read."""
         snapshot = self._export_snapshot()
         helpers = [_snapshot_connection(self.dsn, snapshot) for _ in range(READ_CONNECTIONS - 1)] if snapshot else []
         results: list[dict[str, np.ndarray] | None] = [None] * len(statements)
         failures: list[BaseException] = []
+        next_statement = iter(range(len(statements)))
+        taking = threading.Lock()
 
-        def read(connection: Any, indexes: range) -> None:
+        def read(connection: Any) -> None:
             try:
-                for index in indexes:
-                    value = connection.execute(statements[index], binary=True).fetchone()[0]
-                    results[index] = decode_chunk(value if value is not None else b"")
+                cursor = connection.cursor(binary=True)
+                for name, oid in ARRAY_OIDS.items():
+                    cursor.adapters.register_loader(oid, _array_loader(TID_ELEMENT if name == "tid[]" else INT8_ELEMENT))
+                while not failures:
+                    with taking:
+                        index = next(next_statement, None)
+                    if index is None:
+                        return
+                    results[index] = decode_chunk(cursor.execute(statements[index]).fetchone())
             except BaseException as problem:  # noqa: BLE001 - re-raised in the calling thread
                 failures.append(problem)
 
         connections = [self.connection, *helpers]
         try:
-            threads = [threading.Thread(target=read, args=(connection, range(number, len(statements), len(connections))))
-                       for number, connection in enumerate(connections)]
+            threads = [threading.Thread(target=read, args=(connection,)) for connection in connections]
             for thread in threads:
                 thread.start()
             for thread in threads:
@@ -193,7 +237,7 @@ class PostgresSource:
                 helper.close()
         if failures:
             raise failures[0]
-        return [result if result is not None else decode_chunk(b"") for result in results]
+        return [result if result is not None else decode_chunk([None] * len(COLUMNS)) for result in results]
 
     def _export_snapshot(self) -> str | None:
         """This transaction's snapshot for the helper connections; None where the server cannot share one."""
@@ -248,10 +292,37 @@ def to_unix_microseconds(postgres_times: np.ndarray) -> np.ndarray:
     return postgres_times
 
 
-def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct values, each value's index among them): a plain sort, cheaper than np.unique's inverse."""
-    keys = np.unique(values)
-    return keys, np.searchsorted(keys, values).astype(np.int32)
+SLOT_BITS = 20
+
+
+def distinct(values: np.ndarray, round_number: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, each value's index among them) of 64-bit hashes, without sorting them all.
+
+    A few thousand distinct hashes among millions of rows: each row goes to a slot by some of its hash's
+    bits, and the first row in each slot names it. Rows whose hash differs from their slot's (two hashes
+    sharing a slot) are a small remainder, handled the same way on other bits.
+    """
+    if len(values) == 0 or round_number * SLOT_BITS >= 64:
+        keys = np.unique(values)
+        return keys, np.searchsorted(keys, values).astype(np.int32)
+    slot = (values >> (round_number * SLOT_BITS)) & ((1 << SLOT_BITS) - 1)
+    first_row = np.full(1 << SLOT_BITS, -1, dtype=np.int64)
+    rows = np.arange(len(values) - 1, -1, -1)
+    first_row[slot[::-1]] = rows  # written last to first, so the first row in each slot stays
+    del rows
+    used = np.flatnonzero(first_row >= 0)
+    slot_keys = values[first_row[used]]
+    slot_key_of_row = np.zeros(1 << SLOT_BITS, dtype=values.dtype)
+    slot_key_of_row[used] = slot_keys
+    others = np.flatnonzero(slot_key_of_row[slot] != values)
+    other_keys, other_index = distinct(values[others], round_number + 1) if len(others) else (slot_keys[:0], None)
+    keys = np.unique(np.concatenate((slot_keys, other_keys)))
+    rank_of_slot = np.zeros(1 << SLOT_BITS, dtype=np.int32)
+    rank_of_slot[used] = np.searchsorted(keys, slot_keys)
+    index = rank_of_slot[slot]
+    if other_index is not None:
+        index[others] = np.searchsorted(keys, other_keys)[other_index]
+    return keys, index
 
 
 def representatives(index: np.ndarray, count: int) -> np.ndarray:

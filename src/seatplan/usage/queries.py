@@ -7,7 +7,7 @@ columns in PostgreSQL, text in a CSV, JSON in JSON Lines):
     failed, cache_hit, key_alias, team, user_id, user_agent, client_ip, tags_json, readable
 
 Empty strings read as NULL; a key without an alias is named by the start of its hash. PostgreSQL packs
-these per row (``postgres.row_bytes_sql``); a file is grouped by them in one pass (:func:`spend_groups_sql`).
+these per row (``postgres.row_columns_sql``); a file is grouped by them in one pass (:func:`spend_groups_sql`).
 Nothing here does I/O; the values inlined into the SQL are datetimes and integers formatted here, and
 names quoted by :func:`sql_string`.
 """

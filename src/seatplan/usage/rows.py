@@ -139,31 +139,31 @@ def summarize(rows: SpendRows, verdicts: Verdicts, request_ids: RequestIds, unre
 
 
 def seat_counts(rows: SpendRows, verdicts: Verdicts) -> dict[str, SeatCounts]:
-    seats = len(verdicts.seat_names)
-    considered = (verdicts.seat >= 0) & (verdicts.counted | verdicts.in_flight)
-    seat = verdicts.seat[considered]
-    model_index = rows.model_index[considered]
-    accepted = verdicts.accepted[considered]
-    calls = accepted & verdicts.starts_in_window[considered]
-    failed = np.array([_code(fields.failed) for fields in rows.models] or [0], dtype=np.int8)[model_index]
-    cache_hit = np.array([_code(fields.cache_hit) for fields in rows.models] or [0], dtype=np.int8)[model_index]
-
-    def per_seat(mask: np.ndarray) -> list[int]:
-        return np.bincount(seat[mask], minlength=seats).tolist()
-
-    tallies = {
-        "calls": per_seat(calls), "errors": per_seat(calls & (failed == 1)),
-        "calls_with_status": per_seat(calls & (failed >= 0)), "cache_hits": per_seat(calls & (cache_hit == 1)),
-        "calls_with_cache_flag": per_seat(calls & (cache_hit >= 0)),
-        "rejected_rows": per_seat(~accepted & verdicts.counted[considered]),
-    }
-    counts = {name: SeatCounts(**{field: values[index] for field, values in tallies.items()})
-              for index, name in enumerate(verdicts.seat_names)}
-    seen = np.bincount(model_index, minlength=len(rows.models)) > 0
-    for index in np.flatnonzero(seen & (verdicts.seat_of_model[: len(rows.models)] >= 0)).tolist():
-        fields = rows.models[index]
-        counts[verdicts.seat_names[verdicts.seat_of_model[index]]].model_names |= {
-            text for text in (fields.model, fields.model_group) if text}
+    """Calls, errors, cache hits and rejected rows per seat. A row's seat, status and cache flag all follow
+    from its model fields, so rows are counted once per model entry and kind, and the entries added up."""
+    considered = verdicts.counted | verdicts.in_flight
+    calls = verdicts.accepted & verdicts.starts_in_window
+    rejected = ~verdicts.accepted & verdicts.counted
+    # 0: left out, 1: a call, 2: a rejected row, 3: only in flight (its model is still one the seat served).
+    kind = considered.view(np.int8) * np.int8(3)
+    kind -= calls.view(np.int8) * np.int8(2)
+    kind -= rejected.view(np.int8)
+    del considered, calls, rejected
+    entries = len(rows.models)
+    per_model = np.bincount(rows.model_index.astype(np.int64) * 4 + kind, minlength=4 * entries).reshape(-1, 4)
+    counts = {name: SeatCounts() for name in verdicts.seat_names}
+    for index, (fields, (_, calls_of, rejected_of, in_flight_of)) in enumerate(zip(rows.models, per_model.tolist())):
+        seat = int(verdicts.seat_of_model[index])
+        if seat < 0 or not (calls_of or rejected_of or in_flight_of):
+            continue
+        counts[verdicts.seat_names[seat]].add(SeatCounts(
+            model_names={text for text in (fields.model, fields.model_group) if text},
+            calls=calls_of, errors=calls_of if fields.failed else 0,
+            calls_with_status=calls_of if fields.failed is not None else 0,
+            cache_hits=calls_of if fields.cache_hit else 0,
+            calls_with_cache_flag=calls_of if fields.cache_hit is not None else 0,
+            rejected_rows=rejected_of,
+        ))
     return counts
 
 
@@ -211,7 +211,3 @@ def runaway_rows(rows: SpendRows, verdicts: Verdicts, runaway: np.ndarray, reque
         runaways.append(RunawayRow(verdicts.seat_names[verdicts.seat[row]], request_id, int(rows.completion_tokens[row]),
                                    client.key_alias, client.team, client.user_id, client.tags_json))
     return runaways
-
-
-def _code(flag: bool | None) -> int:
-    return -1 if flag is None else int(flag)

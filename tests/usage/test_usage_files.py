@@ -46,6 +46,23 @@ def test_broken_csv_lines_and_cells_are_counted_not_fatal(scenario_csv: Path) ->
     assert report.models[CHAT_MODEL].calls == 9
 
 
+@pytest.mark.parametrize("written", ["yesterday", '""', "2026-13-45 25:00:00"])
+def test_a_time_that_does_not_parse_is_one_rejected_row(scenario_csv: Path, written: str) -> None:
+    """The fast read types the times as it parses them; one that does not parse (the only fault in the file)
+    sends it through the careful read, where that row is rejected and the rest read as before."""
+    reference = usage_report(scenario_csv, WINDOW)
+    text = scenario_csv.read_text(encoding="utf-8")
+    header, first, *rest = text.splitlines(keepends=True)
+    names = header.strip().split(",")
+    start, request_id = (next(csv.reader([first]))[names.index(name)] for name in ("startTime", "request_id"))
+    scenario_csv.write_text(header + first.replace(start, "not-a-time", 1).replace("not-a-time", written) + "".join(rest),
+                            encoding="utf-8")
+    report = usage_report(scenario_csv, WINDOW)
+    assert report.rejected_by_reason == reference.rejected_by_reason | {
+        "unreadable_timestamp": reference.rejected_by_reason.get("unreadable_timestamp", 0) + 1}
+    assert request_id in report.rejected_example_request_ids["unreadable_timestamp"]
+
+
 def test_broken_metadata_json_reads_as_no_metadata(scenario_csv: Path) -> None:
     """The fast read trusts each JSON document; a broken one sends the file through the careful second read,
     where that row counts with its key named by its hash, as a row without metadata would."""

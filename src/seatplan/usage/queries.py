@@ -22,6 +22,7 @@ from typing import Literal
 SourceFormat = Literal["postgresql", "csv", "jsonl"]
 
 # Columns the figures need; every other LiteLLM column is ignored, and a missing optional one reads as NULL.
+TIME_COLUMNS = ("startTime", "endTime")
 REQUIRED_COLUMNS = ("request_id", "startTime", "endTime", "prompt_tokens", "completion_tokens", "model")
 OPTIONAL_COLUMNS = ("model_group", "api_key", "user", "metadata", "cache_hit", "request_tags", "team_id",
                     "requester_ip_address", "status")
@@ -82,6 +83,7 @@ class SourceShape:
     from_clause: str
     columns: frozenset[str]
     check_json: bool = True  # see _Reader: False reads faster and fails on the first broken JSON document
+    typed_times: bool = False  # the source already types startTime and endTime as TIMESTAMPTZ
 
 
 METADATA_KEYS = ("status", "user_api_key_alias", "user_api_key_team_alias", "user_api_key_user_id", "user_agent",
@@ -125,6 +127,8 @@ class _Reader:
     def timestamp(self, name: str) -> str:
         if self.is_postgres:
             return self.raw(name)
+        if self.shape.typed_times:
+            return f"CAST({self.raw(name)} AS TIMESTAMP)"
         # Through TIMESTAMPTZ in session zone UTC: PostgreSQL's CSV (no zone), the API's "Z" and an explicit
         # offset all land on UTC wall-clock time; measured as fast as a plain TIMESTAMP cast.
         return f"TRY_CAST(TRY_CAST({self.raw(name)} AS TIMESTAMPTZ) AS TIMESTAMP)"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
-from seatplan.usage.queries import GROUP_COLUMNS, SourceFormat, SourceShape, Window, missing_required, spend_groups_sql, sql_string
+from seatplan.usage.queries import GROUP_COLUMNS, TIME_COLUMNS, SourceFormat, SourceShape, Window, missing_required, spend_groups_sql, sql_string
 from seatplan.usage.rows import ClientFields, ModelFields, SpendRows
 from seatplan.usage.scan import SpendLogSource
 
@@ -93,9 +93,10 @@ class DuckDBFileSource:
 
         try:
             return self._read_groups(window, careful=False)
-        except duckdb.InvalidInputException:
-            # Lines that do not split into the header's columns, or a broken JSON document: read again,
-            # counting such lines and reading such documents as empty instead.
+        except (duckdb.InvalidInputException, duckdb.ConversionException):
+            # Lines that do not split into the header's columns, a time that does not parse, or a broken
+            # JSON document: read again, counting such lines, such times as unreadable and such documents
+            # as empty instead.
             return self._read_groups(window, careful=True)
 
     def request_ids(self, positions: Any) -> list[str | None]:
@@ -109,8 +110,9 @@ class DuckDBFileSource:
             from_clause = _csv_from_clause(self.path, self.columns, careful)
         else:
             from_clause = _json_lines_from_clause(self.path, careful)
-        # The careful second read also checks each JSON document before reading it.
-        shape = SourceShape(self.source_format, from_clause, frozenset(self.columns), check_json=careful)
+        # The careful second read also checks each JSON document before reading it, and reads times as text.
+        shape = SourceShape(self.source_format, from_clause, frozenset(self.columns), check_json=careful,
+                            typed_times=self.source_format == "csv" and not careful)
         try:
             self.connection.execute(f"CREATE OR REPLACE TEMP TABLE spend_groups AS {spend_groups_sql(shape, window, self.request_id_from_tokens)}")
             # Read back in table order, one column at a time: the lists' elements line up across columns.
@@ -121,7 +123,7 @@ class DuckDBFileSource:
                        for name in ("start_us", "end_us", "prompt_tokens", "completion_tokens")}
             self.connection.execute("SET preserve_insertion_order = false")
             self.connection.execute("DROP TABLE spend_groups")
-        except duckdb.InvalidInputException:
+        except (duckdb.InvalidInputException, duckdb.ConversionException):
             if careful:
                 raise SeatplanError("DuckDB cannot read the file even line by line", where=str(self.path), fix=SOURCE_FIX) from None
             raise
@@ -186,13 +188,16 @@ def _rejects_option(keep_rejects: bool) -> str:
     return ", ignore_errors = true, store_rejects = true" if keep_rejects else ""
 
 
-def _csv_from_clause(path: Path, columns: list[str], keep_rejects: bool) -> str:
-    # Text in, typed by TRY_CAST later: a bad cell becomes a rejected row instead of a failed run.
+def _csv_from_clause(path: Path, columns: list[str], careful: bool) -> str:
+    # The fast read types the two times as the reader parses them, a third of the cost of casting text
+    # later; one cell that does not parse fails it, and the careful read takes text in, typed by TRY_CAST
+    # later, so a bad cell becomes a rejected row instead of a failed run.
     # PostgreSQL's CSV dialect, stated rather than sniffed: a few odd lines must not change how the rest read.
-    column_types = "{" + ", ".join(f"{sql_string(name)}: 'VARCHAR'" for name in columns) + "}"
+    typed = {} if careful else {name: "TIMESTAMPTZ" for name in TIME_COLUMNS}
+    column_types = "{" + ", ".join(f"{sql_string(name)}: '{typed.get(name, 'VARCHAR')}'" for name in columns) + "}"
     return (f"read_csv({sql_string(str(path))}, header = true, auto_detect = false, columns = {column_types}, "
             f"delim = ',', quote = '\"', escape = '\"', allow_quoted_nulls = false, "
-            f"max_line_size = {MAX_LINE_BYTES}{_rejects_option(keep_rejects)})")
+            f"max_line_size = {MAX_LINE_BYTES}{_rejects_option(careful)})")
 
 
 def _json_lines_from_clause(path: Path, keep_rejects: bool) -> str:

@@ -223,6 +223,36 @@ def test_one_connection_when_the_server_cannot_share_a_snapshot(new_spend_databa
     assert figures(usage_report(dsn, WINDOW)) == whole
 
 
+def test_row_columns_grow_past_the_estimate_and_keep_every_range() -> None:
+    """Ranges arrive in any order and may outnumber the table's estimated rows; each row lands once."""
+    import numpy as np
+
+    from seatplan.usage.postgres import COLUMNS, INT8_ELEMENT, TID_ELEMENT, RowColumns
+
+    def page_range(block: int, rows: int) -> list[np.ndarray]:
+        ctid = np.zeros(rows, dtype=TID_ELEMENT)
+        ctid["length"], ctid["block"], ctid["offset"] = 6, block, np.arange(1, rows + 1)
+        numbers = []
+        for column in range(len(COLUMNS) - 1):
+            value = np.zeros(rows, dtype=INT8_ELEMENT)
+            value["length"], value["value"] = 8, block * 1000 + column * 100 + np.arange(rows)
+            numbers.append(value)
+        return [ctid, *numbers]
+
+    columns = RowColumns(estimated_rows=0)
+    sizes = {7: 900, 2: 0, 5: 1500, 1: 3}
+    for block, rows in sizes.items():
+        columns.append(page_range(block, rows) if rows else [None] * len(COLUMNS))
+    table = columns.rows()
+    assert len(table.block) == sum(sizes.values())
+    assert table.block.dtype == np.uint32 and table.offset.dtype == np.uint16 and table.start.dtype == np.int64
+    for block, rows in sizes.items():
+        mine = table.block == block
+        assert mine.sum() == rows
+        assert table.offset[mine].tolist() == list(range(1, rows + 1))
+        assert table.client_key[mine].tolist() == [block * 1000 + 500 + row for row in range(rows)]
+
+
 def test_page_ranges_cover_every_page() -> None:
     from seatplan.usage.postgres import page_ranges
 

@@ -104,7 +104,7 @@ def page_ranges(pages: int, count: int) -> list[tuple[int, int | None]]:
 
 
 def decode_array(data: Any, element: np.dtype) -> np.ndarray:
-    """One array_agg value, received in binary, as a native copy of its elements."""
+    """One array_agg value, received in binary, as a view of its elements (valid until the next query)."""
     header = np.frombuffer(data, dtype=">i4", count=2) if len(data) >= 8 else np.zeros(2, dtype=">i4")
     if len(data) == 12 and header[0] == 0:
         return np.zeros(0, dtype=element)  # an empty array has no dimension
@@ -115,12 +115,6 @@ def decode_array(data: Any, element: np.dtype) -> np.ndarray:
     return elements
 
 
-def native_fields(data: Any, element: np.dtype) -> tuple[np.ndarray, ...]:
-    """Each field of an array's elements (but their length) as a native int64 copy, the bytes left unreferenced."""
-    elements = decode_array(data, element)
-    return tuple(elements[name].astype(elements.dtype[name].newbyteorder("=")) for name in element.names[1:])
-
-
 def _array_loader(element: np.dtype) -> type:
     """A psycopg binary loader that hands an array's bytes to numpy instead of building a Python list."""
     from psycopg.adapt import Loader
@@ -129,28 +123,48 @@ def _array_loader(element: np.dtype) -> type:
     class RawArrayLoader(Loader):
         format = Format.BINARY
 
-        def load(self, data: Any) -> tuple[np.ndarray, ...]:
-            return native_fields(data, element)
+        def load(self, data: Any) -> np.ndarray:
+            return decode_array(data, element)
 
     return RawArrayLoader
 
 
-def decode_chunk(values: Sequence[Any]) -> dict[str, np.ndarray]:
-    """One page range's arrays, as the loaders made them (None where the range had no rows), by name."""
-    empty = tuple(np.zeros(0, dtype=TID_ELEMENT[name].newbyteorder("=")) for name in TID_ELEMENT.names[1:])
-    (block, offset), *numbers = (value if value is not None else empty if index == 0 else (np.zeros(0, np.int64),)
-                                 for index, value in enumerate(values))
-    return {"block": block, "offset": offset, **{name: value for name, (value, *_) in zip(COLUMNS[1:], numbers)}}
+class RowColumns:
+    """The rows of every page range, column by column, appended as ranges arrive in whatever order (no
+    figure depends on the rows' order). Each range is copied once, from the received bytes into its place,
+    instead of being decoded and then joined; room is reserved for the table's estimated row count, and
+    untouched room costs address space only."""
+
+    FIELDS = {"block": np.uint32, "offset": np.uint16, **{name: np.int64 for name in COLUMNS[1:]}}
+
+    def __init__(self, estimated_rows: int) -> None:
+        self.count = 0
+        self.arrays = {name: np.empty(max(estimated_rows, 1024), dtype=dtype) for name, dtype in self.FIELDS.items()}
+        self.appending = threading.Lock()
+
+    def append(self, values: Sequence[np.ndarray | None]) -> None:
+        """One range's arrays, in COLUMNS' order (None where the range had no rows)."""
+        if values[0] is None:
+            return
+        ctid, *numbers = values
+        sources = {"block": ctid["block"], "offset": ctid["offset"],
+                   **{name: value["value"] for name, value in zip(COLUMNS[1:], numbers)}}
+        with self.appending:
+            first, last = self.count, self.count + len(ctid)
+            if last > len(self.arrays["block"]):
+                self.arrays = {name: _grown(array, first, max(2 * len(array), last)) for name, array in self.arrays.items()}
+            for name, source in sources.items():
+                self.arrays[name][first:last] = source
+            self.count = last
+
+    def rows(self) -> TableRows:
+        return TableRows(**{name: array[: self.count] for name, array in self.arrays.items()})
 
 
-def join_chunks(chunks: list[dict[str, np.ndarray]]) -> TableRows:
-    """All page ranges as one TableRows, one column at a time, freeing each part as it is joined."""
-    columns: dict[str, np.ndarray] = {}
-    for name in ("block", "offset", *COLUMNS[1:]):
-        parts = [chunk.pop(name) for chunk in chunks]
-        columns[name] = np.concatenate(parts)
-        del parts
-    return TableRows(**columns)
+def _grown(array: np.ndarray, used: int, size: int) -> np.ndarray:
+    bigger = np.empty(size, dtype=array.dtype)
+    bigger[:used] = array[:used]
+    return bigger
 
 
 class PostgresSource:
@@ -199,14 +213,18 @@ class PostgresSource:
         ranges = page_ranges(int(pages), max(2 * READ_CONNECTIONS, -(-int(pages) // PAGES_PER_RANGE)))
         statements = [select + f"ctid >= '({first},0)'::tid" + (f" AND ctid < '({last},0)'::tid" if last is not None else "")
                       for first, last in ranges]
-        return join_chunks(self._run_in_parallel(statements))
+        estimated_rows = self.connection.execute(
+            f"SELECT reltuples::bigint FROM pg_class WHERE oid = {sql_string(self.table)}::regclass").fetchone()[0]
+        columns = RowColumns(int(estimated_rows * 1.1) if estimated_rows and estimated_rows > 0 else 0)
+        self._run_in_parallel(statements, columns)
+        return columns.rows()
 
-    def _run_in_parallel(self, statements: list[str]) -> list[dict[str, np.ndarray]]:
-        """Each statement's arrays, decoded; READ_CONNECTIONS connections share this transaction's snapshot and
-        take the next statement as they finish one, so neither waits while the other still has ranges to read."""
+    def _run_in_parallel(self, statements: list[str], columns: RowColumns) -> None:
+        """Each statement's arrays appended to ``columns``; READ_CONNECTIONS connections share this transaction's
+        snapshot and take the next statement as they finish one, so neither waits while the other still has
+        ranges to read."""
         snapshot = self._export_snapshot()
         helpers = [_snapshot_connection(self.dsn, snapshot) for _ in range(READ_CONNECTIONS - 1)] if snapshot else []
-        results: list[dict[str, np.ndarray] | None] = [None] * len(statements)
         failures: list[BaseException] = []
         next_statement = iter(range(len(statements)))
         taking = threading.Lock()
@@ -221,7 +239,7 @@ class PostgresSource:
                         index = next(next_statement, None)
                     if index is None:
                         return
-                    results[index] = decode_chunk(cursor.execute(statements[index]).fetchone())
+                    columns.append(cursor.execute(statements[index]).fetchone())
             except BaseException as problem:  # noqa: BLE001 - re-raised in the calling thread
                 failures.append(problem)
 
@@ -237,7 +255,6 @@ class PostgresSource:
                 helper.close()
         if failures:
             raise failures[0]
-        return [result if result is not None else decode_chunk([None] * len(COLUMNS)) for result in results]
 
     def _export_snapshot(self) -> str | None:
         """This transaction's snapshot for the helper connections; None where the server cannot share one."""

@@ -128,7 +128,7 @@ def peak_loads(rows: RequestRows, runaway: np.ndarray, since_us: int | None, unt
         started, ended = sums[name]
         runaway_started, runaway_ended = events.bucket_sums(weight, runaways)
         sums[f"{name}_without_runaways"] = (started - runaway_started, ended - runaway_ended)
-        weights[f"{name}_without_runaways"] = _Weights(weight.values, ordinary)
+        weights[f"{name}_without_runaways"] = _Weights(weight.tokens, ordinary)
     seat_tracks = {name: (started.reshape(-1, events.buckets), (started - ended).reshape(-1, events.buckets))
                    for name, (started, ended) in sums.items()}
     overall_tracks = {name: (started.sum(axis=0, keepdims=True), net.sum(axis=0, keepdims=True))
@@ -142,21 +142,22 @@ def peak_loads(rows: RequestRows, runaway: np.ndarray, since_us: int | None, unt
 
 @dataclass(frozen=True)
 class _Weights:
-    """What each live request adds to a load: its tokens, or 1 (``values`` None), or 0 where not ``kept``.
+    """What each live request adds to a load: its token count, or 1 where ``tokens`` is None; 0 where not
+    ``kept``. Summed as floats by np.bincount: exact, as every partial sum of token counts stays far below
+    2**53."""
 
-    Float weights for np.bincount: exact, as every partial sum of token counts stays far below 2**53.
-    """
-
-    values: np.ndarray | None
+    tokens: np.ndarray | None
     kept: np.ndarray | None = None
 
-    def of(self, picked: np.ndarray | None, count: int) -> np.ndarray | None:
-        """The weights of the ``picked`` requests (all ``count`` of them when None); None means all ones."""
-        if self.values is None and self.kept is None:
-            return None if picked is None else np.ones(len(picked))
-        values = np.ones(count if picked is None else len(picked)) if self.values is None else (
-            self.values if picked is None else self.values[picked]).astype(np.float64)
-        return values if self.kept is None else values * (self.kept if picked is None else self.kept[picked])
+    def of_all(self) -> np.ndarray | None:
+        """Every live request's weight, for np.bincount; None where all are 1 (it then counts)."""
+        if self.kept is not None:
+            raise ValueError("a load without some requests is summed from the full load, not on its own")
+        return self.tokens
+
+    def of(self, picked: np.ndarray) -> np.ndarray:
+        weights = np.ones(len(picked)) if self.tokens is None else self.tokens[picked].astype(np.float64)
+        return weights if self.kept is None else weights * self.kept[picked]
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,7 @@ class _Events:
         """(started, ended) per (seat, bucket) group, of the ``picked`` requests (all by default)."""
         start_group = self.seat_bucket if picked is None else self.seat_bucket[picked]
         end_group = self.seat_end_bucket if picked is None else self.seat_end_bucket[picked]
-        weights = weight.of(picked, len(self.seat_bucket))
+        weights = weight.of_all() if picked is None else weight.of(picked)
         groups = self.seats * self.buckets
         return (np.bincount(start_group, weights=weights, minlength=groups).astype(np.float64, copy=False),
                 np.bincount(end_group, weights=weights, minlength=groups).astype(np.float64, copy=False))
@@ -250,10 +251,8 @@ class _Events:
         # Groups are sorted, so each track's swept events are one run: its highest load is one reduceat away.
         track = group // self.buckets
         track_starts = np.flatnonzero(np.concatenate(([True], track[1:] != track[:-1])))
-        count = len(self.seat_bucket)
         for name in tracks:
-            weight = weights[name]
-            delta = np.concatenate((-_as_array(weight.of(ends, count), ends), _as_array(weight.of(starts, count), starts)))[order]
+            delta = np.concatenate((-weights[name].of(ends), weights[name].of(starts)))[order]
             running = np.cumsum(delta)
             before = np.concatenate(([0.0], running))[new_group]
             inside = running - before[run_of_event] + entering[name].ravel()[group]
@@ -261,6 +260,3 @@ class _Events:
             peaks[name] = [int(max(peak, highest.get(index, 0))) for index, peak in enumerate(known[name].tolist())]
         return peaks
 
-
-def _as_array(weights: np.ndarray | None, picked: np.ndarray) -> np.ndarray:
-    return np.ones(len(picked)) if weights is None else weights

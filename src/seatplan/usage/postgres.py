@@ -17,6 +17,7 @@ have to collide on 64 bits to be counted together.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -187,10 +188,12 @@ class PostgresSource:
         with self._errors():
             table = self._read_rows(window)
             self._block, self._offset = table.block, table.offset
-            model_keys, model_index = distinct(table.model_key)
+            # numpy lets go of the GIL here, so the two keys are made dense side by side.
+            with ThreadPoolExecutor(2) as pool:
+                (model_keys, model_index), (client_keys, client_index) = pool.map(
+                    distinct, (table.model_key, table.client_key))
             models = [ModelFields(*values) for values in self._lookup(
                 representatives(model_index, len(model_keys)), MODEL_COLUMNS)]
-            client_keys, client_index = distinct(table.client_key)
             clients = [ClientFields(*values) for values in self._lookup(
                 representatives(client_index, len(client_keys)), CLIENT_COLUMNS)]
             # The hashes have done their work: only the numbers and the ctids are kept.

@@ -223,6 +223,25 @@ def test_one_connection_when_the_server_cannot_share_a_snapshot(new_spend_databa
     assert figures(usage_report(dsn, WINDOW)) == whole
 
 
+def test_before_postgresql_14_the_table_is_read_in_one_statement(new_spend_database, monkeypatch) -> None:
+    """Without TID range scans each page range would scan the whole table; older servers get one statement.
+    (The server here is newer: its reported version is lowered, and the statements it is sent are checked.)"""
+    import psycopg
+
+    import seatplan.usage.postgres as postgres
+
+    dsn = _busy_table(new_spend_database)
+    whole = figures(usage_report(dsn, WINDOW))
+    monkeypatch.setattr(postgres, "PAGES_PER_RANGE", 1)
+    monkeypatch.setattr(postgres, "TID_RANGE_SCAN_VERSION", psycopg.connect(dsn).info.server_version + 1)
+    sent: list[str] = []
+    real_run = postgres.PostgresSource._run_in_parallel
+    monkeypatch.setattr(postgres.PostgresSource, "_run_in_parallel",
+                        lambda self, statements, columns: sent.extend(statements) or real_run(self, statements, columns))
+    assert figures(usage_report(dsn, WINDOW)) == whole
+    assert len(sent) == 1 and "ctid >=" not in sent[0]
+
+
 def test_row_columns_grow_past_the_estimate_and_keep_every_range() -> None:
     """Ranges arrive in any order and may outnumber the table's estimated rows; each row lands once."""
     import numpy as np

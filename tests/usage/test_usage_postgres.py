@@ -269,7 +269,7 @@ def test_row_columns_grow_past_the_estimate_and_keep_every_range() -> None:
         mine = table.block == block
         assert mine.sum() == rows
         assert table.offset[mine].tolist() == list(range(1, rows + 1))
-        assert table.client_key[mine].tolist() == [block * 1000 + 500 + row for row in range(rows)]
+        assert table.key[mine].tolist() == [block * 1000 + 400 + row for row in range(rows)]
 
 
 def test_page_ranges_cover_every_page() -> None:

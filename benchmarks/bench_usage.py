@@ -1,6 +1,6 @@
 """Benchmark `seatplan usage` on 10 million generated spend-log rows, from PostgreSQL and from a CSV export.
 
-    .venv/bin/python benchmarks/bench_usage.py [--rows 10000000] [--cache DIR]
+    .venv/bin/python benchmarks/bench_usage.py [--rows 10000000] [--cache DIR] [--only postgresql|csv|duckdb ...]
 
 Generates (once, kept in the cache dir, default /var/tmp/seatplan-bench-usage) a PostgreSQL cluster holding
 ``LiteLLM_SpendLogs`` exactly as LiteLLM's migrations create it, filled server-side with ``generate_series``

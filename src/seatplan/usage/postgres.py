@@ -44,6 +44,7 @@ SPEND_LOGS_TABLE = "LiteLLM_SpendLogs"
 READ_CONNECTIONS = 2
 PAGES_PER_RANGE = 16_384  # 128 MiB of heap; about 2 MiB per array on the benchmark's rows
 LOOKUP_BATCH_ROWS = 5_000
+MAX_RESERVED_ROWS = 1 << 25  # 1.8 GB of address space for the columns before they grow
 TID_RANGE_SCAN_VERSION = 140_000  # server_version_num from which a ctid range reads only its own pages
 
 # PostgreSQL's timestamps count microseconds from 2000-01-01; RequestRows count from 1970-01-01.
@@ -224,7 +225,10 @@ class PostgresSource:
                           for first, last in ranges]
         estimated_rows = self.connection.execute(
             f"SELECT reltuples::bigint FROM pg_class WHERE oid = {sql_string(self.table)}::regclass").fetchone()[0]
-        columns = RowColumns(int(estimated_rows * 1.1) if estimated_rows and estimated_rows > 0 else 0)
+        # Room for the estimate, but not more than a few GB of address space on a strict-overcommit host: a
+        # window over a long table reads far fewer rows than it holds, and columns grow when they must.
+        room = int(estimated_rows * 1.1) if estimated_rows and estimated_rows > 0 else 0
+        columns = RowColumns(min(room, MAX_RESERVED_ROWS))
         self._run_in_parallel(statements, columns)
         return columns.rows()
 

@@ -55,7 +55,7 @@ INFINITE = np.iinfo(np.int64).max  # +infinity; NULL and -infinity read as rows.
 ARRAY_HEADER_BYTES = 20
 INT8_ELEMENT = np.dtype([("length", ">i4"), ("value", ">i8")])  # int8 and timestamp (microseconds since 2000)
 TID_ELEMENT = np.dtype([("length", ">i4"), ("block", ">u4"), ("offset", ">u2")])
-ARRAY_OIDS = {"tid[]": 1010, "int8[]": 1016, "timestamp[]": 1115}
+ARRAY_ELEMENTS = {1010: TID_ELEMENT, 1016: INT8_ELEMENT, 1115: INT8_ELEMENT}  # by the OIDs of tid[], int8[], timestamp[]
 COLUMNS = ("ctid", "start", "end", "prompt", "completion", "key")
 
 
@@ -210,8 +210,6 @@ class PostgresSource:
 
     def _read_rows(self, window: Window) -> TableRows:
         wanted = window.needs(self.columns["start_ts"], self.columns["end_ts"])
-        pages = self.connection.execute(
-            f"SELECT pg_relation_size({sql_string(self.table)}::regclass) / current_setting('block_size')::int").fetchone()[0]
         values = row_columns_sql(self.columns, self.status_text, self.cache_hit_text, self.request_tags)
         select = f"SELECT {', '.join(f'array_agg({value})' for value in values)} FROM {self.table} WHERE {wanted}"
         if self.connection.info.server_version < TID_RANGE_SCAN_VERSION:
@@ -220,6 +218,8 @@ class PostgresSource:
             # 130 million rows).
             statements = [select]
         else:
+            pages = self.connection.execute(
+                f"SELECT pg_relation_size({sql_string(self.table)}::regclass) / current_setting('block_size')::int").fetchone()[0]
             ranges = page_ranges(int(pages), max(2 * READ_CONNECTIONS, -(-int(pages) // PAGES_PER_RANGE)))
             statements = [select + f" AND ctid >= '({first},0)'::tid" + (f" AND ctid < '({last},0)'::tid" if last is not None else "")
                           for first, last in ranges]
@@ -245,8 +245,8 @@ class PostgresSource:
         def read(connection: Any) -> None:
             try:
                 cursor = connection.cursor(binary=True)
-                for name, oid in ARRAY_OIDS.items():
-                    cursor.adapters.register_loader(oid, _array_loader(TID_ELEMENT if name == "tid[]" else INT8_ELEMENT))
+                for oid, element in ARRAY_ELEMENTS.items():
+                    cursor.adapters.register_loader(oid, _array_loader(element))
                 while not failures:
                     with taking:
                         index = next(next_statement, None)

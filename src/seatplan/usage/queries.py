@@ -23,7 +23,7 @@ SourceFormat = Literal["postgresql", "csv", "jsonl"]
 
 # Columns the figures need; every other LiteLLM column is ignored, and a missing optional one reads as NULL.
 TIME_COLUMNS = ("startTime", "endTime")
-REQUIRED_COLUMNS = ("request_id", "startTime", "endTime", "prompt_tokens", "completion_tokens", "model")
+REQUIRED_COLUMNS = ("request_id", *TIME_COLUMNS, "prompt_tokens", "completion_tokens", "model")
 OPTIONAL_COLUMNS = ("model_group", "api_key", "user", "metadata", "cache_hit", "request_tags", "team_id",
                     "requester_ip_address", "status")
 

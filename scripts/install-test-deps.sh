@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine, idempotently:
-#   - Debian packages: PostgreSQL (spend-log tests), Prometheus (observe tests)
+#   - Debian packages: PostgreSQL (spend-log tests), Prometheus (observe tests), a C compiler (the fast CSV reader)
 #   - .venv with seatplan and its test extras
 #   - a separate virtualenv with the real vLLM CPU engine (never imported by seatplan itself)
 set -euo pipefail
@@ -21,6 +21,8 @@ quiet() {
 need_apt=()
 [ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_apt+=(postgresql)
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+# A C compiler builds seatplan's fast CSV reader (optional for users, tested here).
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

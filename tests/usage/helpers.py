@@ -13,9 +13,9 @@ from seatplan.usage.sweep import default_runaway_rule
 
 
 def usage_report(source: str | Path, window: Window = Window(), fleet: Path | None = None,
-                 runaway_tokens: int | None = None) -> UsageReport:
+                 runaway_tokens: int | None = None, fast_csv: bool = True) -> UsageReport:
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
-    return report.usage_report(str(source), window, seat_map, default_runaway_rule(runaway_tokens))
+    return report.usage_report(str(source), window, seat_map, default_runaway_rule(runaway_tokens), fast_csv)
 
 
 def figures(report: UsageReport) -> dict[str, Any]:

@@ -233,7 +233,7 @@ def test_distinct_hashes_match_a_sort_even_when_they_share_slots(picks) -> None:
     """Hashes that share their low bits, or all the bits of the first rounds, still get their own index."""
     import numpy as np
 
-    from seatplan.usage.postgres import SLOT_BITS, distinct
+    from seatplan.usage.rows import SLOT_BITS, distinct
 
     shared = 12345
     keys = np.array([shared, shared + (1 << SLOT_BITS), shared + (1 << (2 * SLOT_BITS)), shared + (3 << (3 * SLOT_BITS)),

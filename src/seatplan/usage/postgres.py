@@ -38,7 +38,7 @@ from seatplan.usage.queries import (
     sql_string,
     status_text,
 )
-from seatplan.usage.rows import MISSING, ClientFields, ModelFields, SpendRows
+from seatplan.usage.rows import MISSING, SpendRows, rows_by_key
 
 SPEND_LOGS_TABLE = "LiteLLM_SpendLogs"
 READ_CONNECTIONS = 2
@@ -186,20 +186,10 @@ class PostgresSource:
         with self._errors():
             table = self._read_rows(window)
             self._block, self._offset = table.block, table.offset
-            keys, key_index = distinct(table.key)
-            # One row per distinct key names its model and client fields; keys sharing either get one entry.
-            models: dict[ModelFields, int] = {}
-            clients: dict[ClientFields, int] = {}
-            model_of_key = np.zeros(len(keys), dtype=np.int32)
-            client_of_key = np.zeros(len(keys), dtype=np.int32)
-            picked = representatives(key_index, len(keys))
-            for position, values in enumerate(self._lookup(picked, (*MODEL_COLUMNS, *CLIENT_COLUMNS))):
-                model_of_key[position] = models.setdefault(ModelFields(*values[:len(MODEL_COLUMNS)]), len(models))
-                client_of_key[position] = clients.setdefault(ClientFields(*values[len(MODEL_COLUMNS):]), len(clients))
             # The hashes have done their work: only the numbers and the ctids are kept.
-            return SpendRows(to_unix_microseconds(table.start), to_unix_microseconds(table.end), table.prompt,
-                             table.completion, model_of_key[key_index], client_of_key[key_index], list(models),
-                             list(clients))
+            return rows_by_key(to_unix_microseconds(table.start), to_unix_microseconds(table.end), table.prompt,
+                               table.completion, table.key,
+                               lambda picked: self._lookup(picked, (*MODEL_COLUMNS, *CLIENT_COLUMNS)))
 
     def request_ids(self, positions: np.ndarray) -> list[str | None]:
         with self._errors():
@@ -320,46 +310,6 @@ def to_unix_microseconds(postgres_times: np.ndarray) -> np.ndarray:
     np.add(postgres_times, POSTGRES_EPOCH_US, out=postgres_times, where=readable)
     postgres_times[~readable] = MISSING
     return postgres_times
-
-
-SLOT_BITS = 20
-
-
-def distinct(values: np.ndarray, round_number: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct values, each value's index among them) of 64-bit hashes, without sorting them all.
-
-    A few thousand distinct hashes among millions of rows: each row goes to a slot by some of its hash's
-    bits, and the first row in each slot names it. Rows whose hash differs from their slot's (two hashes
-    sharing a slot) are a small remainder, handled the same way on other bits.
-    """
-    if len(values) == 0 or round_number * SLOT_BITS >= 64:
-        keys = np.unique(values)
-        return keys, np.searchsorted(keys, values).astype(np.int32)
-    slot = (values >> (round_number * SLOT_BITS)) & ((1 << SLOT_BITS) - 1)
-    first_row = np.full(1 << SLOT_BITS, -1, dtype=np.int64)
-    rows = np.arange(len(values) - 1, -1, -1)
-    first_row[slot[::-1]] = rows  # written last to first, so the first row in each slot stays
-    del rows
-    used = np.flatnonzero(first_row >= 0)
-    slot_keys = values[first_row[used]]
-    slot_key_of_row = np.zeros(1 << SLOT_BITS, dtype=values.dtype)
-    slot_key_of_row[used] = slot_keys
-    others = np.flatnonzero(slot_key_of_row[slot] != values)
-    other_keys, other_index = distinct(values[others], round_number + 1) if len(others) else (slot_keys[:0], None)
-    keys = np.unique(np.concatenate((slot_keys, other_keys)))
-    rank_of_slot = np.zeros(1 << SLOT_BITS, dtype=np.int32)
-    rank_of_slot[used] = np.searchsorted(keys, slot_keys)
-    index = rank_of_slot[slot]
-    if other_index is not None:
-        index[others] = np.searchsorted(keys, other_keys)[other_index]
-    return keys, index
-
-
-def representatives(index: np.ndarray, count: int) -> np.ndarray:
-    """One row (any) for each of ``count`` distinct values, given each row's value index."""
-    chosen = np.zeros(count, dtype=np.int64)
-    chosen[index] = np.arange(len(index))
-    return chosen
 
 
 def _configure(connection: Any) -> None:

@@ -246,6 +246,12 @@ def spend_groups_sql(shape: SourceShape, window: Window, request_id_from_tokens:
     GROUP BY ALL"""
 
 
+def row_values_sql(shape: SourceShape, names: Sequence[str]) -> str:
+    """The named ``normalized_columns`` of every row, in the source's order (a few looked-up lines)."""
+    columns = normalized_columns(shape)
+    return f"SELECT {', '.join(f'{columns[name]} AS {name}' for name in names)} FROM {_Reader(shape).from_clause()}"
+
+
 def missing_required(columns: Sequence[str] | frozenset[str]) -> list[str]:
     present = set(columns)
     return [name for name in REQUIRED_COLUMNS if name not in present]

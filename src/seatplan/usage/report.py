@@ -13,10 +13,11 @@ from seatplan.usage.sources import open_source
 from seatplan.usage.sweep import group_runaways, lowest_runaway_threshold_tokens, runaway_threshold_tokens, summarize_keys
 
 
-def usage_report(source: str, window: Window, seat_map: SeatMap, rule: RunawayRule) -> UsageReport:
-    """Open ``source`` (a PostgreSQL DSN or an export file), read it once, and build the report."""
+def usage_report(source: str, window: Window, seat_map: SeatMap, rule: RunawayRule, fast_csv: bool = True) -> UsageReport:
+    """Open ``source`` (a PostgreSQL DSN or an export file), read it once, and build the report; ``fast_csv``
+    False reads a CSV with DuckDB even where the compiled reader could (``csvscan.py``)."""
     request_id_from_tokens = lowest_runaway_threshold_tokens(rule, (seat.max_model_len for seat in seat_map.seats))
-    with open_source(source, request_id_from_tokens) as opened:
+    with open_source(source, request_id_from_tokens, fast_csv) as opened:
         return collect_usage(opened, window, seat_map, rule)
 
 

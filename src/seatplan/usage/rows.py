@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +63,81 @@ class SpendRows:
     client_index: np.ndarray  # into ``clients``
     models: Sequence[ModelFields]
     clients: Sequence[ClientFields]
+
+
+def rows_by_key(start_us: np.ndarray, end_us: np.ndarray, prompt_tokens: np.ndarray, completion_tokens: np.ndarray,
+                key: np.ndarray, fields_of_rows: Callable[[np.ndarray], Sequence[Sequence[Any]]]) -> SpendRows:
+    """SpendRows from a source that hashes each row's strings (``queries.MODEL_COLUMNS`` and ``CLIENT_COLUMNS``)
+    into one 64-bit key: ``fields_of_rows(positions)`` reads those strings for a few rows, here one row per
+    distinct key. Keys that read as the same fields (text written two ways) get one entry."""
+    keys, key_index = distinct(key)
+    models: dict[ModelFields, int] = {}
+    clients: dict[ClientFields, int] = {}
+    model_of_key = np.zeros(len(keys), dtype=np.int32)
+    client_of_key = np.zeros(len(keys), dtype=np.int32)
+    model_fields = len(ModelFields.__dataclass_fields__) - 1  # all but ``readable``, True for a row of a table or CSV
+    for position, values in enumerate(fields_of_rows(representatives(key_index, len(keys)))):
+        model_of_key[position] = models.setdefault(ModelFields(*values[:model_fields]), len(models))
+        client_of_key[position] = clients.setdefault(ClientFields(*values[model_fields:]), len(clients))
+    return SpendRows(start_us, end_us, prompt_tokens, completion_tokens, model_of_key[key_index], client_of_key[key_index],
+                     list(models), list(clients))
+
+
+SLOT_BITS = 20
+
+
+def distinct(values: np.ndarray, round_number: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, each value's index among them) of 64-bit hashes, without sorting them all.
+
+    A few thousand distinct hashes among millions of rows: each row goes to a slot by some of its hash's
+    bits, and the first row in each slot names it. Rows whose hash differs from their slot's (two hashes
+    sharing a slot) are a small remainder, handled the same way on other bits.
+    """
+    if len(values) == 0 or round_number * SLOT_BITS >= 64:
+        keys = np.unique(values)
+        return keys, np.searchsorted(keys, values).astype(np.int32)
+    slot = (values >> (round_number * SLOT_BITS)) & ((1 << SLOT_BITS) - 1)
+    first_row = np.full(1 << SLOT_BITS, -1, dtype=np.int64)
+    rows = np.arange(len(values) - 1, -1, -1)
+    first_row[slot[::-1]] = rows  # written last to first, so the first row in each slot stays
+    del rows
+    used = np.flatnonzero(first_row >= 0)
+    slot_keys = values[first_row[used]]
+    slot_key_of_row = np.zeros(1 << SLOT_BITS, dtype=values.dtype)
+    slot_key_of_row[used] = slot_keys
+    others = np.flatnonzero(slot_key_of_row[slot] != values)
+    other_keys, other_index = distinct(values[others], round_number + 1) if len(others) else (slot_keys[:0], None)
+    keys = np.unique(np.concatenate((slot_keys, other_keys)))
+    rank_of_slot = np.zeros(1 << SLOT_BITS, dtype=np.int32)
+    rank_of_slot[used] = np.searchsorted(keys, slot_keys)
+    index = rank_of_slot[slot]
+    if other_index is not None:
+        index[others] = np.searchsorted(keys, other_keys)[other_index]
+    return keys, index
+
+
+def representatives(index: np.ndarray, count: int) -> np.ndarray:
+    """One row (any) for each of ``count`` distinct values, given each row's value index."""
+    chosen = np.zeros(count, dtype=np.int64)
+    chosen[index] = np.arange(len(index))
+    return chosen
+
+
+def needed_rows(start_us: np.ndarray, end_us: np.ndarray, window: Window) -> np.ndarray | None:
+    """Which rows ``Window.needs`` keeps (calls in the window, requests running in it, rows without a readable
+    start), for a source read whole; None where the window is open and keeps them all."""
+    since_us, until_us = microseconds(window.since), microseconds(window.until)
+    if since_us is None and until_us is None:
+        return None
+    starts_in_window = start_us != MISSING
+    overlaps = end_us > start_us
+    if since_us is not None:
+        starts_in_window &= start_us >= since_us
+        overlaps &= end_us > since_us
+    if until_us is not None:
+        starts_in_window &= start_us < until_us
+        overlaps &= start_us < until_us
+    return (start_us == MISSING) | starts_in_window | overlaps
 
 
 @dataclass(frozen=True)

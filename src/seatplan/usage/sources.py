@@ -18,8 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
-from seatplan.usage.queries import GROUP_COLUMNS, TIME_COLUMNS, SourceFormat, SourceShape, Window, missing_required, spend_groups_sql, sql_string
-from seatplan.usage.rows import ClientFields, ModelFields, SpendRows
+from seatplan.usage.csvscan import CsvScanner, Stopped, open_scanner
+from seatplan.usage.queries import (
+    CLIENT_COLUMNS,
+    GROUP_COLUMNS,
+    MODEL_COLUMNS,
+    TIME_COLUMNS,
+    SourceFormat,
+    SourceShape,
+    Window,
+    missing_required,
+    row_values_sql,
+    spend_groups_sql,
+    sql_string,
+)
+from seatplan.usage.rows import ClientFields, ModelFields, SpendRows, needed_rows, rows_by_key
 from seatplan.usage.scan import SpendLogSource
 
 DSN_ENVIRONMENT = ("SEATPLAN_USAGE_DSN", "DATABASE_URL")
@@ -53,16 +66,17 @@ def resolve_source(source: str | None) -> str:
 
 
 @contextmanager
-def open_source(source: str, request_id_from_tokens: int | None = None) -> Iterator[SpendLogSource]:
+def open_source(source: str, request_id_from_tokens: int | None = None, fast_csv: bool = True) -> Iterator[SpendLogSource]:
     """``request_id_from_tokens``: the lowest any runaway threshold can be; a file keeps other rows' ids only
-    where they are rejected (see :func:`queries.spend_groups_sql`)."""
+    where they are rejected (see :func:`queries.spend_groups_sql`). ``fast_csv``: try the compiled reader of
+    plain CSV exports first (``csvscan.py``); False reads every file with DuckDB."""
     if is_dsn(source):
         from seatplan.usage.postgres import postgres_source
 
         with postgres_source(source, redact_dsn(source)) as opened:
             yield opened
     else:
-        with _file_source(Path(source), request_id_from_tokens) as opened:
+        with _file_source(Path(source), request_id_from_tokens, fast_csv) as opened:
             yield opened
 
 
@@ -78,19 +92,30 @@ class DuckDBFileSource:
     """
 
     def __init__(self, connection: Any, path: Path, source_format: SourceFormat, columns: list[str],
-                 request_id_from_tokens: int | None) -> None:
+                 request_id_from_tokens: int | None, workdir: Path, scanner: CsvScanner | None = None) -> None:
         self.connection = connection
         self.path = path
         self.description = str(path)
         self.source_format = source_format
         self.columns = columns
         self.request_id_from_tokens = request_id_from_tokens
+        self.workdir = workdir
+        self.scanner = scanner
+        self.reader = "duckdb"  # or "fast": which reader read the file (see csvscan.py)
+        self.fast_reader_stopped: Stopped | None = None
         self._group_of_row: Any = None
         self._group_request_ids: list[str | None] = []
+        self._line_offset: Any = None
 
     def read(self, window: Window) -> SpendRows:
         import duckdb
 
+        if self.scanner is not None:
+            try:
+                return self._read_scanned(window)
+            except Stopped as stopped:
+                self.fast_reader_stopped = stopped
+        self.reader = "duckdb"
         try:
             return self._read_groups(window, careful=False)
         except (duckdb.InvalidInputException, duckdb.ConversionException):
@@ -100,7 +125,50 @@ class DuckDBFileSource:
             return self._read_groups(window, careful=True)
 
     def request_ids(self, positions: Any) -> list[str | None]:
+        if self.reader == "fast":
+            return [request_id for (request_id,) in self._line_values(self._line_offset[positions], ("request_id",))]
         return [self._group_request_ids[group] for group in self._group_of_row[positions].tolist()]
+
+    def _read_scanned(self, window: Window) -> SpendRows:
+        """The fast reader's numbers and hashes; what each hash means is read by DuckDB from one of its lines."""
+        assert self.scanner is not None
+        scanned = self.scanner.scan()
+        numbers = [scanned.start_us, scanned.end_us, scanned.prompt_tokens, scanned.completion_tokens,
+                   scanned.key, scanned.line_offset]
+        needed = needed_rows(scanned.start_us, scanned.end_us, window)
+        if needed is not None:
+            numbers = [values[needed] for values in numbers]
+        del scanned
+        *counts, key, self._line_offset = numbers
+        self.reader = "fast"
+        return rows_by_key(*counts, key, lambda picked: self._line_values(
+            self._line_offset[picked], (*MODEL_COLUMNS, *CLIENT_COLUMNS)))
+
+    def _line_values(self, offsets: Any, names: tuple[str, ...]) -> list[tuple[Any, ...]]:
+        """The named columns of the lines at these offsets, as the DuckDB read of the whole file gives them:
+        the lines, under the file's header, are a small CSV of their own."""
+        import duckdb
+
+        assert self.scanner is not None
+        lines_path = self.workdir / "lines.csv"
+        with lines_path.open("wb") as stream:
+            stream.write(self.scanner.header())
+            stream.writelines(self.scanner.lines(offsets))
+        shape = SourceShape("csv", _csv_from_clause(lines_path, self.columns, careful=False), frozenset(self.columns),
+                            check_json=False, typed_times=True)
+        self.connection.execute("SET preserve_insertion_order = true")
+        try:
+            values = self.connection.execute(row_values_sql(shape, names)).fetchall()
+        except duckdb.Error as problem:
+            raise SeatplanError(f"DuckDB cannot read lines the fast reader took: {str(problem).splitlines()[0]}",
+                                where=str(self.path), fix="report this with the lines at byte offsets "
+                                + ", ".join(map(str, offsets[:3].tolist()))) from None
+        finally:
+            self.connection.execute("SET preserve_insertion_order = false")
+        if len(values) != len(offsets):
+            raise SeatplanError("DuckDB read a different number of lines than the fast reader took", where=str(self.path),
+                                fix="report this with the file's first lines")
+        return values
 
     def _read_groups(self, window: Window, *, careful: bool) -> SpendRows:
         import duckdb
@@ -152,6 +220,8 @@ class DuckDBFileSource:
         """CSV lines DuckDB could not split into the header's columns (it keeps them in ``reject_errors``)."""
         import duckdb
 
+        if self.reader == "fast":
+            return 0  # the fast reader takes a file only where every line splits
         try:
             return self.connection.execute("SELECT count(DISTINCT line) FROM reject_errors").fetchone()[0]
         except duckdb.CatalogException:
@@ -211,7 +281,7 @@ def _json_lines_from_clause(path: Path, keep_rejects: bool) -> str:
 
 
 @contextmanager
-def _file_source(path: Path, request_id_from_tokens: int | None) -> Iterator[DuckDBFileSource]:
+def _file_source(path: Path, request_id_from_tokens: int | None, fast_csv: bool) -> Iterator[DuckDBFileSource]:
     import duckdb
 
     if not path.is_file():
@@ -226,7 +296,12 @@ def _file_source(path: Path, request_id_from_tokens: int | None) -> Iterator[Duc
         connection.execute("SET preserve_insertion_order = false")
         connection.execute("SET enable_progress_bar = false")
         columns = _csv_header(path) if source_format == "csv" else []
-        yield DuckDBFileSource(connection, path, source_format, columns, request_id_from_tokens)
+        scanner = open_scanner(path, columns) if source_format == "csv" and fast_csv else None
+        try:
+            yield DuckDBFileSource(connection, path, source_format, columns, request_id_from_tokens, workdir, scanner)
+        finally:
+            if scanner is not None:
+                scanner.close()
     finally:
         connection.close()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from seatplan.usage import csvscan
 from seatplan.usage.queries import METADATA_KEYS, Window
 from seatplan.usage.report import collect_usage
+from seatplan.usage.rows import MISSING
 from seatplan.usage.seats import SeatMap
 from seatplan.usage.sources import _csv_header, open_source
 from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
@@ -95,7 +96,7 @@ plain_metadata = st.one_of(st.none(), st.just("{}"), st.builds(
     lambda document, indent, ascii_only: json.dumps(document, indent=indent, ensure_ascii=ascii_only),
     metadata_objects, st.sampled_from([None, 1]), st.booleans()))
 metadata = st.one_of(plain_metadata, st.just(""), st.sampled_from([
-    '{"a": tru}', '{"user_api_key_alias": "x"', '{"user_api_key_alias": "a", "user_api_key_alias": "b"}',
+    '{"a": tru}', '{"user_api_key_alias": "x"',
     '{"user\\u005fapi_key_alias": "escaped"}', '{"user_api_key_alias": "\\ud83d"}', "[1, 2]", '"text"',
     '{"n": 1e400}', '{"n": 01}', '{"user_agent": "a"} x', '{"s": "tab\there"}']))
 tags = st.one_of(st.none(), st.just(""), st.lists(texts, max_size=3).map(json.dumps), st.just("[]"))
@@ -142,6 +143,95 @@ def test_the_scenario_export_is_read_fast_to_the_same_report(tmp_path: Path) -> 
     assert assert_same_as_duckdb(path, Window(since=datetime(2026, 11, 23, 0, 10), until=datetime(2026, 11, 23, 9))) == "fast"
 
 
+# Few values per field: a file holds a row and copies of it that each differ in one field, so every two
+# values of a field that DuckDB reads apart must hash apart.
+POOLS = {
+    "request_id": ["r", "s"], "api_key": ["k" * 64, "k" * 12 + "x" * 52, None, ""],
+    "prompt_tokens": ["1", "", None, "-3"], "completion_tokens": ["2", "200000"],
+    "startTime": ["2026-11-22 10:00:00", "2026-11-22T10:00:00Z", "2026-11-22 11:00:00+01", "2026-11-22 10:00:00.5",
+                  "2026-11-22 08:30:00-01:30", "", None],
+    "endTime": ["2026-11-22 10:00:01", "2026-11-22 10:00:01.000001", "2026-11-22 10:00:01+00:00", None],
+    "model": ["m", "", None, "M", 'm"', "m,n"], "model_group": ["g", None, ""], "user": ["u", None, ""],
+    "metadata": [None, "{}", '{"user_api_key_alias": "a"}', '{"user_api_key_alias":"a"}',
+                 '{"user_api_key_alias": "\\u0061"}', '{"user_api_key_alias": null}', '{"user_api_key_alias": ""}',
+                 '{"user_api_key_alias": 1}', '{"user_api_key_alias": "1"}', '{"x": {"user_api_key_alias": "a"}}',
+                 '{"status": "failure"}', '{"status": "success"}',
+                 '{"user_agent": "curl", "requester_ip_address": "1.2.3.4"}', '{"user_api_key_team_alias": "t"}',
+                 '{"user_api_key_user_id": "u"}',
+                 '{"user_api_key_alias": "b"}', '{"user_api_key_alias": "a", "x": [1, {"y": "z"}]}'],
+    "cache_hit": ["True", "true", "False", None, ""], "request_tags": [None, "", "[]", '["a"]', '["a", "b"]', '[ "a" ]'],
+    "team_id": ["t", None, ""], "requester_ip_address": ["1.2.3.4", None, ""], "messages": [None, "x", "{}"],
+    "status": ["success", "failure", "SUCCESS", "", None],
+}
+
+
+@st.composite
+def row_and_variants(draw: st.DrawFn) -> list[dict[str, str | None]]:
+    """A drawn row, then for every field every value of its pool in place of the drawn one."""
+    base = {name: draw(st.sampled_from(values)) for name, values in POOLS.items()}
+    return [base] + [base | {name: value} for name, values in POOLS.items() for value in values]
+
+
+def fast_read_lines(path: Path, names: tuple[str, ...]) -> tuple[csvscan.ScannedRows, list[tuple]] | None:
+    """What the fast reader gives for each line, and DuckDB's reading of ``names`` of the same lines."""
+    with open_source(str(path), fast_csv=True) as source:
+        assert source.scanner is not None
+        try:
+            scanned = source.scanner.scan()
+        except csvscan.Stopped as stopped:
+            event(f"stopped: {stopped.reason}")
+            return None
+        return scanned, source._line_values(scanned.line_offset, names)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(row_and_variants())
+def test_rows_with_one_hash_read_alike(tmp_path: Path, drawn: list[dict[str, str | None]]) -> None:
+    """The hash may split rows DuckDB reads alike (text written two ways), never join rows it reads apart:
+    every field the report takes from a line, as DuckDB reads it, is the same for all lines of one hash."""
+    from seatplan.usage.queries import CLIENT_COLUMNS, MODEL_COLUMNS
+
+    read = fast_read_lines(write_rows(tmp_path / "pooled.csv", drawn), (*MODEL_COLUMNS, *CLIENT_COLUMNS))
+    if read is None:
+        return
+    scanned, fields = read
+    read_as: dict[int, tuple] = {}
+    for key, values in zip(scanned.key.tolist(), fields):
+        assert read_as.setdefault(key, values) == values
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(plain_rows, min_size=1, max_size=12))
+def test_times_and_counts_read_as_duckdb_reads_them(tmp_path: Path, drawn: list[dict[str, str | None]]) -> None:
+    """Each line's times (zones, fractions, T or space) and token counts (empty, quoted empty, negative) are
+    what DuckDB's expressions of the DuckDB path make of the same cells."""
+    import duckdb
+
+    from seatplan.usage.queries import SourceShape, normalized_columns
+    from seatplan.usage.sources import _csv_from_clause
+
+    path = write_rows(tmp_path / "numbers.csv", drawn)
+    scanner = csvscan.open_scanner(path, _csv_header(path))
+    assert scanner is not None
+    try:
+        scanned = scanner.scan()
+    finally:
+        scanner.close()
+    shape = SourceShape("csv", _csv_from_clause(path, list(COLUMNS), careful=True), frozenset(COLUMNS), typed_times=False)
+    columns = normalized_columns(shape)
+    numbers = [f"epoch_us({columns['start_ts']})", f"epoch_us({columns['end_ts']})", columns["prompt_tokens"],
+               columns["completion_tokens"]]
+    # The raw cells are selected too: a column read only through a cast is cast by DuckDB's CSV reader
+    # itself, which fails on a quoted empty cell instead of reading NULL.
+    connection = duckdb.connect()
+    connection.execute("SET TimeZone = 'UTC'")
+    values = connection.execute(f"SELECT {', '.join(numbers)}, prompt_tokens, completion_tokens FROM {shape.from_clause}").fetchall()
+    expected = [tuple(MISSING if value is None else value for value in row[:4]) for row in values]
+    got = list(zip(scanned.start_us.tolist(), scanned.end_us.tolist(), scanned.prompt_tokens.tolist(),
+                   scanned.completion_tokens.tolist()))
+    assert got == expected
+
+
 LINE = 'r1,k,10,20,2026-11-22 10:00:00,2026-11-22 10:01:00,m,g,u,"{""user_api_key_alias"": ""a""}",False,[],t,1.2.3.4,{},success\n'
 
 
@@ -155,7 +245,15 @@ LINE = 'r1,k,10,20,2026-11-22 10:00:00,2026-11-22 10:01:00,m,g,u,"{""user_api_ke
     (LINE.replace(",10,", ",10.0,"), "a token count not written as a plain integer"),
     (LINE.replace("10:01:00", "10:01"), "a time not written as PostgreSQL writes one"),
     (LINE.replace('""a""}', '""a"", }'), "metadata that is not a plain JSON object"),
+    # Cases where DuckDB's JSON reader decides, not a byte comparison: all left to it.
+    (LINE.replace('""user_api_key_alias""', '""user\\u005fapi_key_alias""'), "metadata that is not a plain JSON object"),
+    (LINE.replace('""a""}', '""a"", ""user_api_key_alias"": ""b""}'), "metadata that is not a plain JSON object"),
+    (LINE.replace('""a""}', '""\\ud83d""}'), "metadata that is not a plain JSON object"),
+    (LINE.replace('""a""}', '""\\ude00""}'), "metadata that is not a plain JSON object"),
+    (LINE.replace('""a""}', '""a"", ""n"": 1e400}'), "metadata that is not a plain JSON object"),
+    (LINE.replace('""a""}', '""a"", ""n"": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}'), "metadata that is not a plain JSON object"),
     (LINE.replace(",m,", ",m\udcff,"), "text that is not UTF-8"),
+    (LINE.replace("r1,", "r\udcff,"), "text that is not UTF-8"),
 ])
 def test_a_line_outside_the_dialect_stops_the_fast_reader_there(tmp_path: Path, broken: str, reason: str) -> None:
     path = tmp_path / "broken.csv"
@@ -178,6 +276,17 @@ def test_a_file_the_fast_reader_stops_on_is_read_by_duckdb(tmp_path: Path) -> No
         assert source.reader == "duckdb"
         assert source.fast_reader_stopped.reason == "a token count not written as a plain integer"
     assert assert_same_as_duckdb(path) == "duckdb"
+
+
+@pytest.mark.parametrize(("text", "reader"), [
+    (",".join(COLUMNS) + "\n", "fast"),  # a header and no rows
+    (",".join(COLUMNS) + "\n" + LINE + LINE.rstrip("\n"), "fast"),  # no newline after the last line
+    (",".join(COLUMNS), "duckdb"),  # not even the header's newline
+])
+def test_files_with_nothing_or_no_last_newline(tmp_path: Path, text: str, reader: str) -> None:
+    path = tmp_path / "edge.csv"
+    path.write_text(text, encoding="utf-8")
+    assert assert_same_as_duckdb(path) == reader
 
 
 def test_text_that_is_not_utf8_where_duckdb_does_not_read_is_read_fast(tmp_path: Path) -> None:

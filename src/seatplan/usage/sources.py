@@ -154,8 +154,10 @@ class DuckDBFileSource:
         with lines_path.open("wb") as stream:
             stream.write(self.scanner.header())
             stream.writelines(self.scanner.lines(offsets))
-        shape = SourceShape("csv", _csv_from_clause(lines_path, self.columns, careful=False), frozenset(self.columns),
-                            check_json=False, typed_times=True)
+        # Times as text, typed by TRY_CAST as the careful read does: an empty quoted time (a rejected row)
+        # must not fail the lookup. The fast reader took only lines whose every other cell DuckDB reads.
+        shape = SourceShape("csv", _csv_from_clause(lines_path, self.columns, careful=False, typed_times=False),
+                            frozenset(self.columns), check_json=False, typed_times=False)
         self.connection.execute("SET preserve_insertion_order = true")
         try:
             values = self.connection.execute(row_values_sql(shape, names)).fetchall()
@@ -258,12 +260,13 @@ def _rejects_option(keep_rejects: bool) -> str:
     return ", ignore_errors = true, store_rejects = true" if keep_rejects else ""
 
 
-def _csv_from_clause(path: Path, columns: list[str], careful: bool) -> str:
+def _csv_from_clause(path: Path, columns: list[str], careful: bool, typed_times: bool | None = None) -> str:
     # The fast read types the two times as the reader parses them, a third of the cost of casting text
     # later; one cell that does not parse fails it, and the careful read takes text in, typed by TRY_CAST
     # later, so a bad cell becomes a rejected row instead of a failed run.
     # PostgreSQL's CSV dialect, stated rather than sniffed: a few odd lines must not change how the rest read.
-    typed = {} if careful else {name: "TIMESTAMPTZ" for name in TIME_COLUMNS}
+    typed_times = not careful if typed_times is None else typed_times
+    typed = {name: "TIMESTAMPTZ" for name in TIME_COLUMNS} if typed_times else {}
     column_types = "{" + ", ".join(f"{sql_string(name)}: '{typed.get(name, 'VARCHAR')}'" for name in columns) + "}"
     return (f"read_csv({sql_string(str(path))}, header = true, auto_detect = false, columns = {column_types}, "
             f"delim = ',', quote = '\"', escape = '\"', allow_quoted_nulls = false, "

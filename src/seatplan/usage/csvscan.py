@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from seatplan.usage.queries import METADATA_KEYS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS, TIME_COLUMNS
+from seatplan.usage.queries import METADATA_KEYS, OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 
 # The slots of _csvscan.c: what it does with each field, by the field's column name.
 SLOT_OF_COLUMN = {"startTime": 0, "endTime": 1, "prompt_tokens": 2, "completion_tokens": 3, "metadata": 4, "request_id": 5}
@@ -44,8 +44,6 @@ SCAN_DONE, SCAN_FULL = 0, 1
 WINDOW_BYTES = 64 << 20  # scanned, then released from this process's memory (the page cache keeps it)
 SAMPLE_BYTES = 1 << 20  # the start of the file, for the rows to expect per byte
 MAX_PARTS = 8
-
-assert not set(TIME_COLUMNS) - set(SLOT_OF_COLUMN)
 
 
 @cache

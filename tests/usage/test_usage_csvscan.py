@@ -330,3 +330,19 @@ def test_without_the_compiled_reader_duckdb_reads_every_csv(tmp_path: Path, monk
     fast, reader = report_and_reader(path, True)
     assert reader == "duckdb"
     assert fast == report_and_reader(path, False)[0]
+
+
+def test_lines_duckdb_cannot_read_back_send_the_file_to_duckdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Never seen (the reader takes only lines DuckDB reads), but if the lines of the distinct hashes did not
+    read back one for one, the whole file is read by DuckDB rather than reported from half a reading."""
+    from seatplan.usage.sources import DuckDBFileSource
+
+    path = write_csv(SCENARIO, tmp_path / "spend.csv")
+
+    def refuse(self: DuckDBFileSource, offsets: Any, names: tuple[str, ...]) -> list[tuple]:
+        raise csvscan.Stopped("DuckDB read 0 rows from 1 lines", int(offsets[0]))
+
+    monkeypatch.setattr(DuckDBFileSource, "_line_values", refuse)
+    fast, reader = report_and_reader(path, True)
+    assert reader == "duckdb"
+    assert fast == report_and_reader(path, False)[0]

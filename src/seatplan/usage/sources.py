@@ -126,7 +126,11 @@ class DuckDBFileSource:
 
     def request_ids(self, positions: Any) -> list[str | None]:
         if self.reader == "fast":
-            return [request_id for (request_id,) in self._line_values(self._line_offset[positions], ("request_id",))]
+            try:
+                return [request_id for (request_id,) in self._line_values(self._line_offset[positions], ("request_id",))]
+            except Stopped as stopped:
+                raise SeatplanError(f"cannot read request ids back: {stopped}", where=str(self.path),
+                                    fix="check that the file did not change while it was read, and run again") from None
         return [self._group_request_ids[group] for group in self._group_of_row[positions].tolist()]
 
     def _read_scanned(self, window: Window) -> SpendRows:
@@ -146,7 +150,8 @@ class DuckDBFileSource:
 
     def _line_values(self, offsets: Any, names: tuple[str, ...]) -> list[tuple[Any, ...]]:
         """The named columns of the lines at these offsets, as the DuckDB read of the whole file gives them:
-        the lines, under the file's header, are a small CSV of their own."""
+        the lines, under the file's header, are a small CSV of their own. Raises Stopped where DuckDB does
+        not read them one for one (never seen: the reader takes only lines DuckDB reads)."""
         import duckdb
 
         assert self.scanner is not None
@@ -162,14 +167,11 @@ class DuckDBFileSource:
         try:
             values = self.connection.execute(row_values_sql(shape, names)).fetchall()
         except duckdb.Error as problem:
-            raise SeatplanError(f"DuckDB cannot read lines the fast reader took: {str(problem).splitlines()[0]}",
-                                where=str(self.path), fix="report this with the lines at byte offsets "
-                                + ", ".join(map(str, offsets[:3].tolist()))) from None
+            raise Stopped(f"DuckDB cannot read these lines: {str(problem).splitlines()[0]}", int(offsets[0])) from None
         finally:
             self.connection.execute("SET preserve_insertion_order = false")
         if len(values) != len(offsets):
-            raise SeatplanError("DuckDB read a different number of lines than the fast reader took", where=str(self.path),
-                                fix="report this with the file's first lines")
+            raise Stopped(f"DuckDB read {len(values)} rows from {len(offsets)} lines", int(offsets[0]) if len(offsets) else 0)
         return values
 
     def _read_groups(self, window: Window, *, careful: bool) -> SpendRows:

@@ -519,11 +519,15 @@ int seatplan_scan_lines(const uint8_t *buffer, int64_t size, int64_t position, i
     int64_t row = 0;
     int status = SCAN_DONE;
     memset(fields, 0, sizeof fields);
+    *rows = 0;
+    *next = *problem_at = position;
+    /* Arguments this reader was not built for (csvscan.py never passes them) stop it at once. */
     if (key_count > MAX_KEYS) return SCAN_JSON;
     int last_slot = SLOT_FIRST_HASHED - 1;
-    for (int index = 0; index < field_count; index++)
+    for (int index = 0; index < field_count; index++) {
         if (slot_of_field[index] >= MAX_SLOTS) return SCAN_FIELD_COUNT;
-        else if (slot_of_field[index] > last_slot) last_slot = slot_of_field[index];
+        if (slot_of_field[index] > last_slot) last_slot = slot_of_field[index];
+    }
     while (at < buffer + stop && at < end) {
         if (row == capacity) { status = SCAN_FULL; break; }
         const uint8_t *line = at;

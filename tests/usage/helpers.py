@@ -20,4 +20,4 @@ def usage_report(source: str | Path, window: Window = Window(), fleet: Path | No
 
 def figures(report: UsageReport) -> dict[str, Any]:
     """The report without the fields that name the source, for comparing sources."""
-    return report.model_dump(mode="json", exclude={"source", "source_format"})
+    return report.model_dump(mode="json", exclude={"source", "source_format", "reader"})

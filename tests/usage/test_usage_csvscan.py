@@ -27,7 +27,7 @@ from seatplan.usage.sources import _csv_header, open_source
 from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
 
 from conftest import require
-from .helpers import figures
+from .helpers import figures, usage_report
 from .scenario import SCENARIO, write_csv
 
 COLUMNS = ("request_id", "api_key", "prompt_tokens", "completion_tokens", "startTime", "endTime", "model", "model_group",
@@ -144,6 +144,7 @@ def test_a_file_as_postgresql_writes_it_is_read_fast(tmp_path: Path, drawn: list
 def test_the_scenario_export_is_read_fast_to_the_same_report(tmp_path: Path) -> None:
     path = write_csv(SCENARIO, tmp_path / "spend.csv")
     assert assert_same_as_duckdb(path, Window(since=datetime(2026, 11, 23, 0, 10), until=datetime(2026, 11, 23, 9))) == "fast"
+    assert usage_report(path).reader == "seatplan's compiled CSV reader"
 
 
 # Few values per field: a file holds a row and copies of it that each differ in one field, so every two
@@ -279,6 +280,9 @@ def test_a_file_the_fast_reader_stops_on_is_read_by_duckdb(tmp_path: Path) -> No
         assert source.reader == "duckdb"
         assert source.fast_reader_stopped.reason == "a token count not written as a plain integer"
     assert assert_same_as_duckdb(path) == "duckdb"
+    report = usage_report(path)
+    assert report.reader == (f"DuckDB, as the compiled CSV reader stopped at the line at byte {len(','.join(COLUMNS)) + 1 + len(LINE)}: "
+                             "a token count not written as a plain integer")
 
 
 @pytest.mark.parametrize(("text", "reader"), [
@@ -327,8 +331,10 @@ def test_parts_read_in_parallel_join_up_whatever_their_guessed_starts(tmp_path: 
 def test_without_the_compiled_reader_duckdb_reads_every_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_csv(SCENARIO, tmp_path / "spend.csv")
     monkeypatch.setattr(csvscan, "available", lambda: False)
+    monkeypatch.setattr("seatplan.usage.sources.csvscan_available", lambda: False)
     fast, reader = report_and_reader(path, True)
     assert reader == "duckdb"
+    assert "not installed" in usage_report(path).reader
     assert fast == report_and_reader(path, False)[0]
 
 

@@ -26,7 +26,9 @@ def scenario_dsn(new_spend_database) -> str:
 
 
 def test_chat_seat_figures_match_the_hand_worked_answers(scenario_dsn: str) -> None:
-    chat = usage_report(scenario_dsn, WINDOW).models[CHAT_MODEL]
+    report = usage_report(scenario_dsn, WINDOW)
+    assert report.reader == "PostgreSQL"
+    chat = report.models[CHAT_MODEL]
     assert chat.model_names == [CHAT_MODEL, "qwen3-30b-a3b"]
     assert (chat.calls, chat.errors, chat.cache_hits, chat.rejected_rows) == (9, 1, 1, 2)
     assert (chat.prompt_tokens_p50, chat.prompt_tokens_p90, chat.prompt_tokens_p99, chat.prompt_tokens_max) == (2000, 8000, 8000, 8000)

@@ -105,6 +105,8 @@ class UsageReport(BaseModel):
     version: int = 1
     source: str = Field(description="the file read, or the DSN with its password hidden")
     source_format: Literal["postgresql", "csv", "jsonl"]
+    reader: str = Field("", description="what read the source: PostgreSQL, seatplan's compiled CSV reader, or DuckDB "
+                        "(with why the compiled reader did not take the file, where it stopped); the figures are the same")
     window: UsageWindow
     percentile_method: str = PERCENTILE_METHOD
     inflight_convention: str = INFLIGHT_CONVENTION

@@ -198,6 +198,9 @@ class PostgresSource:
     def unreadable_lines(self) -> int:
         return 0  # a table has no lines to misread
 
+    def reader_note(self) -> str:
+        return "PostgreSQL"
+
     def _read_rows(self, window: Window) -> TableRows:
         wanted = window.needs(self.columns["start_ts"], self.columns["end_ts"])
         values = row_columns_sql(self.columns, self.status_text, self.cache_hit_text, self.request_tags)

@@ -57,6 +57,7 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
     return UsageReport(
         source=source.description,
         source_format=source.source_format,
+        reader=source.reader_note(),
         window=UsageWindow(since=window.since, until=window.until),
         runaway_rule=rule,
         models=models,

@@ -73,3 +73,6 @@ class SpendLogSource(Protocol):
 
     def unreadable_lines(self) -> int:
         """Lines of the last read that did not even split into columns (not in the rows)."""
+
+    def reader_note(self) -> str:
+        """What read the source in the last read, for people (UsageReport.reader)."""

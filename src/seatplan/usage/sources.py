@@ -19,6 +19,7 @@ from typing import Any
 
 from seatplan.errors import SeatplanError
 from seatplan.usage.csvscan import CsvScanner, Stopped, open_scanner
+from seatplan.usage.csvscan import available as csvscan_available
 from seatplan.usage.queries import (
     CLIENT_COLUMNS,
     GROUP_COLUMNS,
@@ -219,6 +220,16 @@ class DuckDBFileSource:
             model_index=model_of_group[group_of_row], client_index=client_of_group[group_of_row],
             models=list(models), clients=list(clients),
         )
+
+    def reader_note(self) -> str:
+        if self.reader == "fast":
+            return "seatplan's compiled CSV reader"
+        stopped = self.fast_reader_stopped
+        if stopped is not None:
+            return f"DuckDB, as the compiled CSV reader stopped at the line at byte {stopped.line_offset}: {stopped.reason}"
+        if self.source_format == "csv" and not csvscan_available():
+            return "DuckDB (seatplan's compiled CSV reader is not installed: it needs a C compiler when pip installs seatplan)"
+        return "DuckDB"
 
     def unreadable_lines(self) -> int:
         """CSV lines DuckDB could not split into the header's columns (it keeps them in ``reject_errors``)."""

@@ -37,6 +37,8 @@ def render_report(report: UsageReport, console: Any) -> None:
             f"{usage.runaway_count:,}{threshold}",
         )
     console.print(seats)
+    if report.reader:
+        console.print(f"read by {report.reader}")
 
     if report.runaways_by_key:
         runaways = Table(title="Runaway replies by key")

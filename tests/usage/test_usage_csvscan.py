@@ -9,6 +9,8 @@ break the dialect written byte by byte.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,16 @@ def write_rows(path: Path, rows: list[dict[str, str | None]], columns: tuple[str
         for row in rows:
             out.write(",".join(csv_field(row.get(name)) for name in columns) + "\n")
     return path
+
+
+@contextmanager
+def scanner_of(path: Path) -> Iterator[csvscan.CsvScanner]:
+    scanner = csvscan.open_scanner(path, _csv_header(path))
+    assert scanner is not None
+    try:
+        yield scanner
+    finally:
+        scanner.close()
 
 
 def report_and_reader(path: Path, fast: bool, window: Window = Window()) -> tuple[dict, str]:
@@ -215,12 +227,8 @@ def test_times_and_counts_read_as_duckdb_reads_them(tmp_path: Path, drawn: list[
     from seatplan.usage.sources import _csv_from_clause
 
     path = write_rows(tmp_path / "numbers.csv", drawn)
-    scanner = csvscan.open_scanner(path, _csv_header(path))
-    assert scanner is not None
-    try:
+    with scanner_of(path) as scanner:
         scanned = scanner.scan()
-    finally:
-        scanner.close()
     shape = SourceShape("csv", _csv_from_clause(path, list(COLUMNS), careful=True), frozenset(COLUMNS), typed_times=False)
     columns = normalized_columns(shape)
     numbers = [f"epoch_us({columns['start_ts']})", f"epoch_us({columns['end_ts']})", columns["prompt_tokens"],
@@ -262,13 +270,8 @@ LINE = 'r1,k,10,20,2026-11-22 10:00:00,2026-11-22 10:01:00,m,g,u,"{""user_api_ke
 def test_a_line_outside_the_dialect_stops_the_fast_reader_there(tmp_path: Path, broken: str, reason: str) -> None:
     path = tmp_path / "broken.csv"
     path.write_bytes((",".join(COLUMNS) + "\n" + LINE + broken + LINE).encode("utf-8", "surrogateescape"))
-    scanner = csvscan.open_scanner(path, _csv_header(path))
-    assert scanner is not None
-    try:
-        with pytest.raises(csvscan.Stopped) as stopped:
-            scanner.scan()
-    finally:
-        scanner.close()
+    with scanner_of(path) as scanner, pytest.raises(csvscan.Stopped) as stopped:
+        scanner.scan()
     assert (stopped.value.reason, stopped.value.line_offset) == (reason, len(",".join(COLUMNS)) + 1 + len(LINE))
 
 
@@ -310,9 +313,7 @@ def test_parts_read_in_parallel_join_up_whatever_their_guessed_starts(tmp_path: 
     """A part starts after the first newline past its share of the bytes, which may sit inside a quoted
     field: the part before then ends elsewhere and the part is read again from there."""
     path = write_rows(tmp_path / "multiline.csv", drawn)
-    scanner = csvscan.open_scanner(path, _csv_header(path))
-    assert scanner is not None
-    try:
+    with scanner_of(path) as scanner:
         try:
             whole = scanner.scan(parts=1)
         except csvscan.Stopped as stopped:
@@ -321,17 +322,14 @@ def test_parts_read_in_parallel_join_up_whatever_their_guessed_starts(tmp_path: 
             assert (also.value.reason, also.value.line_offset) == (stopped.reason, stopped.line_offset)
             return
         split = scanner.scan(parts=parts)
-        for name in ("start_us", "end_us", "prompt_tokens", "completion_tokens", "key", "line_offset"):
-            np.testing.assert_array_equal(getattr(split, name), getattr(whole, name))
-        assert len(whole.key) == len(drawn)
-    finally:
-        scanner.close()
+    for name in ("start_us", "end_us", "prompt_tokens", "completion_tokens", "key", "line_offset"):
+        np.testing.assert_array_equal(getattr(split, name), getattr(whole, name))
+    assert len(whole.key) == len(drawn)
 
 
 def test_without_the_compiled_reader_duckdb_reads_every_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write_csv(SCENARIO, tmp_path / "spend.csv")
     monkeypatch.setattr(csvscan, "available", lambda: False)
-    monkeypatch.setattr("seatplan.usage.sources.csvscan_available", lambda: False)
     fast, reader = report_and_reader(path, True)
     assert reader == "duckdb"
     assert "not installed" in usage_report(path).reader

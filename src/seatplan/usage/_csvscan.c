@@ -429,6 +429,18 @@ static const uint8_t *json_value(const json_text *text, const uint8_t *at, int d
     }
 }
 
+/* Hashes each wanted key's raw value into *row_hash, in the keys' order; an absent key (NULL) hashes as
+ * its seed alone, so rows without a key, or without metadata, agree. */
+static void hash_values(const uint8_t *const *value_begin, const uint8_t *const *value_end, int key_count,
+                        uint64_t *row_hash) {
+    for (int index = 0; index < key_count; index++) {
+        uint64_t seed = 1000 + (uint64_t)index;
+        uint64_t value_hash = value_begin[index] ? hash_bytes(value_begin[index], (size_t)(value_end[index] - value_begin[index]), seed)
+                                                 : finish(seed);
+        *row_hash = finish(*row_hash ^ value_hash);
+    }
+}
+
 /* Reads the metadata object starting at at and hashes the raw value of each wanted top-level key into
  * *row_hash (absent keys hash alike). Returns the byte after the object, or NULL where it is not a JSON
  * object this reader takes. */
@@ -467,12 +479,7 @@ static const uint8_t *hash_metadata(json_text text, const uint8_t *at, const uin
             at = json_space(&text, at + 1);
         }
     }
-    for (int index = 0; index < key_count; index++) {
-        uint64_t seed = 1000 + (uint64_t)index;
-        uint64_t value_hash = value_begin[index] ? hash_bytes(value_begin[index], (size_t)(value_end[index] - value_begin[index]), seed)
-                                                 : finish(seed);
-        *row_hash = finish(*row_hash ^ value_hash);
-    }
+    hash_values(value_begin, value_end, key_count, row_hash);
     return at;
 }
 
@@ -494,7 +501,8 @@ static const uint8_t *read_metadata(const uint8_t *at, const uint8_t *end, const
     const uint8_t *after = read_field(at, end, &field);
     if (!after) return NULL;
     if (field.begin == field.end) {
-        for (int index = 0; index < key_count; index++) *row_hash = finish(*row_hash ^ finish(1000 + (uint64_t)index));
+        const uint8_t *none[MAX_KEYS] = {0};
+        hash_values(none, none, key_count, row_hash);
         return after;
     }
     json_text text = {field.end, 1};

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from seatplan.usage.loads import RequestRows
-from seatplan.usage.queries import MISSING_NUMBER, REJECT_REASONS, Window
+from seatplan.usage.queries import MISSING_NUMBER, MODEL_COLUMNS, REJECT_REASONS, Window
 from seatplan.usage.scan import SeatCounts, SpendScan, microseconds
 from seatplan.usage.sweep import ClientRow, RunawayRow
 
@@ -75,7 +75,7 @@ def rows_by_key(start_us: np.ndarray, end_us: np.ndarray, prompt_tokens: np.ndar
     clients: dict[ClientFields, int] = {}
     model_of_key = np.zeros(len(keys), dtype=np.int32)
     client_of_key = np.zeros(len(keys), dtype=np.int32)
-    model_fields = len(ModelFields.__dataclass_fields__) - 1  # all but ``readable``, True for a row of a table or CSV
+    model_fields = len(MODEL_COLUMNS)  # ``readable`` is left at True: every row of a table or CSV is
     for position, values in enumerate(fields_of_rows(representatives(key_index, len(keys)))):
         model_of_key[position] = models.setdefault(ModelFields(*values[:model_fields]), len(models))
         client_of_key[position] = clients.setdefault(ClientFields(*values[model_fields:]), len(clients))
@@ -123,21 +123,29 @@ def representatives(index: np.ndarray, count: int) -> np.ndarray:
     return chosen
 
 
+def window_masks(start_us: np.ndarray, end_us: np.ndarray, window: Window) -> tuple[np.ndarray, np.ndarray]:
+    """(starts in the window, runs during it): the numpy twins of ``Window.contains`` and ``Window.overlaps``,
+    for rows with readable times."""
+    since_us, until_us = microseconds(window.since), microseconds(window.until)
+    start_readable = start_us != MISSING
+    starts_in_window = start_readable.copy()
+    in_flight = start_readable & (end_us != MISSING) & (end_us > start_us)
+    if since_us is not None:
+        starts_in_window &= start_us >= since_us
+        in_flight &= end_us > since_us
+    if until_us is not None:
+        starts_in_window &= start_us < until_us
+        in_flight &= start_us < until_us
+    return starts_in_window, in_flight
+
+
 def needed_rows(start_us: np.ndarray, end_us: np.ndarray, window: Window) -> np.ndarray | None:
     """Which rows ``Window.needs`` keeps (calls in the window, requests running in it, rows without a readable
     start), for a source read whole; None where the window is open and keeps them all."""
-    since_us, until_us = microseconds(window.since), microseconds(window.until)
-    if since_us is None and until_us is None:
+    if window.since is None and window.until is None:
         return None
-    starts_in_window = start_us != MISSING
-    overlaps = end_us > start_us
-    if since_us is not None:
-        starts_in_window &= start_us >= since_us
-        overlaps &= end_us > since_us
-    if until_us is not None:
-        starts_in_window &= start_us < until_us
-        overlaps &= start_us < until_us
-    return (start_us == MISSING) | starts_in_window | overlaps
+    starts_in_window, in_flight = window_masks(start_us, end_us, window)
+    return (start_us == MISSING) | starts_in_window | in_flight
 
 
 @dataclass(frozen=True)
@@ -185,15 +193,7 @@ def judge(rows: SpendRows, seat_by_name: Mapping[str, str], window: Window) -> V
     # Written last to first, so the first test a row fails names it.
     for name, failed in reversed(tests.items()):
         reason[failed] = REJECT_REASONS.index(name)
-    since_us, until_us = microseconds(window.since), microseconds(window.until)
-    starts_in_window = start_readable.copy()
-    in_flight = start_readable & end_readable & (rows.end_us > rows.start_us)
-    if since_us is not None:
-        starts_in_window &= rows.start_us >= since_us
-        in_flight &= rows.end_us > since_us
-    if until_us is not None:
-        starts_in_window &= rows.start_us < until_us
-        in_flight &= rows.start_us < until_us
+    starts_in_window, in_flight = window_masks(rows.start_us, rows.end_us, window)
     return Verdicts(seat_names, seat_index, seat, reason, starts_in_window, ~start_readable | starts_in_window, in_flight)
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
-from seatplan.usage.csvscan import CsvScanner, Stopped, open_scanner
-from seatplan.usage.csvscan import available as csvscan_available
+from seatplan.usage import csvscan
+from seatplan.usage.csvscan import CsvScanner, Stopped
 from seatplan.usage.queries import (
     CLIENT_COLUMNS,
     GROUP_COLUMNS,
@@ -227,7 +227,7 @@ class DuckDBFileSource:
         stopped = self.fast_reader_stopped
         if stopped is not None:
             return f"DuckDB, as the compiled CSV reader stopped at the line at byte {stopped.line_offset}: {stopped.reason}"
-        if self.source_format == "csv" and not csvscan_available():
+        if self.source_format == "csv" and not csvscan.available():
             return "DuckDB (seatplan's compiled CSV reader is not installed: it needs a C compiler when pip installs seatplan)"
         return "DuckDB"
 
@@ -312,7 +312,7 @@ def _file_source(path: Path, request_id_from_tokens: int | None, fast_csv: bool)
         connection.execute("SET preserve_insertion_order = false")
         connection.execute("SET enable_progress_bar = false")
         columns = _csv_header(path) if source_format == "csv" else []
-        scanner = open_scanner(path, columns) if source_format == "csv" and fast_csv else None
+        scanner = csvscan.open_scanner(path, columns) if source_format == "csv" and fast_csv else None
         try:
             yield DuckDBFileSource(connection, path, source_format, columns, request_id_from_tokens, workdir, scanner)
         finally:

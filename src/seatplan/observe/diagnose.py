@@ -12,6 +12,7 @@ from seatplan.observe.calibrate import (
 )
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
 from seatplan.observe.findings import seat_findings
+from seatplan.observe.series import compact_series
 from seatplan.observe.models import (
     Boot, DiagnoseReport, EngineStats, ObservedFootprints, ProcessSample, SeatReport, StatsSummary,
 )
@@ -48,7 +49,7 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
         stats = [record.model_copy(update={"seat": plan.seat_name(record.seat)}) for record in stats]
     # A GPU with no readings at all (every value [N/A]) has nothing to analyse.
     analysed = [(one, analyse(one, settings)) for one in series if np.any(~np.isnan(one.used_mib))]
-    gpus = [gpu_report(one, analysis) for one, analysis in analysed]
+    gpus = [gpu_report(one, analysis).model_copy(update={"series": compact_series(one)}) for one, analysis in analysed]
     observed = footprints_from_steps(boots, analysed, plan, settings)
     observed.update(footprints_from_processes(boots, processes))
     report = DiagnoseReport(gpus=gpus)

@@ -67,7 +67,7 @@ def whole(number: float | None) -> str:
 
 def _layout(figure: go.Figure, height: int, **extra: Any) -> go.Figure:
     settings: dict[str, Any] = dict(height=height, font=FONT, template="plotly_white", margin=dict(l=10, r=10, t=40, b=40),
-                                    legend=dict(orientation="h", yanchor="top", y=-0.12, x=0),
+                                    legend=dict(orientation="v", yanchor="top", y=1, x=1.01, xanchor="left"),
                                     hoverlabel=dict(align="left"))
     settings.update(extra)
     figure.update_layout(**settings)
@@ -445,7 +445,11 @@ def memory_over_time_figure(plan: Plan, diagnose: DiagnoseReport | None) -> Figu
                      f"+{creep.rise_mib / 1024:.2f} in {creep.hours_to_plateau:.0f} h" if creep else "-",
                      f"{planned / 1024:.2f}" if planned is not None else "-",
                      ("held" if gpu.plan.spare_held else f"missed by {gpu.plan.miss_mib / 1024:.2f}") if gpu.plan else "-"])
-    figure.update_yaxes(title_text="used GiB", rangemode="tozero")
+    # Restarts dip to zero; start the axis just below the lowest level after a boot so creep and steps show.
+    levels = [segment.level_after_boot_mib for gpu in gpus for segment in gpu.segments if segment.level_after_boot_mib > 0]
+    top = max(max(gpu.total_mib or 0, max(gpu.series.max_mib)) for gpu in gpus) / 1024 * 1.06
+    bottom = min(levels) / 1024 * 0.9 if levels else 0
+    figure.update_yaxes(title_text="used GiB", range=[bottom, top])
     _layout(figure, 120 + 220 * len(gpus))
     table = Table("Per GPU: what the history shows", ["GPU", "samples", "steps", "plateau used GiB", "plateau free GiB", "creep",
                                                       "plan expects GiB", "plan check"], rows)
@@ -600,7 +604,7 @@ def inflight_figure(usage: UsageReport | None) -> Figure | None:
                                     hovertemplate=f"<b>{seat}</b> %{{x}}<br>%{{y:,}} tokens in flight"
                                                   f"{'' if peak is None else f' (exact peak {peak:,})'}<extra></extra>"))
     figure.update_yaxes(title_text="tokens in flight", rangemode="tozero")
-    _layout(figure, 380, legend=dict(orientation="v", x=1.01, y=1))
+    _layout(figure, 380)
     caption = (f"Tokens (prompt + completion) in flight per seat at {len(timeline.instants)} evenly spaced instants of the "
                "window; the exact peak between instants is in the KV table. "
                + (f"Seats beyond the {VISIBLE_SEAT_LINES} busiest are hidden: click them in the legend." if len(tracks) > VISIBLE_SEAT_LINES else ""))

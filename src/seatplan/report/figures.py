@@ -211,7 +211,7 @@ def memory_figure(plan: Plan, observed: ObservedFootprints | None = None) -> Fig
         _memory_panel(figure, plan, runner_up, 2, shown, None)
     figure.update_yaxes(autorange="reversed", type="category")
     figure.update_xaxes(title_text="GiB per GPU", rangemode="tozero")
-    _layout(figure, 140 + 56 * len(plan.gpus), barmode="overlay", uniformtext=dict(minsize=9, mode="hide"))
+    _layout(figure, max(420, 140 + 56 * len(plan.gpus)), barmode="overlay", uniformtext=dict(minsize=9, mode="hide"))
     caption = ("Each bar is one GPU at plateau: every seat's footprint parts stacked in boot order (hatched = estimate, "
                "solid = exact, pinned, declared or policy), then the spare. The red tick is where use must stay left of "
                "to keep the headroom.")
@@ -445,11 +445,13 @@ def memory_over_time_figure(plan: Plan, diagnose: DiagnoseReport | None) -> Figu
                      f"+{creep.rise_mib / 1024:.2f} in {creep.hours_to_plateau:.0f} h" if creep else "-",
                      f"{planned / 1024:.2f}" if planned is not None else "-",
                      ("held" if gpu.plan.spare_held else f"missed by {gpu.plan.miss_mib / 1024:.2f}") if gpu.plan else "-"])
-    # Restarts dip to zero; start the axis just below the lowest level after a boot so creep and steps show.
-    levels = [segment.level_after_boot_mib for gpu in gpus for segment in gpu.segments if segment.level_after_boot_mib > 0]
     top = max(max(gpu.total_mib or 0, max(gpu.series.max_mib)) for gpu in gpus) / 1024 * 1.06
-    bottom = min(levels) / 1024 * 0.9 if levels else 0
-    figure.update_yaxes(title_text="used GiB", range=[bottom, top])
+    for row, gpu in enumerate(gpus, start=1):
+        # Restarts dip to zero; start each axis below the GPU's lowest level after a boot so creep and steps show.
+        levels = [segment.plateau_used_mib for segment in gpu.segments if segment.plateau_used_mib > 1024]
+        levels += [segment.level_after_boot_mib for segment in gpu.segments if segment.level_after_boot_mib > 1024]
+        bottom = min(levels) / 1024 * 0.85 if levels else 0
+        figure.update_yaxes(title_text="used GiB", range=[bottom, top], row=row, col=1)
     _layout(figure, 120 + 220 * len(gpus))
     table = Table("Per GPU: what the history shows", ["GPU", "samples", "steps", "plateau used GiB", "plateau free GiB", "creep",
                                                       "plan expects GiB", "plan check"], rows)
@@ -629,7 +631,7 @@ def runaway_figure(usage: UsageReport | None) -> Figure | None:
                                                 "%{customdata[1]} tokens<extra></extra>"))
         figure.update_yaxes(autorange="reversed", type="category")
         figure.update_xaxes(title_text="runaway replies in the window")
-        _layout(figure, 120 + 30 * len(groups), showlegend=False)
+        _layout(figure, max(220, 120 + 30 * len(groups)), showlegend=False)
     threshold = usage.runaway_rule.description
     caption = f"Replies at or above each seat's runaway threshold, grouped by the key that asked. Rule: {threshold}"
     if not groups:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seatplan.observe.models import DiagnoseReport
-from seatplan.output import console
+from seatplan.output import console, fit_table
 from seatplan.units import format_gib, human_bytes
 
 
@@ -30,7 +30,7 @@ def show_report(report: DiagnoseReport, written: Path | None) -> None:
                 plan = ("[green]spare held[/]" if gpu.plan.spare_held else "[red]spare overrun[/]") + f" ({gpu.plan.miss_mib:+,.0f} MiB vs plan)"
             name = f"{gpu.host}:{gpu.index}" if gpu.host else str(gpu.index)
             table.add_row(name, str(gpu.samples), steps, creep, _mib(gpu.plateau_used_mib), _mib(gpu.plateau_free_mib), plan)
-        out.print(table)
+        out.print(fit_table(table, out.width, ("samples",)))
     if report.seats:
         table = Table(title="Seats", title_justify="left")
         for column in ("seat", "boots", "KV per boot (GiB)", "engine peak KV use", "observed footprint"):
@@ -40,7 +40,7 @@ def show_report(report: DiagnoseReport, written: Path | None) -> None:
             peak = f"{seat.stats.peak_kv_cache_usage_pct:.1f} %" if seat.stats and seat.stats.peak_kv_cache_usage_pct is not None else "–"
             observed = f"{human_bytes(seat.observed.footprint_bytes)} ({seat.observed.source})" if seat.observed else "–"
             table.add_row(seat.name, str(len(seat.boots)), kv, peak, observed)
-        out.print(table)
+        out.print(fit_table(table, out.width, ("engine peak KV use", "boots")))
     for finding in report.findings:
         out.print(f"[bold yellow]{finding.kind}[/]: {finding.message}\n  [bold]fix:[/] {finding.fix}")
     if not report.findings:

@@ -38,14 +38,17 @@ def plan_command(
     loaded = load_fleet(fleet)
     usage_summary = read_usage(usage) if usage else None
     observations = read_observed(observed) if observed else None
-    plan = build_plan(
-        loaded,
-        usage=usage_summary,
-        usage_path=str(usage) if usage else None,
-        observed=observations,
-        observed_path=str(observed) if observed else None,
-        time_limit_s=time_limit_s,
-    )
+    from seatplan.output import progress
+
+    with progress("sizing and placing the seats", enabled=not json_output):
+        plan = build_plan(
+            loaded,
+            usage=usage_summary,
+            usage_path=str(usage) if usage else None,
+            observed=observations,
+            observed_path=str(observed) if observed else None,
+            time_limit_s=time_limit_s,
+        )
     placed = plan.worst_case_spare_bytes is not None
     if output is not None and placed:
         atomic_write_text(output, plan.model_dump_json(indent=2) + "\n")
@@ -97,9 +100,10 @@ def explain_command(
         emit_json(entry)
         return
     from seatplan.output import console
-    from seatplan.plan.report import explanation_renderable, widen
+    from seatplan.plan.report import explanation_renderable
 
-    widen(console()).print(explanation_renderable(entry), soft_wrap=True)
+    out = console()
+    out.print(explanation_renderable(entry, out.width), soft_wrap=True)
 
 
 def fit_command(

@@ -199,7 +199,16 @@ def _word_problem(detail: dict[str, Any], path: PathKey) -> FleetProblem:
     if kind == "missing":
         return FleetProblem(path, "required key is missing", f"add {path[-1]}:" if path else None)
     message = str(detail["msg"]).removeprefix("Value error, ")
-    return FleetProblem(path, message, None)
+    return FleetProblem(path, message, getattr(detail.get("ctx", {}).get("error"), "fix", None) or _field_fix(path))
+
+
+def _field_fix(path: PathKey) -> str:
+    """What the key takes, from the fleet schema's own description of it (docs/fleet.md lists them all)."""
+    parent = _model_at(path[:-1]) if path else None
+    field = parent.model_fields.get(str(path[-1])) if parent is not None else None
+    if field is not None and field.description:
+        return f"{path[-1]}: {field.description} (docs/fleet.md)"
+    return "see docs/fleet.md for what this key takes"
 
 
 # ----------------------------------------------------------------------------- checks pydantic cannot do

@@ -19,17 +19,17 @@ SIZE_PATTERN = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([KMGTkmgt](i?[Bb])?|[Bb])?\s*$"
 
 def _size_to_bytes(value: Any) -> Any:
     """Sizes in the fleet file: ``96GiB``, ``0.5GiB``, ``22G`` or plain bytes (``units.parse_bytes``)."""
-    from seatplan.errors import SeatplanError
-    from seatplan.units import parse_bytes
+    from seatplan.errors import FieldValueError, SeatplanError
+    from seatplan.units import SIZE_FIX, parse_bytes
 
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value < 0):
         return value  # let the type check / the ``ge=0`` bound word the error
     if isinstance(value, str) and value.strip().startswith("-"):
-        raise ValueError(f"{value!r} is negative; sizes are 0 or more")
+        raise FieldValueError(f"{value!r} is negative; sizes are 0 or more", SIZE_FIX)
     try:
         return parse_bytes(value)
     except SeatplanError as problem:
-        raise ValueError(problem.message.split(": ", 1)[-1]) from None
+        raise FieldValueError(problem.message.split(": ", 1)[-1], problem.fix) from None
 
 
 Bytes = Annotated[

@@ -8,10 +8,16 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from seatplan.output import fit_table
 from seatplan.plan.models import FitReport, Plan, PlannedSeat
 from seatplan.units import GiB, human_bytes
 
 PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
+# Columns left out first when a table does not fit the terminal (least important first); names and figures that
+# remain are never cut (output.fit_table).
+GPU_DROP = ("headroom", "reserved", "name")
+FOOTPRINT_DROP = ("basis", "NCCL", "ctx", "obs. non-KV", "creep", "graphs", "activ.")
+SEAT_DROP = ("util", "conc.", "boot", "KV GiB", "KV tokens")
 PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.", "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "declared"}
 
 
@@ -88,16 +94,15 @@ def command_line(seat: PlannedSeat) -> str:
 
 
 def print_plan(console: Console, plan: Plan) -> None:
-    widen(console)
     console.print(Text(headline(plan), style="bold green" if plan.infeasible is None and plan.optimal else "bold yellow"))
     if plan.infeasible is not None:
         print_infeasible(console, plan)
         return
     if plan.worst_case_spare_bytes is None:
         return
-    console.print(gpu_table(plan))
-    console.print(footprint_table(plan))
-    console.print(seat_table(plan))
+    console.print(fit_table(gpu_table(plan), console.width, GPU_DROP))
+    console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP))
+    console.print(fit_table(seat_table(plan), console.width, SEAT_DROP))
     console.print(Text("Command lines (in boot order; start each when the one before it is ready)", style="bold"))
     for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
         if seat.vllm_args:
@@ -110,7 +115,7 @@ def print_plan(console: Console, plan: Plan) -> None:
             table.add_column(column)
         for rank, alternative in enumerate(plan.runner_ups, start=2):
             table.add_row(str(rank), gib(alternative.worst_case_spare_bytes), str(alternative.moves), alternative.why_lost)
-        console.print(table)
+        console.print(fit_table(table, console.width))
     for warning in plan.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
 
@@ -123,10 +128,10 @@ def print_infeasible(console: Console, plan: Plan) -> None:
         table.add_column(column)
     for seat in plan.infeasible.seats:
         table.add_row(seat.name, gib(seat.footprint_bytes), seat.best_gpu or "-", gib(seat.short_by_bytes), seat.reason)
-    console.print(table)
+    console.print(fit_table(table, console.width))
 
 
-def explanation_renderable(seat: PlannedSeat) -> Group:
+def explanation_renderable(seat: PlannedSeat, width: int = 80) -> Group:
     """Each rule as a short paragraph: result, why, and the numbers it used."""
     items: list = [Text(f"{seat.name}: why these numbers", style="bold")]
     for line in seat.explanation:
@@ -140,18 +145,11 @@ def explanation_renderable(seat: PlannedSeat) -> Group:
         parts.add_column(column, overflow="fold")
     for part in seat.footprint_parts:
         parts.add_row(part.name, f"{part.bytes:,}", gib(part.bytes), part.basis, part.note)
-    items.append(parts)
+    items.append(fit_table(parts, width, ("GiB", "basis")))
     if seat.vllm_args:
         items.append(Text("command line: " + command_line(seat)))
     items += [Text(f"warning: {warning}", style="yellow") for warning in seat.warnings]
     return Group(*items)
-
-
-def widen(console: Console, columns: int = 160) -> Console:
-    """Tables piped to a file or a pager keep their columns instead of wrapping at 80."""
-    if not console.is_terminal and console.width < columns:
-        console.width = columns
-    return console
 
 
 def _value(value: object) -> str:
@@ -161,7 +159,6 @@ def _value(value: object) -> str:
 
 
 def print_fit(console: Console, report: FitReport) -> None:
-    widen(console)
     console.print(
         Text(
             f"{report.model}: on {human_bytes(report.gpu_memory_bytes)} per GPU (TP {report.tensor_parallel_size}), "
@@ -177,6 +174,6 @@ def print_fit(console: Console, report: FitReport) -> None:
         table.add_column(column, overflow="fold")
     for part in report.footprint_parts:
         table.add_row(part.name, gib(part.bytes), part.basis, part.note)
-    console.print(table)
+    console.print(fit_table(table, console.width))
     for line in report.explanation:
         console.print(Text(f"{line.rule}: {line.result}  ({line.note})"), soft_wrap=True)

@@ -58,7 +58,7 @@ def usage_command(
 ) -> None:
     """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
     from seatplan.fileio import atomic_write_json
-    from seatplan.output import console, emit_json
+    from seatplan.output import console, emit_json, progress
     from seatplan.usage.report import usage_report
     from seatplan.usage.seats import SeatMap, load_seat_map
     from seatplan.usage.sources import resolve_source
@@ -66,7 +66,8 @@ def usage_command(
 
     window = resolve_window(since, until, days, datetime.now(timezone.utc).replace(tzinfo=None))
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
-    report = usage_report(resolve_source(source), window, seat_map, default_runaway_rule(runaway_tokens))
+    with progress("reading the spend logs", enabled=not as_json):
+        report = usage_report(resolve_source(source), window, seat_map, default_runaway_rule(runaway_tokens))
     if output is not None:
         atomic_write_json(output, report.model_dump(mode="json"))
     if as_json:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from seatplan.output import fit_table
 from seatplan.usage.models import UsageReport
+
+# Columns left out first on a narrow terminal (least important first); the rest are never cut.
+SEAT_DROP = ("cache hits", "errors", "peak in-flight requests (w/o)", "prompt p50/p90/p99/max")
+RUNAWAY_DROP = ("request tags", "user", "team")
+SHARED_DROP = ("tag sets", "addresses", "team")
 
 
 def _number(value: int | None) -> str:
@@ -36,7 +42,7 @@ def render_report(report: UsageReport, console: Any) -> None:
             f"{usage.peak_inflight_requests:,} ({usage.peak_inflight_requests_without_runaways:,})",
             f"{usage.runaway_count:,}{threshold}",
         )
-    console.print(seats)
+    console.print(fit_table(seats, console.width, SEAT_DROP))
     if report.reader:
         console.print(f"read by {report.reader}")
 
@@ -48,7 +54,7 @@ def render_report(report: UsageReport, console: Any) -> None:
             runaways.add_row(group.key_alias, group.team or "-", group.user or "-", _number(group.count),
                              _number(group.max_completion_tokens), ", ".join(group.request_tags) or "-",
                              "\n".join(group.example_request_ids))
-        console.print(runaways)
+        console.print(fit_table(runaways, console.width, RUNAWAY_DROP))
 
     shared = [key for key in report.keys if key.shared]
     if shared:
@@ -60,7 +66,7 @@ def render_report(report: UsageReport, console: Any) -> None:
                          f"{key.distinct_user_agents}: " + ", ".join(key.user_agents),
                          f"{key.distinct_client_ips}: " + ", ".join(key.client_ips),
                          f"{key.distinct_request_tag_sets}: " + "; ".join(",".join(tags) or "(none)" for tags in key.request_tag_sets))
-        console.print(keys)
+        console.print(fit_table(keys, console.width, SHARED_DROP))
 
     if report.rejected_rows:
         reasons = ", ".join(f"{reason} {count:,}" for reason, count in report.rejected_by_reason.items())

@@ -70,24 +70,24 @@ class GpuSpec(_Strict):
 
 
 class HostSpec(_Strict):
-    name: str = Field(min_length=1)
-    gpus: list[GpuSpec] = Field(min_length=1)
+    name: str = Field(min_length=1, description="host name; GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
+    gpus: list[GpuSpec] = Field(min_length=1, description="the host's GPUs")
 
 
 class SeatSpec(_Strict):
     """One engine ("seat"): a vLLM server, or a fixed non-vLLM process with a known memory cap."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    engine: Literal["vllm", "fixed"] = "vllm"
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$", description="seat name (letters, digits, `.`, `_`, `-`)")
+    engine: Literal["vllm", "fixed"] = Field("vllm", description="`vllm`, or `fixed` for a non-vLLM process with a known memory cap")
     model: str | None = Field(None, description="model directory (relative to the fleet file) or Hugging Face id")
     model_path_on_host: str | None = Field(
         None, description="what --model says on the GPU host, when it differs from `model` (defaults to `model`)"
     )
     served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`)")
-    port: int | None = Field(None, ge=1, le=65535)
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    tensor_parallel_size: int = Field(1, ge=1)
+    port: int | None = Field(None, ge=1, le=65535, description="`--port`; two seats on one host may not share one")
+    dtype: str = Field("auto", description="vLLM's `--dtype`")
+    kv_cache_dtype: str = Field("auto", description="vLLM's `--kv-cache-dtype`; `fp8` halves the KV bytes of a 16-bit model")
+    tensor_parallel_size: int = Field(1, ge=1, description="a power of two, at most the GPUs of one host")
     max_model_len: Annotated[
         int | Literal["published"] | None,
         WithJsonSchema(
@@ -110,15 +110,17 @@ class SeatSpec(_Strict):
     )
     kv_cache_memory_bytes: Bytes | None = Field(None, description="operator-pinned KV size; wins over kv_factor")
     max_new_tokens: int | None = Field(None, ge=1, description="default output cap (and ceiling) for replies")
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="passed to vLLM explicitly (default: vLLM's server default for the GPU size); the activation estimate depends on it")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="passed to vLLM explicitly (default: vLLM's server default for the GPU size); the activation estimate depends on it")
     enforce_eager: bool = Field(False, description="no CUDA graphs (saves their memory, costs speed)")
     pin: GpuRef | list[GpuRef] | None = Field(None, description="GPU(s) this seat must run on")
     avoid: list[GpuRef] = Field(default_factory=list, description="GPUs this seat must not run on")
     allow_yarn: bool = Field(False, description="YaRN context extension may be enabled for this seat")
     memory_cap_bytes: Bytes | None = Field(None, description="a fixed seat's declared memory per GPU")
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES)")
 
     @field_validator("max_model_len", mode="before")
     @classmethod
@@ -155,9 +157,9 @@ class Policy(_Strict):
 
 
 class Fleet(_Strict):
-    hosts: list[HostSpec] = Field(min_length=1)
-    seats: list[SeatSpec] = Field(min_length=1)
-    policy: Policy = Field(default_factory=Policy)
+    hosts: list[HostSpec] = Field(min_length=1, description="the machines and their GPUs")
+    seats: list[SeatSpec] = Field(min_length=1, description="the engines to place")
+    policy: Policy = Field(default_factory=Policy, description="the rules every seat follows unless it says otherwise")
     current_layout: dict[str, GpuRef | list[GpuRef]] = Field(
         default_factory=dict, description="where each seat runs now (seat name → GPU or GPUs)"
     )

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "fleet.md"
 sys.path.insert(0, str(REPO / "src"))
 
-from seatplan.plan.models import SIZE_PATTERN, Fleet  # noqa: E402
+from seatplan.documents.fleet import SIZE_PATTERN, Fleet  # noqa: E402
 
 INTRO = """# The fleet file
 

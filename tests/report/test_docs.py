@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from conftest import REPO_ROOT
-from seatplan.plan.models import Fleet, GpuSpec, Policy, SeatSpec
+from seatplan.documents.fleet import Fleet, GpuSpec, Policy, SeatSpec
 
 
 def test_fleet_reference_is_up_to_date():

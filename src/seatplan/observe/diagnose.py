@@ -7,15 +7,15 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from seatplan.documents.observed import (
+    Boot, DiagnoseReport, EngineStats, ObservedFootprints, ProcessSample, SeatReport, StatsSummary,
+)
 from seatplan.observe.calibrate import (
     PlanView, check_plan, footprints_from_processes, footprints_from_steps, gpu_report,
 )
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
 from seatplan.observe.findings import seat_findings
 from seatplan.observe.series import compact_series
-from seatplan.observe.models import (
-    Boot, DiagnoseReport, EngineStats, ObservedFootprints, ProcessSample, SeatReport, StatsSummary,
-)
 
 
 def summarise_stats(stats: list[EngineStats]) -> StatsSummary:

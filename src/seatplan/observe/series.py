@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from seatplan.observe.detect import GpuSeries, bin_medians
-from seatplan.observe.models import UsedSeries
+from seatplan.documents.observed import UsedSeries
 
 SERIES_BINS = 400
 

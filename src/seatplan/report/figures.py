@@ -15,10 +15,10 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from seatplan.observe.models import DiagnoseReport, GpuReport, ObservedFootprints
-from seatplan.plan.models import FootprintPart, Plan, PlannedSeat
+from seatplan.documents.observed import DiagnoseReport, GpuReport, ObservedFootprints
+from seatplan.documents.plan import FootprintPart, Plan, PlannedSeat
 from seatplan.units import GiB, MiB
-from seatplan.usage.models import ModelUsage, UsageReport
+from seatplan.documents.usage import ModelUsage, UsageReport
 
 # Footprint parts in the order they are stacked, with their legend names and colours (one family per kind).
 PART_STYLES: dict[str, tuple[str, str]] = {

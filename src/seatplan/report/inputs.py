@@ -14,9 +14,9 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from seatplan.errors import SeatplanError
-from seatplan.observe.models import DiagnoseReport, ObservedFootprints
-from seatplan.plan.models import Plan
-from seatplan.usage.models import UsageReport
+from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
+from seatplan.documents.plan import Plan
+from seatplan.documents.usage import UsageReport
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 import plotly.io
 from plotly.offline import get_plotlyjs
 
-from seatplan.plan.models import Plan
+from seatplan.documents.plan import Plan
 from seatplan.report.figures import Figure, Table
 from seatplan.report.inputs import ReportInputs
 from seatplan.units import GiB

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from seatplan.documents.usage import UsageReport
 from seatplan.output import fit_table
-from seatplan.usage.models import UsageReport
 
 # Columns left out first on a narrow terminal (least important first); the rest are never cut.
 SEAT_DROP = ("cache hits", "errors", "peak in-flight requests (w/o)", "prompt p50/p90/p99/max")

@@ -30,14 +30,14 @@ import math
 import random
 import sqlite3
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "examples" / "night"
 FORMATS = REPO / "tests" / "fixtures" / "formats"
 MODELS = REPO / "examples" / "demo" / "models"
-UTC = timezone.utc
+UTC = UTC
 START = datetime(2026, 11, 23, tzinfo=UTC)
 END = datetime(2026, 11, 30, tzinfo=UTC)
 TOTAL_MIB = 97_887  # what nvidia-smi shows for a 96 GB RTX PRO 6000 Blackwell (95.59 GiB)

@@ -13,7 +13,12 @@ from report.night import NightDocuments
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.series import SERIES_BINS, compact_series
 from seatplan.report.figures import (
-    all_figures, frontier_figure, frontier_points, memory_figure, runner_up_seats, stack_segments,
+    all_figures,
+    frontier_figure,
+    frontier_points,
+    memory_figure,
+    runner_up_seats,
+    stack_segments,
 )
 from seatplan.report.inputs import read_inputs
 from seatplan.units import GiB

@@ -4,12 +4,12 @@ keeps restarts visible (the minutes an engine is down), the highest keeps the wo
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
-from seatplan.observe.detect import GpuSeries, bin_medians
 from seatplan.documents.observed import UsedSeries
+from seatplan.observe.detect import GpuSeries, bin_medians
 
 SERIES_BINS = 400
 
@@ -29,7 +29,7 @@ def compact_series(series: GpuSeries, max_bins: int = SERIES_BINS) -> UsedSeries
     firsts = np.flatnonzero(np.r_[True, bins[1:] != bins[:-1]])
     return UsedSeries(
         bin_seconds=bin_seconds,
-        starts=[datetime.fromtimestamp(float(start), tz=timezone.utc) for start in starts_s],
+        starts=[datetime.fromtimestamp(float(start), tz=UTC) for start in starts_s],
         min_mib=[round(float(value), 1) for value in np.minimum.reduceat(used_mib, firsts)],
         median_mib=[round(float(value), 1) for value in medians],
         max_mib=[round(float(value), 1) for value in np.maximum.reduceat(used_mib, firsts)],

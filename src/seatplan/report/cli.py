@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -14,9 +13,9 @@ def register(app: typer.Typer) -> None:
 
 def report_command(
     plan: Path = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan -o plan.json`"),
-    usage: Optional[Path] = typer.Option(None, "--usage", help="usage report from `seatplan usage -o usage.json`"),
-    observed: Optional[Path] = typer.Option(None, "--observed", help="observations from `seatplan diagnose -o observed.json`"),
-    diagnose: Optional[Path] = typer.Option(None, "--diagnose", help="diagnose report from `seatplan diagnose --json`"),
+    usage: Path | None = typer.Option(None, "--usage", help="usage report from `seatplan usage -o usage.json`"),
+    observed: Path | None = typer.Option(None, "--observed", help="observations from `seatplan diagnose -o observed.json`"),
+    diagnose: Path | None = typer.Option(None, "--diagnose", help="diagnose report from `seatplan diagnose --json`"),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="the HTML file to write (atomic, with a backup)"),
     json_output: bool = typer.Option(False, "--json", help="print what was written (figures, tables) as JSON"),
 ) -> None:
@@ -30,7 +29,8 @@ def report_command(
     figures = all_figures(inputs.plan, inputs.plan_raw, inputs.usage, inputs.diagnose, inputs.observed)
     page = report_html(inputs, figures, summary_line(inputs.plan))
     atomic_write_text(output, page)
-    written = {"output": str(output), "bytes": len(page.encode("utf-8")),
+    size_bytes = len(page.encode("utf-8"))
+    written = {"output": str(output), "bytes": size_bytes,
                "figures": [{"key": figure.key, "title": figure.title,
                             "traces": len(figure.figure.data) if figure.figure is not None else 0,
                             "tables": [table.title for table in figure.tables]} for figure in figures]}
@@ -42,5 +42,5 @@ def report_command(
     from seatplan.output import console
 
     out = console()
-    out.print(f"wrote {output} ({written['bytes'] / 2**20:.1f} MiB, self-contained): "
+    out.print(f"wrote {output} ({size_bytes / 2**20:.1f} MiB, self-contained): "
               + ", ".join(figure.title for figure in figures), soft_wrap=True)

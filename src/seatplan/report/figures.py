@@ -17,8 +17,8 @@ from plotly.subplots import make_subplots
 
 from seatplan.documents.observed import DiagnoseReport, GpuReport, ObservedFootprints
 from seatplan.documents.plan import FootprintPart, Plan, PlannedSeat
-from seatplan.units import GiB, MiB
 from seatplan.documents.usage import ModelUsage, UsageReport
+from seatplan.units import GiB, MiB
 
 # Footprint parts in the order they are stacked, with their legend names and colours (one family per kind).
 PART_STYLES: dict[str, tuple[str, str]] = {
@@ -144,7 +144,7 @@ def _memory_panel(figure: go.Figure, plan: Plan, seats_by_gpu: dict[str, list[st
                           "<br>basis: %{customdata[3]}<br>%{customdata[4]}<br>seat total %{customdata[5]} GiB<extra></extra>",
         ), row=1, col=column)
         shown.add(part_name)
-    used = defaultdict(int)
+    used: dict[str, int] = defaultdict(int)
     for segment in segments:
         used[segment.gpu] += segment.part.bytes
     reserved = [gpu.reserved_bytes for gpu in plan.gpus]
@@ -174,13 +174,14 @@ def _memory_panel(figure: go.Figure, plan: Plan, seats_by_gpu: dict[str, list[st
     ), row=1, col=column)
     shown.add("headroom")
     if observed is not None and observed.gpus and column == 1:
-        points = [(gpu_label(str(entry.get("host") or plan.gpus[0].host), int(entry["index"])), entry)
+        points = [(gpu_label(str(entry.get("host") or plan.gpus[0].host), int(str(entry["index"]))),
+                   float(str(entry["plateau_used_mib"])))
                   for entry in observed.gpus if entry.get("index") is not None and entry.get("plateau_used_mib") is not None]
-        points = [(label, entry) for label, entry in points if label in gpus]
+        points = [(label, used_mib) for label, used_mib in points if label in gpus]
         if points:
             figure.add_trace(go.Scatter(
                 name="observed plateau (diagnose)", mode="markers", y=[label for label, _ in points],
-                x=[float(entry["plateau_used_mib"]) * MiB / GiB for _, entry in points],
+                x=[used_mib * MiB / GiB for _, used_mib in points],
                 marker=dict(symbol="diamond", size=11, color="black"),
                 hovertemplate="%{y}: observed use at plateau %{x:.2f} GiB (nvidia-smi counts reserved too)<extra></extra>",
             ), row=1, col=column)
@@ -295,7 +296,7 @@ def frontier_figure(plan: Plan, plan_raw: dict[str, Any]) -> Figure | None:
 def seat_usage(usage: UsageReport | None, seat: PlannedSeat) -> ModelUsage | None:
     if usage is None:
         return None
-    for name, figures in usage.models.items():
+    for figures in usage.models.values():
         if figures.seat == seat.name:
             return figures
     return usage.models.get(seat.served_model_name) or usage.models.get(seat.name)
@@ -307,7 +308,7 @@ def explanation_inputs(seat: PlannedSeat, rule: str) -> dict[str, Any]:
 
 def replay_peak_tokens(plan_raw: dict[str, Any], seat_name: str) -> int | None:
     """A seat's replayed peak in-flight tokens, from plans that replay the week (absent in older plans)."""
-    raw_seat = next((entry for entry in plan_raw.get("seats", []) if entry.get("name") == seat_name), {})
+    raw_seat: dict[str, Any] = next((entry for entry in plan_raw.get("seats", []) if entry.get("name") == seat_name), {})
     replay = raw_seat.get("replay")
     if not isinstance(replay, dict):
         return None
@@ -445,7 +446,7 @@ def memory_over_time_figure(plan: Plan, diagnose: DiagnoseReport | None) -> Figu
                      f"+{creep.rise_mib / 1024:.2f} in {creep.hours_to_plateau:.0f} h" if creep else "-",
                      f"{planned / 1024:.2f}" if planned is not None else "-",
                      ("held" if gpu.plan.spare_held else f"missed by {gpu.plan.miss_mib / 1024:.2f}") if gpu.plan else "-"])
-    top = max(max(gpu.total_mib or 0, max(gpu.series.max_mib)) for gpu in gpus) / 1024 * 1.06
+    top = max(max(gpu.total_mib or 0, max(gpu.series.max_mib if gpu.series else [0.0])) for gpu in gpus) / 1024 * 1.06
     for row, gpu in enumerate(gpus, start=1):
         # Restarts dip to zero; start each axis below the GPU's lowest level after a boot so creep and steps show.
         levels = [segment.plateau_used_mib for segment in gpu.segments if segment.plateau_used_mib > 1024]
@@ -557,19 +558,19 @@ def lengths_figure(usage: UsageReport | None) -> Figure | None:
     if usage is None:
         return None
     seats = [(name, figures) for name, figures in usage.models.items() if figures.length_histogram is not None]
-    if not seats:
+    histograms = [figures.length_histogram for _, figures in seats if figures.length_histogram is not None]
+    if not histograms:
         return None
-    edges = seats[0][1].length_histogram.edges_tokens
+    edges = histograms[0].edges_tokens
     used_bins = [position for position in range(len(edges))
-                 if any(figures.length_histogram.prompt_calls[position] or figures.length_histogram.completion_calls[position]
-                        for _, figures in seats)]
+                 if any(histogram.prompt_calls[position] or histogram.completion_calls[position] for histogram in histograms)]
     low, high = min(used_bins), max(used_bins)
     labels = _bin_labels(edges)[low:high + 1]
     names = [_seat_name(name, figures) for name, figures in seats]
     figure = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
                            subplot_titles=["prompt tokens", "completion tokens"])
     for column, attribute in ((1, "prompt_calls"), (2, "completion_calls")):
-        counts = [getattr(figures.length_histogram, attribute)[low:high + 1] for _, figures in seats]
+        counts = [getattr(histogram, attribute)[low:high + 1] for histogram in histograms]
         shares = [[100 * count / max(sum(track), 1) for count in track] for track in counts]
         figure.add_trace(go.Heatmap(z=shares, x=labels, y=names, colorscale="Blues", zmin=0, showscale=column == 2,
                                     colorbar=dict(title="% of calls"), customdata=counts, xgap=1, ygap=1,

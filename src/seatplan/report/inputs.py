@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from seatplan.errors import SeatplanError
 from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
 from seatplan.documents.plan import Plan
 from seatplan.documents.usage import UsageReport
+from seatplan.errors import SeatplanError
 
 
 @dataclass(frozen=True)

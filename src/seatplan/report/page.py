@@ -4,7 +4,7 @@ data inline, every table as plain HTML. Nothing is fetched when the page opens (
 from __future__ import annotations
 
 import html
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import plotly.io
 from plotly.offline import get_plotlyjs
@@ -62,7 +62,7 @@ def figure_html(figure: Figure) -> str:
 
 
 def report_html(inputs: ReportInputs, figures: list[Figure], headline: str, generated_at: datetime | None = None) -> str:
-    moment = (generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%d %H:%M UTC")
+    moment = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     sources = ", ".join(f"{kind}: {html.escape(name)}" for kind, name in inputs.names.items())
     window = ""
     if inputs.usage is not None and inputs.usage.window.since and inputs.usage.window.until:

@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 
 import numpy as np
 
-from seatplan.usage.loads import RequestRows
 from seatplan.documents.usage import InflightTimeline, TokenHistogram
+from seatplan.usage.loads import RequestRows
 
 # Half-octave bins: 0, 1, 2, 3, 4, 6, 8, 11, 16, 23, 32, … up to 2**21 tokens; the last bin is open-ended.
 TOKEN_BIN_EDGES: tuple[int, ...] = (0, *sorted({int(round(2 ** (step / 2))) for step in range(0, 43)}))

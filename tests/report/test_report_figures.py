@@ -17,6 +17,7 @@ from seatplan.report.figures import (
     frontier_figure,
     frontier_points,
     memory_figure,
+    replay_peak_tokens,
     runner_up_seats,
     stack_segments,
 )
@@ -121,3 +122,11 @@ def test_every_figure_has_its_numbers_in_a_table_or_on_hover(night: NightDocumen
     assert by_seat["qwen3-30b-a3b"][3] == f"{inputs.usage.models['Qwen/Qwen3-30B-A3B-Instruct-2507'].peak_inflight_tokens:,}"
     runaway_table = next(figure for figure in figures if figure.key == "runaways").tables[0]
     assert runaway_table.rows[0][0] == "ci-evals" and runaway_table.rows[0][3] == "9"
+
+
+def test_replayed_peak_read_where_the_usage_document_has_one():
+    from types import SimpleNamespace
+
+    assert replay_peak_tokens(SimpleNamespace()) is None  # usage documents without a replay
+    replay = SimpleNamespace(peak_blocks=1_200, block_size_tokens=16, token_groups=1)
+    assert replay_peak_tokens(SimpleNamespace(kv_replay=replay)) == 19_200

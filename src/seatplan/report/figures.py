@@ -246,11 +246,11 @@ def frontier_points(plan_raw: dict[str, Any]) -> list[tuple[int, int]]:
     for entry in plan_raw.get("frontier") or []:
         if not isinstance(entry, dict):
             continue
-        moves = next((value for key, value in entry.items() if "moves" in key and isinstance(value, int)), None)
-        spare = next((value for key, value in entry.items() if "spare" in key and key.endswith("bytes")
-                      and isinstance(value, int)), None)
-        if moves is not None and spare is not None:
-            points.append((moves, spare))
+        moves = entry.get("max_moves", entry.get("moves"))  # the budget: at most this many moves
+        spare = entry.get("worst_case_spare_bytes")
+        if not isinstance(moves, int) or not isinstance(spare, int):
+            continue
+        points.append((moves, spare))
     return sorted(points)
 
 
@@ -306,13 +306,16 @@ def explanation_inputs(seat: PlannedSeat, rule: str) -> dict[str, Any]:
     return next((line.inputs for line in seat.explanation if line.rule == rule), {})
 
 
-def replay_peak_tokens(plan_raw: dict[str, Any], seat_name: str) -> int | None:
-    """A seat's replayed peak in-flight tokens, from plans that replay the week (absent in older plans)."""
-    raw_seat: dict[str, Any] = next((entry for entry in plan_raw.get("seats", []) if entry.get("name") == seat_name), {})
-    replay = raw_seat.get("replay")
-    if not isinstance(replay, dict):
+def replay_peak_tokens(figures: ModelUsage | None) -> int | None:
+    """The week replayed against KV blocks (usage documents that carry ``kv_replay``): the most blocks in flight at
+    once, in tokens (blocks × block size, per KV group). Absent from older usage documents."""
+    replay = getattr(figures, "kv_replay", None)
+    if replay is None:
         return None
-    return next((value for key, value in replay.items() if "peak" in key and "token" in key and isinstance(value, int)), None)
+    blocks, block_size, groups = (getattr(replay, name, None) for name in ("peak_blocks", "block_size_tokens", "token_groups"))
+    if not isinstance(blocks, int) or not isinstance(block_size, int):
+        return None
+    return blocks * block_size // max(groups if isinstance(groups, int) else 1, 1)
 
 
 @dataclass(frozen=True)
@@ -328,7 +331,7 @@ class SeatTokens:
     output_cap_tokens: int | None
 
 
-def seat_tokens(plan: Plan, plan_raw: dict[str, Any], usage: UsageReport | None) -> list[SeatTokens]:
+def seat_tokens(plan: Plan, usage: UsageReport | None) -> list[SeatTokens]:
     rows = []
     for seat in plan.seats:
         if seat.kv_cache_tokens is None:
@@ -339,7 +342,7 @@ def seat_tokens(plan: Plan, plan_raw: dict[str, Any], usage: UsageReport | None)
             seat=seat.name, kv_budget_tokens=seat.kv_cache_tokens, one_request_tokens=seat.max_model_len,
             peak_inflight_tokens=figures.peak_inflight_tokens if figures else None,
             peak_without_runaways_tokens=figures.peak_inflight_tokens_without_runaways if figures else None,
-            replay_peak_tokens=replay_peak_tokens(plan_raw, seat.name),
+            replay_peak_tokens=replay_peak_tokens(figures),
             model_max_tokens=explanation_inputs(seat, "context").get("derived_max_model_len"),
             yarn_max_tokens=yarn.get("extended_max_model_len"), output_cap_tokens=seat.max_new_tokens))
     return rows
@@ -349,15 +352,15 @@ TOKEN_MARKS = (  # (field, legend name, symbol, colour, what it is)
     ("one_request_tokens", "one max-length request (max_model_len)", "line-ns", "#222222", "KV one request at max_model_len needs"),
     ("peak_inflight_tokens", "observed peak in flight", "diamond", "#e45756", "the week's peak tokens in flight (usage)"),
     ("peak_without_runaways_tokens", "peak without runaways", "diamond-open", "#e45756", "the same peak without runaway replies"),
-    ("replay_peak_tokens", "replayed peak", "x", "#b279a2", "the week replayed against this seat"),
+    ("replay_peak_tokens", "replayed peak", "x", "#b279a2", "the week replayed against KV blocks: most blocks in flight × block size"),
     ("model_max_tokens", "model's context (config)", "triangle-up-open", "#4c78a8", "the longest context vLLM derives from the config"),
     ("yarn_max_tokens", "with YaRN", "triangle-up", "#72b7b2", "the longest context with YaRN switched on"),
     ("output_cap_tokens", "output cap", "square-open", "#54a24b", "default output cap (max_new_tokens)"),
 )
 
 
-def kv_figure(plan: Plan, plan_raw: dict[str, Any], usage: UsageReport | None) -> Figure | None:
-    rows = seat_tokens(plan, plan_raw, usage)
+def kv_figure(plan: Plan, usage: UsageReport | None) -> Figure | None:
+    rows = seat_tokens(plan, usage)
     if not rows:
         return None
     seats = [row.seat for row in rows]
@@ -642,6 +645,6 @@ def runaway_figure(usage: UsageReport | None) -> Figure | None:
 
 def all_figures(plan: Plan, plan_raw: dict[str, Any], usage: UsageReport | None, diagnose: DiagnoseReport | None,
                 observed: ObservedFootprints | None) -> list[Figure]:
-    built = [memory_figure(plan, observed), frontier_figure(plan, plan_raw), kv_figure(plan, plan_raw, usage),
+    built = [memory_figure(plan, observed), frontier_figure(plan, plan_raw), kv_figure(plan, usage),
              memory_over_time_figure(plan, diagnose), lengths_figure(usage), inflight_figure(usage), runaway_figure(usage)]
     return [figure for figure in built if figure is not None]

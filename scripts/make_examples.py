@@ -16,7 +16,8 @@ The story (what diagnose and usage must find):
     llama-3.2-3b 8,192 (131,072).
   * The key `ci-evals` never sends max_tokens: nine replies of ~261k tokens from qwen3-30b-a3b.
 
-Deterministic (fixed seeds): run it again and the files are the same. The Beszel rules (roll-ups, retention,
+Deterministic (fixed seeds): run it again and the files are the same (`make_examples.py DIR` writes them to DIR
+instead; tests/report/test_examples.py checks the shipped files are what it writes). The Beszel rules (roll-ups, retention,
 JSON shapes) and LiteLLM's row conventions come from the format generators in tests/fixtures/formats/.
 """
 
@@ -34,7 +35,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "examples" / "night"
+OUT = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else REPO / "examples" / "night"
 FORMATS = REPO / "tests" / "fixtures" / "formats"
 MODELS = REPO / "examples" / "demo" / "models"
 UTC = UTC
@@ -361,7 +362,7 @@ def main() -> None:
     write_spend_logs()
     for path in sorted(OUT.rglob("*")):
         if path.is_file():
-            print(f"{path.relative_to(REPO)}: {path.stat().st_size:,} bytes")
+            print(f"{path}: {path.stat().st_size:,} bytes")
 
 
 if __name__ == "__main__":

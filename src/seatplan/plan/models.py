@@ -69,9 +69,22 @@ class GpuSpec(_Strict):
     keep_clear: bool = Field(False, description="this GPU must stay empty (nothing is placed on it)")
 
 
+Device = Literal["cuda", "cpu"]
+
+
 class HostSpec(_Strict):
     name: str = Field(min_length=1)
     gpus: list[GpuSpec] = Field(min_length=1)
+    device: Device = Field(
+        "cuda",
+        description="what the host's engines run on: `cuda` (GPUs) or `cpu` (vLLM's CPU build; block size and "
+        "attention backend follow it, each `gpus` entry is then a memory budget)",
+    )
+    address: str | None = Field(None, description="how engines on this host are reached (defaults to `name`)")
+
+    @property
+    def reachable_at(self) -> str:
+        return self.address or self.name
 
 
 class SeatSpec(_Strict):

@@ -13,10 +13,14 @@ from seatplan import versions
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import ModelFacts
 from seatplan.plan.models import Plan, PlannedSeat
-from seatplan.verify.expect import FactsLoader, HostInfo, engine_settings, model_path, seat_host
+from seatplan.verify.expect import FactsLoader, HostInfo, engine_settings, model_path, parse_args, seat_host
 from seatplan.verify.models import UpgradeChange, UpgradeReport, Value
 
 ALL_SEATS = "*"
+# Table rows shown once for the whole plan. KV layout, context and log rows are not listed on their own:
+# their effect on each seat is already in that seat's predicted figures.
+PLAN_WIDE_AREAS = ("memory", "metrics", "output")
+ROPE_KEYS = ("rope_parameters", "rope_scaling")
 
 
 def upgrade_report(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, facts_loader: FactsLoader,
@@ -38,6 +42,7 @@ def seat_changes(seat: PlannedSeat, device: str, fleet_dir: Path, facts_loader: 
                  now_version: str, after_version: str) -> list[UpgradeChange]:
     changes = [UpgradeChange(seat=seat.name, what="flag", now="accepted", after=problem, area="flags")
                for problem in versions.flag_problems(seat.vllm_args, versions.modelled(after_version))]
+    changes += rope_key_changes(seat, after_version)
     if seat.kv_cache_memory_bytes is None or seat.max_model_len is None:
         return changes
     try:
@@ -69,6 +74,17 @@ def kv_changes(seat: PlannedSeat, now: ModelFacts, after: ModelFacts) -> list[Up
             for what, was, will, area, note in rows if was != will]
 
 
+def rope_key_changes(seat: PlannedSeat, after_version: str) -> list[UpgradeChange]:
+    """YaRN switched on through ``--hf-overrides`` under the key the new version no longer reads."""
+    overrides = parse_args(seat.vllm_args).get("--hf-overrides") or ""
+    used = next((key for key in ROPE_KEYS if f'"{key}"' in overrides), None)
+    wanted = ROPE_KEYS[0] if versions.has("hf_overrides_rope_parameters", versions.modelled(after_version)) else ROPE_KEYS[1]
+    if used is None or used == wanted:
+        return []
+    return [UpgradeChange(seat=seat.name, what="hf_overrides_rope_key", now=used, after=wanted, area="context",
+                          note=f"re-plan for the new version: its --hf-overrides must say {wanted} or YaRN stays off")]
+
+
 def _long_len_note(seat: PlannedSeat, after: ModelFacts) -> str:
     length = seat.max_model_len or 0
     if length > after.max_context_derived and seat.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != "1":
@@ -80,7 +96,7 @@ def behaviour_rows(old: versions.Version, new: versions.Version, has_caps: bool)
     """The table's behaviour rows that differ, for the whole plan (output rows only when a seat has a cap)."""
     rows = []
     for row in versions.behaviour_changes(old, new):
-        if row.area == "output" and row.key == "override_cap_is_ceiling" and not has_caps:
+        if row.area not in PLAN_WIDE_AREAS or (row.key == "override_cap_is_ceiling" and not has_caps):
             continue
         rows.append(UpgradeChange(seat=ALL_SEATS, what=row.key, now=row.holds if row.at(old) else row.otherwise,
                                   after=row.holds if row.at(new) else row.otherwise, area=row.area, note=row.source))

@@ -204,8 +204,7 @@ FLAGS: tuple[Flag, ...] = tuple(
         "--max-model-len", "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--dtype",
         "--kv-cache-dtype", "--enforce-eager", "--block-size", "--enable-prefix-caching", "--no-enable-prefix-caching",
         "--override-generation-config", "--generation-config", "--hf-overrides", "--trust-remote-code",
-        "--api-key", "--swap-space", "--quantization", "--enable-chunked-prefill", "--max-logprobs",
-        "--disable-log-requests",
+        "--api-key", "--quantization", "--enable-chunked-prefill", "--max-logprobs",
     )
 ) + (
     Flag("--kv-cache-memory-bytes", (0, 10, 2), source="VLLM.md §3"),

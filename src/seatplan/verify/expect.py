@@ -8,6 +8,7 @@ engine against what vLLM's own arithmetic gives for exactly this command line, t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,12 +97,29 @@ def engine_settings(args: list[str], device: str, vllm_version: str) -> EngineSe
             try:
                 fields[field] = kind(flags[flag])
             except ValueError:
-                raise SeatplanError(f"{flag} {flags[flag]!r} is not a {kind.__name__}", where=f"vllm_args {flag}",
+                raise SeatplanError(f"{flag} {flags[flag]!r} is not a whole number", where=f"vllm_args {flag}",
                                     fix="re-plan, or fix the seat's extra_args") from None
     for flag, (field, value) in _SWITCH_FLAGS.items():
         if flag in flags:
             fields[field] = value
+    yarn_factor = yarn_override_factor(flags.get("--hf-overrides"))
+    if yarn_factor is not None:
+        fields.update(enable_yarn=True, yarn_factor=yarn_factor)
     return EngineSettings(**fields)
+
+
+def yarn_override_factor(hf_overrides: str | None) -> float | None:
+    """The YaRN factor an ``--hf-overrides`` switches on (under ``rope_parameters`` or ``rope_scaling``)."""
+    try:
+        overrides = json.loads(hf_overrides) if hf_overrides else {}
+    except ValueError:
+        return None
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = overrides.get(key) if isinstance(overrides, dict) else None
+        if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "yarn":
+            factor = rope.get("factor")
+            return float(factor) if isinstance(factor, (int, float)) and factor > 1 else None
+    return None
 
 
 def predict_kv(facts: ModelFacts, kv_cache_memory_bytes: int, max_model_len: int) -> KvPrediction:

@@ -57,6 +57,12 @@ def write_fleet(directory: Path, model_dirs: dict[str, Path], ports: dict[str, i
     return path
 
 
+def cpu_bytes_per_block(model_dir: Path) -> int:
+    """Full attention, bf16, the CPU build's 128-token blocks: 128 × 2 (K, V) × KV heads × head_dim × 2 B × layers."""
+    config = json.loads((model_dir / "config.json").read_text())
+    return 128 * 2 * config["num_key_value_heads"] * config["head_dim"] * 2 * config["num_hidden_layers"]
+
+
 def checks_by(report: dict) -> dict[tuple[str, str], dict]:
     return {(check["seat"], check["check"]): check for check in report["checks"]}
 
@@ -132,9 +138,11 @@ def test_a_kv_size_changed_behind_the_plans_back_fails_with_both_block_counts(st
     seat = next(seat for seat in plan["seats"] if seat["name"] == "dense")
     before = checks_by(json.loads(run_verify(plan_path, servers["litellm"].base_url, GATEWAY_KEY, "--json").stdout))
     planned_blocks = before[("dense", "num_gpu_blocks")]["expected"]
-    bytes_per_block = seat["kv_cache_memory_bytes"] // planned_blocks
+    bytes_per_block = cpu_bytes_per_block(Path(seat["model"]))
+    assert planned_blocks == seat["kv_cache_memory_bytes"] // bytes_per_block
     args = list(seat["vllm_args"])
-    changed_bytes = seat["kv_cache_memory_bytes"] - 5 * bytes_per_block
+    # more blocks, not fewer: the plan's KV is already close to one full-length request
+    changed_bytes = seat["kv_cache_memory_bytes"] + 7 * bytes_per_block
     args[args.index("--kv-cache-memory-bytes") + 1] = str(changed_bytes)
     servers.pop("dense").stop()
     servers["dense"] = start_engine(vllm_python(), "dense-changed", args, seat["env"], seat["port"], work)
@@ -145,10 +153,10 @@ def test_a_kv_size_changed_behind_the_plans_back_fails_with_both_block_counts(st
     blocks = checks[("dense", "num_gpu_blocks")]
     assert blocks["ok"] is False
     assert blocks["expected"] == planned_blocks
-    assert blocks["seen"] == changed_bytes // bytes_per_block == planned_blocks - 5
+    assert blocks["seen"] == changed_bytes // bytes_per_block == planned_blocks + 7
     assert checks[("dense", "kv_cache_memory_bytes")] == {
         "seat": "dense", "check": "kv_cache_memory_bytes", "expected": seat["kv_cache_memory_bytes"], "seen": changed_bytes, "ok": False}
     assert all(check["ok"] for (name, _), check in checks.items() if name == "gemma")
     human = run_verify(plan_path, servers["litellm"].base_url)
     assert human.returncode == 1
-    assert "FAIL" in human.stdout and f"{planned_blocks:,}" in human.stdout and f"{planned_blocks - 5:,}" in human.stdout
+    assert "FAIL" in human.stdout and f"{planned_blocks:,}" in human.stdout and f"{planned_blocks + 7:,}" in human.stdout

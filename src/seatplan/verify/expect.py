@@ -15,7 +15,8 @@ from pathlib import Path
 
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
-from seatplan.plan.models import Plan
+from seatplan.documents.fleet_file import resolve_model
+from seatplan.documents.plan import Plan
 
 FactsLoader = Callable[[str, EngineSettings], ModelFacts]
 DEFAULT_DEVICE = "cuda"
@@ -132,14 +133,6 @@ def predict_kv(facts: ModelFacts, kv_cache_memory_bytes: int, max_model_len: int
     )
 
 
-def model_path(model: str, fleet_dir: Path) -> str:
-    """A fleet model is a directory relative to the fleet file, or a Hugging Face id."""
-    candidate = Path(model).expanduser()
-    if not candidate.is_absolute():
-        candidate = fleet_dir / candidate
-    return str(candidate.resolve()) if candidate.exists() else model
-
-
 def seat_host(gpu_labels: list[str]) -> str | None:
     """The host of a planned seat, from its ``HOST:INDEX`` GPU labels."""
     return gpu_labels[0].rsplit(":", 1)[0] if gpu_labels else None
@@ -168,7 +161,7 @@ def seat_expectations(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, f
         else:
             try:
                 settings = engine_settings(seat.vllm_args, info.device, version)
-                facts = facts_loader(model_path(seat.model or "", fleet_dir), settings)
+                facts = facts_loader(resolve_model(seat.model or "", fleet_dir), settings)
                 kv = predict_kv(facts, seat.kv_cache_memory_bytes, seat.max_model_len)
             except SeatplanError as error:
                 problem = error.message

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
-from seatplan.plan.fleet import load_fleet
-from seatplan.plan.models import Plan
-from seatplan.plan.reader import read_plan
+from seatplan.documents.fleet_file import load_fleet
+from seatplan.documents.plan import Plan
+from seatplan.documents.io import read_plan
 from seatplan.verify.expect import FactsLoader, HostInfo
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from seatplan import versions
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import ModelFacts
-from seatplan.plan.models import Plan, PlannedSeat
-from seatplan.verify.expect import FactsLoader, HostInfo, engine_settings, model_path, parse_args, seat_host
+from seatplan.documents.fleet_file import resolve_model
+from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.verify.expect import FactsLoader, HostInfo, engine_settings, parse_args, seat_host
 from seatplan.verify.models import UpgradeChange, UpgradeReport, Value
 
 ALL_SEATS = "*"
@@ -46,8 +47,8 @@ def seat_changes(seat: PlannedSeat, device: str, fleet_dir: Path, facts_loader: 
     if seat.kv_cache_memory_bytes is None or seat.max_model_len is None:
         return changes
     try:
-        now = facts_loader(model_path(seat.model or "", fleet_dir), engine_settings(seat.vllm_args, device, now_version))
-        after = facts_loader(model_path(seat.model or "", fleet_dir), engine_settings(seat.vllm_args, device, after_version))
+        now = facts_loader(resolve_model(seat.model or "", fleet_dir), engine_settings(seat.vllm_args, device, now_version))
+        after = facts_loader(resolve_model(seat.model or "", fleet_dir), engine_settings(seat.vllm_args, device, after_version))
     except SeatplanError as error:
         return changes + [UpgradeChange(seat=seat.name, what="prediction", now=None, after=None, area="kv",
                                         note=f"no prediction: {error.message}")]

@@ -26,7 +26,9 @@ from seatplan.verify.models import Check
 # /metrics of the real vLLM 0.32 CPU engine (abridged): a 2048-token tiny Qwen3 with 64 MiB of KV.
 METRICS = """# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
 # TYPE vllm:cache_config_info gauge
-vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.92",kv_cache_max_concurrency="2.625",kv_cache_memory_bytes="67108864",kv_cache_size_tokens="5376",num_cpu_blocks="None",num_gpu_blocks="42",sliding_window="None"} 1.0
+vllm:cache_config_info{block_size="128",cache_dtype="auto",enable_prefix_caching="True",engine="0",\
+gpu_memory_utilization="0.92",kv_cache_max_concurrency="2.625",kv_cache_memory_bytes="67108864",\
+kv_cache_size_tokens="5376",num_cpu_blocks="None",num_gpu_blocks="42",sliding_window="None"} 1.0
 vllm:request_params_max_tokens_count{engine="0",model_name="tq"} 2.0
 vllm:request_params_max_tokens_sum{engine="0",model_name="tq"} 600.0
 vllm:request_params_max_tokens_count{engine="1",model_name="tq"} 1.0

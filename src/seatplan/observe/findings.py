@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-
 from seatplan import versions as vllm_versions
 from seatplan.documents.observed import Boot, Finding
 from seatplan.units import GiB, format_gib

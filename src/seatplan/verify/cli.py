@@ -6,7 +6,6 @@ Only Typer is imported at load time; the stage's logic is imported inside the co
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -21,15 +20,15 @@ def register(app: typer.Typer) -> None:
 
 def verify_command(
     plan: Path = typer.Argument(..., help="a plan saved with `seatplan plan FLEET -o plan.json`"),
-    gateway: Optional[str] = typer.Option(None, "--gateway", help="LiteLLM gateway URL: every seat's served name must be listed and answer"),
+    gateway: str | None = typer.Option(None, "--gateway", help="LiteLLM gateway URL: every seat's served name must be listed and answer"),
     key_env: str = typer.Option(DEFAULT_KEY_ENV, "--key-env", help="environment variable holding the gateway key (never printed); '' for none"),
-    fleet: Optional[Path] = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
+    fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
     timeout_s: float = typer.Option(30.0, "--timeout", min=0.1, help="seconds each request may take"),
     json_output: bool = typer.Option(False, "--json", help="print {ok, checks: [{seat, check, expected, seen, ok}]}"),
 ) -> None:
     """Check every engine of a plan (and the gateway) against the plan, to the KV block; exit 1 if any check fails."""
-    from seatplan.verify.loading import gateway_key, load_context
     from seatplan.verify.expect import seat_expectations
+    from seatplan.verify.loading import gateway_key, load_context
     from seatplan.verify.probe import ProbeSettings
     from seatplan.verify.run import verify_fleet
 
@@ -54,7 +53,7 @@ def verify_command(
 def upgrade_check_command(
     plan: Path = typer.Argument(..., help="a plan saved with `seatplan plan FLEET -o plan.json`"),
     to: str = typer.Option(..., "--to", help="the vLLM version the engines would move to (0.8 to 0.32)"),
-    fleet: Optional[Path] = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
+    fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
     json_output: bool = typer.Option(False, "--json", help="print the changes as one JSON document"),
 ) -> None:
     """Seat by seat, what changes for this plan if its engines move to vLLM VERSION."""

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from seatplan.errors import SeatplanError
-from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.documents.fleet_file import resolve_model
 from seatplan.documents.plan import Plan
+from seatplan.errors import SeatplanError
+from seatplan.facts.models import EngineSettings, ModelFacts
 
 FactsLoader = Callable[[str, EngineSettings], ModelFacts]
 DEFAULT_DEVICE = "cuda"

@@ -7,11 +7,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from seatplan.documents.fleet_file import load_fleet
+from seatplan.documents.io import read_plan
+from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
-from seatplan.documents.fleet_file import load_fleet
-from seatplan.documents.plan import Plan
-from seatplan.documents.io import read_plan
 from seatplan.verify.expect import FactsLoader, HostInfo
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from seatplan import versions
-from seatplan.errors import SeatplanError
-from seatplan.facts.models import ModelFacts
 from seatplan.documents.fleet_file import resolve_model
 from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.errors import SeatplanError
+from seatplan.facts.models import ModelFacts
 from seatplan.verify.expect import FactsLoader, HostInfo, engine_settings, parse_args, seat_host
 from seatplan.verify.models import UpgradeChange, UpgradeReport, Value
 

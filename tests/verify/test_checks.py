@@ -174,6 +174,6 @@ def test_engine_settings_follow_the_plans_command_line_and_the_hosts_device():
 def test_addresses_and_hosts():
     assert base_url("10.0.0.5", 8000) == "http://10.0.0.5:8000"
     assert base_url("fd00::5", 8000) == "http://[fd00::5]:8000"
-    assert base_url("gpu-a", None) is None
+    assert base_url("gpu-a", None) == "http://gpu-a:8000"  # vLLM's own default port
     assert seat_host(["gpu-a:0", "gpu-a:1"]) == "gpu-a"
     assert seat_host([]) is None

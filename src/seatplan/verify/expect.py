@@ -20,6 +20,7 @@ from seatplan.facts.models import EngineSettings, ModelFacts
 
 FactsLoader = Callable[[str, EngineSettings], ModelFacts]
 DEFAULT_DEVICE = "cuda"
+VLLM_DEFAULT_PORT = 8000  # what an engine started without --port listens on
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class KvPrediction:
 class SeatExpectation:
     seat: str
     served_model_name: str
-    base_url: str | None  # None: the plan gives the seat no port, so nothing can be probed
+    base_url: str
     max_model_len: int | None
     kv_cache_memory_bytes: int | None
     max_new_tokens: int | None
@@ -138,9 +139,8 @@ def seat_host(gpu_labels: list[str]) -> str | None:
     return gpu_labels[0].rsplit(":", 1)[0] if gpu_labels else None
 
 
-def base_url(address: str, port: int | None) -> str | None:
-    if port is None:
-        return None
+def base_url(address: str, port: int | None) -> str:
+    port = VLLM_DEFAULT_PORT if port is None else port
     host = f"[{address}]" if ":" in address and not address.startswith("[") else address
     return f"http://{host}:{port}"
 

@@ -66,7 +66,6 @@ class Endpoint:
 
 
 def observe_engine(expectation: SeatExpectation, settings: ProbeSettings) -> EngineObservation:
-    assert expectation.base_url is not None
     seen = EngineObservation()
     with httpx.Client(base_url=expectation.base_url, timeout=settings.timeout_s, trust_env=False) as client:
         try:

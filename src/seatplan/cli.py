@@ -14,7 +14,7 @@ import typer
 
 from seatplan.errors import SeatplanError
 
-STAGES = ("facts", "usage", "observe", "plan", "report")
+STAGES = ("facts", "usage", "observe", "plan", "verify", "report")
 
 app = typer.Typer(
     name="seatplan",

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from seatplan.errors import FieldValueError, SeatplanError
-from seatplan.facts.models import parse_vllm_version
 from seatplan.units import SIZE_FIX, GiB, MiB, parse_bytes, parse_tokens, round_up
+from seatplan.versions import modelled as parse_vllm_version
 
 SIZE_PATTERN = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([KMGTkmgt](i?[Bb])?|[Bb])?\s*$"
 
@@ -68,9 +68,22 @@ class GpuSpec(_Strict):
     keep_clear: bool = Field(False, description="this GPU must stay empty (nothing is placed on it)")
 
 
+Device = Literal["cuda", "cpu"]
+
+
 class HostSpec(_Strict):
     name: str = Field(min_length=1, description="host name; GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
     gpus: list[GpuSpec] = Field(min_length=1, description="the host's GPUs")
+    device: Device = Field(
+        "cuda",
+        description="what the host's engines run on: `cuda` (GPUs) or `cpu` (vLLM's CPU build; block size and "
+        "attention backend follow it, each `gpus` entry is then a memory budget)",
+    )
+    address: str | None = Field(None, description="how engines on this host are reached (defaults to `name`)")
+
+    @property
+    def reachable_at(self) -> str:
+        return self.address or self.name
 
 
 class SeatSpec(_Strict):
@@ -82,7 +95,7 @@ class SeatSpec(_Strict):
     model_path_on_host: str | None = Field(
         None, description="what --model says on the GPU host, when it differs from `model` (defaults to `model`)"
     )
-    served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`)")
+    served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`); usage data are matched on it")
     port: int | None = Field(None, ge=1, le=65535, description="`--port`; two seats on one host may not share one")
     dtype: str = Field("auto", description="vLLM's `--dtype`")
     kv_cache_dtype: str = Field("auto", description="vLLM's `--kv-cache-dtype`; `fp8` halves the KV bytes of a 16-bit model")
@@ -105,18 +118,18 @@ class SeatSpec(_Strict):
         "unset = the length vLLM derives from the config",
     )
     kv_factor: float | None = Field(
-        None, gt=0, description="KV bytes = one max-length request × this factor (policy default 1.25)"
+        None, gt=0, description="KV bytes = one max-length request × this factor, rounded up to `policy.rounding_step_bytes` (default: `policy.kv_factor`)"
     )
-    kv_cache_memory_bytes: Bytes | None = Field(None, description="operator-pinned KV size; wins over kv_factor")
-    max_new_tokens: int | None = Field(None, ge=1, description="default output cap (and ceiling) for replies")
+    kv_cache_memory_bytes: Bytes | None = Field(None, description="an operator's pinned KV size; wins over `kv_factor` (the plan shows what the rule would give)")
+    max_new_tokens: int | None = Field(None, ge=1, description="default output cap, emitted as `--override-generation-config '{\"max_new_tokens\": N}'` (a ceiling too since vLLM 0.17); with `--usage` and no cap, a cap is proposed from the completion tail")
     max_num_seqs: int | None = Field(
         None, ge=1, description="passed to vLLM explicitly (default: vLLM's server default for the GPU size); the activation estimate depends on it")
     max_num_batched_tokens: int | None = Field(
         None, ge=1, description="passed to vLLM explicitly (default: vLLM's server default for the GPU size); the activation estimate depends on it")
-    enforce_eager: bool = Field(False, description="no CUDA graphs (saves their memory, costs speed)")
-    pin: GpuRef | list[GpuRef] | None = Field(None, description="GPU(s) this seat must run on")
+    enforce_eager: bool = Field(False, description="no CUDA graphs (their memory drops out of the footprint; costs speed)")
+    pin: GpuRef | list[GpuRef] | None = Field(None, description="GPU (or list of GPUs, one per tensor-parallel rank) this seat must run on")
     avoid: list[GpuRef] = Field(default_factory=list, description="GPUs this seat must not run on")
-    allow_yarn: bool = Field(False, description="YaRN context extension may be enabled for this seat")
+    allow_yarn: bool = Field(False, description="YaRN context extension may be switched on for this seat (static YaRN costs quality on short prompts; the plan always shows what it would cost)")
     memory_cap_bytes: Bytes | None = Field(None, description="a fixed seat's declared memory per GPU")
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES)")

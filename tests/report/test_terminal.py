@@ -134,3 +134,18 @@ def test_a_bad_unit_in_the_fleet_file_says_how_to_fix_it(tmp_path: Path):
     _, err, code = piped("plan", str(fleet), columns=80)
     assert code == 2
     assert "unknown unit 'GiX'" in err and "\nfix: use B, KiB, MiB, GiB" in err
+
+
+def test_every_error_seatplan_raises_names_its_fix():
+    """Each ``SeatplanError(...)`` in the source passes ``fix=``: the CLI prints it as the ``fix:`` line."""
+    import ast
+
+    from conftest import REPO_ROOT
+
+    missing = []
+    for path in sorted((REPO_ROOT / "src" / "seatplan").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "SeatplanError":
+                if not any(keyword.arg in ("fix", None) for keyword in node.keywords):
+                    missing.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert missing == []

@@ -33,7 +33,7 @@ def resolve_window(since: str | None, until: str | None, days: float | None, now
         if since_moment is not None:
             raise SeatplanError("--days and --since both set the window's start", where="--days", fix="give one of them")
         if days <= 0:
-            raise SeatplanError(f"--days must be positive, got {days:g}", where="--days")
+            raise SeatplanError(f"--days must be positive, got {days:g}", where="--days", fix="give a number of days above 0, e.g. --days 7")
         until_moment = until_moment or now
         since_moment = until_moment - timedelta(days=days)
     if since_moment is not None and until_moment is not None and since_moment >= until_moment:

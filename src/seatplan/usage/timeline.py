@@ -19,18 +19,29 @@ TOKEN_BIN_EDGES: tuple[int, ...] = (0, *sorted({int(round(2 ** (step / 2))) for 
 TIMELINE_INSTANTS = 240
 
 
-def token_histograms(rows: RequestRows) -> dict[str, TokenHistogram]:
-    """Per seat, the calls that start in the window counted by prompt and by completion length."""
-    calls = np.flatnonzero(rows.starts_in_window)
-    seat = rows.seat[calls].astype(np.int64)
+LOOKUP_LIMIT_TOKENS = 1 << 22  # below this, a value's bin is one table look-up (4 MiB of int8), not a search
+
+
+def _bins_of(values: np.ndarray) -> np.ndarray:
+    """Each value's bin: bin i holds [TOKEN_BIN_EDGES[i], TOKEN_BIN_EDGES[i+1])."""
     edges = np.asarray(TOKEN_BIN_EDGES, dtype=np.int64)
-    bins = len(edges)
+    top = int(values.max(initial=0))
+    if top < LOOKUP_LIMIT_TOKENS:
+        table = (np.searchsorted(edges, np.arange(top + 1), side="right") - 1).astype(np.int8)
+        return table[values]
+    return np.searchsorted(edges, values, side="right") - 1
+
+
+def token_histograms(rows: RequestRows) -> dict[str, TokenHistogram]:
+    """Per seat, the calls that start in the window counted by prompt and by completion length (one pass per
+    column: rows that are not such calls go to a spare slot past the last seat's bins)."""
+    bins = len(TOKEN_BIN_EDGES)
     seats = len(rows.seat_names)
+    base = np.where(rows.starts_in_window, rows.seat.astype(np.int64) * bins, seats * bins)
     counted = {}
     for column_name, column in (("prompt", rows.prompt_tokens), ("completion", rows.completion_tokens)):
-        bin_of_call = np.searchsorted(edges, column[calls], side="right") - 1
-        counts = np.bincount(seat * bins + bin_of_call, minlength=seats * bins).reshape(seats, bins)
-        counted[column_name] = counts
+        slots = base + _bins_of(column)
+        counted[column_name] = np.bincount(slots, minlength=(seats + 1) * bins)[: seats * bins].reshape(seats, bins)
     return {
         name: TokenHistogram(edges_tokens=list(TOKEN_BIN_EDGES), prompt_calls=counted["prompt"][index].tolist(),
                              completion_calls=counted["completion"][index].tolist())
@@ -50,23 +61,22 @@ def inflight_timeline(rows: RequestRows, since_us: int | None, until_us: int | N
     live = rows.included & (rows.end_us > rows.start_us)
     if not live.any():
         return None
-    start = rows.start_us[live]
-    end = rows.end_us[live]
-    first = int(since_us) if since_us is not None else int(start.min())
-    last = int(until_us) if until_us is not None else int(end.max())
+    first = int(since_us) if since_us is not None else int(rows.start_us[live].min())
+    last = int(until_us) if until_us is not None else int(rows.end_us[live].max())
     if last <= first:
         return None
     step_us = max(1, -(-(last - first) // max(instants - 1, 1)))
     count = (last - first) // step_us + 1
     seats = len(rows.seat_names)
-    seat = rows.seat[live].astype(np.int64)
-    tokens = (rows.prompt_tokens[live] + rows.completion_tokens[live]).astype(np.float64)
-    # First instant index at or after a time: ceil((time - first) / step), clipped to [0, count].
-    first_in = np.clip(-(-(start - first) // step_us), 0, count)
-    first_out = np.clip(-(-(end - first) // step_us), 0, count)
     slots = count + 1
-    delta = (np.bincount(seat * slots + first_in, weights=tokens, minlength=seats * slots)
-             - np.bincount(seat * slots + first_out, weights=tokens, minlength=seats * slots))
+    # Rows that are not live weigh nothing; no copies of the columns are taken.
+    tokens = np.where(live, rows.prompt_tokens + rows.completion_tokens, 0).astype(np.float64)
+    track = np.where(live, rows.seat, 0).astype(np.int64) * slots
+    # First instant index at or after a time: ceil((time - first) / step), clipped to [0, count].
+    first_in = np.clip(-(-(rows.start_us - first) // step_us), 0, count)
+    first_out = np.clip(-(-(rows.end_us - first) // step_us), 0, count)
+    delta = (np.bincount(track + first_in, weights=tokens, minlength=seats * slots)
+             - np.bincount(track + first_out, weights=tokens, minlength=seats * slots))
     load = np.cumsum(delta.reshape(seats, slots), axis=1)[:, :count]
     origin = datetime(1970, 1, 1)
     return InflightTimeline(

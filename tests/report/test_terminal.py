@@ -149,3 +149,21 @@ def test_every_error_seatplan_raises_names_its_fix():
                 if not any(keyword.arg in ("fix", None) for keyword in node.keywords):
                     missing.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
     assert missing == []
+
+
+@pytest.mark.parametrize("columns", [80, 100])
+def test_no_command_cuts_a_cell(night: NightDocuments, columns: int):
+    """Rich marks a cut cell with an ellipsis; none of the main commands may print one."""
+    models = FLEET.parent / "models"
+    runs = [
+        ("plan", str(FLEET), "--usage", str(night.usage)),
+        ("explain", str(night.plan), "qwen3-30b-a3b"),
+        ("usage", "--from", str(NIGHT / "spend-logs.csv"), "--fleet", str(FLEET)),
+        ("diagnose", *vllm_log_options(), "--nvidia-smi", str(NIGHT / "nvidia-smi.csv"), "--plan", str(night.plan)),
+        ("model", str(models / "Qwen--Qwen3-Next-80B-A3B-Thinking"), "--kv-cache-memory-bytes", "20GiB"),
+        ("fit", str(models / "Qwen--Qwen3-8B"), "--gpu-memory", "24GiB"),
+    ]
+    for args in runs:
+        out, err, code = piped(*args, columns=columns)
+        assert code == 0, err
+        assert "…" not in out, f"seatplan {args[0]} cut a cell at {columns} columns:\n{out}"

@@ -92,3 +92,20 @@ def test_report_draws_every_chart_in_headless_chromium(report_page: Path, night:
     assert by_key["history"]["traces"] >= 4 * 5
     assert {"step (restart)", "creep to plateau", "engine boot (vLLM log)"} <= set(by_key["history"]["names"])
     assert (ARTIFACTS / "report.png").stat().st_size > 50_000
+
+
+def test_report_from_the_plan_alone_and_bad_documents(night: NightDocuments, tmp_path: Path):
+    page = tmp_path / "plan-only.html"
+    done = seatplan("report", str(night.plan), "-o", str(page), "--json")
+    assert done.returncode == 0, done.stderr
+    assert [figure["key"] for figure in json.loads(done.stdout)["figures"]] == ["memory", "frontier", "kv"]
+    # A usage report given as the plan: a located error with its fix, exit 2, nothing written.
+    wrong = tmp_path / "wrong.html"
+    done = seatplan("report", str(night.usage), "-o", str(wrong))
+    assert done.returncode == 2 and "this is not a plan" in done.stderr and "\nfix: " in done.stderr
+    assert not wrong.exists()
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"seats": [')
+    done = seatplan("report", str(night.plan), "--diagnose", str(broken), "-o", str(wrong))
+    assert done.returncode == 2 and f"{broken}:1" in done.stderr and "\nfix: " in done.stderr
+    assert not wrong.exists()

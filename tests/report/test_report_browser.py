@@ -109,3 +109,51 @@ def test_report_from_the_plan_alone_and_bad_documents(night: NightDocuments, tmp
     done = seatplan("report", str(night.plan), "--diagnose", str(broken), "-o", str(wrong))
     assert done.returncode == 2 and f"{broken}:1" in done.stderr and "\nfix: " in done.stderr
     assert not wrong.exists()
+
+
+BIG_MODELS = (("Qwen--Qwen3-4B-Instruct-2507", 32768), ("meta-llama--Llama-3.2-3B-Instruct", 16384), ("Qwen--Qwen3-8B", 16384),
+              ("mistralai--Mistral-7B-v0.1", 8192), ("openai--gpt-oss-20b", 32768))
+
+# Tick labels each chart shows on its category axis (plotly drops some when they crowd).
+CATEGORY_TICKS = """
+Object.fromEntries([...document.querySelectorAll('div.chart')].map(chart => [chart.closest('section').id,
+  [...chart.querySelectorAll('.yaxislayer-above .ytick text, .yaxislayer-above .y2tick text')].map(t => t.textContent)]))
+"""
+
+
+def big_fleet(folder: Path) -> Path:
+    """8 GPUs over 2 hosts and 40 seats: the size the report must stay readable at."""
+    lines = ["hosts:"]
+    for host in ("node-a", "node-b"):
+        lines += [f"  - name: {host}", "    gpus:"] + [f"      - {{index: {index}, name: H200, total_bytes: 139GiB}}" for index in range(4)]
+    lines += ["policy:", "  headroom_bytes: 1GiB", "seats:"]
+    for number in range(40):
+        model, context = BIG_MODELS[number % len(BIG_MODELS)]
+        lines += [f"  - name: team{number:02d}-{model.split('--')[1].lower()}", f"    model: {REPO_ROOT / 'examples' / 'demo' / 'models' / model}",
+                  f"    max_model_len: {context}", f"    port: {8000 + number}"]
+    fleet = folder / "fleet.yaml"
+    fleet.write_text("\n".join(lines) + "\n")
+    return fleet
+
+
+def test_report_stays_readable_with_8_gpus_and_40_seats(tmp_path: Path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    require(chromium is not None, "Debian's chromium (headless)")
+    plan = tmp_path / "plan.json"
+    done = seatplan("plan", str(big_fleet(tmp_path)), "-o", str(plan), "--time-limit", "10", "--json")
+    assert done.returncode == 0, done.stderr
+    seats = [seat["name"] for seat in json.loads(plan.read_text())["seats"]]
+    page_path = tmp_path / "big.html"
+    assert seatplan("report", str(plan), "-o", str(page_path)).returncode == 0
+    page = open_page(chromium, page_path.as_uri())
+    try:
+        page.evaluate(CHART_STATE)
+        ticks = page.evaluate(CATEGORY_TICKS)
+        errors = page.console_errors()
+        page.screenshot(ARTIFACTS / "report-8-gpus-40-seats.png", width=1400)
+    finally:
+        page.close()
+    assert errors == []
+    # Every GPU and every seat keeps its own labelled row.
+    assert sorted(set(ticks["memory"])) == [f"{host}:{index}" for host in ("node-a", "node-b") for index in range(4)]
+    assert sorted(ticks["kv"]) == sorted(seats) and len(seats) == 40

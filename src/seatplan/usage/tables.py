@@ -8,7 +8,7 @@ from seatplan.documents.usage import UsageReport
 from seatplan.output import fit_table
 
 # Columns left out first on a narrow terminal (least important first); the rest are never cut.
-SEAT_DROP = ("cache hits", "errors", "peak in-flight requests (w/o)", "prompt p50/p90/p99/max")
+SEAT_DROP = ("cache hits", "errors", "peak in-flight requests (w/o)", "prompt p50 / p90 / p99 / max")
 RUNAWAY_DROP = ("request tags", "user", "team")
 SHARED_DROP = ("tag sets", "addresses", "team")
 
@@ -26,8 +26,8 @@ def render_report(report: UsageReport, console: Any) -> None:
 
     window = f"{report.window.since or 'start'} .. {report.window.until or 'end'}"
     seats = Table(title=f"Usage by seat ({report.source_format}: {report.source}; {window})")
-    for header in ("seat / model", "calls", "errors", "cache hits", "prompt p50/p90/p99/max",
-                   "completion p50/p90/p99/max", "peak in-flight tokens (w/o runaways)", "peak in-flight requests (w/o)",
+    for header in ("seat / model", "calls", "errors", "cache hits", "prompt p50 / p90 / p99 / max",
+                   "completion p50 / p90 / p99 / max", "peak in-flight tokens (w/o runaways)", "peak in-flight requests (w/o)",
                    "runaways (>= tokens)"):
         seats.add_column(header, justify="left" if header == "seat / model" else "right")
     rows = [(name, usage) for name, usage in report.models.items()] + [("(all seats)", report.overall)]

@@ -87,6 +87,10 @@ class Page:
                 errors.append(params["entry"].get("text", ""))
         return errors
 
+    def requested_urls(self) -> list[str]:
+        """Every URL the page asked for (Network.requestWillBeSent), the page itself included."""
+        return [event["params"]["request"]["url"] for event in self.events if event.get("method") == "Network.requestWillBeSent"]
+
     def screenshot(self, path: Path, width: int) -> None:
         height = int(self.evaluate("document.documentElement.scrollHeight"))
         self.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
@@ -129,7 +133,7 @@ def open_page(chromium: str, url: str, width: int = 1400, height: int = 900) -> 
     page = Page(process, os.fdopen(command_write, "wb"), os.fdopen(reply_read, "rb"))
     target = page.send("Target.createTarget", {"url": "about:blank"})["targetId"]
     page.session = page.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-    for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
+    for domain in ("Runtime.enable", "Log.enable", "Page.enable", "Network.enable"):
         page.send(domain)
     page.send("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
     page.send("Page.navigate", {"url": url})

@@ -72,11 +72,14 @@ def test_report_draws_every_chart_in_headless_chromium(report_page: Path, night:
     try:
         charts = page.evaluate(CHART_STATE)
         errors = page.console_errors()
+        requested = page.requested_urls()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(ARTIFACTS / "report.png", width=1400)
     finally:
         page.close()
     assert errors == []
+    # Works offline: the page asks for nothing but itself (inline data: URLs are not fetches).
+    assert [url for url in requested if not url.startswith(("data:", "blob:"))] == [report_page.as_uri()]
     assert [chart["section"] for chart in charts] == EXPECTED_FIGURES
     plan = json.loads(night.plan.read_text())
     for chart in charts:

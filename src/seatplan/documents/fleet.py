@@ -14,7 +14,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from seatplan.errors import FieldValueError, SeatplanError
 from seatplan.units import SIZE_FIX, GiB, MiB, parse_bytes, parse_tokens, round_up
+from seatplan.versions import DEFAULT_VLLM_VERSION
 from seatplan.versions import modelled as parse_vllm_version
+
+DEFAULT_KV_FACTOR = 1.25  # the operator's rule: KV for 1.25 max-length requests
+DEFAULT_ROUNDING_STEP_BYTES = GiB // 2  # KV pins are rounded up to 0.5 GiB
 
 SIZE_PATTERN = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([KMGTkmgt](i?[Bb])?|[Bb])?\s*$"
 
@@ -118,10 +122,12 @@ class SeatSpec(_Strict):
         "unset = the length vLLM derives from the config",
     )
     kv_factor: float | None = Field(
-        None, gt=0, description="KV bytes = one max-length request × this factor, rounded up to `policy.rounding_step_bytes` (default: `policy.kv_factor`)"
+        None, gt=0, description=f"KV bytes = one max-length request × this factor, rounded up to `policy.rounding_step_bytes` (policy default {DEFAULT_KV_FACTOR:g})"
     )
     kv_cache_memory_bytes: Bytes | None = Field(None, description="an operator's pinned KV size; wins over `kv_factor` (the plan shows what the rule would give)")
-    max_new_tokens: int | None = Field(None, ge=1, description="default output cap, emitted as `--override-generation-config '{\"max_new_tokens\": N}'` (a ceiling too since vLLM 0.17); with `--usage` and no cap, a cap is proposed from the completion tail")
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="default output cap, emitted as `--override-generation-config '{\"max_new_tokens\": N}'` "
+        "(a ceiling too since vLLM 0.17); with `--usage` and no cap, a cap is proposed from the completion tail")
     max_num_seqs: int | None = Field(
         None, ge=1, description="passed to vLLM explicitly (default: vLLM's server default for the GPU size); the activation estimate depends on it")
     max_num_batched_tokens: int | None = Field(
@@ -129,7 +135,8 @@ class SeatSpec(_Strict):
     enforce_eager: bool = Field(False, description="no CUDA graphs (their memory drops out of the footprint; costs speed)")
     pin: GpuRef | list[GpuRef] | None = Field(None, description="GPU (or list of GPUs, one per tensor-parallel rank) this seat must run on")
     avoid: list[GpuRef] = Field(default_factory=list, description="GPUs this seat must not run on")
-    allow_yarn: bool = Field(False, description="YaRN context extension may be switched on for this seat (static YaRN costs quality on short prompts; the plan always shows what it would cost)")
+    allow_yarn: bool = Field(False, description="YaRN context extension may be switched on for this seat (static YaRN costs "
+                             "quality on short prompts; the plan always shows what it would cost)")
     memory_cap_bytes: Bytes | None = Field(None, description="a fixed seat's declared memory per GPU")
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES)")
@@ -145,8 +152,8 @@ class SeatSpec(_Strict):
 
 
 class Policy(_Strict):
-    kv_factor: float = Field(1.25, gt=0, description="default KV factor over one max-length request")
-    rounding_step_bytes: Bytes = Field(GiB // 2, description="KV bytes are rounded up to a multiple of this")
+    kv_factor: float = Field(DEFAULT_KV_FACTOR, gt=0, description="default KV factor over one max-length request")
+    rounding_step_bytes: Bytes = Field(DEFAULT_ROUNDING_STEP_BYTES, description="KV bytes are rounded up to a multiple of this")
     headroom_bytes: Bytes = Field(0, description="memory each GPU must keep free at plateau")
     creep_allowance_bytes: Bytes = Field(
         512 * MiB, description="per seat and GPU: growth after boot (fragmentation, caches) seen at plateau"
@@ -154,7 +161,7 @@ class Policy(_Strict):
     boot_margin_bytes: Bytes = Field(
         512 * MiB, description="kept between the free memory an engine sees at boot and its utilisation budget"
     )
-    vllm_version: str = Field("0.32", description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
+    vllm_version: str = Field(DEFAULT_VLLM_VERSION, description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
     output_cap_margin: float = Field(1.25, ge=1.0, description="a proposed cap is at least p99 completion × this")
 
     def rule_kv_bytes(self, request_kv_bytes: int, min_kv_cache_bytes: int, factor: float | None = None) -> int:

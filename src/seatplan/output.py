@@ -72,6 +72,9 @@ def _cell_width(cell: Any) -> int:
     return max((cell_len(line) for line in lines), default=0)
 
 
+MIN_FOLDED_WIDTH = 8  # a column folded to fit is never narrower than this
+
+
 def fit_table(table: Any, width: int, drop: tuple[str, ...] = ()) -> Any:
     """Fit a Rich table into ``width`` columns without cutting a word: no name, model, byte figure or token
     count is truncated or split while dropping columns can avoid it. Columns in ``drop`` (least important first) are left out while the
@@ -109,6 +112,16 @@ def fit_table(table: Any, width: int, drop: tuple[str, ...] = ()) -> Any:
         # Where even one word per line cannot fit (nothing left to drop), a word folds onto the next line: its
         # characters all stay, never an ellipsis.
         column.overflow = "fold"
+    excess = sum(base) - space
+    while excess > 0:
+        # Fold the column with the longest word first (prose, a long identifier), so that short names and
+        # figures in the other columns stay whole.
+        widest = max(range(len(base)), key=base.__getitem__)
+        cut = min(excess, base[widest] - MIN_FOLDED_WIDTH)
+        if cut <= 0:
+            break
+        base[widest] -= cut
+        excess -= cut
     # Every column gets its base; what is left goes to the columns in proportion to what they lack.
     spare = max(space - sum(base), 0)
     lacking = [widest - low for low, (_, _, widest) in zip(base, measured)]

@@ -162,8 +162,11 @@ def test_no_command_cuts_a_cell(night: NightDocuments, columns: int):
         ("diagnose", *vllm_log_options(), "--nvidia-smi", str(NIGHT / "nvidia-smi.csv"), "--plan", str(night.plan)),
         ("model", str(models / "Qwen--Qwen3-Next-80B-A3B-Thinking"), "--kv-cache-memory-bytes", "20GiB"),
         ("fit", str(models / "Qwen--Qwen3-8B"), "--gpu-memory", "24GiB"),
+        ("upgrade-check", str(night.plan), "--to", "0.20"),
     ]
     for args in runs:
         out, err, code = piped(*args, columns=columns)
         assert code == 0, err
         assert "…" not in out, f"seatplan {args[0]} cut a cell at {columns} columns:\n{out}"
+        if args[0] == "upgrade-check":  # prose folds first; the seat names stay whole
+            assert_whole(out, *(name for name in ("gpt-oss-20b", "mistral-7b") if name in out))

@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from seatplan.usage.replay import BlockRule, seat_block_rule
+
 
 @dataclass(frozen=True)
 class SeatNames:
     name: str
     served_name: str
     max_model_len: int | None
+    block_rule: BlockRule | None = None  # the KV blocks its requests hold (replay.py); None: not a vLLM seat
 
 
 @dataclass(frozen=True)
@@ -37,13 +40,15 @@ def load_seat_map(path: str | Path) -> SeatMap:
     """The seats of a fleet file, read (and checked) by the plan stage's own loader."""
     from seatplan.plan.fleet import load_fleet
 
-    fleet = load_fleet(path).fleet
+    loaded = load_fleet(path)
+    fleet = loaded.fleet
     return SeatMap(
         tuple(
             SeatNames(
                 name=seat.name,
                 served_name=seat.served_model_name or seat.name,
                 max_model_len=seat.max_model_len if isinstance(seat.max_model_len, int) else None,
+                block_rule=seat_block_rule(seat, loaded.base_dir, fleet.policy.vllm_version),
             )
             for seat in fleet.seats
         )

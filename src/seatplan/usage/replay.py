@@ -1,0 +1,258 @@
+"""Replaying the window's requests against a seat's KV cache: the blocks in flight at every instant.
+
+The model (``REPLAY_METHOD`` says it in one sentence, docs/usage.md at length):
+
+* a request is in flight on ``[start, end)`` as for the peaks (``loads.py``: ends before starts at equal
+  times, clipped to the window); it holds its prompt from its start and its completion tokens arrive at
+  an even rate over its duration, so at instant ``t`` it holds ``p + c * (t - start) / (end - start)`` tokens;
+* each KV group that grows with tokens (attention layers) holds ``ceil(tokens / block_size)`` blocks;
+  the replay counts ``(tokens + block_size - 1) / block_size`` for it, never less than the ceiling, so the
+  load stays piecewise linear (two events per request instead of one per block); groups that do not grow
+  (Mamba state, the extra block of a sliding window) add a fixed count; no prefix-cache credit, and no
+  credit for a sliding window's freed blocks. The seat's load in whole blocks is the floor of the sum
+  (plus ``TOLERANCE_BLOCKS`` for double-precision error): an upper bound on what vLLM would have held
+  for the same token timeline, by less than one block per group per request in flight.
+
+From that load, per seat: the peak (and when), and for a bounded list of levels the minutes the load was
+above each level and the requests that would have waited: those that started in the window at an instant
+when the load, they and every request starting at that instant included, was above it. A budget of
+``N`` usable blocks holds the window exactly when ``N >= peak``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+
+from seatplan.usage.loads import RequestRows
+from seatplan.usage.models import KvReplay
+from seatplan.usage.scan import EPOCH
+
+TOLERANCE_BLOCKS = 1e-3  # added before rounding down: double-precision sums of ramps err far less
+MAX_LEVELS = 400  # the curve's levels: every ``step`` blocks from 0 to the first at or above the peak
+MICROSECONDS_PER_MINUTE = 60_000_000
+DEFAULT_BLOCK_SIZE_TOKENS = 16  # vLLM's default block on CUDA for plain attention
+
+
+@dataclass(frozen=True)
+class BlockRule:
+    """How many KV blocks a request of ``n`` tokens holds, as the replay counts it:
+    ``token_groups * (n + block_size - 1) / block_size + fixed_blocks``."""
+
+    block_size_tokens: int
+    token_groups: int
+    fixed_blocks: int
+    source: str
+
+    def units_per_request(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        """The part of a request's blocks fixed at its start, in 1/block_size blocks (exact integers)."""
+        return self.token_groups * (prompt_tokens + (self.block_size_tokens - 1)) + self.fixed_blocks * self.block_size_tokens
+
+
+def default_block_rule(why: str) -> BlockRule:
+    return BlockRule(DEFAULT_BLOCK_SIZE_TOKENS, 1, 0, f"assumed: vLLM's default {DEFAULT_BLOCK_SIZE_TOKENS}-token blocks, "
+                     f"one attention group ({why})")
+
+
+def block_rule_of_facts(facts) -> BlockRule:
+    """The rule for a model as vLLM lays out its KV cache (``seatplan.facts``: layer groups and block sizes).
+
+    Attention groups (full, sliding window, chunked local, MLA) grow with tokens; a sliding-window group
+    holds one block more than its tokens need (the window may straddle a block), counted without the
+    window's cap. Mamba groups hold their fixed state blocks. With several block sizes the smallest is
+    used for every attention group, which counts at least as many blocks.
+    """
+    token_groups = [group for group in facts.layer_groups if group.spec.kind != "mamba"]
+    fixed = sum(1 for group in token_groups if group.spec.kind == "sliding_window")
+    fixed += sum(group.spec.blocks_per_request(1, 1) for group in facts.layer_groups if group.spec.kind == "mamba")
+    block_size = min((group.block_size for group in token_groups), default=facts.block_size)
+    kinds = ", ".join(sorted({group.spec.kind for group in facts.layer_groups}))
+    return BlockRule(block_size, len(token_groups), fixed,
+                     f"model facts: {len(facts.layer_groups)} KV group(s) ({kinds}), {block_size}-token blocks")
+
+
+def seat_block_rule(seat, base_dir: Path, vllm_version: str) -> BlockRule | None:
+    """A fleet seat's rule from its model's facts under its engine settings; the default rule, saying why,
+    where the model cannot be read here; None for a seat that is not a vLLM engine."""
+    from seatplan.errors import SeatplanError
+    from seatplan.facts.api import load_model_facts
+    from seatplan.facts.models import EngineSettings
+    from seatplan.plan.planner import resolve_model
+
+    if seat.engine != "vllm" or seat.model is None:
+        return None
+    settings = EngineSettings(tensor_parallel_size=seat.tensor_parallel_size, dtype=seat.dtype,
+                              kv_cache_dtype=seat.kv_cache_dtype, vllm_version=vllm_version)
+    try:
+        return block_rule_of_facts(load_model_facts(resolve_model(seat.model, base_dir), settings))
+    except SeatplanError as problem:
+        return default_block_rule(f"the model facts of {seat.model} could not be read: {problem.message}")
+
+
+@dataclass(frozen=True)
+class SeatReplay:
+    requests: int
+    peak_blocks: int
+    peak_at_us: int | None
+    level_step_blocks: int
+    minutes_above: list[float]
+    waited_requests: list[int]
+
+    def document(self, rule: BlockRule) -> KvReplay:
+        levels = [index * self.level_step_blocks for index in range(len(self.minutes_above))]
+        peak_at = None if self.peak_at_us is None else EPOCH + timedelta(microseconds=self.peak_at_us)
+        return KvReplay(block_size_tokens=rule.block_size_tokens, token_groups=rule.token_groups,
+                        fixed_blocks_per_request=rule.fixed_blocks, block_rule=rule.source, requests=self.requests,
+                        peak_blocks=self.peak_blocks, peak_at=peak_at, level_step_blocks=self.level_step_blocks,
+                        levels_blocks=levels, minutes_above=self.minutes_above, waited_requests=self.waited_requests)
+
+
+def replay_seats(rows: RequestRows, rules: Sequence[BlockRule | None], since_us: int | None,
+                 until_us: int | None) -> list[SeatReplay | None]:
+    """The replay of each seat with a rule: ``rules[i]`` for ``rows.seat_names[i]``; entries past the rows'
+    seats (seats without traffic) get an empty replay; None where the rule is None."""
+    start = rows.start_us if since_us is None else np.maximum(rows.start_us, since_us)
+    live = rows.included & (rows.end_us > start)
+    if until_us is not None:
+        live &= start < until_us
+    picked = np.flatnonzero(live)
+    del live, start
+    # One stable sort by seat (a radix sort on small integers); each seat's requests then keep the
+    # source's order, which is nearly time order for LiteLLM's table and its exports.
+    seat = rows.seat[picked]
+    by_seat = picked[np.argsort(seat.astype(np.int16) if len(rules) < 2**15 else seat, kind="stable")]
+    counts = np.bincount(seat, minlength=len(rules)).tolist()
+    del seat, picked
+    replays: list[SeatReplay | None] = []
+    offset = 0
+    for rule, count in zip(rules, counts):
+        chosen = by_seat[offset:offset + count]
+        offset += count
+        replays.append(None if rule is None else replay_requests(
+            rows.start_us[chosen], rows.end_us[chosen], rows.prompt_tokens[chosen], rows.completion_tokens[chosen],
+            rule, since_us, until_us))
+    return replays
+
+
+def replay_requests(start_us: np.ndarray, end_us: np.ndarray, prompt_tokens: np.ndarray, completion_tokens: np.ndarray,
+                    rule: BlockRule, since_us: int | None, until_us: int | None) -> SeatReplay:
+    """One seat's replay, from requests that are all in flight at some instant of the window."""
+    count = len(start_us)
+    if count == 0:
+        return SeatReplay(0, 0, None, 1, [0.0], [0])
+    sweep = _Sweep.of(start_us, end_us, prompt_tokens, completion_tokens, rule, since_us, until_us)
+    peak_blocks, peak_at_us = sweep.peak()
+    step = max(1, math.ceil((peak_blocks + 1) / MAX_LEVELS))
+    levels = -(-peak_blocks // step) + 1  # the last level is at or above the peak
+    counted = np.ones(count, dtype=bool) if since_us is None else start_us >= since_us  # calls of the window
+    waited = sweep.waited(step, levels, counted)
+    minutes = sweep.minutes_above(step, levels)
+    return SeatReplay(count, peak_blocks, peak_at_us, step, minutes, waited)
+
+
+def whole_blocks(load: np.ndarray | float) -> np.ndarray:
+    return np.floor(np.asarray(load) + TOLERANCE_BLOCKS).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """Every start and end in time order (ends first at equal times), with the load just after each event
+    (``after``) and just before it (``before``, the left limit: the ramps have risen since the last event)."""
+
+    time_us: np.ndarray  # int64, absolute
+    is_start: np.ndarray
+    request: np.ndarray  # which request each event belongs to
+    after: np.ndarray  # blocks, float
+    before: np.ndarray
+
+    @staticmethod
+    def of(start_us: np.ndarray, end_us: np.ndarray, prompt_tokens: np.ndarray, completion_tokens: np.ndarray,
+           rule: BlockRule, since_us: int | None, until_us: int | None) -> _Sweep:
+        count = len(start_us)
+        opened = start_us if since_us is None else np.maximum(start_us, since_us)
+        closed = end_us if until_us is None else np.minimum(end_us, until_us)
+        first = int(opened.min())
+        # Ends (2 * time) sort before starts (2 * time + 1); the stable sort keeps the source's order of ties
+        # and runs in about linear time on nearly ordered times.
+        key = np.concatenate(((opened - first) * 2 + 1, (closed - first) * 2))
+        order = np.argsort(key, kind="stable")
+        time_us = (key[order] >> 1) + first
+        del key
+        is_start = order < count
+        request = np.where(is_start, order, order - count)
+        del order
+        # Integer part: prompt blocks and the rounding, in 1/block_size blocks: exact.
+        units = rule.units_per_request(prompt_tokens)[request]
+        units_change = np.where(is_start, units, -units)
+        del units
+        units_after = np.cumsum(units_change)
+        units_before = units_after - units_change
+        del units_change
+        # Ramps, in tokens: the completion tokens per microsecond of each request in flight, and at each
+        # event the tokens its request had generated when it entered (window start) or left.
+        slope = completion_tokens / (end_us - start_us).astype(np.float64)
+        done_at_open = slope * (opened - start_us)
+        done_at_close = np.where(closed == end_us, completion_tokens.astype(np.float64), slope * (closed - start_us))
+        slope_after = np.cumsum(np.where(is_start, slope[request], -slope[request]))
+        ramp_jump = np.where(is_start, done_at_open[request], -done_at_close[request])
+        del slope, done_at_open, done_at_close
+        risen = np.zeros(len(time_us))  # since the event before: the slope then times the gap
+        np.multiply(slope_after[:-1], np.diff(time_us).astype(np.float64), out=risen[1:])
+        del slope_after
+        risen += ramp_jump
+        ramp_after = np.cumsum(risen)
+        del risen
+        per_unit = 1.0 / rule.block_size_tokens
+        before = (units_before + rule.token_groups * (ramp_after - ramp_jump)) * per_unit
+        after = (units_after + rule.token_groups * ramp_after) * per_unit
+        return _Sweep(time_us, is_start, request, after, before)
+
+    def peak(self) -> tuple[int, int]:
+        """The highest load in whole blocks, and the first instant it was reached (or approached, for a
+        left limit: the ramps' top is at their end)."""
+        highest = np.maximum(self.after, self.before)
+        at = int(np.argmax(highest))
+        return int(whole_blocks(highest[at])), int(self.time_us[at])
+
+    def waited(self, step: int, levels: int, counted: np.ndarray) -> list[int]:
+        """Per level, the counted requests whose start saw a load above it (all events at that instant done)."""
+        last_at_time = np.flatnonzero(np.append(self.time_us[1:] != self.time_us[:-1], True))
+        group = np.searchsorted(last_at_time, np.arange(len(self.time_us)))
+        starts = np.flatnonzero(self.is_start)
+        starts = starts[counted[self.request[starts]]]
+        seen = whole_blocks(self.after[last_at_time[group[starts]]])
+        # A load of ``seen`` blocks is above the levels 0, step, ..., below ceil(seen / step) * step.
+        above = np.minimum(-(-seen // step), levels)
+        per_count = np.bincount(above, minlength=levels + 1)
+        return [int(value) for value in (per_count[::-1].cumsum()[::-1])[1:]]
+
+    def minutes_above(self, step: int, levels: int) -> list[float]:
+        """Per level X, the minutes the whole-block load was above X: the measure of ``load >= X + 1 - tol``.
+
+        Between two events the load is linear, from ``after[i]`` to ``before[i + 1]``; each such piece adds
+        its whole length to the levels below its low end and the part above the level to those in between.
+        """
+        low_end = np.minimum(self.after[:-1], self.before[1:])
+        high_end = np.maximum(self.after[:-1], self.before[1:])
+        length_us = np.diff(self.time_us).astype(np.float64)
+        threshold_offset = 1.0 - TOLERANCE_BLOCKS  # level X is exceeded where load >= X + threshold_offset
+        full_to = np.floor((low_end - threshold_offset) / step).astype(np.int64)  # levels 0..full_to: whole piece
+        full_to = np.clip(full_to, -1, levels - 1)
+        whole = np.bincount(full_to + 1, weights=length_us, minlength=levels + 1)
+        measure = whole[::-1].cumsum()[::-1][1:]  # pieces whose full_to is at or above each level
+        partial_to = np.clip(np.floor((high_end - threshold_offset) / step).astype(np.int64), -1, levels - 1)
+        spans = partial_to - full_to
+        rising = np.flatnonzero((spans > 0) & (length_us > 0))
+        if len(rising):
+            piece = np.repeat(rising, spans[rising])
+            first = np.repeat(full_to[rising] + 1, spans[rising])
+            level = first + (np.arange(len(piece)) - np.repeat(np.cumsum(spans[rising]) - spans[rising], spans[rising]))
+            threshold = level * step + threshold_offset
+            share = (high_end[piece] - threshold) / (high_end[piece] - low_end[piece])
+            measure += np.bincount(level, weights=length_us[piece] * np.clip(share, 0.0, 1.0), minlength=levels)
+        return [round(value / MICROSECONDS_PER_MINUTE, 6) for value in measure.tolist()]

@@ -17,6 +17,7 @@ from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing
 from seatplan.plan.fleet import LoadedFleet, gpu_refs, resolve_gpu_ref
+from seatplan.plan.kv_replay import kv_replay_of, replay_check
 from seatplan.plan.models import (
     ExplanationLine,
     Fleet,
@@ -230,6 +231,8 @@ def size_seat(
     model_usage = usage_for(usage, seat.served_model_name or seat.name, seat.name)
     cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
     inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
+    replay_lines, replay_warnings = replay_check(seat.name, kv_replay_of(model_usage), facts, kv.capacity, kv.rule_bytes,
+                                                 fleet.policy.rounding_step_bytes)
     footprint, footprint_line = seat_footprint(fleet, seat, facts, kv.kv_cache_memory_bytes, limits, seen)
 
     sized = SizedSeat(
@@ -247,8 +250,8 @@ def size_seat(
         sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
         if context.yarn.needs_long_max_model_len_env:
             sized.extra_env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
-    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + [footprint_line, batch_limits_line(limits)]
-    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings
+    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + replay_lines + [footprint_line, batch_limits_line(limits)]
+    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings + replay_warnings
     return sized
 
 

@@ -166,9 +166,10 @@ class _Sweep:
 
     time_us: np.ndarray  # int64, absolute
     is_start: np.ndarray
-    request: np.ndarray  # which request each event belongs to
-    after: np.ndarray  # blocks, float
+    start_request: np.ndarray  # the request of each start, in event order
+    after: np.ndarray  # in 1/block_size blocks (tokens for one group), float
     before: np.ndarray
+    block_size: int
 
     @staticmethod
     def of(start_us: np.ndarray, end_us: np.ndarray, prompt_tokens: np.ndarray, completion_tokens: np.ndarray,
@@ -178,54 +179,59 @@ class _Sweep:
         closed = end_us if until_us is None else np.minimum(end_us, until_us)
         first = int(opened.min())
         # Ends (2 * time) sort before starts (2 * time + 1); the stable sort keeps the source's order of ties
-        # and runs in about linear time on nearly ordered times.
+        # and runs in about linear time on nearly ordered times. Each per-event value is then one gather of
+        # (the starts' values, the ends' values) in that order.
         key = np.concatenate(((opened - first) * 2 + 1, (closed - first) * 2))
         order = np.argsort(key, kind="stable")
-        time_us = (key[order] >> 1) + first
+        time_us = key[order]
         del key
+        time_us >>= 1
+        time_us += first
         is_start = order < count
-        request = np.where(is_start, order, order - count)
-        del order
-        # Integer part: prompt blocks and the rounding, in 1/block_size blocks: exact.
-        units = rule.units_per_request(prompt_tokens)[request]
-        units_change = np.where(is_start, units, -units)
-        del units
-        units_after = np.cumsum(units_change)
-        units_before = units_after - units_change
-        del units_change
-        # Ramps, in tokens: the completion tokens per microsecond of each request in flight, and at each
-        # event the tokens its request had generated when it entered (window start) or left.
-        slope = completion_tokens / (end_us - start_us).astype(np.float64)
-        done_at_open = slope * (opened - start_us)
-        done_at_close = np.where(closed == end_us, completion_tokens.astype(np.float64), slope * (closed - start_us))
-        slope_after = np.cumsum(np.where(is_start, slope[request], -slope[request]))
-        ramp_jump = np.where(is_start, done_at_open[request], -done_at_close[request])
-        del slope, done_at_open, done_at_close
-        risen = np.zeros(len(time_us))  # since the event before: the slope then times the gap
-        np.multiply(slope_after[:-1], np.diff(time_us).astype(np.float64), out=risen[1:])
+        start_request = order[is_start]
+        # Each event's jump, in 1/block_size blocks: the request's prompt blocks and rounding (integers, summed
+        # exactly in doubles), and the completion tokens generated when it entered the window or left it.
+        groups = rule.token_groups
+        units = rule.units_per_request(prompt_tokens).astype(np.float64)
+        completion = completion_tokens.astype(np.float64)
+        slope = completion / (end_us - start_us)  # tokens per microsecond
+        entering = units if since_us is None else units + groups * (slope * (opened - start_us))
+        done_at_close = completion if until_us is None else np.where(closed == end_us, completion, slope * (closed - start_us))
+        leaving = units + groups * done_at_close
+        del units, completion, done_at_close
+        jump = np.concatenate((entering, np.negative(leaving, out=leaving)))[order]
+        del entering, leaving
+        slope_after = np.cumsum(np.concatenate((slope, -slope))[order])
+        del slope, order
+        # Between events the ramps rise by the slope of the requests in flight times the gap.
+        after = np.zeros(len(time_us))
+        np.multiply(slope_after[:-1], np.diff(time_us), out=after[1:])
         del slope_after
-        risen += ramp_jump
-        ramp_after = np.cumsum(risen)
-        del risen
-        per_unit = 1.0 / rule.block_size_tokens
-        before = (units_before + rule.token_groups * (ramp_after - ramp_jump)) * per_unit
-        after = (units_after + rule.token_groups * ramp_after) * per_unit
-        return _Sweep(time_us, is_start, request, after, before)
+        if groups != 1:
+            after *= groups
+        after += jump
+        np.cumsum(after, out=after)
+        before = after - jump
+        return _Sweep(time_us, is_start, start_request, after, before, rule.block_size_tokens)
 
     def peak(self) -> tuple[int, int]:
         """The highest load in whole blocks, and the first instant it was reached (or approached, for a
         left limit: the ramps' top is at their end)."""
-        highest = np.maximum(self.after, self.before)
-        at = int(np.argmax(highest))
-        return int(whole_blocks(highest[at])), int(self.time_us[at])
+        at_after, at_before = int(np.argmax(self.after)), int(np.argmax(self.before))
+        at = at_after if self.after[at_after] >= self.before[at_before] else at_before
+        return int(whole_blocks(max(self.after[at_after], self.before[at_before]) / self.block_size)), int(self.time_us[at])
 
     def waited(self, step: int, levels: int, counted: np.ndarray) -> list[int]:
-        """Per level, the counted requests whose start saw a load above it (all events at that instant done)."""
-        last_at_time = np.flatnonzero(np.append(self.time_us[1:] != self.time_us[:-1], True))
-        group = np.searchsorted(last_at_time, np.arange(len(self.time_us)))
+        """Per level, the counted requests whose start saw a load above it (all events at that instant done).
+
+        ``counted`` is per request, in the order the requests were given."""
+        events = len(self.time_us)
+        # The last event at each event's instant: the nearest at or after it whose next event is later.
+        last_of_instant = np.where(np.append(self.time_us[1:] != self.time_us[:-1], True), np.arange(events), events)
+        last_of_instant = np.minimum.accumulate(last_of_instant[::-1])[::-1]
         starts = np.flatnonzero(self.is_start)
-        starts = starts[counted[self.request[starts]]]
-        seen = whole_blocks(self.after[last_at_time[group[starts]]])
+        starts = starts[counted[self.start_request]]
+        seen = whole_blocks(self.after[last_of_instant[starts]] / self.block_size)
         # A load of ``seen`` blocks is above the levels 0, step, ..., below ceil(seen / step) * step.
         above = np.minimum(-(-seen // step), levels)
         per_count = np.bincount(above, minlength=levels + 1)
@@ -240,19 +246,28 @@ class _Sweep:
         low_end = np.minimum(self.after[:-1], self.before[1:])
         high_end = np.maximum(self.after[:-1], self.before[1:])
         length_us = np.diff(self.time_us).astype(np.float64)
-        threshold_offset = 1.0 - TOLERANCE_BLOCKS  # level X is exceeded where load >= X + threshold_offset
-        full_to = np.floor((low_end - threshold_offset) / step).astype(np.int64)  # levels 0..full_to: whole piece
-        full_to = np.clip(full_to, -1, levels - 1)
-        whole = np.bincount(full_to + 1, weights=length_us, minlength=levels + 1)
-        measure = whole[::-1].cumsum()[::-1][1:]  # pieces whose full_to is at or above each level
-        partial_to = np.clip(np.floor((high_end - threshold_offset) / step).astype(np.int64), -1, levels - 1)
-        spans = partial_to - full_to
-        rising = np.flatnonzero((spans > 0) & (length_us > 0))
-        if len(rising):
-            piece = np.repeat(rising, spans[rising])
-            first = np.repeat(full_to[rising] + 1, spans[rising])
-            level = first + (np.arange(len(piece)) - np.repeat(np.cumsum(spans[rising]) - spans[rising], spans[rising]))
-            threshold = level * step + threshold_offset
-            share = (high_end[piece] - threshold) / (high_end[piece] - low_end[piece])
-            measure += np.bincount(level, weights=length_us[piece] * np.clip(share, 0.0, 1.0), minlength=levels)
+        offset = 1.0 - TOLERANCE_BLOCKS  # level X is exceeded where load >= X + offset (in blocks)
+
+        def last_level_below(load: np.ndarray) -> np.ndarray:
+            """The highest level whose threshold is at or below the load (-1: none), as floats."""
+            level = load / self.block_size
+            level -= offset
+            level /= step
+            np.floor(level, out=level)
+            return np.clip(level, -1, levels - 1, out=level)
+
+        full_to = last_level_below(low_end)  # levels 0..full_to hold the whole piece
+        measure = np.bincount((full_to + 1).astype(np.int64), weights=length_us, minlength=levels + 1)
+        measure = measure[::-1].cumsum()[::-1][1:]
+        partial_to = last_level_below(high_end)
+        # Pieces crossing a level's threshold hold it for their part above; most cross one level, a few more.
+        crossing = np.flatnonzero(partial_to > full_to)
+        crossed = 1
+        while len(crossing):
+            level = full_to[crossing] + crossed
+            high = high_end[crossing]
+            share = (high - (level * step + offset) * self.block_size) / (high - low_end[crossing])
+            measure += np.bincount(level.astype(np.int64), weights=length_us[crossing] * np.clip(share, 0.0, 1.0), minlength=levels)
+            crossing = crossing[partial_to[crossing] > level]
+            crossed += 1
         return [round(value / MICROSECONDS_PER_MINUTE, 6) for value in measure.tolist()]

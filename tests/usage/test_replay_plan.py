@@ -103,7 +103,7 @@ def test_plan_reads_the_replay_at_the_planned_kv_and_proposes_the_smallest(tmp_p
     assert "replayed against each KV cache" in table.stdout and "377" in table.stdout
     explained = seatplan("explain", str(tmp_path / "plan.json"), "qwen3-8b")
     assert "kv_replay: 299 usable blocks < peak 377" in explained.stdout
-    assert "0.2 min above the budget, 1 request(s) would have waited" in explained.stdout
+    assert "0.17 min above the budget, 1 request(s) would have waited" in explained.stdout
 
 
 def test_a_kv_that_holds_the_peak_says_so_and_a_level_between_breakpoints_is_a_bound(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ def replay_check(seat_name: str, replay: KvReplay | None, facts: ModelFacts, cap
     if holds:
         result = f"holds the window: peak {replay.peak_blocks:,} of {usable_blocks:,} usable blocks ({peak_at})"
     else:
-        result = (f"{usable_blocks:,} usable blocks < peak {replay.peak_blocks:,} ({peak_at}): {bound}{minutes:,.1f} min "
+        result = (f"{usable_blocks:,} usable blocks < peak {replay.peak_blocks:,} ({peak_at}): {bound}{minutes:,.2f} min "
                   f"above the budget, {waited:,} request(s) would have waited")
     line = ExplanationLine(
         rule=RULE,
@@ -75,6 +75,6 @@ def replay_check(seat_name: str, replay: KvReplay | None, facts: ModelFacts, cap
     )
     warnings = [] if holds else [
         f"{seat_name}: the window's requests, replayed, needed up to {replay.peak_blocks:,} blocks; the planned "
-        f"{usable_blocks:,} would have been exceeded for {bound}{minutes:,.1f} min and {waited:,} request(s) would have "
+        f"{usable_blocks:,} would have been exceeded for {bound}{minutes:,.2f} min and {waited:,} request(s) would have "
         f"waited; {human_bytes(rounded_bytes)} of KV would have held it"]
     return [line], warnings

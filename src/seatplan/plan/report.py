@@ -95,7 +95,7 @@ def replay_table(plan: Plan) -> Table | None:
         bound = "" if values["exact"] else "≤ "
         table.add_row(
             name, gib(int(values["kv_cache_memory_bytes"] or 0)), f"{values['usable_blocks']:,}", f"{values['peak_blocks']:,}", str(values["peak_at"]),
-            f"{bound}{float(values['minutes_above'] or 0):,.1f}", f"{bound}{values['waited_requests']:,}",
+            f"{bound}{float(values['minutes_above'] or 0):,.2f}", f"{bound}{values['waited_requests']:,}",
             f"{gib(int(values['smallest_kv_bytes'] or 0))} ({gib(int(values['smallest_kv_bytes_rounded'] or 0))})", gib(int(values["rule_kv_bytes"] or 0)),
         )
     return table

@@ -130,7 +130,7 @@ def test_a_kv_that_holds_the_peak_says_so_and_a_level_between_breakpoints_is_a_b
     assert "at most (read at the curve's level 200)" in lines[0].result
 
 
-def test_a_replay_in_other_blocks_is_not_read(tmp_path: Path) -> None:
+def test_a_replay_that_counted_other_blocks_is_not_read(tmp_path: Path) -> None:
     # Without --fleet the usage stage assumes 16-token blocks; Qwen3-Next runs 544-token ones.
     from seatplan.facts.api import load_model_facts
     from seatplan.facts.models import EngineSettings
@@ -141,6 +141,10 @@ def test_a_replay_in_other_blocks_is_not_read(tmp_path: Path) -> None:
     lines, warnings = replay_check("next", report.models["qwen3-8b"].kv_replay, facts, facts.capacity(8 * GiB, 4096), GiB, GiB // 2)
     assert lines[0].result == "not comparable"
     assert "run `seatplan usage --fleet`" in warnings[0]
+    # gpt-oss has 16-token blocks too, but two groups (one a sliding window): one group counts too few.
+    facts = load_model_facts(MODELS / "openai--gpt-oss-20b", EngineSettings(vllm_version="0.32"))
+    lines, _ = replay_check("gpt-oss", report.models["qwen3-8b"].kv_replay, facts, facts.capacity(8 * GiB, 4096), GiB, GiB // 2)
+    assert lines[0].result == "not comparable" and "in 2 group(s)" in lines[0].note
 
 
 def test_usage_table_shows_the_replay_peak(tmp_path: Path) -> None:

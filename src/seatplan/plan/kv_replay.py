@@ -28,14 +28,29 @@ def kv_replay_of(usage: Any) -> KvReplay | None:
     return KvReplay.model_validate(value)
 
 
+def counts_enough(replay: KvReplay, facts: ModelFacts, max_model_len: int) -> bool:
+    """Whether the replay counted this seat's blocks: the same block size, and never fewer blocks per request
+    than vLLM holds for this model (checked at the lengths where a count can fall short: one token, one
+    block and one more, the longest request)."""
+    size = replay.block_size_tokens
+    if size != facts.block_size:
+        return False
+    for tokens in (1, size, size + 1, max_model_len):
+        counted = replay.token_groups * (tokens + size - 1) + replay.fixed_blocks_per_request * size
+        if counted < facts.blocks_per_request(tokens) * size:
+            return False
+    return True
+
+
 def replay_check(seat_name: str, replay: KvReplay | None, facts: ModelFacts, capacity: KvCapacity,
                  rule_kv_bytes: int, rounding_step_bytes: int) -> tuple[list[ExplanationLine], list[str]]:
     """The replay's figures at the planned KV, and the smallest KV that would have held the window."""
     if replay is None:
         return [], []
-    if replay.block_size_tokens != facts.block_size:
-        note = (f"the usage stage replayed {replay.block_size_tokens}-token blocks ({replay.block_rule}); "
-                f"this seat's engine uses {facts.block_size}-token blocks")
+    if not counts_enough(replay, facts, capacity.max_model_len):
+        note = (f"the usage stage counted {replay.block_size_tokens}-token blocks in {replay.token_groups} group(s) "
+                f"({replay.block_rule}); this seat's engine uses {facts.block_size}-token blocks in "
+                f"{len(facts.layer_groups)} group(s)")
         return ([ExplanationLine(rule=RULE, inputs={"replay_block_size": replay.block_size_tokens, "block_size": facts.block_size},
                                  result="not comparable", note=note)],
                 [f"{seat_name}: KV replay not used: {note}; run `seatplan usage --fleet` with this fleet"])

@@ -1,7 +1,8 @@
 """Which LiteLLM model names belong to which fleet seat.
 
-Only ``seats[].name``, ``served_model_name`` and ``max_model_len`` matter here; the fleet file itself is
-read and checked by the plan stage's loader, so a typo in it is reported the same way everywhere.
+Only ``seats[].name``, ``served_model_name`` and ``max_model_len`` matter here, and the model with its engine
+settings for the KV replay's block rule (``replay.seat_block_rule``); the fleet file itself is read and checked
+by the plan stage's loader, so a typo in it is reported the same way everywhere.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ worst case for the sort, rows in no time order at all). Times the replay of ever
 ``--repeat`` runs after one warm-up; CPU time too, as the replay runs on one core) and its peak memory, and checks it against the time the usage stage
 has left: the stage's target is 15 s for 10 M rows in all, and without the replay it measured 10.8-12.0 s
 from PostgreSQL and 6.7-7.5 s from a CSV at the machine's normal speed (README). Exits non-zero when the
-replay alone takes more than the PostgreSQL path's headroom.
+replay's CPU time (it runs on one core; on a shared machine the wall time also counts the other work) is more
+than the PostgreSQL path's headroom. `bench_usage.py` times the whole command, replay included.
 """
 
 from __future__ import annotations
@@ -84,11 +85,12 @@ def main() -> None:
         "levels": {name: len(replay.minutes_above) for name, replay in zip(rows.seat_names, replays)},
     }
     print(json.dumps(result, indent=2))
-    print("\n| source | usage without the replay (README) | + replay (median) | total | target |\n|---|---:|---:|---:|---:|")
+    cpu_s = statistics.median(cpus)
+    print("\n| source | usage without the replay (README) | + replay CPU (median) | total | target |\n|---|---:|---:|---:|---:|")
     for source, without_s in USAGE_WITHOUT_REPLAY_S.items():
-        print(f"| {source} | {without_s:.1f} s | {median_s:.1f} s | {without_s + median_s:.1f} s | < {TARGET_S:.0f} s |")
-    if USAGE_WITHOUT_REPLAY_S["PostgreSQL"] + median_s >= TARGET_S:
-        raise SystemExit(f"the replay takes {median_s:.1f} s: more than the {TARGET_S - USAGE_WITHOUT_REPLAY_S['PostgreSQL']:.1f} s "
+        print(f"| {source} | {without_s:.1f} s | {cpu_s:.1f} s | {without_s + cpu_s:.1f} s | < {TARGET_S:.0f} s |")
+    if USAGE_WITHOUT_REPLAY_S["PostgreSQL"] + cpu_s >= TARGET_S:
+        raise SystemExit(f"the replay takes {cpu_s:.1f} s of CPU: more than the {TARGET_S - USAGE_WITHOUT_REPLAY_S['PostgreSQL']:.1f} s "
                          "the PostgreSQL path leaves of the target")
 
 

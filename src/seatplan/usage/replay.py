@@ -225,13 +225,14 @@ class _Sweep:
         """Per level, the counted requests whose start saw a load above it (all events at that instant done).
 
         ``counted`` is per request, in the order the requests were given."""
-        events = len(self.time_us)
-        # The last event at each event's instant: the nearest at or after it whose next event is later.
-        last_of_instant = np.where(np.append(self.time_us[1:] != self.time_us[:-1], True), np.arange(events), events)
-        last_of_instant = np.minimum.accumulate(last_of_instant[::-1])[::-1]
-        starts = np.flatnonzero(self.is_start)
-        starts = starts[counted[self.start_request]]
-        seen = whole_blocks(self.after[last_of_instant[starts]] / self.block_size)
+        starts = np.flatnonzero(self.is_start)[counted[self.start_request]]
+        # Requests starting at the same instant see each other (ends sort first): a start followed by an
+        # event at its instant (rare) reads the load after the last of them.
+        last = starts.copy()
+        following = np.minimum(starts + 1, len(self.time_us) - 1)
+        tied = np.flatnonzero((following > starts) & (self.time_us[following] == self.time_us[starts]))
+        last[tied] = np.searchsorted(self.time_us, self.time_us[starts[tied]], side="right") - 1
+        seen = whole_blocks(self.after[last] / self.block_size)
         # A load of ``seen`` blocks is above the levels 0, step, ..., below ceil(seen / step) * step.
         above = np.minimum(-(-seen // step), levels)
         per_count = np.bincount(above, minlength=levels + 1)

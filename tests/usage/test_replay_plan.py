@@ -115,10 +115,10 @@ def test_a_kv_that_holds_the_peak_says_so_and_a_level_between_breakpoints_is_a_b
     assert line["result"].startswith("holds the window: peak 377 of 454 usable blocks")
     assert (line["inputs"]["minutes_above"], line["inputs"]["waited_requests"]) == (0.0, 0)
 
+    from seatplan.documents.usage import KvReplay
     from seatplan.facts.api import load_model_facts
     from seatplan.facts.models import EngineSettings
     from seatplan.plan.kv_replay import replay_check
-    from seatplan.usage.models import KvReplay
 
     # A curve with 100-block steps, read at 299 usable blocks: the level below (200) bounds it from above.
     document = json.loads(usage.read_text())["models"]["qwen3-8b"]["kv_replay"]

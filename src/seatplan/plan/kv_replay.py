@@ -10,22 +10,12 @@ null block, in bytes per block, and never below what one max-length request need
 
 from __future__ import annotations
 
-from typing import Any
-
+from seatplan.documents.plan import ExplanationLine
+from seatplan.documents.usage import KvReplay
 from seatplan.facts.models import KvCapacity, ModelFacts
-from seatplan.plan.models import ExplanationLine
 from seatplan.units import human_bytes, round_up
-from seatplan.usage.models import KvReplay
 
 RULE = "kv_replay"
-
-
-def kv_replay_of(usage: Any) -> KvReplay | None:
-    """The replay in a seat's usage entry (the plan reads other stages' documents tolerantly)."""
-    value = getattr(usage, "kv_replay", None) if usage is not None else None
-    if value is None or isinstance(value, KvReplay):
-        return value
-    return KvReplay.model_validate(value)
 
 
 def counts_enough(replay: KvReplay, facts: ModelFacts, max_model_len: int) -> bool:

@@ -29,8 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
+from seatplan.documents.fleet import SeatSpec
+from seatplan.documents.fleet_file import resolve_model
+from seatplan.documents.usage import KvReplay
+from seatplan.errors import SeatplanError
+from seatplan.facts.api import load_model_facts
+from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.usage.loads import RequestRows
-from seatplan.usage.models import KvReplay
 from seatplan.usage.scan import EPOCH
 
 TOLERANCE_BLOCKS = 1e-3  # added before rounding down: double-precision sums of ramps err far less
@@ -59,7 +64,7 @@ def default_block_rule(why: str) -> BlockRule:
                      f"one attention group ({why})")
 
 
-def block_rule_of_facts(facts) -> BlockRule:
+def block_rule_of_facts(facts: ModelFacts) -> BlockRule:
     """The rule for a model as vLLM lays out its KV cache (``seatplan.facts``: layer groups and block sizes).
 
     Attention groups (full, sliding window, chunked local, MLA) grow with tokens; a sliding-window group
@@ -76,14 +81,9 @@ def block_rule_of_facts(facts) -> BlockRule:
                      f"model facts: {len(facts.layer_groups)} KV group(s) ({kinds}), {block_size}-token blocks")
 
 
-def seat_block_rule(seat, base_dir: Path, vllm_version: str) -> BlockRule | None:
+def seat_block_rule(seat: SeatSpec, base_dir: Path, vllm_version: str) -> BlockRule | None:
     """A fleet seat's rule from its model's facts under its engine settings; the default rule, saying why,
     where the model cannot be read here; None for a seat that is not a vLLM engine."""
-    from seatplan.errors import SeatplanError
-    from seatplan.facts.api import load_model_facts
-    from seatplan.facts.models import EngineSettings
-    from seatplan.plan.planner import resolve_model
-
     if seat.engine != "vllm" or seat.model is None:
         return None
     settings = EngineSettings(tensor_parallel_size=seat.tensor_parallel_size, dtype=seat.dtype,

@@ -3,8 +3,8 @@ percentiles, runaway thresholds and in-flight peaks from the request arrays (``l
 
 from __future__ import annotations
 
+from seatplan.documents.usage import KvReplay, ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
 from seatplan.usage.loads import Peaks, RequestRows, peak_loads, runaway_mask, seat_percentiles
-from seatplan.usage.models import KvReplay, ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
 from seatplan.usage.queries import Window
 from seatplan.usage.replay import BlockRule, default_block_rule, replay_seats
 from seatplan.usage.rows import judge, runaway_rows, summarize

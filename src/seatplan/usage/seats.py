@@ -2,7 +2,7 @@
 
 Only ``seats[].name``, ``served_model_name`` and ``max_model_len`` matter here, and the model with its engine
 settings for the KV replay's block rule (``replay.seat_block_rule``); the fleet file itself is read and checked
-by the plan stage's loader, so a typo in it is reported the same way everywhere.
+by the shared fleet-file loader (`documents.fleet_file`), so a typo in it is reported the same way everywhere.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from seatplan.documents.fleet_file import load_fleet
 from seatplan.usage.replay import BlockRule, seat_block_rule
 
 
@@ -39,8 +40,6 @@ class SeatMap:
 
 def load_seat_map(path: str | Path) -> SeatMap:
     """The seats of a fleet file, read (and checked) by the plan stage's own loader."""
-    from seatplan.plan.fleet import load_fleet
-
     loaded = load_fleet(path)
     fleet = loaded.fleet
     return SeatMap(

@@ -181,7 +181,11 @@ class _Sweep:
         # Ends (2 * time) sort before starts (2 * time + 1); the stable sort keeps the source's order of ties
         # and runs in about linear time on nearly ordered times. Each per-event value is then one gather of
         # (the starts' values, the ends' values) in that order.
-        key = np.concatenate(((opened - first) * 2 + 1, (closed - first) * 2))
+        key = np.empty(2 * count, dtype=np.int64)
+        np.subtract(opened, first, out=key[:count])
+        np.subtract(closed, first, out=key[count:])
+        key <<= 1
+        key[:count] += 1
         order = np.argsort(key, kind="stable")
         time_us = key[order]
         del key
@@ -199,14 +203,21 @@ class _Sweep:
         done_at_close = completion if until_us is None else np.where(closed == end_us, completion, slope * (closed - start_us))
         leaving = units + groups * done_at_close
         del units, completion, done_at_close
-        jump = np.concatenate((entering, np.negative(leaving, out=leaving)))[order]
-        del entering, leaving
-        slope_after = np.cumsum(np.concatenate((slope, -slope))[order])
-        del slope, order
+        # One gather of (jump, slope change) pairs puts both in event order.
+        changes = np.empty((2 * count, 2))
+        changes[:count, 0] = entering
+        np.negative(leaving, out=changes[count:, 0])
+        changes[:count, 1] = slope
+        np.negative(slope, out=changes[count:, 1])
+        del entering, leaving, slope
+        changes = changes[order]
+        del order
+        jump = changes[:, 0]
+        slope_after = np.cumsum(changes[:, 1])
         # Between events the ramps rise by the slope of the requests in flight times the gap.
         after = np.zeros(len(time_us))
         np.multiply(slope_after[:-1], np.diff(time_us), out=after[1:])
-        del slope_after
+        del slope_after, changes
         if groups != 1:
             after *= groups
         after += jump

@@ -162,7 +162,7 @@ def gpu_report(series: GpuSeries, analysis: Analysis) -> GpuReport:
     creeps = [segment.creep for segment in analysis.segments if segment.creep is not None]
     return GpuReport(
         host=series.host, index=series.index, samples=analysis.samples, start=analysis.start, end=analysis.end,
-        gaps=analysis.gaps, total_mib=series.total_mib, steps=analysis.steps,
+        gaps=analysis.gaps, history=analysis.history, total_mib=series.total_mib, steps=analysis.steps,
         creep=last.creep or (creeps[-1] if creeps else None), segments=analysis.segments,
         plateau_used_mib=last.plateau_used_mib,
         plateau_free_mib=round(plateau_free, 1) if plateau_free is not None else None,

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from seatplan.observe.averaged import Records, analyse_records
 from seatplan.observe.models import Creep, Segment, Step
 
 
@@ -58,6 +59,9 @@ class GpuSeries:
     total_mib: float | None = None
     reserved_mib: float | None = None
     source: str = ""
+    # Averaged history (Beszel): each reading is the mean over (time − window, time]; None = instantaneous readings.
+    window_s: np.ndarray | None = None
+    record_types: np.ndarray | None = None
 
 
 @dataclass
@@ -68,6 +72,7 @@ class Analysis:
     gaps: int
     steps: list[Step] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)
 
 
 def _when(seconds: float) -> datetime:
@@ -100,7 +105,10 @@ def rolling_median(values: np.ndarray, width: int) -> np.ndarray:
     return np.r_[head, tail]
 
 
-def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings()) -> Analysis:
+def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot_times_s: list[float] = ()) -> Analysis:
+    """Steps, segments and creep; averaged history (Beszel) goes to observe/averaged.py, readings are binned here."""
+    if series.window_s is not None:
+        return _averaged(series, settings, boot_times_s)
     valid = ~np.isnan(series.used_mib)
     times, used = series.times_s[valid].astype(np.int64), series.used_mib[valid].astype(np.float64)
     if len(times) == 0:
@@ -121,6 +129,29 @@ def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings()) -> A
     segments = _segments(bin_times, levels, steps, settings, bin_seconds)
     return Analysis(samples=len(times), start=_when(times[0]), end=_when(times[-1]), gaps=gaps,
                     steps=steps, segments=segments)
+
+
+def _averaged(series: GpuSeries, settings: DetectSettings, boot_times_s: list[float]) -> Analysis:
+    records = Records(end_s=series.times_s, window_s=series.window_s, used_mib=series.used_mib,
+                      record_types=series.record_types if series.record_types is not None else np.full(len(series.times_s), "?"))
+    result = analyse_records(records, min_step_mib=settings.min_step_mib, min_creep_mib=settings.min_creep_mib,
+                             boot_times_s=boot_times_s)
+    return Analysis(samples=result.samples, start=result.start, end=result.end, gaps=result.gaps, steps=result.steps,
+                    segments=result.segments, history=history_stretches(records))
+
+
+def history_stretches(records: Records) -> list[str]:
+    """Which record type covers which stretch (finest first wins), e.g. ``120m × 72: 11-24 02:00 → 11-30 00:40``."""
+    valid = ~np.isnan(records.used_mib)
+    order = np.argsort(records.end_s[valid], kind="stable")
+    kinds, starts, ends = records.record_types[valid][order], records.start_s[valid][order], records.end_s[valid][order]
+    if len(kinds) == 0:
+        return []
+    breaks = np.flatnonzero(kinds[1:] != kinds[:-1]) + 1
+    out = []
+    for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(kinds)]):
+        out.append(f"{kinds[first]} × {last - first}: {_when(starts[first]):%m-%d %H:%M} → {_when(ends[last - 1]):%m-%d %H:%M}")
+    return out
 
 
 def _steps(times: np.ndarray, used: np.ndarray, bin_times: np.ndarray, levels: np.ndarray,
@@ -245,11 +276,14 @@ def _segment(start: int, times: np.ndarray, levels: np.ndarray, settings: Detect
         # The rolling median looks ahead; centre it on the window.
         at_index = min(at_index + min(p, len(levels)) // 2, len(levels) - 1)
         plateau_at = times[at_index] if levelled_off else times[-1]
+        ninety = np.flatnonzero(smooth >= head + 0.9 * rise)
+        ninety_at = times[min(int(ninety[0]) + min(p, len(levels)) // 2, len(levels) - 1)] if len(ninety) else None
         creep = Creep(
             start=_when(start),
             plateau_at=_when(plateau_at),
             rise_mib=round(rise, 1),
             hours_to_plateau=round((plateau_at - start) / 3600, 2),
+            hours_to_90pct=round((ninety_at - start) / 3600, 2) if levelled_off and ninety_at is not None else None,
             levelled_off=levelled_off,
         )
     return Segment(start=_when(start), end=_when(times[-1] + bin_seconds), level_after_boot_mib=round(head, 1),

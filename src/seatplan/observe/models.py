@@ -127,14 +127,21 @@ class Step(_Model):
     delta_mib: float
     before_mib: float
     after_mib: float
+    window_start: datetime | None = Field(None, description="averaged history: the restart lies in this span")
+    window_end: datetime | None = None
+    inferred: bool = Field(False, description="the time is fitted inside the span, not read from a boot line")
+    evidence: str | None = None
 
 
 class Creep(_Model):
     start: datetime
     plateau_at: datetime
-    rise_mib: float
+    rise_mib: float = Field(description="plateau minus the first full post-boot level")
     hours_to_plateau: float
+    hours_to_90pct: float | None = Field(None, description="from the restart to 90 % of the rise (None while still rising)")
     levelled_off: bool = True
+    resolved: bool = Field(True, description="averaged history: enough records see the rise to size it")
+    basis: str | None = None
 
 
 class Segment(_Model):
@@ -164,6 +171,7 @@ class GpuReport(_Model):
     start: datetime
     end: datetime
     gaps: int
+    history: list[str] = Field([], description="averaged history: which record type covers which stretch")
     total_mib: float | None = None
     steps: list[Step] = []
     creep: Creep | None = None

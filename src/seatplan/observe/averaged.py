@@ -1,0 +1,269 @@
+"""Reboots, creep and plateaus in *averaged* history (Beszel's 1m/10m/20m/120m/480m records; pure, numpy).
+
+Each record is the mean of the used memory over its own window ``(end − window, end]``; records of
+different windows are never read as one series of points. Every figure comes from one model fitted to
+the records as interval means, so a 2-hour and a 10-minute record each count for what they average:
+
+* **Reboot** (where the history shows one): a record falls below the one before it by at least
+  ``min_step_mib`` (memory only grows while an engine lives, so a fall is a restart), a record dips
+  below both neighbours (a restart back to the same level: the minutes at zero pull the mean down),
+  or a record is near zero (the engine was down for most of the window). The reboot lies somewhere in
+  the windows of the falling record and the one before it; a boot time from the engines' logs inside
+  that span fixes it exactly, else it is fitted (and labelled inferred, with the span).
+* **Model of one boot's life**: the level ``P`` before the reboot ``s``, then ``L + R · clip((t − s) / T, 0, 1)``,
+  less the memory-seconds ``D`` the engine was down and loading, in the record holding the restart.
+  ``L`` is the first full post-boot level, ``R`` the creep, ``T`` how long it took; ``L + R`` the plateau.
+  For a given reboot time and ``T`` the model is linear in ``L``, ``R`` and ``D`` (all ≥ 0 where it matters),
+  so those come from weighted least squares (each record weighted by its window length: equal weight per
+  hour of history) and the reboot time and ``T`` from a grid search.
+* **Levelled off**: the history stays flat after the fitted rise for a quarter of the rise's duration (at
+  least an hour); else the plateau is the model's latest level and the creep is reported as still rising.
+* **Resolved**: at least three records see the rise and the restart's span is shorter than the rise.
+  A 12-hour creep seen only through 8-hour (480m) records is not: its plateau is still exact, its size is
+  reported but labelled unresolved.
+
+Tolerances (tests/observe/test_averaged.py, generated hub databases with Beszel's own averaging, a reboot in
+every record type's stretch at several points of a window, jitter σ = 30 MiB on the 1-minute readings,
+creeps of 0.5–3 GB over 12–48 h, 1–10 minutes down): plateau within 40 MiB; creep within 10 % wherever it
+is resolved (with the boot line from the log; without it at 120m and finer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+
+from seatplan.observe.models import Creep, Segment, Step
+
+# Near zero: the GPU held (almost) nothing for most of the window.
+NEAR_ZERO_MIB = 1024.0
+# Rises faster than this are the engine loading (the loss D covers them), not creep.
+RAMP_HOURS = np.geomspace(2.0, 24 * 14, 80)
+REBOOT_GRID = 48
+FLAT_SHARE = 0.25
+# The down time's loss is spread over this long after the restart (it may straddle two records).
+LOSS_SPREAD_S = 900.0
+
+
+@dataclass
+class Records:
+    """One GPU's averaged records, ordered by end time: ``[end − window, end]`` has mean ``used``."""
+
+    end_s: np.ndarray
+    window_s: np.ndarray
+    used_mib: np.ndarray
+    record_types: np.ndarray
+
+    @property
+    def start_s(self) -> np.ndarray:
+        return self.end_s - self.window_s
+
+    def part(self, keep: np.ndarray) -> Records:
+        return Records(self.end_s[keep], self.window_s[keep], self.used_mib[keep], self.record_types[keep])
+
+
+@dataclass
+class Reboot:
+    span_start_s: float
+    span_end_s: float
+    first: int            # first record touched by the reboot
+    last: int             # last record touched by the reboot
+    before_mib: float     # the level just before the reboot
+    evidence: str
+    known_at_s: float | None = None  # a boot line's time inside the span
+
+
+@dataclass
+class Fit:
+    reboot_s: float | None
+    level_mib: float
+    rise_mib: float
+    ramp_s: float
+    ramp_start_s: float
+    residual_mib: float
+
+
+@dataclass
+class AveragedAnalysis:
+    samples: int
+    start: datetime
+    end: datetime
+    gaps: int
+    steps: list[Step] = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
+
+
+def _when(seconds: float) -> datetime:
+    return datetime.fromtimestamp(float(seconds), tz=timezone.utc)
+
+
+def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: list[float] = ()) -> list[Reboot]:
+    """Reboot spans: falls, dips and near-zero records (see the module docstring); neighbouring hits are one reboot."""
+    used, count = records.used_mib, len(records.used_mib)
+    hits: list[tuple[int, str]] = []
+    for j in range(1, count):
+        if used[j] < NEAR_ZERO_MIB and used[j - 1] >= NEAR_ZERO_MIB:
+            hits.append((j, "fall to near zero"))
+        elif used[j] < used[j - 1] - min_step_mib:
+            hits.append((j, f"averaged fall of {used[j - 1] - used[j]:,.0f} MiB"))
+        elif j + 1 < count and used[j] < min(used[j - 1], used[j + 1]) - min_step_mib / 2:
+            hits.append((j, f"averaged dip of {min(used[j - 1], used[j + 1]) - used[j]:,.0f} MiB"))
+    reboots: list[Reboot] = []
+    for j, evidence in hits:
+        if reboots and j - reboots[-1].last <= 2:
+            reboots[-1].last = j
+            reboots[-1].span_end_s = float(records.end_s[j])
+            continue
+        first = max(j - 1, 0)
+        before = float(used[j - 2]) if j >= 2 else float(used[first])
+        reboots.append(Reboot(span_start_s=float(records.start_s[first]), span_end_s=float(records.end_s[j]), first=first,
+                              last=j, before_mib=before,
+                              evidence=f"{evidence} in the {records.record_types[j]} record ending {_when(records.end_s[j]):%m-%d %H:%M}"))
+    for reboot in reboots:
+        # Records near zero after the fall are the engine being down: the new life starts after them.
+        while reboot.last + 1 < count and used[reboot.last] < NEAR_ZERO_MIB:
+            reboot.last += 1
+            reboot.span_end_s = float(records.end_s[reboot.last])
+        inside = [t for t in boot_times_s if reboot.span_start_s <= t <= reboot.span_end_s]
+        if inside:
+            reboot.known_at_s = inside[-1]
+            reboot.evidence += f"; boot line at {_when(inside[-1]):%m-%d %H:%M:%S}"
+    return reboots
+
+
+def _ramp_integral(t: np.ndarray, start: np.ndarray, ramp: np.ndarray) -> np.ndarray:
+    """∫ clip((u − start) / ramp, 0, 1) du from −∞ to t (broadcasting)."""
+    x = np.clip(t - start, 0.0, None)
+    inside = np.minimum(x, ramp)
+    return inside * inside / (2 * ramp) + np.maximum(x - ramp, 0.0)
+
+
+def _overlap(a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    return np.clip(np.minimum(b, hi) - np.maximum(a, lo), 0.0, None)
+
+
+def _solve(normal: np.ndarray, right: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """Least-squares coefficients per grid point using only the ``keep`` columns (the others are 0)."""
+    coef = np.zeros(right.shape)
+    sub = normal[:, keep][:, :, keep] + np.eye(int(keep.sum())) * 1e-9
+    coef[:, keep] = np.linalg.solve(sub, right[:, keep][..., None])[..., 0]
+    return coef
+
+
+def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, reboot_hi_s: float,
+             known_reboot_s: float | None = None) -> Fit:
+    """Fit one boot's life (see the module docstring) to records that start at or after ``reboot_lo_s``.
+
+    ``before_mib`` is None for the first life in the history (no reboot seen: the ramp may start anywhere
+    up to the records' start, and nothing before it is modelled).
+    """
+    a, b = records.start_s[None, :].astype(float), records.end_s[None, :].astype(float)
+    width = b - a
+    weights = records.window_s.astype(float)
+    if known_reboot_s is not None:
+        reboots = np.array([known_reboot_s])
+    else:
+        reboots = np.linspace(reboot_lo_s, reboot_hi_s, REBOOT_GRID) if reboot_hi_s > reboot_lo_s else np.array([reboot_lo_s])
+    ramps = RAMP_HOURS * 3600.0
+    grid_reboot, grid_ramp = (g.ravel()[:, None] for g in np.meshgrid(reboots, ramps, indexing="ij"))
+    start = grid_reboot
+    pre = _overlap(a, b, -np.inf, grid_reboot) / width
+    post = np.ones_like(pre) if before_mib is None else _overlap(a, b, start, np.inf) / width
+    ramp_mean = (_ramp_integral(b, start, grid_ramp) - _ramp_integral(a, start, grid_ramp)) / width
+    target = records.used_mib[None, :] - (before_mib or 0.0) * pre
+    # The minutes the engine was down and loading: a loss of D MiB·s in the record holding the restart
+    # (its length is unknown, and 1-minute polls see it only as whole polls), fitted as a third unknown ≥ 0.
+    loss = -_overlap(a, b, grid_reboot, grid_reboot + LOSS_SPREAD_S) / LOSS_SPREAD_S / width if before_mib is not None \
+        else np.zeros_like(pre)
+    w = np.broadcast_to(weights[None, :], pre.shape)
+    columns = np.stack([post, ramp_mean, loss], axis=1)  # (grid, 3, records)
+    normal = np.einsum("gir,gjr,gr->gij", columns, columns, w)
+    right = np.einsum("gir,gr,gr->gi", columns, target, w)
+    # Memory grows during a boot's life and a restart only loses memory: R ≥ 0 and D ≥ 0, else that term is dropped.
+    coef = _solve(normal, right, np.ones(3, dtype=bool))
+    for drop in (np.array([True, False, True]), np.array([True, True, False]), np.array([True, False, False])):
+        bad = (coef[:, 1] < 0) | (coef[:, 2] < 0)
+        if not bad.any():
+            break
+        coef[bad] = _solve(normal[bad], right[bad], drop)
+    level, rise = coef[:, 0], coef[:, 1]
+    model = np.einsum("gir,gi->gr", columns, coef)
+    residual = (w * (target - model) ** 2).sum(1) / weights.sum()
+    best = int(np.argmin(residual))
+    return Fit(reboot_s=float(grid_reboot[best, 0]) if before_mib is not None else None, level_mib=float(level[best]),
+               rise_mib=float(rise[best]), ramp_s=float(grid_ramp[best, 0]), ramp_start_s=float(start[best, 0]),
+               residual_mib=float(np.sqrt(residual[best])))
+
+
+def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_mib: float = 256.0,
+                    boot_times_s: list[float] = ()) -> AveragedAnalysis:
+    valid = ~np.isnan(records.used_mib)
+    records = records.part(valid)
+    order = np.argsort(records.end_s, kind="stable")
+    records = records.part(order)
+    if len(records.end_s) == 0:
+        raise ValueError("no readings")
+    gaps = int(np.count_nonzero(records.start_s[1:] - records.end_s[:-1] > np.maximum(records.window_s[1:], 120)))
+    analysis = AveragedAnalysis(samples=len(records.end_s), start=_when(records.start_s[0]), end=_when(records.end_s[-1]),
+                                gaps=gaps)
+    reboots = find_reboots(records, min_step_mib=min_step_mib, boot_times_s=list(boot_times_s))
+    bounds = [0] + [reboot.first for reboot in reboots] + [len(records.end_s)]
+    for number in range(len(bounds) - 1):
+        reboot = reboots[number - 1] if number > 0 else None
+        lo, hi = bounds[number], bounds[number + 1]
+        life = records.part(np.arange(lo, hi))
+        # Records entirely near zero are the engine down: nothing to fit there.
+        life = life.part(life.used_mib >= NEAR_ZERO_MIB) if np.any(life.used_mib >= NEAR_ZERO_MIB) else life
+        if len(life.end_s) == 0:
+            continue
+        if reboot is None:
+            fit = fit_life(life, before_mib=None, reboot_lo_s=float(life.start_s[0]) - 2 * 86400.0,
+                           reboot_hi_s=float(life.end_s[-1]))
+        else:
+            fit = fit_life(life, before_mib=reboot.before_mib, reboot_lo_s=reboot.span_start_s, reboot_hi_s=reboot.span_end_s,
+                           known_reboot_s=reboot.known_at_s)
+            step_at = fit.reboot_s if fit.reboot_s is not None else reboot.span_start_s
+            analysis.steps.append(Step(
+                at=_when(step_at), delta_mib=round(fit.level_mib - reboot.before_mib, 1), before_mib=round(reboot.before_mib, 1),
+                after_mib=round(fit.level_mib, 1), window_start=_when(reboot.span_start_s), window_end=_when(reboot.span_end_s),
+                inferred=reboot.known_at_s is None, evidence=reboot.evidence))
+        analysis.segments.append(_segment(life, fit, reboot, min_creep_mib))
+    return analysis
+
+
+def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: float) -> Segment:
+    history_end = float(life.end_s[-1])
+    ramp_end = fit.ramp_start_s + fit.ramp_s
+    # Levelled off when the history stays flat after the rise long enough to tell a plateau from a rise that
+    # is still going on: a quarter of the rise's duration, at least an hour and two of the last records.
+    levelled_off = history_end - ramp_end >= max(FLAT_SHARE * fit.ramp_s, 3600.0, 2 * float(life.window_s[-1]))
+    # Still rising: the latest level as the last hour of records shows it (the model's end is an extrapolation).
+    latest = float(np.median(life.used_mib[life.end_s >= history_end - max(3600.0, float(life.window_s[-1]))]))
+    plateau = fit.level_mib + fit.rise_mib if levelled_off else latest
+    start_s = fit.reboot_s if fit.reboot_s is not None else float(life.start_s[0])
+    creep = None
+    if plateau - fit.level_mib >= min_creep_mib:
+        reached = min(ramp_end, history_end)
+        # Resolved: at least three records see the rise, and the restart is known to better than the rise lasted.
+        seen_by = np.count_nonzero((life.end_s > fit.ramp_start_s) & (life.start_s < ramp_end))
+        span_s = 0.0 if reboot is None or reboot.known_at_s is not None else reboot.span_end_s - reboot.span_start_s
+        resolved = seen_by >= 3 and span_s <= fit.ramp_s
+        creep = Creep(
+            start=_when(start_s), plateau_at=_when(reached), rise_mib=round(plateau - fit.level_mib, 1),
+            hours_to_plateau=round((reached - start_s) / 3600, 2),
+            hours_to_90pct=round((fit.ramp_start_s + 0.9 * fit.ramp_s - start_s) / 3600, 2) if levelled_off else None,
+            levelled_off=levelled_off, resolved=resolved,
+            basis=("" if resolved else "NOT RESOLVED: the rise is shorter than the averaging windows around it (pass the "
+                   "engine log for the boot time, or keep finer history); ") + f"fitted to {len(life.end_s)} averaged records ({', '.join(_types(life))}); "
+                  + ("reboot time from the boot line" if reboot is not None and reboot.known_at_s is not None
+                     else "reboot time inferred inside its window" if reboot is not None else "no reboot in the history"),
+        )
+    return Segment(start=_when(start_s), end=_when(history_end), level_after_boot_mib=round(fit.level_mib, 1),
+                   plateau_used_mib=round(plateau, 1), creep=creep)
+
+
+def _types(records: Records) -> list[str]:
+    kinds, counts = np.unique(records.record_types, return_counts=True)
+    return [f"{count} × {kind}" for kind, count in zip(kinds, counts)]

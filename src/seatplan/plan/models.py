@@ -72,6 +72,7 @@ class GpuSpec(_Strict):
 class HostSpec(_Strict):
     name: str = Field(min_length=1)
     gpus: list[GpuSpec] = Field(min_length=1)
+    monitor_names: list[str] = Field(default_factory=list, description="the names monitors give this host (Beszel system, nvidia-smi/DCGM hostname), for seatplan diagnose")
 
 
 class SeatSpec(_Strict):
@@ -205,8 +206,17 @@ class ObservedSeat(_Tolerant):
     kv_cache_memory_bytes: int | None = Field(None, description="the KV pin the seat ran with, when known")
 
 
+class ObservedGpuCorrection(_Tolerant):
+    host: str | None = None
+    index: int
+    extra_bytes: int
+    seats: list[str] = Field(default_factory=list)
+    source: str = "observed"
+
+
 class ObservedFootprints(_Tolerant):
     seats: dict[str, ObservedSeat] = Field(default_factory=dict)
+    gpu_corrections: list[ObservedGpuCorrection] = Field(default_factory=list, description="memory seen on a GPU that no one seat's evidence covers")
 
 
 # ----------------------------------------------------------------------------- the plan document

@@ -79,7 +79,7 @@ def build_plan(
     facts_loader: FactsLoader = default_facts_loader,
     time_limit_s: float = 30.0,
 ) -> Plan:
-    fleet = loaded.fleet
+    fleet, corrected = with_gpu_corrections(loaded.fleet, observed)
     gpus = gpu_table(fleet)
 
     def size(position: int, spec: SeatSpec) -> SizedSeat:
@@ -101,12 +101,29 @@ def build_plan(
         vllm_version=fleet.policy.vllm_version,
     )
     plan = assemble_plan(fleet, gpus, sized, result, inputs)
+    plan.warnings += corrected
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}
         plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
     if result.best is None and result.infeasible is None:
         plan.warnings.append(f"no layout found within the {time_limit_s:g} s time limit (the fleet is not proven infeasible); raise --time-limit")
     return plan
+
+
+def with_gpu_corrections(fleet: Fleet, observed: ObservedFootprints | None) -> tuple[Fleet, list[str]]:
+    """Memory ``diagnose`` saw on a GPU but could not pin on one seat is reserved on that GPU (never credited back)."""
+    if observed is None or not observed.gpu_corrections:
+        return fleet, []
+    fleet = fleet.model_copy(deep=True)
+    notes = []
+    for correction in observed.gpu_corrections:
+        for host in fleet.hosts:
+            for gpu in host.gpus:
+                if gpu.index == correction.index and correction.host in (None, host.name) and correction.extra_bytes > 0:
+                    gpu.reserved_bytes += correction.extra_bytes
+                    notes.append(f"GPU {host.name}:{gpu.index}: {human_bytes(correction.extra_bytes)} more reserved, seen at plateau "
+                                 f"beyond its seats' footprints ({', '.join(correction.seats)}; {correction.source})")
+    return fleet, notes
 
 
 # ----------------------------------------------------------------------------- contexts raised where they fit

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -81,7 +82,7 @@ class Hub:
         for gpu in self.gpus:
             raw = gpu.used(polls) + rng.normal(0, gpu.jitter_mib, len(polls))
             values.append(np.round(np.round(np.maximum(raw, 0.0)) * STORED_PER_MIB, 2))
-        stored = {"1m": (polls.astype(float), np.array(values).T)}
+        stored = {"1m": (polls.astype(float).tolist(), np.array(values).T)}
         records = {"1m": list(zip(polls.tolist(), np.array(values).T.tolist()))}
         latest_created: dict[str, float] = {}
         cron = (polls[0] // 600 + 1) * 600
@@ -89,15 +90,17 @@ class Hub:
             for shorter, minimum, longer, minutes in LONGER:
                 if longer != "10m" and latest_created.get(longer, -np.inf) > cron - minutes * MINUTE + MINUTE:
                     continue
-                times, means = stored.get(shorter, (np.empty(0), np.empty((0, len(self.gpus)))))
+                times, means = stored.get(shorter, ([], []))
                 # The cron run makes the shorter record first, then reads it into the longer one.
-                inside = (times > cron + 1 - minutes * MINUTE) & (times <= cron + 1)
-                if np.count_nonzero(inside) < minimum:
+                lo, hi = bisect_right(times, cron + 1 - minutes * MINUTE), bisect_right(times, cron + 1)
+                if hi - lo < minimum:
                     continue
-                mean = np.round(means[inside].mean(axis=0), 2)
+                mean = np.round(np.asarray(means[lo:hi]).mean(axis=0), 2)
                 created = cron + 1
-                old_times, old_means = stored.get(longer, (np.empty(0), np.empty((0, len(self.gpus)))))
-                stored[longer] = (np.r_[old_times, created], np.vstack([old_means, mean]))
+                old_times, old_means = stored.get(longer, ([], []))
+                stored[longer] = (old_times, old_means)
+                old_times.append(created)
+                old_means.append(mean)
                 records.setdefault(longer, []).append((created, mean.tolist()))
                 latest_created[longer] = created
             cron += 600

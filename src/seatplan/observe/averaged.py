@@ -43,7 +43,9 @@ NEAR_ZERO_MIB = 1024.0
 RAMP_HOURS = np.geomspace(2.0, 24 * 14, 80)
 REBOOT_GRID = 48
 FLAT_SHARE = 0.25
-# The down time's loss is spread over this long after the restart (it may straddle two records).
+# Fits whose squared residuals are this close to the best one are told apart by the smallest rise.
+TIE_SHARE, TIE_MIB = 0.02, 1.0
+# The engine may be down and loading this long after the restart (so the next record may hold part of it).
 LOSS_SPREAD_S = 900.0
 
 
@@ -144,11 +146,24 @@ def _overlap(a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np
     return np.clip(np.minimum(b, hi) - np.maximum(a, lo), 0.0, None)
 
 
-def _solve(normal: np.ndarray, right: np.ndarray, keep: np.ndarray) -> np.ndarray:
-    """Least-squares coefficients per grid point using only the ``keep`` columns (the others are 0)."""
+def _nonnegative_tail(normal: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """Least squares per grid point with every coefficient but the first ≥ 0 (memory grows while an engine
+    lives; a restart only loses memory): a negative one is dropped and the rest solved again."""
+    count = right.shape[1]
+    keep = np.ones(right.shape, dtype=bool)
     coef = np.zeros(right.shape)
-    sub = normal[:, keep][:, :, keep] + np.eye(int(keep.sum())) * 1e-9
-    coef[:, keep] = np.linalg.solve(sub, right[:, keep][..., None])[..., 0]
+    for _ in range(count):
+        for pattern in np.unique(keep, axis=0):
+            rows = np.all(keep == pattern, axis=1)
+            sub = normal[rows][:, pattern][:, :, pattern] + np.eye(int(pattern.sum())) * 1e-9
+            solved = np.zeros((int(rows.sum()), count))
+            solved[:, pattern] = np.linalg.solve(sub, right[rows][:, pattern][..., None])[..., 0]
+            coef[rows] = solved
+        negative = coef < 0
+        negative[:, 0] = False
+        if not negative.any():
+            break
+        keep &= ~negative
     return coef
 
 
@@ -173,25 +188,27 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
     post = np.ones_like(pre) if before_mib is None else _overlap(a, b, start, np.inf) / width
     ramp_mean = (_ramp_integral(b, start, grid_ramp) - _ramp_integral(a, start, grid_ramp)) / width
     target = records.used_mib[None, :] - (before_mib or 0.0) * pre
-    # The minutes the engine was down and loading: a loss of D MiB·s in the record holding the restart
-    # (its length is unknown, and 1-minute polls see it only as whole polls), fitted as a third unknown ≥ 0.
-    loss = -_overlap(a, b, grid_reboot, grid_reboot + LOSS_SPREAD_S) / LOSS_SPREAD_S / width if before_mib is not None \
-        else np.zeros_like(pre)
+    # The minutes the engine was down and loading: a loss of memory-seconds in the record holding the restart
+    # and, when the loading runs past its end, in the next one (their lengths are unknown, and 1-minute polls
+    # see them only as whole polls): one unknown ≥ 0 per record, so those records say nothing about L, R, T.
+    if before_mib is not None:
+        first = (a <= grid_reboot) & (grid_reboot < b)
+        second = (a > grid_reboot) & (a < grid_reboot + LOSS_SPREAD_S)
+        losses = [np.where(first, -1.0 / width, 0.0), np.where(second, -1.0 / width, 0.0)]
+    else:
+        losses = [np.zeros_like(pre), np.zeros_like(pre)]
     w = np.broadcast_to(weights[None, :], pre.shape)
-    columns = np.stack([post, ramp_mean, loss], axis=1)  # (grid, 3, records)
+    columns = np.stack([post, ramp_mean, *losses], axis=1)  # (grid, 4, records)
     normal = np.einsum("gir,gjr,gr->gij", columns, columns, w)
     right = np.einsum("gir,gr,gr->gi", columns, target, w)
-    # Memory grows during a boot's life and a restart only loses memory: R ≥ 0 and D ≥ 0, else that term is dropped.
-    coef = _solve(normal, right, np.ones(3, dtype=bool))
-    for drop in (np.array([True, False, True]), np.array([True, True, False]), np.array([True, False, False])):
-        bad = (coef[:, 1] < 0) | (coef[:, 2] < 0)
-        if not bad.any():
-            break
-        coef[bad] = _solve(normal[bad], right[bad], drop)
+    coef = _nonnegative_tail(normal, right)
     level, rise = coef[:, 0], coef[:, 1]
     model = np.einsum("gir,gi->gr", columns, coef)
     residual = (w * (target - model) ** 2).sum(1) / weights.sum()
-    best = int(np.argmin(residual))
+    # Where the records cannot tell fits apart (a rise hidden inside the window that holds the restart), the
+    # smallest rise is the one they show: no creep is claimed that no record sees.
+    near_best = residual <= residual.min() * (1 + TIE_SHARE) + TIE_MIB ** 2
+    best = int(np.flatnonzero(near_best)[np.argmin(rise[near_best])])
     return Fit(reboot_s=float(grid_reboot[best, 0]) if before_mib is not None else None, level_mib=float(level[best]),
                rise_mib=float(rise[best]), ramp_s=float(grid_ramp[best, 0]), ramp_start_s=float(start[best, 0]),
                residual_mib=float(np.sqrt(residual[best])))

@@ -79,7 +79,7 @@ def test_json_report_and_observations(scene):
     assert {f["kind"] for f in report["findings"]} >= {"kv_drift", "plan_spare_missed", "seat_estimate_off"}
     assert "co_boot_race" not in {f["kind"] for f in report["findings"]}
     # The plateau check ends with a verdict per planned GPU, and GPU 1's extra memory stays at GPU level.
-    assert [(v["index"], v["status"]) for v in report["verdicts"]] == [(0, "pass"), (1, "fail")]
+    assert [(v["index"], v["status"]) for v in report["verdicts"]] == [(0, "fail"), (1, "fail")]
     # GPU 1 at 97,800 MiB against racy's observed 32,000 and emb's planned 60,000: 5,800 MiB no seat's evidence covers.
     correction = next(c for c in report["gpu_corrections"] if c["index"] == 1)
     assert correction["extra_bytes"] / MiB == pytest.approx(5_800, abs=60) and correction["seats"] == ["racy", "emb"]
@@ -142,5 +142,5 @@ def test_plateau_check_maps_host_names_and_never_passes_silently(scene, tmp_path
     named = run("--nvidia-smi", f"smi-host={scene / 'smi.csv'}", "--host-name", "smi-host=node-1",
                 "--plan", str(tmp_path / "plan.json"), "--json")
     statuses = {(v["host"], v["index"]): v["status"] for v in json.loads(named.stdout)["verdicts"]}
-    assert statuses == {("node-1", 0): "pass", ("node-1", 1): "fail", ("node-2", 0): "unchecked"}
+    assert statuses == {("node-1", 0): "fail", ("node-1", 1): "fail", ("node-2", 0): "unchecked"}
     assert named.returncode == 1

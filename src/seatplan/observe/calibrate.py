@@ -109,9 +109,14 @@ def verdicts(plan: PlanView, reports: list[GpuReport]) -> list[GpuVerdict]:
                                          "name the host's monitor names in the fleet (hosts[].monitor_names) or pass --host-name MONITOR=HOST"))
             continue
         check = matched[0].plan
-        out.append(GpuVerdict(host=gpu.host, index=gpu.index, status="pass" if check.spare_held else "fail",
+        # Pass: the plateau left the spare the plan promised (within the footprint tolerance).
+        short_mib = check.planned_spare_mib - check.observed_spare_mib
+        held = short_mib <= FOOTPRINT_TOLERANCE_MIB
+        out.append(GpuVerdict(host=gpu.host, index=gpu.index, status="pass" if held else "fail",
                               planned_spare_mib=check.planned_spare_mib, observed_spare_mib=check.observed_spare_mib,
-                              reason=f"observed spare {check.observed_spare_mib:,.0f} MiB at plateau against {check.planned_spare_mib:,.0f} MiB planned"))
+                              reason=f"observed spare {check.observed_spare_mib:,.0f} MiB at plateau against {check.planned_spare_mib:,.0f} MiB planned"
+                                     + ("" if held else f": {short_mib:,.0f} MiB short"
+                                        + ("" if check.spare_held else ", the GPU's memory overran"))))
     return out
 
 

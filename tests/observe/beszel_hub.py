@@ -11,13 +11,14 @@ that type exists in the last window); the hourly clean-up keeps 1m for 1 h, 10m 
 from __future__ import annotations
 
 import json
-import sqlite3
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+
+from observe.series import hub_database
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
 NOW = int(datetime(2026, 12, 1, 0, 3, tzinfo=timezone.utc).timestamp())
@@ -119,14 +120,7 @@ class Hub:
         return out
 
     def write(self, path: Path, system: str = "gpu-node-03") -> Path:
-        connection = sqlite3.connect(path)
-        connection.executescript(
-            "CREATE TABLE systems (created TEXT DEFAULT '' NOT NULL, host TEXT DEFAULT '' NOT NULL, id TEXT PRIMARY KEY NOT NULL,"
-            " info JSON DEFAULT NULL, name TEXT DEFAULT '' NOT NULL, port TEXT DEFAULT '' NOT NULL, status TEXT DEFAULT '' NOT NULL,"
-            " updated TEXT DEFAULT '' NOT NULL, users JSON DEFAULT '[]' NOT NULL);"
-            "CREATE TABLE system_stats (created TEXT DEFAULT '' NOT NULL, id TEXT PRIMARY KEY NOT NULL, stats JSON DEFAULT NULL,"
-            " system TEXT DEFAULT '' NOT NULL, type TEXT DEFAULT '' NOT NULL, updated TEXT DEFAULT '' NOT NULL);")
-        connection.execute("INSERT INTO systems (id, name, host, status) VALUES ('sys000000000003', ?, '10.0.0.3', 'up')", (system,))
+        connection = hub_database(path, "sys000000000003", system, "10.0.0.3")
         rows = []
         for number, (kind, created, gpus) in enumerate(self.records()):
             stamp = datetime.fromtimestamp(created, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.000Z")

@@ -8,7 +8,7 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   ``min_step_mib`` (memory only grows while an engine lives, so a fall is a restart), a record dips
   below both neighbours (a restart back to the same level: the minutes at zero pull the mean down),
   or a record is near zero (the engine was down for most of the window). The reboot lies somewhere in
-  the windows of the falling record and the one before it; a boot time from the engines' logs inside
+  the windows of the falling record and the one before it (unless that one still reads the old level); a boot time from the engines' logs inside
   that span fixes it exactly, else it is fitted (and labelled inferred, with the span).
 * **Model of one boot's life**: the level ``P`` before the reboot ``s``, then ``L + R · clip((t − s) / T, 0, 1)``,
   less the memory-seconds ``D`` the engine was down and loading, in the record holding the restart.
@@ -43,6 +43,8 @@ NEAR_ZERO_MIB = 1024.0
 RAMP_HOURS = np.geomspace(2.0, 24 * 14, 80)
 REBOOT_GRID = 48
 FLAT_SHARE = 0.25
+# A record within this share of --min-step-mib of the one before it still reads the old level.
+UNTOUCHED_SHARE = 0.25
 # Fits whose squared residuals are this close to the best one are told apart by the smallest rise.
 TIE_SHARE, TIE_MIB = 0.02, 1.0
 # The engine may be down and loading this long after the restart (so the next record may hold part of it).
@@ -88,16 +90,19 @@ class Fit:
 
 
 @dataclass
-class AveragedAnalysis:
+class Analysis:
+    """One GPU's history analysed (readings in observe/detect.py, averages here)."""
+
     samples: int
     start: datetime
     end: datetime
     gaps: int
     steps: list[Step] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
+    history: list[str] = field(default_factory=list)
 
 
-def _when(seconds: float) -> datetime:
+def when_utc(seconds: float) -> datetime:
     return datetime.fromtimestamp(float(seconds), tz=timezone.utc)
 
 
@@ -118,11 +123,13 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: list[fl
             reboots[-1].last = j
             reboots[-1].span_end_s = float(records.end_s[j])
             continue
-        first = max(j - 1, 0)
-        before = float(used[j - 2]) if j >= 2 else float(used[first])
+        # The record before the fall holds the reboot too, unless it still reads the old level (the reboot came after it).
+        untouched = j >= 2 and abs(used[j - 1] - used[j - 2]) < min_step_mib * UNTOUCHED_SHARE
+        first = j if untouched else max(j - 1, 0)
+        before = float(used[j - 1]) if untouched else float(used[j - 2]) if j >= 2 else float(used[first])
         reboots.append(Reboot(span_start_s=float(records.start_s[first]), span_end_s=float(records.end_s[j]), first=first,
                               last=j, before_mib=before,
-                              evidence=f"{evidence} in the {records.record_types[j]} record ending {_when(records.end_s[j]):%m-%d %H:%M}"))
+                              evidence=f"{evidence} in the {records.record_types[j]} record ending {when_utc(records.end_s[j]):%m-%d %H:%M}"))
     for reboot in reboots:
         # Records near zero after the fall are the engine being down: the new life starts after them.
         while reboot.last + 1 < count and used[reboot.last] < NEAR_ZERO_MIB:
@@ -131,7 +138,7 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: list[fl
         inside = [t for t in boot_times_s if reboot.span_start_s <= t <= reboot.span_end_s]
         if inside:
             reboot.known_at_s = inside[-1]
-            reboot.evidence += f"; boot line at {_when(inside[-1]):%m-%d %H:%M:%S}"
+            reboot.evidence += f"; boot line at {when_utc(inside[-1]):%m-%d %H:%M:%S}"
     return reboots
 
 
@@ -215,7 +222,7 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
 
 
 def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_mib: float = 256.0,
-                    boot_times_s: list[float] = ()) -> AveragedAnalysis:
+                    boot_times_s: list[float] = ()) -> Analysis:
     valid = ~np.isnan(records.used_mib)
     records = records.part(valid)
     order = np.argsort(records.end_s, kind="stable")
@@ -223,7 +230,7 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
     if len(records.end_s) == 0:
         raise ValueError("no readings")
     gaps = int(np.count_nonzero(records.start_s[1:] - records.end_s[:-1] > np.maximum(records.window_s[1:], 120)))
-    analysis = AveragedAnalysis(samples=len(records.end_s), start=_when(records.start_s[0]), end=_when(records.end_s[-1]),
+    analysis = Analysis(samples=len(records.end_s), start=when_utc(records.start_s[0]), end=when_utc(records.end_s[-1]),
                                 gaps=gaps)
     reboots = find_reboots(records, min_step_mib=min_step_mib, boot_times_s=list(boot_times_s))
     bounds = [0] + [reboot.first for reboot in reboots] + [len(records.end_s)]
@@ -243,8 +250,8 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
                            known_reboot_s=reboot.known_at_s)
             step_at = fit.reboot_s if fit.reboot_s is not None else reboot.span_start_s
             analysis.steps.append(Step(
-                at=_when(step_at), delta_mib=round(fit.level_mib - reboot.before_mib, 1), before_mib=round(reboot.before_mib, 1),
-                after_mib=round(fit.level_mib, 1), window_start=_when(reboot.span_start_s), window_end=_when(reboot.span_end_s),
+                at=when_utc(step_at), delta_mib=round(fit.level_mib - reboot.before_mib, 1), before_mib=round(reboot.before_mib, 1),
+                after_mib=round(fit.level_mib, 1), window_start=when_utc(reboot.span_start_s), window_end=when_utc(reboot.span_end_s),
                 inferred=reboot.known_at_s is None, evidence=reboot.evidence))
         analysis.segments.append(_segment(life, fit, reboot, min_creep_mib))
     return analysis
@@ -268,7 +275,7 @@ def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: floa
         span_s = 0.0 if reboot is None or reboot.known_at_s is not None else reboot.span_end_s - reboot.span_start_s
         resolved = seen_by >= 3 and span_s <= fit.ramp_s
         creep = Creep(
-            start=_when(start_s), plateau_at=_when(reached), rise_mib=round(plateau - fit.level_mib, 1),
+            start=when_utc(start_s), plateau_at=when_utc(reached), rise_mib=round(plateau - fit.level_mib, 1),
             hours_to_plateau=round((reached - start_s) / 3600, 2),
             hours_to_90pct=round((fit.ramp_start_s + 0.9 * fit.ramp_s - start_s) / 3600, 2) if levelled_off else None,
             levelled_off=levelled_off, resolved=resolved,
@@ -277,7 +284,7 @@ def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: floa
                   + ("reboot time from the boot line" if reboot is not None and reboot.known_at_s is not None
                      else "reboot time inferred inside its window" if reboot is not None else "no reboot in the history"),
         )
-    return Segment(start=_when(start_s), end=_when(history_end), level_after_boot_mib=round(fit.level_mib, 1),
+    return Segment(start=when_utc(start_s), end=when_utc(history_end), level_after_boot_mib=round(fit.level_mib, 1),
                    plateau_used_mib=round(plateau, 1), creep=creep)
 
 

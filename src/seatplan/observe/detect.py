@@ -28,12 +28,11 @@ plateau level within 50 MiB, plateau time within 10 % of the creep's duration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 
 import numpy as np
 
-from seatplan.observe.averaged import Records, analyse_records
+from seatplan.observe.averaged import Analysis, Records, analyse_records, when_utc
 from seatplan.observe.models import Creep, Segment, Step
 
 
@@ -62,21 +61,6 @@ class GpuSeries:
     # Averaged history (Beszel): each reading is the mean over (time − window, time]; None = instantaneous readings.
     window_s: np.ndarray | None = None
     record_types: np.ndarray | None = None
-
-
-@dataclass
-class Analysis:
-    samples: int
-    start: datetime
-    end: datetime
-    gaps: int
-    steps: list[Step] = field(default_factory=list)
-    segments: list[Segment] = field(default_factory=list)
-    history: list[str] = field(default_factory=list)
-
-
-def _when(seconds: float) -> datetime:
-    return datetime.fromtimestamp(float(seconds), tz=timezone.utc)
 
 
 def bin_medians(times_s: np.ndarray, values: np.ndarray, bin_seconds: int) -> tuple[np.ndarray, np.ndarray]:
@@ -127,7 +111,7 @@ def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot
     bin_times, levels = bin_medians(times, used, bin_seconds)
     steps = _steps(times, used, bin_times, levels, settings)
     segments = _segments(bin_times, levels, steps, settings, bin_seconds)
-    return Analysis(samples=len(times), start=_when(times[0]), end=_when(times[-1]), gaps=gaps,
+    return Analysis(samples=len(times), start=when_utc(times[0]), end=when_utc(times[-1]), gaps=gaps,
                     steps=steps, segments=segments)
 
 
@@ -136,8 +120,8 @@ def _averaged(series: GpuSeries, settings: DetectSettings, boot_times_s: list[fl
                       record_types=series.record_types if series.record_types is not None else np.full(len(series.times_s), "?"))
     result = analyse_records(records, min_step_mib=settings.min_step_mib, min_creep_mib=settings.min_creep_mib,
                              boot_times_s=boot_times_s)
-    return Analysis(samples=result.samples, start=result.start, end=result.end, gaps=result.gaps, steps=result.steps,
-                    segments=result.segments, history=history_stretches(records))
+    result.history = history_stretches(records)
+    return result
 
 
 def history_stretches(records: Records) -> list[str]:
@@ -150,7 +134,7 @@ def history_stretches(records: Records) -> list[str]:
     breaks = np.flatnonzero(kinds[1:] != kinds[:-1]) + 1
     out = []
     for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(kinds)]):
-        out.append(f"{kinds[first]} × {last - first}: {_when(starts[first]):%m-%d %H:%M} → {_when(ends[last - 1]):%m-%d %H:%M}")
+        out.append(f"{kinds[first]} × {last - first}: {when_utc(starts[first]):%m-%d %H:%M} → {when_utc(ends[last - 1]):%m-%d %H:%M}")
     return out
 
 
@@ -227,7 +211,7 @@ def _place(times: np.ndarray, used: np.ndarray, bin_times: np.ndarray, first_bin
     start, end = np.searchsorted(times, [lo, hi], side="left")[0], np.searchsorted(times, hi, side="right")
     off = np.abs(used[start:end] - before) > settings.min_step_mib / 2
     at = times[start + int(np.argmax(off))] if off.any() else bin_times[first_bin]
-    return Step(at=_when(at), delta_mib=round(after - before, 1), before_mib=round(before, 1), after_mib=round(after, 1))
+    return Step(at=when_utc(at), delta_mib=round(after - before, 1), before_mib=round(before, 1), after_mib=round(after, 1))
 
 
 def _segments(bin_times: np.ndarray, levels: np.ndarray, steps: list[Step], settings: DetectSettings,
@@ -279,12 +263,12 @@ def _segment(start: int, times: np.ndarray, levels: np.ndarray, settings: Detect
         ninety = np.flatnonzero(smooth >= head + 0.9 * rise)
         ninety_at = times[min(int(ninety[0]) + min(p, len(levels)) // 2, len(levels) - 1)] if len(ninety) else None
         creep = Creep(
-            start=_when(start),
-            plateau_at=_when(plateau_at),
+            start=when_utc(start),
+            plateau_at=when_utc(plateau_at),
             rise_mib=round(rise, 1),
             hours_to_plateau=round((plateau_at - start) / 3600, 2),
             hours_to_90pct=round((ninety_at - start) / 3600, 2) if levelled_off and ninety_at is not None else None,
             levelled_off=levelled_off,
         )
-    return Segment(start=_when(start), end=_when(times[-1] + bin_seconds), level_after_boot_mib=round(head, 1),
+    return Segment(start=when_utc(start), end=when_utc(times[-1] + bin_seconds), level_after_boot_mib=round(head, 1),
                    plateau_used_mib=round(plateau, 1), creep=creep)

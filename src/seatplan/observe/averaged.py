@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from seatplan.observe.models import Creep, Segment, Step
+from seatplan.documents.observed import Creep, Segment, Step
 
 # Near zero: the GPU held (almost) nothing for most of the window.
 NEAR_ZERO_MIB = 1024.0

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seatplan.documents.observed import Creep, Segment, Step
 from seatplan.observe.averaged import Analysis, Records, analyse_records, when_utc
-from seatplan.observe.models import Creep, Segment, Step
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from observe.series import DAY, HOUR, T0, Boot as Life, Scenario
+from observe.series import DAY, T0, Scenario
+from observe.series import Boot as Life
 from observe.test_logparse import boot_lines
 from seatplan.observe.calibrate import PlanView
 from seatplan.observe.detect import GpuSeries

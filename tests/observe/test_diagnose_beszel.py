@@ -12,7 +12,6 @@ import pytest
 
 from observe.beszel_hub import DAY, NOW, Gpu, Hub, Life
 from observe.test_logparse import boot_lines
-from seatplan.units import GiB, MiB
 
 MIDNIGHT = int(datetime(2026, 11, 28, tzinfo=timezone.utc).timestamp())
 TOTAL_MIB = 95_722

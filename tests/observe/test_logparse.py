@@ -275,3 +275,16 @@ def test_thirteen_unrelated_excerpts_are_thirteen_engines_and_no_race():
     assert [boot.seat for boot in boots if not boot.fragment] == ["qwen3.6-35b-a3b-nvfp4"]  # only S05 shows its start
     report, _ = diagnose(boots=boots, stats=[], series=[], processes=[])
     assert {f.kind for f in report.findings}.isdisjoint({"co_boot_race", "kv_drift"})
+
+
+def test_two_engines_booting_together_in_one_log_are_a_race():
+    """Without a fleet, engines in one log file are assumed to share the GPU, and the evidence says so."""
+    from seatplan.observe.diagnose import diagnose
+
+    both = [line for pair in zip(boot_lines(100, 101, "alpha", kv_gib=10.0), boot_lines(200, 201, "beta", kv_gib=30.0))
+            for line in pair]
+    later = boot_lines(300, 301, "alpha", kv_gib=10.1, clock="11-21 09:00:00")  # alone: no neighbour overlaps it
+    report, _ = diagnose(boots=parse_log(both + later, source="host.log", year=2026).boots, stats=[], series=[], processes=[])
+    races = {f.seat: f for f in report.findings if f.kind == "co_boot_race"}
+    assert set(races) == {"alpha", "beta"}
+    assert any("beta booted" in line and "assumed shared" in line for line in races["alpha"].evidence)

@@ -126,3 +126,16 @@ def test_a_short_creep_seen_only_through_eight_hour_averages(tmp_path):
     assert blind.creep is None or not blind.creep.resolved
     logged = analyse(series, boot_times_s=[boot_s]).segments[-1]
     assert logged.plateau_used_mib == pytest.approx(crept.truth(1)[1], abs=PLATEAU_MIB)
+
+
+def test_a_restart_the_averages_hide_is_found_from_the_boot_line(tmp_path):
+    """A restart to a higher level inside a 2-hour window: its minutes at zero are offset by the higher level, so
+    no record falls or dips; the boot line of a seat on this GPU still makes it a reboot."""
+    boot_h = 4 * 24 + 1.05
+    gpu = Gpu(lives=[Life(29 * DAY, 70_000), Life(int(boot_h * HOUR), 71_200, down_s=90)], jitter_mib=10)
+    series = read_beszel(Hub([gpu], seed=11).write(tmp_path / "data.db"))[0]
+    boot_s = NOW - boot_h * HOUR
+    assert analyse(series).steps == []  # nothing in the averages alone
+    step = analyse(series, boot_times_s=[boot_s], boots_here_s=[boot_s]).steps[0]
+    assert step.at.timestamp() == boot_s and not step.inferred and "averages show no fall" in step.evidence
+    assert step.after_mib == pytest.approx(71_200, abs=PLATEAU_MIB)

@@ -106,8 +106,13 @@ def when_utc(seconds: float) -> datetime:
     return datetime.fromtimestamp(float(seconds), tz=timezone.utc)
 
 
-def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: list[float] = ()) -> list[Reboot]:
-    """Reboot spans: falls, dips and near-zero records (see the module docstring); neighbouring hits are one reboot."""
+def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: list[float] = (),
+                 boots_here_s: list[float] = ()) -> list[Reboot]:
+    """Reboot spans: falls, dips and near-zero records (see the module docstring); neighbouring hits are one reboot.
+
+    ``boot_times_s`` pin a found reboot's time; ``boots_here_s`` (boots of seats known to run on this GPU) are
+    reboots by themselves where the averages show none (a restart to a higher level hides its dip in a long window).
+    """
     used, count = records.used_mib, len(records.used_mib)
     hits: list[tuple[int, str]] = []
     for j in range(1, count):
@@ -135,11 +140,19 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: list[fl
         while reboot.last + 1 < count and used[reboot.last] < NEAR_ZERO_MIB:
             reboot.last += 1
             reboot.span_end_s = float(records.end_s[reboot.last])
-        inside = [t for t in boot_times_s if reboot.span_start_s <= t <= reboot.span_end_s]
+        inside = [t for t in [*boot_times_s, *boots_here_s] if reboot.span_start_s <= t <= reboot.span_end_s]
         if inside:
             reboot.known_at_s = inside[-1]
             reboot.evidence += f"; boot line at {when_utc(inside[-1]):%m-%d %H:%M:%S}"
-    return reboots
+    for at in boots_here_s:
+        holding = np.flatnonzero((records.start_s <= at) & (at < records.end_s))
+        if len(holding) == 0 or int(holding[0]) == 0 or any(r.span_start_s <= at <= r.span_end_s for r in reboots):
+            continue
+        j = int(holding[0])
+        reboots.append(Reboot(span_start_s=float(records.start_s[j]), span_end_s=float(records.end_s[j]), first=j, last=j,
+                              before_mib=float(used[j - 1]), known_at_s=at,
+                              evidence=f"boot line at {when_utc(at):%m-%d %H:%M:%S} (the averages show no fall or dip)"))
+    return sorted(reboots, key=lambda reboot: reboot.first)
 
 
 def _ramp_integral(t: np.ndarray, start: np.ndarray, ramp: np.ndarray) -> np.ndarray:
@@ -222,7 +235,7 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
 
 
 def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_mib: float = 256.0,
-                    boot_times_s: list[float] = ()) -> Analysis:
+                    boot_times_s: list[float] = (), boots_here_s: list[float] = ()) -> Analysis:
     valid = ~np.isnan(records.used_mib)
     records = records.part(valid)
     order = np.argsort(records.end_s, kind="stable")
@@ -232,7 +245,7 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
     gaps = int(np.count_nonzero(records.start_s[1:] - records.end_s[:-1] > np.maximum(records.window_s[1:], 120)))
     analysis = Analysis(samples=len(records.end_s), start=when_utc(records.start_s[0]), end=when_utc(records.end_s[-1]),
                                 gaps=gaps)
-    reboots = find_reboots(records, min_step_mib=min_step_mib, boot_times_s=list(boot_times_s))
+    reboots = find_reboots(records, min_step_mib=min_step_mib, boot_times_s=list(boot_times_s), boots_here_s=list(boots_here_s))
     bounds = [0] + [reboot.first for reboot in reboots] + [len(records.end_s)]
     for number in range(len(bounds) - 1):
         reboot = reboots[number - 1] if number > 0 else None

@@ -89,10 +89,15 @@ def rolling_median(values: np.ndarray, width: int) -> np.ndarray:
     return np.r_[head, tail]
 
 
-def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot_times_s: list[float] = ()) -> Analysis:
-    """Steps, segments and creep; averaged history (Beszel) goes to observe/averaged.py, readings are binned here."""
+def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot_times_s: list[float] = (),
+            boots_here_s: list[float] = ()) -> Analysis:
+    """Steps, segments and creep; averaged history (Beszel) goes to observe/averaged.py, readings are binned here.
+
+    Boot times (from the engines' logs) matter to averages only: ``boot_times_s`` pin a reboot the records show,
+    ``boots_here_s`` (seats the plan or fleet puts on this GPU) are reboots even where the records show none.
+    """
     if series.window_s is not None:
-        return _averaged(series, settings, boot_times_s)
+        return _averaged(series, settings, boot_times_s, boots_here_s)
     valid = ~np.isnan(series.used_mib)
     times, used = series.times_s[valid].astype(np.int64), series.used_mib[valid].astype(np.float64)
     if len(times) == 0:
@@ -115,11 +120,11 @@ def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot
                     steps=steps, segments=segments)
 
 
-def _averaged(series: GpuSeries, settings: DetectSettings, boot_times_s: list[float]) -> Analysis:
+def _averaged(series: GpuSeries, settings: DetectSettings, boot_times_s: list[float], boots_here_s: list[float]) -> Analysis:
     records = Records(end_s=series.times_s, window_s=series.window_s, used_mib=series.used_mib,
                       record_types=series.record_types if series.record_types is not None else np.full(len(series.times_s), "?"))
     result = analyse_records(records, min_step_mib=settings.min_step_mib, min_creep_mib=settings.min_creep_mib,
-                             boot_times_s=boot_times_s)
+                             boot_times_s=boot_times_s, boots_here_s=boots_here_s)
     result.history = history_stretches(records)
     return result
 

@@ -10,7 +10,7 @@ import numpy as np
 from seatplan.observe.calibrate import (
     PlanView, check_plan, footprints_from_processes, footprints_from_steps, gpu_corrections, gpu_report, verdicts,
 )
-from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
+from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries, analyse
 from seatplan.observe.findings import seat_findings
 from seatplan.documents.observed import (
     Boot, DiagnoseReport, EngineStats, ObservedFootprints, ProcessSample, SeatReport, StatsSummary,
@@ -46,6 +46,12 @@ def boot_times_on(series: GpuSeries, boots: list[Boot], plan: PlanView | None) -
                   if boot.started_at is not None and not boot.fragment and (here is None or boot.seat in here))
 
 
+def analyse_with_boots(series: GpuSeries, boots: list[Boot], plan: PlanView | None, settings: DetectSettings) -> Analysis:
+    """With a plan or fleet, the boots of this GPU's seats are its reboots; without one, boot lines only pin reboots."""
+    times = boot_times_on(series, boots, plan)
+    return analyse(series, settings, boot_times_s=times, boots_here_s=times if plan is not None else [])
+
+
 def neighbours_of(seat: str, boots: list[Boot], plan: PlanView | None) -> tuple[list[Boot], str]:
     """Boots of other engines that share a GPU with ``seat``: by the plan or fleet, else those in the same log file."""
     if plan is not None:
@@ -71,7 +77,7 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
         boots = [boot.model_copy(update={"seat": plan.seat_name(boot.seat)}) for boot in boots]
         stats = [record.model_copy(update={"seat": plan.seat_name(record.seat)}) for record in stats]
     # A GPU with no readings at all (every value [N/A]) has nothing to analyse.
-    analysed = [(one, analyse(one, settings, boot_times_on(one, boots, plan))) for one in series if np.any(~np.isnan(one.used_mib))]
+    analysed = [(one, analyse_with_boots(one, boots, plan, settings)) for one in series if np.any(~np.isnan(one.used_mib))]
     gpus = [gpu_report(one, analysis) for one, analysis in analysed]
     observed = footprints_from_steps(boots, analysed, plan, settings)
     observed.update(footprints_from_processes(boots, processes))

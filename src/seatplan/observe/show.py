@@ -29,7 +29,8 @@ def show_report(report: DiagnoseReport, written: Path | None) -> None:
                      + ("" if gpu.creep.resolved else " (not resolved by the averages)")) if gpu.creep else "–"
             plan = "–"
             if gpu.plan:
-                plan = ("[green]spare held[/]" if gpu.plan.spare_held else "[red]spare overrun[/]") + f" ({gpu.plan.miss_mib:+,.0f} MiB vs plan)"
+                # Pass/fail is the plateau check's (below); here only how far the plateau is from the plan.
+                plan = f"{gpu.plan.miss_mib:+,.0f} MiB vs plan" + ("" if gpu.plan.spare_held else " [red](GPU overran)[/]")
             name = f"{gpu.host}:{gpu.index}" if gpu.host else str(gpu.index)
             table.add_row(name, str(gpu.samples), steps, creep, _mib(gpu.plateau_used_mib), _mib(gpu.plateau_free_mib), plan)
         out.print(table)
@@ -59,7 +60,7 @@ def show_report(report: DiagnoseReport, written: Path | None) -> None:
                   f"footprints, kept at GPU level ({correction.source}); plan --observed reserves it on that GPU")
     for finding in report.findings:
         out.print(f"[bold yellow]{finding.kind}[/]: {finding.message}\n  [bold]fix:[/] {finding.fix}")
-    if not report.findings:
+    if not report.findings and all(verdict.status == "pass" for verdict in report.verdicts):
         out.print("[green]no findings[/]")
     if written is not None:
         out.print(f"observations written to {written}")

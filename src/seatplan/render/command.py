@@ -104,7 +104,7 @@ def check_flags(seat: PlannedSeat, args: Sequence[str], vllm_version: str) -> No
     if problems:
         raise SeatplanError(
             f"seat {seat.name}: " + "; ".join(problems),
-            where=f"seats[{seat.name}]",
+            where=f"seat {seat.name}",
             fix="upgrade the engines (policy.vllm_version in the fleet file) or drop the flag from the seat's extra_args, then re-plan",
         )
 

@@ -1,6 +1,6 @@
 """A stand-in for a vLLM engine in the fast Ansible tests: answers /health on the --host/--port it is given.
 
-The end-to-end test with the real vLLM CPU engine (tests/integration/test_apply_vllm.py) runs the same
+The end-to-end test with the real vLLM CPU engine (test_apply_vllm.py beside it) runs the same
 playbook; this one only lets the rollout logic (backups, restart-only-changed, one at a time, rollback)
 be tested in seconds.
 """

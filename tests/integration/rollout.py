@@ -147,12 +147,18 @@ def run_seatplan(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyP
     return code, captured.out, captured.err
 
 
-def apply_args(directory: Path, plan: Path, tag: str, launcher: str, *extra: str) -> list[str]:
-    """``seatplan apply`` for cpu-box as this machine: the restart script, engines on 127.0.0.1, no verify."""
+def render_args(directory: Path, plan: Path, launcher: str) -> list[str]:
+    """``seatplan render`` for cpu-box as this machine: engines on 127.0.0.1, restarted by the test's script."""
+    return [
+        "render", str(plan), "-o", str(directory / "rendered"), "--launcher", launcher, "--bind", "127.0.0.1",
+        "--restart", "script", "--restart-script", str(restart_script(directory)), "--host-dir", str(directory / "host"),
+    ]
+
+
+def apply_args(directory: Path, plan: Path, tag: str, *extra: str) -> list[str]:
+    """``seatplan apply`` into the directory `render_args` rendered (its settings are kept)."""
     return [
         "apply", str(plan), "--inventory", str(localhost_inventory(directory)), "--tag", tag, "-o", str(directory / "rendered"),
-        "--launcher", launcher, "--bind", "127.0.0.1", "--restart", "script", "--restart-script", str(restart_script(directory)),
-        "--host-dir", str(directory / "host"),
         # `seatplan verify` is the verify stage's; its own end-to-end test runs the playbook with it
         "-e", "seatplan_run_verify=false", "--json", *extra,
     ]

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from conftest import free_port, require
-from integration.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, localhost_inventory, run_seatplan, stop_engines
+from integration.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, localhost_inventory, render_args, run_seatplan, stop_engines
 from integration.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
 from integration.vllm_engine import parse_cache_config_info
 
@@ -48,7 +48,8 @@ def test_rendered_playbook_rolls_out_two_cpu_engines_one_at_a_time(vllm_python_p
     launcher = shlex.join([str(vllm_python_path), "-m", "vllm.entrypoints.openai.api_server"])
     host_env, starts = tmp_path / "host" / "env", tmp_path / "state" / "starts.log"
     try:
-        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan_path, "first", launcher))
+        assert run_seatplan(capsys, monkeypatch, *render_args(tmp_path, plan_path, launcher))[0] == 0
+        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan_path, "first"))
         assert code == 0, json.loads(out)["output"][-6000:] if out else err
         order = sorted(plan, key=lambda name: plan[name]["boot_order"])
         # one at a time: the second engine started only once the first answered /health
@@ -63,14 +64,14 @@ def test_rendered_playbook_rolls_out_two_cpu_engines_one_at_a_time(vllm_python_p
             assert int(labels["kv_cache_memory_bytes"]) == seat["kv_cache_memory_bytes"]
 
         # the same plan again: no file changes, no restart
-        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan_path, "again", launcher))
+        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan_path, "again"))
         assert code == 0, out + err
         assert len(starts.read_text().splitlines()) == 2 and not list(host_env.glob("*.bak-*"))
 
         # tiny-qwen's cap changes: only its file is backed up and only it restarts, beside a healthy tiny-gemma
         before = (host_env / "tiny-qwen.env").read_text()
         changed = build_plan_file(cpu_fleet(tmp_path, seats, kv=KV, caps={"tiny-qwen": 8}, name="fleet2.yaml"), tmp_path / "plan2.json")
-        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "cap8", launcher))
+        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "cap8"))
         assert code == 0, out + err
         today = datetime.now(timezone.utc).strftime("%Y%m%d")
         assert [path.name for path in host_env.glob("*.bak-*")] == [f"tiny-qwen.env.bak-{today}-cap8"]

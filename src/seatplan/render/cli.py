@@ -127,26 +127,18 @@ def apply_command(
     inventory: Path = typer.Option(..., "--inventory", "-i", help="the Ansible inventory (host names as in the fleet file)"),
     check: bool = typer.Option(False, "--check", help="ansible-playbook --check --diff: show what would change, restart nothing"),
     tag: Optional[str] = typer.Option(None, "--tag", help="names the backups (<file>.bak-YYYYMMDD-TAG); default: the time, HHMMSS"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="render into this directory (default: PLAN's directory/rendered)"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="the rendered directory (default: PLAN's directory/rendered); rendered again with the settings it was rendered with"),
     extra: list[str] = typer.Option([], "-e", "--extra-vars", help="KEY=VALUE passed to ansible-playbook; repeatable"),
-    launcher: str = LAUNCHER,
-    bind_host: Optional[str] = BIND_HOST,
-    restart: str = RESTART,
-    restart_script: Optional[str] = RESTART_SCRIPT,
-    host_dir: str = HOST_DIR,
-    image: str = IMAGE,
-    gateway_key_env: str = GATEWAY_KEY_ENV,
-    engine_key_env: Optional[str] = ENGINE_KEY_ENV,
-    free_tolerance: str = FREE_TOLERANCE,
     json_output: bool = JSON_OUTPUT,
 ) -> None:
-    """Render PLAN, then roll it out with ansible-playbook: changed seats only, one engine at a time, then verify."""
-    from seatplan.render.api import apply, default_tag, load_plan, render_to
-    from seatplan.render.settings import TARGETS
+    """Render PLAN again into DIR, then roll it out with ansible-playbook: changed seats only, one engine at a time, then verify."""
+    from seatplan.render.api import apply, default_tag, load_plan, render_to, settings_of
+    from seatplan.render.settings import TARGETS, RenderSettings
 
     loaded = load_plan(plan_file)
-    settings = build_settings(plan_file, launcher, bind_host, restart, restart_script, host_dir, image, gateway_key_env, engine_key_env, free_tolerance)
     directory = output or plan_file.resolve().parent / "rendered"
+    # `seatplan render` chose the launcher, restart command and the rest; apply keeps them
+    settings = (settings_of(directory) or RenderSettings()).model_copy(update={"plan_path": str(plan_file.resolve())})
     render_to(loaded, settings, list(TARGETS), directory)
     run = apply(directory, inventory, tag=tag or default_tag(), check=check, extra=extra, echo=None if json_output else sys.stdout)
     finish(run, json_output)

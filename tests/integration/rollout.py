@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from seatplan.cli import main as seatplan_main
+from seatplan.documents.fleet_file import load_fleet
 from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
-from seatplan.plan.fleet import load_fleet
 from seatplan.plan.planner import build_plan
 from seatplan.render.runner import ansible_playbook
 

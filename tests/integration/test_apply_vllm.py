@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -73,7 +73,7 @@ def test_rendered_playbook_rolls_out_two_cpu_engines_one_at_a_time(vllm_python_p
         changed = build_plan_file(cpu_fleet(tmp_path, seats, kv=KV, caps={"tiny-qwen": 8}, name="fleet2.yaml"), tmp_path / "plan2.json")
         code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "cap8"))
         assert code == 0, out + err
-        today = datetime.now(timezone.utc).strftime("%Y%m%d")
+        today = datetime.now(UTC).strftime("%Y%m%d")
         assert [path.name for path in host_env.glob("*.bak-*")] == [f"tiny-qwen.env.bak-{today}-cap8"]
         assert starts.read_text().splitlines()[2:] == ["tiny-qwen start tiny-gemma=200"]
         reply = httpx.post(f"http://127.0.0.1:{plan['tiny-qwen']['port']}/v1/chat/completions", timeout=60, trust_env=False,

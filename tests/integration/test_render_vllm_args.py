@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from integration.rollout import build_plan_file
-from seatplan.plan.models import Plan
+from seatplan.documents.plan import Plan
 from seatplan.render.bundle import render_files
 from seatplan.render.diff import parse_env
 from seatplan.render.settings import RenderSettings

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from render.render_testkit import DEMO_FLEET
 
 from integration.rollout import build_plan_file
-from seatplan.plan.models import Plan
+from render.render_testkit import DEMO_FLEET
+from seatplan.documents.plan import Plan
 
 
 @pytest.fixture(scope="session")

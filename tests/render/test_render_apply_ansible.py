@@ -9,13 +9,13 @@ playbook on the real vLLM CPU engine.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-from render.render_testkit import QWEN3_8B
 
 from conftest import free_port, require
 from integration.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, fake_launcher, localhost_inventory, render_args, run_seatplan, stop_engines
+from render.render_testkit import QWEN3_8B
 
 pytestmark = pytest.mark.ansible
 
@@ -62,7 +62,7 @@ def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(ro
     # 4. applied: only beta is backed up (dated, tagged) and restarted, with alpha healthy beside it
     code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "cap32"))
     assert code == 0, out + err
-    today = datetime.now(timezone.utc).strftime("%Y%m%d")
+    today = datetime.now(UTC).strftime("%Y%m%d")
     backups = sorted(path.name for path in (host_dir / "env").glob("*.bak-*"))
     assert backups == [f"beta.env.bak-{today}-cap32"]
     assert (host_dir / "env" / backups[0]).read_text() == before

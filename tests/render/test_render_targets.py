@@ -9,9 +9,9 @@ import subprocess
 import jsonschema
 import pytest
 import yaml
-from render.render_testkit import COMPOSE_SCHEMA, GiB, MiB
 
 from conftest import require_binary
+from render.render_testkit import COMPOSE_SCHEMA, GiB, MiB
 from seatplan.errors import SeatplanError
 from seatplan.render.bundle import render_files
 from seatplan.render.command import MODULE_LAUNCHER, engine_command, shell_line, unsupported_flags

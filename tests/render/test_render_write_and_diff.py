@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from integration.rollout import run_seatplan
-from seatplan.plan.models import Plan
+from seatplan.documents.plan import Plan
 
 
 def saved_variant(demo_plan_path, tmp_path, name="new.json", **changes) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from seatplan.observe.models import Boot, Finding
+from seatplan.documents.observed import Boot, Finding
 from seatplan.units import GiB, format_gib
 
 # Boot-to-boot drift below this is the 2-decimal rounding and allocator noise, not a race.

@@ -31,9 +31,9 @@ def plan_command(
 ) -> None:
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
     from seatplan.fileio import atomic_write_text
-    from seatplan.plan.fleet import load_fleet
+    from seatplan.documents.fleet_file import load_fleet
     from seatplan.plan.planner import build_plan
-    from seatplan.plan.reader import read_observed, read_usage
+    from seatplan.documents.io import read_observed, read_usage
 
     loaded = load_fleet(fleet)
     usage_summary = read_usage(usage) if usage else None
@@ -79,7 +79,7 @@ def explain_command(
     import difflib
 
     from seatplan.errors import SeatplanError
-    from seatplan.plan.reader import read_plan
+    from seatplan.documents.io import read_plan
 
     plan = read_plan(plan_file)
     entry = plan.seat(seat)
@@ -122,7 +122,7 @@ def fit_command(
     from seatplan.facts.models import EngineSettings, parse_vllm_version
     from seatplan.plan import footprint as fp
     from seatplan.plan.fit import fit_model
-    from seatplan.plan.models import Policy
+    from seatplan.documents.fleet import Policy
     from seatplan.units import parse_bytes
 
     gpu_memory_bytes = parse_bytes(gpu_memory, field="--gpu-memory")
@@ -158,7 +158,7 @@ def schema_command(
 ) -> None:
     """Print the fleet file's JSON Schema (point your editor's YAML language server at it)."""
     from seatplan.output import emit_json
-    from seatplan.plan.models import Fleet
+    from seatplan.documents.fleet import Fleet
 
     schema = Fleet.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

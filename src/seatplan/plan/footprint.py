@@ -18,7 +18,8 @@ from importlib import resources
 from pydantic import BaseModel
 
 from seatplan.facts.models import ModelShape
-from seatplan.plan.models import Basis, FootprintPart, ObservedSeat
+from seatplan.documents.observed import ObservedSeat
+from seatplan.documents.plan import Basis, FootprintPart
 from seatplan.units import GiB
 
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import KvCapacity, ModelFacts, YarnOption
-from seatplan.plan.models import ExplanationLine, ModelUsage, Policy, SeatSpec
+from seatplan.documents.fleet import Policy, SeatSpec
+from seatplan.documents.plan import ExplanationLine
+from seatplan.documents.usage import ModelUsage
 from seatplan.units import human_bytes, round_up
 
 
@@ -155,7 +157,7 @@ def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, polic
     minimum_bytes = facts.min_kv_cache_bytes(max_model_len)
     factor = seat.kv_factor or policy.kv_factor
     step = policy.rounding_step_bytes
-    rule_bytes = round_up(max(math.ceil(request_bytes * factor), minimum_bytes), step) if step else max(math.ceil(request_bytes * factor), minimum_bytes)
+    rule_bytes = policy.rule_kv_bytes(request_bytes, minimum_bytes, factor)
     inputs = {
         "max_model_len": max_model_len,
         "request_kv_bytes": request_bytes,

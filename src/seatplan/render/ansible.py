@@ -161,7 +161,11 @@ def prepare_tasks() -> list[dict]:
         {"name": "seatplan directories", "ansible.builtin.file": {"path": "{{ seatplan_host_dir }}/env", "state": "directory", "mode": "0755"}},
         {
             "name": "compose file",
-            "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/{{ seatplan_compose_files[inventory_hostname] }}", "dest": "{{ seatplan_host_dir }}/compose.yaml", "mode": "0644"},
+            "ansible.builtin.copy": {
+                "src": "{{ seatplan_render_dir }}/{{ seatplan_compose_files[inventory_hostname] }}",
+                "dest": "{{ seatplan_host_dir }}/compose.yaml",
+                "mode": "0644",
+            },
             "when": "seatplan_restart == 'compose'",
         },
         {

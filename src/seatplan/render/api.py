@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
+from seatplan.documents.io import read_plan
+from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
-from seatplan.plan.models import Plan
-from seatplan.plan.reader import read_plan
 from seatplan.render.bundle import manifest, render_files
 from seatplan.render.diff import DiffReport, diff_trees
 from seatplan.render.runner import PlaybookRun, playbook_command, run_playbook
 from seatplan.render.settings import TARGETS, RenderSettings, Target
 from seatplan.render.targets import Files
-from seatplan.render.writer import WriteResult, read_manifest, read_tree, write_render
+from seatplan.render.writer import WriteResult, owned, read_manifest, read_tree, write_render
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ def targets_from(names: Iterable[str]) -> list[Target]:
             return list(TARGETS)
         if name not in TARGETS:
             raise SeatplanError(f"unknown target {name!r}", where="--target", fix=f"use one of: {', '.join(TARGETS)}, all")
-        chosen.append(name)  # type: ignore[arg-type]
+        chosen.append(name)
     return chosen or list(TARGETS)
 
 
@@ -77,7 +77,7 @@ def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | N
 
 def rendered_targets(tree: Files) -> list[Target]:
     """The targets a directory holds (all of them for an empty one)."""
-    found: list[Target] = [target for target, marker in (("env", "env/"), ("compose", "compose"), ("ansible", "ansible/"), ("litellm", "litellm/"), ("prometheus", "prometheus/")) if any(path.startswith(marker) for path in tree)]  # type: ignore[misc]
+    found = [target for target in TARGETS if any(owned(path, [target]) for path in tree)]
     return found or list(TARGETS)
 
 
@@ -88,7 +88,7 @@ def only_owned(old: Files, new: Files) -> Files:
 
 
 def default_tag(now: datetime | None = None) -> str:
-    return (now or datetime.now(timezone.utc)).strftime("%H%M%S")
+    return (now or datetime.now(UTC)).strftime("%H%M%S")
 
 
 def apply(directory: Path, inventory: Path, *, tag: str, check: bool, extra: Sequence[str], echo: TextIO | None) -> PlaybookRun:

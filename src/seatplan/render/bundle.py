@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Iterable
 
-from seatplan.plan.models import Plan
+from seatplan.documents.plan import Plan
 from seatplan.render.ansible import ansible_files
 from seatplan.render.engines import plan_engines
 from seatplan.render.settings import TARGETS, RenderSettings, Target

@@ -8,9 +8,13 @@ from __future__ import annotations
 import shlex
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from seatplan.render.runner import PlaybookRun
+    from seatplan.render.settings import RenderSettings
 
 EXIT_PLAYBOOK_FAILED = 1
 
@@ -34,7 +38,18 @@ def register(app: typer.Typer) -> None:
     app.command("rollback")(rollback_command)
 
 
-def build_settings(plan_path: Path, launcher: str, bind_host: Optional[str], restart: str, restart_script: Optional[str], host_dir: str, image: str, gateway_key_env: str, engine_key_env: Optional[str], free_tolerance: str):
+def build_settings(
+    plan_path: Path,
+    launcher: str,
+    bind_host: str | None,
+    restart: str,
+    restart_script: str | None,
+    host_dir: str,
+    image: str,
+    gateway_key_env: str,
+    engine_key_env: str | None,
+    free_tolerance: str,
+) -> RenderSettings:
     from pydantic import ValidationError
 
     from seatplan.errors import SeatplanError
@@ -67,13 +82,13 @@ def render_command(
     target: list[str] = typer.Option(["all"], "--target", "-t", help="env, compose, ansible, litellm, prometheus or all; repeatable"),
     output: Path = typer.Option(..., "-o", "--output", help="the directory to render into (replaced whole, atomically)"),
     launcher: str = LAUNCHER,
-    bind_host: Optional[str] = BIND_HOST,
+    bind_host: str | None = BIND_HOST,
     restart: str = RESTART,
-    restart_script: Optional[str] = RESTART_SCRIPT,
+    restart_script: str | None = RESTART_SCRIPT,
     host_dir: str = HOST_DIR,
     image: str = IMAGE,
     gateway_key_env: str = GATEWAY_KEY_ENV,
-    engine_key_env: Optional[str] = ENGINE_KEY_ENV,
+    engine_key_env: str | None = ENGINE_KEY_ENV,
     free_tolerance: str = FREE_TOLERANCE,
     json_output: bool = JSON_OUTPUT,
 ) -> None:
@@ -126,8 +141,8 @@ def apply_command(
     plan_file: Path = PLAN_ARGUMENT,
     inventory: Path = typer.Option(..., "--inventory", "-i", help="the Ansible inventory (host names as in the fleet file)"),
     check: bool = typer.Option(False, "--check", help="ansible-playbook --check --diff: show what would change, restart nothing"),
-    tag: Optional[str] = typer.Option(None, "--tag", help="names the backups (<file>.bak-YYYYMMDD-TAG); default: the time, HHMMSS"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="the rendered directory (default: PLAN's directory/rendered); rendered again with the settings it was rendered with"),
+    tag: str | None = typer.Option(None, "--tag", help="names the backups (<file>.bak-YYYYMMDD-TAG); default: the time, HHMMSS"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="the rendered directory (default: PLAN's directory/rendered), rendered again with its own settings"),
     extra: list[str] = typer.Option([], "-e", "--extra-vars", help="KEY=VALUE passed to ansible-playbook; repeatable"),
     json_output: bool = JSON_OUTPUT,
 ) -> None:
@@ -147,7 +162,7 @@ def apply_command(
 def rollback_command(
     directory: Path = typer.Argument(..., metavar="DIR", help="the directory `seatplan render` or `apply` wrote"),
     to: str = typer.Option(..., "--to", help="the tag of the backups to put back"),
-    inventory: Optional[Path] = typer.Option(None, "--inventory", "-i", help="the Ansible inventory (default: DIR/ansible/inventory.yaml)"),
+    inventory: Path | None = typer.Option(None, "--inventory", "-i", help="the Ansible inventory (default: DIR/ansible/inventory.yaml)"),
     check: bool = typer.Option(False, "--check", help="show what would be put back, restart nothing"),
     extra: list[str] = typer.Option([], "-e", "--extra-vars", help="KEY=VALUE passed to ansible-playbook; repeatable"),
     json_output: bool = JSON_OUTPUT,
@@ -159,7 +174,7 @@ def rollback_command(
     finish(run, json_output)
 
 
-def finish(run, json_output: bool) -> None:
+def finish(run: PlaybookRun, json_output: bool) -> None:
     if json_output:
         from seatplan.output import emit_json
 

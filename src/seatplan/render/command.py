@@ -10,9 +10,9 @@ import json
 import shlex
 from collections.abc import Sequence
 
+from seatplan.documents.plan import PlannedSeat
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import parse_vllm_version
-from seatplan.plan.models import PlannedSeat
 
 # `vllm serve MODEL` is how vLLM's docs and images start the server; 0.32 deprecates the module form.
 DEFAULT_LAUNCHER: tuple[str, ...] = ("vllm", "serve")

@@ -61,9 +61,12 @@ def command_settings(command: str) -> dict[str, str]:
         word = words[position]
         following = words[position + 1] if position + 1 < len(words) else None
         if word.startswith("--"):
-            takes_value = following is not None and not following.startswith("--")
-            settings[word] = following if takes_value else "on"
-            position += 2 if takes_value else 1
+            if following is not None and not following.startswith("--"):
+                settings[word] = following
+                position += 2
+            else:
+                settings[word] = "on"
+                position += 1
             continue
         if word == "serve" or word.endswith("vllm"):
             position += 1
@@ -91,6 +94,10 @@ def status_of(old: str | None, new: str | None) -> Status:
     return "unchanged" if old == new else "changed"
 
 
+def unified(old: str, new: str, path: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+
+
 def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
     seat_paths = sorted(path for path in set(old) | set(new) if path.startswith(ENV_PREFIX) and path.endswith(".env"))
     seats = []
@@ -101,7 +108,7 @@ def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
     files = []
     for path in sorted((set(old) | set(new)) - set(seat_paths) - {MANIFEST}):
         status = status_of(old.get(path), new.get(path))
-        text = "".join(difflib.unified_diff((old.get(path) or "").splitlines(True), (new.get(path) or "").splitlines(True), f"a/{path}", f"b/{path}")) if status != "unchanged" else ""
+        text = "" if status == "unchanged" else unified(old.get(path) or "", new.get(path) or "", path)
         files.append(FileDiff(path=path, status=status, diff=text))
-    changed = any(item.status != "unchanged" for item in [*seats, *files])
+    changed = any(seat.status != "unchanged" for seat in seats) or any(item.status != "unchanged" for item in files)
     return DiffReport(against=against, changed=changed, seats=seats, files=files)

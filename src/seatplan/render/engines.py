@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from seatplan.documents.plan import Plan, PlannedSeat
 from seatplan.errors import SeatplanError
-from seatplan.plan.models import Plan, PlannedSeat
 from seatplan.render.command import check_flags, engine_command
 from seatplan.render.settings import RenderSettings
 
@@ -41,8 +41,8 @@ class Engine:
 def rolling_restart_utilisation(seat: PlannedSeat) -> float | None:
     """The ``--gpu-memory-utilization`` that passes vLLM's start-up check with the neighbours at plateau.
 
-    The plan's value is chosen for a cold boot in boot order; the restart-safe one (issue 12) replaces
-    it here once the plan carries it per seat.
+    The plan's value is chosen for a cold boot in boot order; issue 12 adds the restart-safe one to the
+    plan (``gpu_memory_utilization_rolling_restart``): once merged, it is returned here instead.
     """
     return seat.gpu_memory_utilization
 
@@ -56,9 +56,15 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
         if seat.engine != "vllm":
             continue
         if not seat.gpus or seat.vllm is None:
-            raise SeatplanError(f"seat {seat.name} has no placement or engine settings", where=f"seat {seat.name}", fix="re-plan with this seatplan (`seatplan plan FLEET -o plan.json`)")
+            raise SeatplanError(
+                f"seat {seat.name} has no placement or engine settings", where=f"seat {seat.name}", fix="re-plan with this seatplan (`seatplan plan FLEET -o plan.json`)"
+            )
         if seat.port is None:
-            raise SeatplanError(f"seat {seat.name} has no port; health checks, the gateway and verify need one", where=f"seat {seat.name}, port", fix="give every seat its own port in the fleet file and re-plan")
+            raise SeatplanError(
+                f"seat {seat.name} has no port; health checks, the gateway and verify need one",
+                where=f"seat {seat.name}, port",
+                fix="give every seat its own port in the fleet file and re-plan",
+            )
         host = seat.host or seat.gpus[0].rsplit(":", 1)[0]
         restart_args = engine_command(seat, settings.launcher, utilisation=rolling_restart_utilisation(seat), bind_host=settings.bind_host)
         check_flags(seat, restart_args, plan.inputs.vllm_version)
@@ -68,5 +74,9 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
     for engine in engines:
         other = taken.setdefault((engine.host, engine.port), engine.name)
         if other != engine.name:
-            raise SeatplanError(f"seats {other} and {engine.name} both use port {engine.port} on host {engine.host}", where=f"seat {engine.name}, port", fix="give each seat on a host its own port and re-plan")
+            raise SeatplanError(
+                f"seats {other} and {engine.name} both use port {engine.port} on host {engine.host}",
+                where=f"seat {engine.name}, port",
+                fix="give each seat on a host its own port and re-plan",
+            )
     return engines

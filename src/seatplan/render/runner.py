@@ -6,9 +6,9 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import TextIO
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from seatplan.errors import SeatplanError
 

@@ -19,7 +19,9 @@ RestartKind = Literal["compose", "systemd", "script"]
 
 
 class RenderSettings(BaseModel):
-    launcher: list[str] = Field(default_factory=lambda: list(DEFAULT_LAUNCHER), description="the words before the model: `vllm serve` or `python -m vllm.entrypoints.openai.api_server`")
+    launcher: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_LAUNCHER), description="the words before the model: `vllm serve` or `python -m vllm.entrypoints.openai.api_server`"
+    )
     bind_host: str | None = Field(None, description="--host for the engines (vLLM's default: every interface)")
     plan_path: str = Field("plan.json", description="the plan as the controller sees it (for `seatplan verify`)")
     # Ansible

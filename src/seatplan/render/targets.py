@@ -11,9 +11,9 @@ from collections.abc import Iterable
 
 import yaml
 
+from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import parse_vllm_version
-from seatplan.plan.models import Plan
 from seatplan.render.command import shell_line
 from seatplan.render.engines import Engine
 from seatplan.render.settings import RenderSettings
@@ -184,7 +184,9 @@ def seat_rules(engine: Engine, version: tuple[int, ...], settings: RenderSetting
             "alert": "SeatplanContextDiffersFromPlan",
             "expr": f'vllm:cache_config_info{{{instance},kv_cache_size_tokens!="{seat.kv_cache_tokens}"}}',
             "labels": labels,
-            "annotations": {"summary": f"{seat.name} reports {{{{ $labels.kv_cache_size_tokens }}}} KV tokens; the plan's max_model_len {seat.max_model_len} gives {seat.kv_cache_tokens}"},
+            "annotations": {
+                "summary": f"{seat.name} reports {{{{ $labels.kv_cache_size_tokens }}}} KV tokens; the plan's max_model_len {seat.max_model_len} gives {seat.kv_cache_tokens}"
+            },
         })
     usage_metric = "vllm:kv_cache_usage_perc" if version >= KV_USAGE_METRIC_SINCE else "vllm:gpu_cache_usage_perc"
     rules.append({

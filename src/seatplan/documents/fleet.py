@@ -1,27 +1,26 @@
-"""The plan stage's documents: the fleet file (input), usage and observation inputs, and the plan (output).
+"""The fleet file: hosts, their GPUs, the seats (engines) to place, and the planning policy.
 
-The fleet models forbid unknown keys so a typo (``max_model_length``) is an error naming its line,
-not a silently ignored setting. The usage and observation models are the other way round: they read
-other stages' documents and keep only what the plan uses, so those stages may add fields freely.
+Every model forbids unknown keys so a typo (``max_model_length``) is an error naming its line,
+not a silently ignored setting. ``fleet_file.load_fleet`` reads it with line numbers.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
-from seatplan.units import GiB, MiB
+from seatplan.errors import SeatplanError
+from seatplan.facts.models import parse_vllm_version
+from seatplan.units import GiB, MiB, parse_bytes, parse_tokens, round_up
 
 SIZE_PATTERN = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([KMGTkmgt](i?[Bb])?|[Bb])?\s*$"
 
 
 def _size_to_bytes(value: Any) -> Any:
     """Sizes in the fleet file: ``96GiB``, ``0.5GiB``, ``22G`` or plain bytes (``units.parse_bytes``)."""
-    from seatplan.errors import SeatplanError
-    from seatplan.units import parse_bytes
-
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value < 0):
         return value  # let the type check / the ``ge=0`` bound word the error
     if isinstance(value, str) and value.strip().startswith("-"):
@@ -139,8 +138,6 @@ class SeatSpec(_Strict):
         if isinstance(value, str) and value != "published":
             if not re.fullmatch(r"\s*\d+(\.\d+)?\s*[kKmM]?\s*", value):
                 raise ValueError(f"{value!r} is neither a token count (131072, 128K) nor `published`")
-            from seatplan.units import parse_tokens
-
             return parse_tokens(value)
         return value
 
@@ -158,11 +155,15 @@ class Policy(_Strict):
     vllm_version: str = Field("0.32", description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
     output_cap_margin: float = Field(1.25, ge=1.0, description="a proposed cap is at least p99 completion × this")
 
+    def rule_kv_bytes(self, request_kv_bytes: int, min_kv_cache_bytes: int, factor: float | None = None) -> int:
+        """The KV rule, the one place it is written: one max-length request × the factor, never below what
+        vLLM boots with, rounded up to the policy's step."""
+        raw = max(math.ceil(request_kv_bytes * (factor or self.kv_factor)), min_kv_cache_bytes)
+        return round_up(raw, self.rounding_step_bytes) if self.rounding_step_bytes else raw
+
     @field_validator("vllm_version")
     @classmethod
     def _known_version(cls, value: str) -> str:
-        from seatplan.facts.models import parse_vllm_version
-
         parse_vllm_version(value)
         return value
 
@@ -174,198 +175,3 @@ class Fleet(_Strict):
     current_layout: dict[str, GpuRef | list[GpuRef]] = Field(
         default_factory=dict, description="where each seat runs now (seat name → GPU or GPUs)"
     )
-
-
-# ----------------------------------------------------------------------------- other stages' outputs
-
-
-class _Tolerant(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class Runaway(_Tolerant):
-    key_alias: str | None = None
-    team: str | None = None
-    count: int = 0
-    max_completion_tokens: int = 0
-
-
-class ModelUsage(_Tolerant):
-    calls: int = 0
-    prompt_tokens_p99: float | None = None
-    completion_tokens_p50: float | None = None
-    completion_tokens_p90: float | None = None
-    completion_tokens_p99: float | None = None
-    runaway_threshold_tokens: int | None = None
-    seat: str | None = Field(None, description="the fleet seat the usage stage mapped this name to")
-    peak_inflight_tokens: int | None = None
-    peak_inflight_tokens_without_runaways: int | None = None
-    peak_inflight_requests: int | None = None
-    runaways: list[Runaway] = Field(default_factory=list)
-
-
-class UsageSummary(_Tolerant):
-    """What the plan reads of the usage stage's document (``models.<served name>``)."""
-
-    models: dict[str, ModelUsage] = Field(default_factory=dict)
-    rejected_rows: int | list[Any] | None = None
-
-
-class ObservedSeat(_Tolerant):
-    footprint_bytes: int = Field(ge=0, description="observed plateau footprint per GPU")
-    source: str = "observed"
-    samples: int = 0
-    kv_cache_memory_bytes: int | None = Field(None, description="the KV pin the seat ran with, when known")
-
-
-class ObservedFootprints(_Tolerant):
-    seats: dict[str, ObservedSeat] = Field(default_factory=dict)
-
-
-# ----------------------------------------------------------------------------- the plan document
-
-Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
-
-
-class ExplanationLine(BaseModel):
-    """One decision: which rule, on which numbers, with what result."""
-
-    rule: str
-    inputs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
-    result: str
-    note: str = ""
-
-
-class FootprintPart(BaseModel):
-    name: str
-    bytes: int
-    basis: Basis
-    inputs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
-    note: str = ""
-
-
-class VllmSettings(BaseModel):
-    """How a vLLM seat is started beyond its sized numbers; ``seatplan render`` builds the command from these."""
-
-    model: str = Field(description="what the engine is given as its model on the host")
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    enforce_eager: bool = False
-    hf_overrides: dict[str, Any] | None = None
-    extra_args: list[str] = Field(default_factory=list)
-
-
-class PlannedSeat(BaseModel):
-    name: str
-    engine: Literal["vllm", "fixed"]
-    model: str | None
-    served_model_name: str
-    port: int | None
-    gpus: list[str]
-    tensor_parallel_size: int
-    kv_cache_memory_bytes: int | None
-    max_model_len: int | None
-    max_new_tokens: int | None
-    kv_cache_tokens: int | None
-    max_concurrency: float | None
-    footprint_bytes: int
-    footprint_basis: Basis
-    footprint_parts: list[FootprintPart]
-    vllm_args: list[str]
-    env: dict[str, str]
-    gpu_memory_utilization: float | None
-    boot_order: int
-    explanation: list[ExplanationLine]
-    warnings: list[str]
-    # Added for render/apply/verify; defaults keep plans saved before them readable.
-    host: str | None = None
-    address: str | None = Field(None, description="where the engine is reached (the host's address or name)")
-    device: Device = "cuda"
-    vllm: VllmSettings | None = None
-    num_gpu_blocks: int | None = Field(None, description="vLLM's num_gpu_blocks for the pinned KV bytes (exact)")
-    block_size: int | None = None
-
-
-class PlannedGpu(BaseModel):
-    host: str
-    index: int
-    name: str
-    total_bytes: int
-    reserved_bytes: int
-    keep_clear: bool
-    seats: list[str]
-    used_bytes: int
-    spare_bytes: int
-    headroom_bytes: int
-
-
-class RunnerUp(BaseModel):
-    assignment: dict[str, list[str]]
-    worst_case_spare_bytes: int
-    moves: int
-    why_lost: str
-
-
-class ShortSeat(BaseModel):
-    name: str
-    footprint_bytes: int
-    best_gpu: str | None
-    short_by_bytes: int | None
-    reason: str
-
-
-class PlanInfeasibility(BaseModel):
-    summary: str
-    seats: list[ShortSeat]
-
-
-class PlanInputs(BaseModel):
-    fleet_path: str
-    fleet_sha256: str
-    usage_path: str | None = None
-    observed_path: str | None = None
-    seatplan_version: str
-    vllm_version: str
-
-
-class Plan(BaseModel):
-    seats: list[PlannedSeat]
-    gpus: list[PlannedGpu]
-    worst_case_spare_bytes: int | None
-    worst_case_gpu: str | None
-    optimal: bool
-    method: str
-    bound_bytes: int | None
-    solve_seconds: float
-    moves: int | None
-    runner_ups: list[RunnerUp]
-    infeasible: PlanInfeasibility | None
-    warnings: list[str]
-    inputs: PlanInputs
-
-    def seat(self, name: str) -> PlannedSeat | None:
-        return next((seat for seat in self.seats if seat.name == name), None)
-
-
-class FitReport(BaseModel):
-    """``seatplan fit``: the longest context and the concurrency one GPU budget holds beside the weights."""
-
-    model: str
-    gpu_memory_bytes: int
-    tensor_parallel_size: int
-    headroom_bytes: int
-    non_kv_bytes: int
-    kv_budget_bytes: int
-    footprint_parts: list[FootprintPart]
-    max_context_derived: int
-    max_context_published: int | None
-    largest_max_model_len: int
-    largest_max_model_len_with_factor: int
-    kv_factor: float
-    published_context: int
-    published_kv_cache_tokens: int
-    published_max_concurrency: float
-    published_fits_one_request: bool
-    explanation: list[ExplanationLine]

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
 from seatplan.errors import SeatplanError
-from seatplan.facts.models import parse_vllm_version
 from seatplan.units import GiB, MiB, parse_bytes, parse_tokens, round_up
+from seatplan.versions import modelled as parse_vllm_version
 
 SIZE_PATTERN = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([KMGTkmgt](i?[Bb])?|[Bb])?\s*$"
 

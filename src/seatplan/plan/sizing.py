@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from seatplan import versions
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import KvCapacity, ModelFacts, YarnOption
 from seatplan.documents.fleet import Policy, SeatSpec
@@ -142,9 +143,7 @@ def _yarn_line(seat: SeatSpec, facts: ModelFacts, choice: ContextChoice) -> Expl
 
 def yarn_overrides(yarn: YarnOption, vllm_version: str) -> dict[str, object]:
     """The ``--hf-overrides`` that switch static YaRN on (``rope_parameters`` since vLLM 0.11.1)."""
-    from seatplan.plan.footprint import version_key
-
-    key = "rope_parameters" if version_key(vllm_version) >= (0, 11, 1) else "rope_scaling"
+    key = "rope_parameters" if versions.has("hf_overrides_rope_parameters", versions.release(vllm_version)) else "rope_scaling"
     return {key: {"rope_type": "yarn", "factor": yarn.factor, "original_max_position_embeddings": yarn.original_max_position_embeddings}}
 
 

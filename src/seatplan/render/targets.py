@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 import yaml
 
-from seatplan.documents.plan import Plan
 from seatplan import versions
+from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.render.command import shell_line
 from seatplan.render.engines import Engine

@@ -155,12 +155,12 @@ def render_args(directory: Path, plan: Path, launcher: str) -> list[str]:
     ]
 
 
-def apply_args(directory: Path, plan: Path, tag: str, *extra: str) -> list[str]:
-    """``seatplan apply`` into the directory `render_args` rendered (its settings are kept)."""
+def apply_args(directory: Path, plan: Path, tag: str, *extra: str, verify: bool = False) -> list[str]:
+    """``seatplan apply`` into the directory `render_args` rendered (its settings are kept); the playbook's
+    closing ``seatplan verify`` only with ``verify`` (a stand-in engine would fail it)."""
     return [
         "apply", str(plan), "--inventory", str(localhost_inventory(directory)), "--tag", tag, "-o", str(directory / "rendered"),
-        # `seatplan verify` is the verify stage's; its own end-to-end test runs the playbook with it
-        "-e", "seatplan_run_verify=false", "--json", *extra,
+        "-e", f"seatplan_run_verify={str(verify).lower()}", "--json", *extra,
     ]
 
 

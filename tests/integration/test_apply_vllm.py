@@ -5,13 +5,15 @@
 - backups are written only for files that existed, dated and tagged;
 - the engines came up one at a time, in the plan's boot order (each start records its neighbours' /health);
 - each engine serves exactly what the plan says: /v1/models max_model_len and vllm:cache_config_info's
-  num_gpu_blocks, block size and KV tokens, with the rendered arguments as started;
+  num_gpu_blocks, block size and KV tokens, with the rendered arguments as started; the playbook's
+  closing `seatplan verify` passes;
 - the same plan again restarts nothing; a changed output cap restarts only that seat; rollback restores it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from datetime import UTC, datetime
 
@@ -49,8 +51,10 @@ def test_rendered_playbook_rolls_out_two_cpu_engines_one_at_a_time(vllm_python_p
     host_env, starts = tmp_path / "host" / "env", tmp_path / "state" / "starts.log"
     try:
         assert run_seatplan(capsys, monkeypatch, *render_args(tmp_path, plan_path, launcher))[0] == 0
-        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan_path, "first"))
+        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan_path, "first", verify=True))
         assert code == 0, json.loads(out)["output"][-6000:] if out else err
+        # the playbook ended with `seatplan verify PLAN` on the controller, and it passed
+        assert re.search(r"TASK \[seatplan verify\] \*+\nok: \[localhost\]", json.loads(out)["output"])
         order = sorted(plan, key=lambda name: plan[name]["boot_order"])
         # one at a time: the second engine started only once the first answered /health
         assert starts.read_text().splitlines() == [f"{order[0]} start", f"{order[1]} start {order[0]}=200"]

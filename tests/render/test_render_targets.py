@@ -159,3 +159,13 @@ def test_a_seat_without_a_port_cannot_be_delivered(demo_plan):
     with pytest.raises(SeatplanError) as problem:
         render_files(demo_plan, RenderSettings())
     assert problem.value.where == "seat qwen3-8b, port"
+
+
+def test_the_playbook_ends_with_seatplan_verify_through_the_gateway(demo_plan):
+    settings = RenderSettings(plan_path="/srv/plan.json", seatplan_command="seatplan", verify_gateway="http://gw:4000", gateway_key_env="GW_KEY")
+    files = render_files(demo_plan, settings, ["ansible"])
+    variables = yaml.safe_load(files["ansible/vars.yaml"])
+    assert variables["seatplan_verify_command"] == "seatplan verify /srv/plan.json --gateway http://gw:4000 --key-env GW_KEY"
+    last_play = yaml.safe_load(files["ansible/playbook.yaml"])[-1]
+    assert last_play["hosts"] == "localhost" and last_play["tasks"][0]["ansible.builtin.command"] == "{{ seatplan_verify_command }}"
+    assert [seat["name"] for seat in variables["seatplan_seats"]["gpu-box"]] == [seat.name for seat in vllm_seats(demo_plan)]

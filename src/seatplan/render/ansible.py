@@ -66,10 +66,17 @@ def variables(engines: list[Engine], env_texts: dict[str, str], settings: Render
         "seatplan_restart_command": RESTART_COMMANDS[settings.restart],
         "seatplan_health_retries": max(1, settings.health_timeout_s // HEALTH_POLL_S),
         "seatplan_run_verify": True,
-        "seatplan_verify_command": f"{settings.seatplan_command} verify {shlex.quote(settings.plan_path)}",
+        "seatplan_verify_command": verify_command(settings),
         "seatplan_compose_files": {host: compose_path(host, hosts) for host in hosts},
         "seatplan_seats": seats,
     }
+
+
+def verify_command(settings: RenderSettings) -> str:
+    words = ["verify", settings.plan_path]
+    if settings.verify_gateway:
+        words += ["--gateway", settings.verify_gateway, "--key-env", settings.gateway_key_env]
+    return f"{settings.seatplan_command} {shlex.join(words)}"
 
 
 def restart_tasks() -> list[dict]:

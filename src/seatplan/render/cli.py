@@ -28,6 +28,7 @@ IMAGE = typer.Option("vllm/vllm-openai:latest", "--image", help="the engine imag
 GATEWAY_KEY_ENV = typer.Option("LITELLM_MASTER_KEY", "--gateway-key-env", help="variable that holds the gateway's master key")
 ENGINE_KEY_ENV = typer.Option(None, "--engine-key-env", help="variable that holds the engines' API key, if they have one")
 FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", help="alert when a GPU's free memory is this far below the planned spare")
+VERIFY_GATEWAY = typer.Option(None, "--verify-gateway", help="the LiteLLM gateway URL the playbook's closing `seatplan verify` checks too")
 JSON_OUTPUT = typer.Option(False, "--json", help="print one JSON document")
 
 
@@ -49,6 +50,7 @@ def build_settings(
     gateway_key_env: str,
     engine_key_env: str | None,
     free_tolerance: str,
+    verify_gateway: str | None,
 ) -> RenderSettings:
     from pydantic import ValidationError
 
@@ -71,6 +73,7 @@ def build_settings(
             engine_key_env=engine_key_env,
             free_tolerance_bytes=parse_bytes(free_tolerance, field="--free-tolerance"),
             seatplan_command=shlex.join([sys.executable, "-m", "seatplan.cli"]),
+            verify_gateway=verify_gateway,
         )
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
@@ -90,13 +93,14 @@ def render_command(
     gateway_key_env: str = GATEWAY_KEY_ENV,
     engine_key_env: str | None = ENGINE_KEY_ENV,
     free_tolerance: str = FREE_TOLERANCE,
+    verify_gateway: str | None = VERIFY_GATEWAY,
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Write env files, compose.yaml, the Ansible playbook, the LiteLLM config and Prometheus rules for a plan."""
     from seatplan.render.api import load_plan, render_to, targets_from
 
     loaded = load_plan(plan_file)
-    settings = build_settings(plan_file, launcher, bind_host, restart, restart_script, host_dir, image, gateway_key_env, engine_key_env, free_tolerance)
+    settings = build_settings(plan_file, launcher, bind_host, restart, restart_script, host_dir, image, gateway_key_env, engine_key_env, free_tolerance, verify_gateway)
     result = render_to(loaded, settings, targets_from(target), output)
     if json_output:
         from seatplan.output import emit_json

@@ -29,6 +29,7 @@ class RenderSettings(BaseModel):
     restart: RestartKind = "compose"
     restart_script: str | None = Field(None, description="restart=script: run as SCRIPT SEAT ENV_FILE on the host")
     health_timeout_s: int = Field(900, ge=1, description="how long apply waits for a restarted engine's /health")
+    verify_gateway: str | None = Field(None, description="the LiteLLM gateway the closing `seatplan verify` also checks (key from gateway_key_env)")
     seatplan_command: str = Field("seatplan", description="how the controller runs seatplan, as a shell line (for the final verify)")
     # Compose
     image: str = Field("vllm/vllm-openai:latest", description="the engine image for compose.yaml")

@@ -14,7 +14,11 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from seatplan.errors import SeatplanError
 from seatplan.units import GiB, MiB, parse_bytes, parse_tokens, round_up
+from seatplan.versions import DEFAULT_VLLM_VERSION
 from seatplan.versions import modelled as parse_vllm_version
+
+DEFAULT_KV_FACTOR = 1.25  # the operator's rule: KV for 1.25 max-length requests
+DEFAULT_ROUNDING_STEP_BYTES = GiB // 2  # KV pins are rounded up to 0.5 GiB
 
 SIZE_PATTERN = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([KMGTkmgt](i?[Bb])?|[Bb])?\s*$"
 
@@ -118,7 +122,7 @@ class SeatSpec(_Strict):
         "unset = the length vLLM derives from the config",
     )
     kv_factor: float | None = Field(
-        None, gt=0, description="KV bytes = one max-length request × this factor (policy default 1.25)"
+        None, gt=0, description=f"KV bytes = one max-length request × this factor (policy default {DEFAULT_KV_FACTOR:g})"
     )
     kv_cache_memory_bytes: Bytes | None = Field(None, description="operator-pinned KV size; wins over kv_factor")
     max_new_tokens: int | None = Field(None, ge=1, description="default output cap (and ceiling) for replies")
@@ -143,8 +147,8 @@ class SeatSpec(_Strict):
 
 
 class Policy(_Strict):
-    kv_factor: float = Field(1.25, gt=0, description="default KV factor over one max-length request")
-    rounding_step_bytes: Bytes = Field(GiB // 2, description="KV bytes are rounded up to a multiple of this")
+    kv_factor: float = Field(DEFAULT_KV_FACTOR, gt=0, description="default KV factor over one max-length request")
+    rounding_step_bytes: Bytes = Field(DEFAULT_ROUNDING_STEP_BYTES, description="KV bytes are rounded up to a multiple of this")
     headroom_bytes: Bytes = Field(0, description="memory each GPU must keep free at plateau")
     creep_allowance_bytes: Bytes = Field(
         512 * MiB, description="per seat and GPU: growth after boot (fragmentation, caches) seen at plateau"
@@ -152,7 +156,7 @@ class Policy(_Strict):
     boot_margin_bytes: Bytes = Field(
         512 * MiB, description="kept between the free memory an engine sees at boot and its utilisation budget"
     )
-    vllm_version: str = Field("0.32", description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
+    vllm_version: str = Field(DEFAULT_VLLM_VERSION, description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
     output_cap_margin: float = Field(1.25, ge=1.0, description="a proposed cap is at least p99 completion × this")
 
     def rule_kv_bytes(self, request_kv_bytes: int, min_kv_cache_bytes: int, factor: float | None = None) -> int:

@@ -17,12 +17,13 @@
 from __future__ import annotations
 
 from seatplan import versions as vllm_versions
+from seatplan.documents.fleet import DEFAULT_ROUNDING_STEP_BYTES
 from seatplan.documents.observed import Boot, Finding
 from seatplan.units import GiB, format_gib
 
 # Boot-to-boot drift below this is the 2-decimal rounding and allocator noise, not a race.
 RACE_SPREAD_BYTES = GiB // 2
-PIN_STEP_BYTES = GiB // 2
+PIN_STEP_BYTES = DEFAULT_ROUNDING_STEP_BYTES  # suggested pins follow the plan's rounding step
 KV_BYTES_FLAG_SINCE = vllm_versions.since("kv_bytes_flag")
 
 

@@ -11,6 +11,9 @@ from typing import Optional
 
 import typer
 
+from seatplan.documents.fleet import DEFAULT_KV_FACTOR
+from seatplan.versions import DEFAULT_VLLM_VERSION
+
 EXIT_INFEASIBLE = 3
 
 
@@ -108,11 +111,11 @@ def fit_command(
     tensor_parallel_size: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1),
     dtype: str = typer.Option("auto", "--dtype"),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
-    vllm_version: str = typer.Option("0.32", "--vllm-version"),
+    vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", min=1),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", min=1),
     headroom: str = typer.Option("0", "--headroom", help="memory to keep free on the GPU"),
-    kv_factor: float = typer.Option(1.25, "--kv-factor", min=0.01, help="the plan's KV factor, for the sized-by-rule answer"),
+    kv_factor: float = typer.Option(DEFAULT_KV_FACTOR, "--kv-factor", min=0.01, help="the plan's KV factor, for the sized-by-rule answer"),
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
     json_output: bool = typer.Option(False, "--json", help="print the fit report as JSON"),
 ) -> None:

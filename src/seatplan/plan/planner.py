@@ -22,7 +22,7 @@ from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing
 from seatplan.plan.placement import GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
-from seatplan.render.command import engine_command, unsupported_flags
+from seatplan.engine_command import engine_command, unsupported_flags
 from seatplan.units import human_bytes
 
 GpuKey = tuple[str, int]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from seatplan.documents.plan import Plan, PlannedSeat
 from seatplan.errors import SeatplanError
-from seatplan.render.command import check_flags, engine_command
+from seatplan.engine_command import check_flags, engine_command
 from seatplan.render.settings import RenderSettings
 
 

@@ -1,7 +1,9 @@
 """A planned seat's vLLM command line, checked against the flags the plan's vLLM release has.
 
-Pure: the plan document in, argument lists out. ``seatplan plan`` shows the command with the default
-launcher; ``seatplan render`` writes it with the launcher and utilisation of the situation it is for.
+Pure: the plan document in, argument lists out. It sits beside ``versions`` rather than in a stage
+because three stages need the same line: ``seatplan plan`` shows it with the default launcher,
+``seatplan render`` writes it with the launcher and utilisation of the situation it is for, and
+``seatplan verify`` reads back what the engine was started with.
 """
 
 from __future__ import annotations

@@ -10,10 +10,11 @@ null block, in bytes per block, and never below what one max-length request need
 
 from __future__ import annotations
 
+from seatplan.documents.fleet import Policy
 from seatplan.documents.plan import ExplanationLine
 from seatplan.documents.usage import KvReplay
 from seatplan.facts.models import KvCapacity, ModelFacts
-from seatplan.units import human_bytes, round_up
+from seatplan.units import human_bytes
 
 RULE = "kv_replay"
 
@@ -33,7 +34,7 @@ def counts_enough(replay: KvReplay, facts: ModelFacts, max_model_len: int) -> bo
 
 
 def replay_check(seat_name: str, replay: KvReplay | None, facts: ModelFacts, capacity: KvCapacity,
-                 rule_kv_bytes: int, rounding_step_bytes: int) -> tuple[list[ExplanationLine], list[str]]:
+                 rule_kv_bytes: int, policy: Policy) -> tuple[list[ExplanationLine], list[str]]:
     """The replay's figures at the planned KV, and the smallest KV that would have held the window."""
     if replay is None:
         return [], []
@@ -55,7 +56,7 @@ def replay_check(seat_name: str, replay: KvReplay | None, facts: ModelFacts, cap
     needed_bytes = max(peak_bytes, one_request_bytes)
     why = ("the peak plus the null block" if peak_bytes >= one_request_bytes
            else f"one {capacity.max_model_len:,}-token request, which vLLM needs to start (the peak needs less)")
-    rounded_bytes = round_up(needed_bytes, rounding_step_bytes) if rounding_step_bytes else needed_bytes
+    rounded_bytes = policy.rule_kv_bytes(peak_bytes, one_request_bytes, factor=1.0)  # the rule's rounding, factor 1
     bound = "" if exact else f"at most (read at the curve's level {replay.levels_blocks[level]:,}) "
     peak_at = replay.peak_at.isoformat(sep=" ", timespec="seconds") if replay.peak_at else "-"
     if holds:

@@ -242,7 +242,7 @@ def size_seat(
     cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
     inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
     replay_lines, replay_warnings = replay_check(seat.name, model_usage.kv_replay if model_usage else None, facts, kv.capacity, kv.rule_bytes,
-                                                 fleet.policy.rounding_step_bytes)
+                                                 fleet.policy)
     footprint, footprint_line = seat_footprint(fleet, seat, facts, kv.kv_cache_memory_bytes, limits, seen)
 
     sized = SizedSeat(

@@ -78,12 +78,17 @@ Device = Literal["cuda", "cpu"]
 class HostSpec(_Strict):
     name: str = Field(min_length=1, description="host name; GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
     gpus: list[GpuSpec] = Field(min_length=1, description="the host's GPUs")
+    monitor_names: list[str] = Field(
+        default_factory=list, description="the names monitors give this host (a Beszel system, a DCGM `hostname`, an nvidia-smi "
+        "`HOST=`), so `seatplan diagnose --plan` checks its GPUs")
     device: Device = Field(
         "cuda",
-        description="what the host's engines run on: `cuda` (GPUs) or `cpu` (vLLM's CPU build; block size and "
-        "attention backend follow it, each `gpus` entry is then a memory budget)",
+        description="what the host's engines run on: `cuda` (GPUs) or `cpu` for vLLM's CPU build: the KV block size (128) "
+        "and attention backend follow it, so the plan's blocks and tokens are exact there; each `gpus` entry is then a "
+        "memory budget and no `CUDA_VISIBLE_DEVICES` is set. A seat that could land on both kinds must be pinned to one",
     )
-    address: str | None = Field(None, description="how engines on this host are reached (defaults to `name`)")
+    address: str | None = Field(None, description="how engines on the host are reached (default: `name`): health checks, "
+                                "LiteLLM's `api_base`, Prometheus' `instance`, `seatplan verify` ([render.md](render.md))")
 
     @property
     def reachable_at(self) -> str:

@@ -115,8 +115,9 @@ def fit_table(table: Any, width: int, drop: tuple[str, ...] = ()) -> Any:
     excess = sum(base) - space
     while excess > 0:
         # Fold the column with the longest word first (prose, a long identifier), so that short names and
-        # figures in the other columns stay whole.
-        widest = max(range(len(base)), key=base.__getitem__)
+        # figures in the other columns stay whole; the first column names the row and folds last.
+        foldable = [index for index in range(1, len(base)) if base[index] > MIN_FOLDED_WIDTH] or [0]
+        widest = max(foldable, key=base.__getitem__)
         cut = min(excess, base[widest] - MIN_FOLDED_WIDTH)
         if cut <= 0:
             break

@@ -44,7 +44,8 @@ def make_documents(folder: Path) -> NightDocuments:
     ]
     for step in steps:
         done = seatplan(*step)
-        assert done.returncode == 0, done.stderr
+        # diagnose --plan exits 1 when a GPU's plateau misses the plan's spare: last week's GPU 2 does.
+        assert done.returncode == (1 if step[0] == "diagnose" else 0), done.stderr
         if step[0] == "diagnose":
             documents.diagnose.write_text(done.stdout)
     return documents

@@ -166,7 +166,7 @@ def test_no_command_cuts_a_cell(night: NightDocuments, columns: int):
     ]
     for args in runs:
         out, err, code = piped(*args, columns=columns)
-        assert code == 0, err
+        assert code == (1 if args[0] == "diagnose" else 0), err  # last week's GPU 2 fails the plateau check
         assert "…" not in out, f"seatplan {args[0]} cut a cell at {columns} columns:\n{out}"
         if args[0] == "upgrade-check":  # prose folds first; the seat names stay whole
             assert_whole(out, *(name for name in ("gpt-oss-20b", "mistral-7b") if name in out))

@@ -8,7 +8,7 @@ from seatplan.documents.usage import UsageReport
 from seatplan.output import fit_table
 
 # Columns left out first on a narrow terminal (least important first); the rest are never cut.
-SEAT_DROP = ("cache hits", "errors", "peak in-flight requests (w/o)", "prompt p50 / p90 / p99 / max")
+SEAT_DROP = ("cache hits", "errors", "peak in-flight requests (w/o)", "prompt p50 / p90 / p99 / max", "KV replay: peak blocks")
 RUNAWAY_DROP = ("request tags", "user", "team")
 SHARED_DROP = ("tag sets", "addresses", "team")
 

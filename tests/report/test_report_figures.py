@@ -130,3 +130,13 @@ def test_replayed_peak_read_where_the_usage_document_has_one():
     assert replay_peak_tokens(SimpleNamespace()) is None  # usage documents without a replay
     replay = SimpleNamespace(peak_blocks=1_200, block_size_tokens=16, token_groups=1)
     assert replay_peak_tokens(SimpleNamespace(kv_replay=replay)) == 19_200
+
+
+def test_rows_left_out_never_reach_the_shapes():
+    """Rejected rows keep placeholders (the smallest int64) in the arrays; they are neither counted nor drawn."""
+    low = np.iinfo(np.int64).min
+    rows = rows_of([0, low], [10, low], [5, low], [3, low])
+    rows = RequestRows(**{**rows.__dict__, "starts_in_window": np.array([True, False]), "included": np.array([True, False])})
+    assert sum(token_histograms(rows)["a"].prompt_calls) == 1
+    timeline = inflight_timeline(rows, None, None, instants=5)
+    assert max(timeline.tokens_by_seat["a"]) == 8

@@ -40,7 +40,8 @@ def token_histograms(rows: RequestRows) -> dict[str, TokenHistogram]:
     base = np.where(rows.starts_in_window, rows.seat.astype(np.int64) * bins, seats * bins)
     counted = {}
     for column_name, column in (("prompt", rows.prompt_tokens), ("completion", rows.completion_tokens)):
-        slots = base + _bins_of(column)
+        # Rows that are not counted may hold anything (a rejected row's placeholder): read them as 0.
+        slots = base + _bins_of(np.where(rows.starts_in_window, column, 0))
         counted[column_name] = np.bincount(slots, minlength=(seats + 1) * bins)[: seats * bins].reshape(seats, bins)
     return {
         name: TokenHistogram(edges_tokens=list(TOKEN_BIN_EDGES), prompt_calls=counted["prompt"][index].tolist(),

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from seatplan.errors import SeatplanError
-from seatplan.plan.baselines import best_fit, most_free_first
+from seatplan.plan.placement.greedy import best_fit, most_free_first
 from seatplan.plan.placement import GpuSlot, SeatDemand, place
 
 GiB = 1 << 30

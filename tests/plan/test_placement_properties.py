@@ -11,7 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seatplan.plan.baselines import best_fit, most_free_first
+from seatplan.plan.placement.greedy import best_fit, greedy, most_free_first
+from seatplan.plan.placement.local import fewer_moves, improve
+from seatplan.plan.placement.problem import compile_problem
 from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place
 
 GiB = 1 << 30
@@ -201,21 +203,18 @@ def test_cp_sat_matches_brute_force(fleet):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets(), st.randoms(use_true_random=False))
 def test_local_trades_keep_layouts_valid_and_never_lose_spare(fleet, rng):
-    from seatplan.plan import placement_local, placement_search
-    from seatplan.plan.baselines import greedy
-
     gpus, seats = fleet
-    problem = placement_search.compile_problem(gpus, seats)
+    problem = compile_problem(gpus, seats)
     if seats and rng.random() < 0.5:
         problem = replace(problem, apart=(tuple(sorted(rng.sample(range(len(seats)), min(2, len(seats))))),))
     start = greedy(problem, rng.choice(["best-fit", "most-free-first"]))
     if start is None:
         return
-    improved = placement_local.improve(problem, start, deadline=time.perf_counter() + 5)
+    improved = improve(problem, start, deadline=time.perf_counter() + 5)
     assert problem.fits(list(improved)) and problem.keeps_apart(improved)
     assert all(gpu_set in problem.candidates[s] for s, gpu_set in enumerate(improved))
     assert problem.worst_spare(problem.loads(improved)) >= problem.worst_spare(problem.loads(start))
-    homebound = placement_local.fewer_moves(problem, improved, deadline=time.perf_counter() + 5)
+    homebound = fewer_moves(problem, improved, deadline=time.perf_counter() + 5)
     assert problem.fits(list(homebound)) and problem.keeps_apart(homebound)
     assert all(gpu_set in problem.candidates[s] for s, gpu_set in enumerate(homebound))
     assert problem.worst_spare(problem.loads(homebound)) >= problem.worst_spare(problem.loads(improved))
@@ -223,16 +222,14 @@ def test_local_trades_keep_layouts_valid_and_never_lose_spare(fleet, rng):
 
 
 def test_fewer_moves_sends_a_seat_home_when_the_worst_spare_allows():
-    from seatplan.plan import placement_local, placement_search
-
     # Two 80 GiB GPUs; a (40) runs on GPU 0 and b (30) on GPU 1. The layout a→1, b→0 has the same worst
     # spare (40) but two moves; swapping both home keeps 40 and needs none.
     gpus = [GpuSlot(host="h", index=i, capacity_bytes=80 * GiB) for i in range(2)]
     seats = [SeatDemand(name="a", footprint_bytes=40 * GiB, current=[("h", 0)]), SeatDemand(name="b", footprint_bytes=30 * GiB, current=[("h", 1)])]
-    problem = placement_search.compile_problem(gpus, seats)
+    problem = compile_problem(gpus, seats)
     crossed = tuple((1,) if now == (0,) else (0,) for now in problem.current)
     assert problem.moves(crossed) == 2
-    home = placement_local.fewer_moves(problem, crossed, deadline=time.perf_counter() + 5)
+    home = fewer_moves(problem, crossed, deadline=time.perf_counter() + 5)
     assert problem.moves(home) == 0 and problem.worst_spare(problem.loads(home)) == 40 * GiB
 
 

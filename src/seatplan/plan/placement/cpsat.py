@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import math
 import time
-from seatplan.plan.placement_search import GpuSet, Problem, Solved, root_bound
+
+from seatplan.plan.placement.bounds import root_bound
+from seatplan.plan.placement.local import fewer_moves
+from seatplan.plan.placement.problem import GpuSet, Problem, Solved
 
 WORKERS = 2  # the machines this runs on have two cores
 PASS1_SHARE = 0.75  # of a solve's time, when there is a current layout to prefer (pass 2 gets the rest)
@@ -65,10 +68,10 @@ class _Model:
             else:
                 model.Add(sum(on_host) == 0)
 
-    def add_worst(self):
+    def add_worst(self, bound_bytes: int):
         problem, unit = self.problem, self.unit
         low = min((problem.headroom_bytes[g] // unit for g in problem.open_gpus), default=0)
-        high = max(low, root_bound(problem) // unit)
+        high = max(low, bound_bytes // unit)
         worst = self.model.NewIntVar(low, high, "worst")
         for g in problem.open_gpus:
             self.model.Add(worst <= problem.capacity_bytes[g] // unit - self.load[g])
@@ -125,38 +128,54 @@ def _solver(time_limit_s: float):
     return solver
 
 
-def solve(problem: Problem, *, time_limit_s: float, start: tuple[GpuSet, ...] | None) -> Solved:
-    """The best layout CP-SAT finds in the time, never worse than ``start`` (a valid layout, also the solver's hint)."""
+def solve(
+    problem: Problem,
+    *,
+    time_limit_s: float,
+    start: tuple[GpuSet, ...] | None,
+    bound_bytes: int | None = None,
+    max_moves: int | None = None,
+) -> Solved:
+    """The best layout CP-SAT finds in the time, never worse than ``start`` (a valid layout, also the solver's hint).
+
+    ``bound_bytes``: an upper bound on the worst-case spare proven elsewhere (the LP relaxation);
+    ``max_moves``: only layouts with at most that many moves count.
+    """
     from ortools.sat.python import cp_model
 
     deadline = time.perf_counter() + time_limit_s  # building a fleet-sized model takes a while too
+    proven_bytes = root_bound(problem) if bound_bytes is None else min(bound_bytes, root_bound(problem))
     built = _Model(problem)
-    worst = built.add_worst()
+    worst = built.add_worst(proven_bytes)
     built.model.Maximize(worst)
     if start is not None:
         built.hint(start)
     moves = built.moves()
-    first = _solver((deadline - time.perf_counter()) * (1.0 if isinstance(moves, int) else PASS1_SHARE))
-    status = first.Solve(built.model)
-    if status == cp_model.INFEASIBLE:
-        return Solved(layout=None, optimal=True, bound_bytes=None, proven_infeasible=True)
+    if max_moves is not None:
+        if isinstance(moves, int):
+            if moves > max_moves:
+                return Solved(layout=None, optimal=True, bound_bytes=None, proven_infeasible=True)
+        else:
+            built.model.Add(moves <= max_moves)
     found = [start] if start is not None else []
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        found.append(built.assignment(first))
-    bound_bytes = root_bound(problem)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        # Only then is the solver's bound defined; otherwise the water level is all that is proven.
-        bound_bytes = min(bound_bytes, int(math.floor(first.BestObjectiveBound())) * built.unit)
+    status = cp_model.UNKNOWN
+    if start is None or problem.layout(start).worst_spare_bytes < proven_bytes:
+        first = _solver((deadline - time.perf_counter()) * (1.0 if isinstance(moves, int) else PASS1_SHARE))
+        status = first.Solve(built.model)
+        if status == cp_model.INFEASIBLE:
+            return Solved(layout=None, optimal=True, bound_bytes=None, proven_infeasible=True)
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            found.append(built.assignment(first))
+            # Only then is the solver's bound defined; otherwise the bounds given are all that is proven.
+            proven_bytes = min(proven_bytes, int(math.floor(first.BestObjectiveBound())) * built.unit)
     if not found:
-        return Solved(layout=None, optimal=False, bound_bytes=bound_bytes, proven_infeasible=False)
+        return Solved(layout=None, optimal=False, bound_bytes=proven_bytes, proven_infeasible=False)
     best = min(problem.layout(assignment) for assignment in found)
-    worst_proven = status == cp_model.OPTIMAL or best.worst_spare_bytes >= bound_bytes
+    worst_proven = status == cp_model.OPTIMAL or best.worst_spare_bytes >= proven_bytes
     moves_proven = True
-    if not isinstance(moves, int):
+    if not isinstance(moves, int) and time.perf_counter() < deadline:
         # Pass 2: keep the worst-case spare reached so far, fewest moves, starting from local trades
         # that send seats home (the solver alone rarely gets far on a fleet in the time).
-        from seatplan.plan.placement_local import fewer_moves
-
         now = time.perf_counter()
         best = min(best, problem.layout(fewer_moves(problem, best.assignment, deadline=now + (deadline - now) / 2)))
         built.model.Add(worst >= best.worst_spare_bytes // built.unit)
@@ -167,7 +186,9 @@ def solve(problem: Problem, *, time_limit_s: float, start: tuple[GpuSet, ...] | 
         moves_proven = status2 == cp_model.OPTIMAL
         if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             best = min(best, problem.layout(built.assignment(second)))
-    return Solved(layout=best, optimal=worst_proven and moves_proven, bound_bytes=bound_bytes, proven_infeasible=False)
+    elif not isinstance(moves, int):
+        moves_proven = False
+    return Solved(layout=best, optimal=worst_proven and moves_proven, bound_bytes=proven_bytes, proven_infeasible=False)
 
 
 def fewest_dropped(problem: Problem, *, time_limit_s: float) -> tuple[set[int], list[GpuSet], bool]:

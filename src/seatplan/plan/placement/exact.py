@@ -63,6 +63,7 @@ def exhaustive(
     deadline: float | None = None,
     floor_bytes: int | None = None,
     ceiling_bytes: int | None = None,
+    max_moves: int | None = None,
 ) -> SearchOutcome:
     """Branch and bound over every seat's GPU sets for the best layout; ties go to the first found.
 
@@ -74,7 +75,8 @@ def exhaustive(
     a seat tries only one GPU (set) among GPUs in the same state (same host, capacity, headroom,
     the same standing with every seat still to place, the same load so far and the same seats of
     apart groups on them), and a seat identical to the one before it never takes an earlier GPU
-    set than that one did. A branch is cut when :class:`_Bound` shows it cannot beat the best so far.
+    set than that one did. A branch is cut when :class:`_Bound` shows it cannot beat the best so far,
+    or when, with ``max_moves``, the seats still to place that must move would take it over budget.
     """
     seat_count = len(problem.seat_names)
     footprint = problem.footprint_bytes
@@ -143,7 +145,8 @@ def exhaustive(
                 if tagged:
                     tags[g] = tags[g] + (seat,)
             step_moves = moves + moving[seat][option]
-            if bound.may_beat(seat + 1, spare, step_moves, no_layout_rank if best is None else best.rank):
+            within_budget = max_moves is None or step_moves + bound.surely_moving[seat + 1] <= max_moves
+            if within_budget and bound.may_beat(seat + 1, spare, step_moves, no_layout_rank if best is None else best.rank):
                 chosen[seat] = option
                 visit(seat + 1, step_moves)
             for g in gpu_set:

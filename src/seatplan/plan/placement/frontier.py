@@ -2,7 +2,7 @@
 
 Every move is a cold start and an outage of that seat, so an operator wants to see what each budget
 of moves buys before restarting anything. A point's layout is the best found within its budget:
-host-sized problems get CP-SAT with the budget as a constraint (proven when it finishes), fleets the
+host-sized problems get the exhaustive search with the budget as a cut (proven when it finishes), fleets the
 budgeted local search (proven only where it reaches the bound), each point starting from the one before. Seats whose current GPUs can no
 longer take them must move, so the frontier starts at that many moves. Then a budget
 (``--max-moves``) or a price per move (``move_cost_bytes``: the layout maximising worst-case spare
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from seatplan.plan.placement import cpsat, local
+from seatplan.plan.placement import exact, local
 from seatplan.plan.placement.problem import Alternative, FrontierPoint, GpuSet, Layout, Problem, Solved, to_placement
 from seatplan.units import human_bytes
 
@@ -61,11 +61,8 @@ def _point(
         layout = None if found is None or problem.moves(found) > budget else problem.layout(found)
         proven = layout is not None and best.bound_bytes is not None and layout.worst_spare_bytes >= best.bound_bytes
     else:
-        start = previous if previous is not None and problem.moves(previous) <= budget else None
-        solved = cpsat.solve(
-            problem, time_limit_s=max(0.05, deadline - time.perf_counter()), start=start, bound_bytes=best.bound_bytes, max_moves=budget
-        )
-        layout, proven = solved.layout, solved.optimal
+        outcome = exact.exhaustive(problem, deadline=deadline, max_moves=budget)
+        layout, proven = outcome.layout, outcome.complete
     return layout, proven
 
 

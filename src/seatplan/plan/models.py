@@ -250,6 +250,12 @@ class PlannedSeat(BaseModel):
     vllm_args: list[str]
     env: dict[str, str]
     gpu_memory_utilization: float | None
+    # --- issue 12: the highest value that passes vLLM's start-up check in each situation the engine starts in
+    gpu_memory_utilization_cold_boot: float | None = Field(None, description="at a cold boot of the host, in boot order")
+    gpu_memory_utilization_rolling_restart: float | None = Field(
+        None, description="restarted alone beside its neighbours at plateau (what apply does)"
+    )
+    # ---
     boot_order: int
     explanation: list[ExplanationLine]
     warnings: list[str]

@@ -6,7 +6,6 @@ the boot order and each engine's ``--gpu-memory-utilization`` depend on who shar
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ import seatplan
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
-from seatplan.plan import sizing
+from seatplan.plan import sizing, utilisation
 from seatplan.plan.fleet import LoadedFleet, gpu_refs, resolve_gpu_ref
 from seatplan.plan.models import (
     ExplanationLine,
@@ -335,41 +334,11 @@ def boot_sequence(sized: list[SizedSeat]) -> list[SizedSeat]:
     return sorted(sized, key=lambda seat: (seat.spec.engine != "fixed", -seat.footprint.footprint_bytes, seat.spec.name))
 
 
-@dataclass(frozen=True)
-class Utilisation:
-    value: float
-    line: ExplanationLine
-    warning: str | None
-
-
-def choose_utilisation(seat: SizedSeat, gpu_states: list[tuple[str, int, int]], margin_bytes: int) -> Utilisation:
-    """``--gpu-memory-utilization`` that passes vLLM's start-up check on every GPU of the seat.
-
-    vLLM refuses to start unless free memory ≥ ceil(total × util). ``gpu_states`` holds, per GPU,
-    (label, total bytes, free bytes when this engine boots: total − reserved − the plateaus of the
-    seats booted before it). The engine's own CUDA context is taken before the check, so it is
-    subtracted too; ``margin_bytes`` absorbs what moves in the meantime. With the KV cache pinned in
-    bytes the value sizes nothing, so the highest passing value is taken, and it must still cover
-    what the engine allocates inside its budget (weights, activations, KV, graphs).
-    """
+def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int) -> utilisation.Utilisation:
+    """``--gpu-memory-utilization`` for a cold boot in boot order and a rolling restart (see :mod:`seatplan.plan.utilisation`)."""
     own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
     inside_budget = sum(part.bytes for part in seat.footprint.parts if part.name not in PRE_CHECK_PARTS and part.name != "creep_allowance")
-    label, total, free = min(gpu_states, key=lambda state: (state[2] - own_context - margin_bytes) / state[1])
-    usable = free - own_context - margin_bytes
-    highest = math.floor(usable / total * 1000) / 1000
-    needed = math.ceil(inside_budget / total * 1000) / 1000
-    inputs = {"gpu": label, "total_bytes": total, "free_at_boot_bytes": free, "own_context_bytes": own_context, "margin_bytes": margin_bytes, "inside_budget_bytes": inside_budget}
-    if highest >= needed:
-        return Utilisation(
-            highest,
-            ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{highest:.3f}", note=f"({human_bytes(free)} free at boot − {human_bytes(own_context)} own context − {human_bytes(margin_bytes)} margin) / {human_bytes(total)}, rounded down; covers the {human_bytes(inside_budget)} it allocates ({needed:.3f})"),
-            None,
-        )
-    return Utilisation(
-        needed,
-        ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{needed:.3f} (start-up check at risk)", note=f"only {human_bytes(usable)} is free for it at boot on GPU {label}, less than the {human_bytes(inside_budget)} it allocates"),
-        f"{seat.spec.name}: GPU {label} has {human_bytes(usable)} free when it boots but it allocates {human_bytes(inside_budget)}; vLLM's start-up check may refuse it",
-    )
+    return utilisation.choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
 
 
 # ----------------------------------------------------------------------------- command lines
@@ -412,10 +381,16 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
     assignment = best.assignment if best else {}
     order = {seat.spec.name: position for position, seat in enumerate(boot_sequence(sized), start=1)}
     free_bytes = {key: gpu.total_bytes - gpu.reserved_bytes for key, gpu in gpus.items()}
+    # --- utilisation (issue 12): what every seat leaves free at plateau, for the rolling-restart figure
+    plateau_free_bytes = dict(free_bytes)
+    for seat in sized:
+        for key in assignment.get(seat.spec.name, []):
+            plateau_free_bytes[tuple(key)] -= seat.footprint.footprint_bytes
+    # ---
     planned: dict[str, PlannedSeat] = {}
     for seat in boot_sequence(sized):
         keys = [tuple(key) for key in assignment.get(seat.spec.name, [])]
-        planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, order[seat.spec.name], fleet.policy.boot_margin_bytes, placed=best is not None)
+        planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, plateau_free_bytes, order[seat.spec.name], fleet.policy.boot_margin_bytes, placed=best is not None)
         for key in keys:
             free_bytes[key] -= seat.footprint.footprint_bytes
     seats = [planned[seat.spec.name] for seat in sized]
@@ -442,20 +417,28 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
     )
 
 
-def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], free_bytes: dict[GpuKey, int], boot_order: int, margin_bytes: int, *, placed: bool) -> PlannedSeat:
+def plan_seat(
+    seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], free_bytes: dict[GpuKey, int], plateau_free_bytes: dict[GpuKey, int],
+    boot_order: int, margin_bytes: int, *, placed: bool,
+) -> PlannedSeat:
     spec = seat.spec
     lines, warnings = list(seat.lines), list(seat.warnings)
     util: float | None = None
+    util_situations: tuple[float | None, float | None] = (None, None)
     args: list[str] = []
     env = dict(spec.env)
     if keys:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for _, index in keys)
         lines.append(ExplanationLine(rule="placement", inputs={"gpus": ",".join(gpu_label(key) for key in keys), "boot_order": boot_order}, result=f"on GPU {', '.join(gpu_label(key) for key in keys)}, boots {_ordinal(boot_order)}", note="the layout with the largest worst-case spare at plateau"))
     if spec.engine == "vllm" and keys:
-        chosen = choose_utilisation(seat, [(gpu_label(key), gpus[key].total_bytes, free_bytes[key]) for key in keys], margin_bytes)
-        util = chosen.value
-        lines.append(chosen.line)
-        warnings += [chosen.warning] if chosen.warning else []
+        at_start = [
+            utilisation.GpuAtStart(gpu_label(key), gpus[key].total_bytes, free_bytes[key], plateau_free_bytes[key] + seat.footprint.footprint_bytes)
+            for key in keys
+        ]
+        chosen = choose_utilisation(seat, at_start, margin_bytes)
+        util, util_situations = chosen.value, (chosen.cold_boot, chosen.rolling_restart)
+        lines.append(ExplanationLine(rule="gpu_memory_utilization", inputs=chosen.inputs, result=chosen.result, note=chosen.note))
+        warnings += [f"{spec.name}: {chosen.warning}"] if chosen.warning else []
         args = vllm_args(seat, util)
         env |= seat.extra_env
     elif not placed:
@@ -479,6 +462,8 @@ def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], 
         vllm_args=args,
         env=env,
         gpu_memory_utilization=util,
+        gpu_memory_utilization_cold_boot=util_situations[0],
+        gpu_memory_utilization_rolling_restart=util_situations[1],
         boot_order=boot_order,
         explanation=lines,
         warnings=warnings,

@@ -94,3 +94,42 @@ def test_budgets_double_up_to_the_best_layouts_moves():
     assert budgets(0, 13, []) == [0, 1, 2, 4, 8]
     assert budgets(3, 13, [5]) == [3, 4, 5, 8]
     assert budgets(0, 0, []) == []
+
+
+FLEET = """
+hosts:
+  - name: h
+    gpus:
+      - {index: 0, total_bytes: 60GiB}
+      - {index: 1, total_bytes: 60GiB}
+      - {index: 2, total_bytes: 60GiB}
+seats:
+  - {name: a, engine: fixed, memory_cap_bytes: 20GiB}
+  - {name: b, engine: fixed, memory_cap_bytes: 20GiB}
+  - {name: c, engine: fixed, memory_cap_bytes: 20GiB}
+  - {name: d, engine: fixed, memory_cap_bytes: 10GiB}
+  - {name: e, engine: fixed, memory_cap_bytes: 10GiB}
+current_layout: {a: 0, b: 0, c: 0, d: 1, e: 2}
+"""
+
+
+def test_plan_shows_the_frontier_and_takes_max_moves_and_move_cost(capsys, monkeypatch, tmp_path):
+    import json
+
+    from plan_testkit import run_cli, write_fleet
+
+    fleet = write_fleet(tmp_path, FLEET)
+    plain = json.loads(run_cli(capsys, monkeypatch, "plan", str(fleet), "--json").stdout)
+    assert [(p["max_moves"], p["moves"], p["worst_case_spare_bytes"] // GiB) for p in plain["frontier"]] == [(0, 0, 0), (1, 1, 20), (2, 2, 30)]
+    assert plain["moves"] == 2 and plain["chosen_because"] is None
+
+    budget = run_cli(capsys, monkeypatch, "plan", str(fleet), "--max-moves", "1")
+    assert budget.exit_code == 0, budget.stderr
+    assert "Spare against moves" in budget.stdout and "layout taken from the frontier: --max-moves 1" in budget.stdout
+    assert budget.stdout.splitlines()[0].startswith("worst-case spare 20.00 GiB")
+
+    priced = write_fleet(tmp_path, FLEET + "policy: {move_cost_bytes: 15GiB}\n", name="priced.yaml")
+    document = json.loads(run_cli(capsys, monkeypatch, "plan", str(priced), "--json").stdout)
+    assert document["moves"] == 1 and document["worst_case_spare_bytes"] == 20 * GiB
+    assert document["chosen_because"].startswith("move_cost_bytes 15.00 GiB")
+    assert {runner["moves"] for runner in document["runner_ups"]} == {0, 2}

@@ -80,3 +80,24 @@ def test_highest_passing_holds_on_odd_sizes_to_the_byte():
         value = highest_passing(free, total)
         assert value == 0.0 or math.ceil(total * value) <= free
         assert math.ceil(total * (value + 0.001)) > free
+
+
+def test_the_plan_gives_every_engine_on_a_shared_gpu_a_value_that_restarts_beside_its_neighbours(tmp_path):
+    from plan_testkit import LLAMA_8B, one_host, write_fleet
+
+    from seatplan.plan.fleet import load_fleet
+    from seatplan.plan.planner import build_plan
+
+    seats = "\n".join(f"  - {{name: llama-{n}, model: {LLAMA_8B}, max_model_len: {length}, pin: 0}}" for n, length in enumerate((32768, 16384, 8192)))
+    plan = build_plan(load_fleet(write_fleet(tmp_path, one_host(1, "95.59GiB") + "seats:\n" + seats + "\n")))
+    total = plan.gpus[0].total_bytes
+    for seat in plan.seats:
+        neighbours_bytes = sum(other.footprint_bytes for other in plan.seats if other.name != seat.name)
+        context = next(part.bytes for part in seat.footprint_parts if part.name == "cuda_context")
+        assert seat.gpu_memory_utilization == seat.gpu_memory_utilization_rolling_restart <= seat.gpu_memory_utilization_cold_boot
+        assert vllm_starts(total - neighbours_bytes, total, seat.gpu_memory_utilization, context)
+    first = min(plan.seats, key=lambda seat: seat.boot_order)
+    # booted first it sees the whole GPU; the cold-boot-only value would be refused at a rolling restart
+    assert first.gpu_memory_utilization_cold_boot > 0.98
+    neighbours_bytes = sum(other.footprint_bytes for other in plan.seats if other.name != first.name)
+    assert not vllm_starts(total - neighbours_bytes, total, first.gpu_memory_utilization_cold_boot)

@@ -144,6 +144,9 @@ class Policy(_Strict):
     )
     vllm_version: str = Field("0.32", description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
     output_cap_margin: float = Field(1.25, ge=1.0, description="a proposed cap is at least p99 completion × this")
+    move_cost_bytes: Bytes = Field(
+        0, description="a seat moves from where it runs only where the move buys at least this much worst-case spare"
+    )
 
     @field_validator("vllm_version")
     @classmethod
@@ -278,7 +281,27 @@ class RunnerUp(BaseModel):
     assignment: dict[str, list[str]]
     worst_case_spare_bytes: int
     moves: int
+    moved: list[str] = Field(default_factory=list, description="the seats that would restart elsewhere")  # issue 12
     why_lost: str
+
+
+# --- issue 12: spare against moves, and each GPU's own reason for not taking a seat
+class PlannedFrontierPoint(BaseModel):
+    max_moves: int = Field(description="the budget: at most this many moves from current_layout")
+    moves: int
+    worst_case_spare_bytes: int
+    proven: bool = Field(description="no layout within the budget has a larger worst-case spare")
+    moved: list[str] = Field(default_factory=list)
+
+
+class GpuVerdict(BaseModel):
+    gpu: str
+    filter: str = Field(description="keep_clear, pin_or_avoid, too_small, too_few_gpus or full")
+    reason: str
+    short_by_bytes: int | None = None
+
+
+# ---
 
 
 class ShortSeat(BaseModel):
@@ -287,6 +310,7 @@ class ShortSeat(BaseModel):
     best_gpu: str | None
     short_by_bytes: int | None
     reason: str
+    rejections: list[GpuVerdict] = Field(default_factory=list)  # issue 12
 
 
 class PlanInfeasibility(BaseModel):
@@ -314,6 +338,10 @@ class Plan(BaseModel):
     solve_seconds: float
     moves: int | None
     runner_ups: list[RunnerUp]
+    # --- issue 12
+    frontier: list[PlannedFrontierPoint] = Field(default_factory=list, description="best worst-case spare per move budget")
+    chosen_because: str | None = Field(None, description="why the layout is not the one with the largest spare (--max-moves, move_cost_bytes)")
+    # ---
     infeasible: PlanInfeasibility | None
     warnings: list[str]
     inputs: PlanInputs

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import seatplan
@@ -20,12 +21,14 @@ from seatplan.plan.models import (
     ExplanationLine,
     Fleet,
     GpuSpec,
+    GpuVerdict,
     ModelUsage,
     ObservedSeat,
     ObservedFootprints,
     Plan,
     PlanInfeasibility,
     PlanInputs,
+    PlannedFrontierPoint,
     PlannedGpu,
     PlannedSeat,
     RunnerUp,
@@ -33,7 +36,7 @@ from seatplan.plan.models import (
     ShortSeat,
     UsageSummary,
 )
-from seatplan.plan.placement import GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
+from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
 from seatplan.units import human_bytes
 
 GpuKey = tuple[str, int]
@@ -77,6 +80,7 @@ def build_plan(
     observed_path: str | None = None,
     facts_loader: FactsLoader = default_facts_loader,
     time_limit_s: float = 30.0,
+    max_moves: int | None = None,
 ) -> Plan:
     fleet = loaded.fleet
     gpus = gpu_table(fleet)
@@ -88,9 +92,13 @@ def build_plan(
             raise SeatplanError(f"seats[{position}] ({spec.name}): {problem.message}", where=loaded.where(("seats", position)), fix=problem.fix) from None
 
     sized = [size(position, spec) for position, spec in enumerate(fleet.seats)]
-    result = place(gpu_slots(fleet), [seat_demand(fleet, seat) for seat in sized], time_limit_s=time_limit_s)
+    # issue 12: a move budget (--max-moves) or a price per move (policy) picks a point of the spare-versus-moves frontier
+    place_seats = partial(
+        place, gpu_slots(fleet), time_limit_s=time_limit_s, max_moves=max_moves, move_cost_bytes=fleet.policy.move_cost_bytes
+    )
+    result = place_seats([seat_demand(fleet, seat) for seat in sized])
     if result.infeasible is not None:
-        sized, result = lower_raised_contexts(fleet, sized, size, result, time_limit_s)
+        sized, result = lower_raised_contexts(fleet, sized, size, result, place_seats)
     inputs = PlanInputs(
         fleet_path=str(loaded.path),
         fleet_sha256=loaded.sha256,
@@ -122,24 +130,27 @@ def raised_seats(sized: list[SizedSeat]) -> list[int]:
 
 
 def lower_raised_contexts(
-    fleet: Fleet, sized: list[SizedSeat], size: Callable[[int, SeatSpec], SizedSeat], result: PlacementResult, time_limit_s: float
+    fleet: Fleet,
+    sized: list[SizedSeat],
+    size: Callable[[int, SeatSpec], SizedSeat],
+    result: PlacementResult,
+    place_seats: Callable[[list[SeatDemand]], PlacementResult],
 ) -> tuple[list[SizedSeat], PlacementResult]:
     """``published`` raises a context *where it fits*: when the fleet does not fit, seats go back to vLLM's
     default length, then each raise is restored (cheapest first) as long as the fleet still fits."""
     raised = raised_seats(sized)
-    slots = gpu_slots(fleet)
     if not raised:
         return sized, result
     lowered = {position: size(position, sized[position].spec.model_copy(update={"max_model_len": None})) for position in raised}
     current = [lowered.get(position, seat) for position, seat in enumerate(sized)]
-    attempt = place(slots, [seat_demand(fleet, seat) for seat in current], time_limit_s=time_limit_s)
+    attempt = place_seats([seat_demand(fleet, seat) for seat in current])
     if attempt.infeasible is not None:
         return sized, result
     result = attempt
     for position in reversed(raised):
         trial = list(current)
         trial[position] = sized[position]
-        attempt = place(slots, [seat_demand(fleet, seat) for seat in trial], time_limit_s=time_limit_s)
+        attempt = place_seats([seat_demand(fleet, seat) for seat in trial])
         if attempt.infeasible is None and attempt.best is not None:
             current, result = trial, attempt
     for position in raised:
@@ -411,6 +422,8 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
         solve_seconds=round(result.solve_seconds, 4),
         moves=best.moves if best else None,
         runner_ups=[runner_up(alternative.placement, alternative.why_lost) for alternative in result.runner_ups],
+        frontier=[frontier_point(point) for point in result.frontier],
+        chosen_because=result.chosen_because,
         infeasible=infeasibility(result),
         warnings=warnings,
         inputs=inputs,
@@ -498,7 +511,15 @@ def runner_up(placement: Placement, why_lost: str) -> RunnerUp:
         assignment={name: [gpu_label(tuple(key)) for key in keys] for name, keys in placement.assignment.items()},
         worst_case_spare_bytes=placement.worst_case_spare_bytes,
         moves=placement.moves,
+        moved=placement.moved,
         why_lost=why_lost,
+    )
+
+
+def frontier_point(point: FrontierPoint) -> PlannedFrontierPoint:
+    return PlannedFrontierPoint(
+        max_moves=point.max_moves, moves=point.placement.moves, worst_case_spare_bytes=point.placement.worst_case_spare_bytes,
+        proven=point.proven, moved=point.placement.moved,
     )
 
 
@@ -507,5 +528,8 @@ def infeasibility(result: PlacementResult) -> PlanInfeasibility | None:
         return None
     return PlanInfeasibility(
         summary=result.infeasible.summary,
-        seats=[ShortSeat(name=item.name, footprint_bytes=item.footprint_bytes, best_gpu=item.best_gpu, short_by_bytes=item.short_by_bytes, reason=item.reason) for item in result.infeasible.seats],
+        seats=[ShortSeat(
+            name=item.name, footprint_bytes=item.footprint_bytes, best_gpu=item.best_gpu, short_by_bytes=item.short_by_bytes, reason=item.reason,
+            rejections=[GpuVerdict(gpu=r.gpu, filter=r.filter, reason=r.reason, short_by_bytes=r.short_by_bytes) for r in item.rejections],
+        ) for item in result.infeasible.seats],
     )

@@ -216,15 +216,57 @@ class _State:
         best_gain, best = self.spare[gpu], None
         for seat in sorted(self.on_gpu[gpu]):
             if problem.gpu_count[seat] > 1:
-                for gpu_set in problem.candidates[seat]:
-                    gain = self._gain([(seat, gpu_set)])
-                    if gain > best_gain:
-                        best_gain, best = gain, [(seat, gpu_set)]
+                best_gain, best = self._best_tensor_parallel_move(seat, best_gain, best)
         for pairs in (False, True):
             best_gain, best = self._best_exchange(gpu, best_gain, best, pairs=pairs)
             if best is not None:
                 return best
         return None
+
+    def _best_tensor_parallel_move(self, seat: int, best_gain: int, best: Trade | None) -> tuple[int, Trade | None]:
+        """Move a tensor-parallel seat to another GPU set, each GPU it takes sending up to two single-GPU seats to one it leaves.
+
+        On a busy fleet no GPU has room for a large tensor-parallel seat on top of what it holds;
+        trading it against small seats going the other way is what moves it at all.
+        """
+        problem, spare = self.problem, self.spare
+        size = problem.footprint_bytes[seat]
+        here = self.assignment[seat]
+        for target in problem.candidates[seat]:
+            leaving = [g for g in here if g not in target]
+            arriving = [g for g in target if g not in here]
+            # Balanced, a pair of GPUs keeps at best the average of their spares: skip targets that cannot help.
+            if not arriving or any(spare[left] + spare[taken] <= 2 * best_gain for left, taken in zip(leaving, arriving)):
+                continue
+            trade: Trade = [(seat, target)]
+            for left, taken in zip(leaving, arriving):
+                room_left, room_taken = spare[left] + size, spare[taken] - size
+                choice, choice_value = None, None
+                for bundle, bundle_bytes in self._shedding(taken, left, (room_left - room_taken) // 2):
+                    after_left, after_taken = room_left - bundle_bytes, room_taken + bundle_bytes
+                    if after_left < problem.headroom_bytes[left] or after_taken < problem.headroom_bytes[taken]:
+                        continue
+                    value = min(after_left, after_taken)
+                    if choice_value is None or value > choice_value:
+                        choice, choice_value = bundle, value
+                if choice is None or choice_value <= best_gain:
+                    break
+                trade += [(s, (left,)) for s in choice]
+            else:
+                gain = self._gain(trade)
+                if gain > best_gain:
+                    best_gain, best = gain, trade
+        return best_gain, best
+
+    def _shedding(self, gpu: int, to: int, ideal_bytes: int) -> list[tuple[list[int], int]]:
+        """Single-GPU seats ``gpu`` could send to ``to``: none, any one or two, and largest first up to ``ideal_bytes``."""
+        may_go = [s for s in sorted(self.on_gpu[gpu], key=lambda s: -self.problem.footprint_bytes[s]) if to in self.single_gpus[s]]
+        filled, filled_bytes = [], 0
+        for seat in may_go:
+            if filled_bytes + self.problem.footprint_bytes[seat] <= ideal_bytes:
+                filled.append(seat)
+                filled_bytes += self.problem.footprint_bytes[seat]
+        return [([], 0), (filled, filled_bytes)] + self._bundles(gpu, lambda s: to in self.single_gpus[s], pairs=True)
 
     def _best_exchange(self, gpu: int, best_gain: int, best: Trade | None, *, pairs: bool) -> tuple[int, Trade | None]:
         problem, spare = self.problem, self.spare

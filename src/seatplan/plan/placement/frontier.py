@@ -3,7 +3,8 @@
 Every move is a cold start and an outage of that seat, so an operator wants to see what each budget
 of moves buys before restarting anything. A point's layout is the best found within its budget:
 host-sized problems get the exhaustive search with the budget as a cut (proven when it finishes), fleets the
-budgeted local search (proven only where it reaches the bound), each point starting from the one before. Seats whose current GPUs can no
+budgeted local search (proven only where it reaches the bound), each point starting from the better of
+the point before and the layout met at that budget while walking seats home from the best layout. Seats whose current GPUs can no
 longer take them must move, so the frontier starts at that many moves. Then a budget
 (``--max-moves``) or a price per move (``move_cost_bytes``: the layout maximising worst-case spare
 − price × moves, so every move beyond a fewer-move point buys at least the price on average)
@@ -17,6 +18,8 @@ import time
 from seatplan.plan.placement import exact, local
 from seatplan.plan.placement.problem import Alternative, FrontierPoint, GpuSet, Layout, Problem, Solved, to_placement
 from seatplan.units import human_bytes
+
+HOMEWARD_SHARE = 0.3  # of the frontier's time on a fleet, for walking home from the best layout
 
 def budgets(forced_moves: int, best_moves: int, extra: list[int]) -> list[int]:
     """0, 1, 2, 4, 8 … below the best layout's moves, starting at the moves no layout avoids, plus ``extra``."""
@@ -36,9 +39,14 @@ def frontier(problem: Problem, best: Solved, *, host_sized: bool, until: float, 
     previous: tuple[GpuSet, ...] | None = None
     previous_rank: Layout | None = None
     steps = budgets(forced_moves(problem), best.layout.moves, extra_budgets)
+    from_the_top: dict[int, tuple[GpuSet, ...]] = {}
+    if not host_sized:
+        now = time.perf_counter()
+        from_the_top = local.homeward(problem, best.layout.assignment, steps, deadline=now + (until - now) * HOMEWARD_SHARE)
     for position, budget in enumerate(steps):
         share = max(0.05, (until - time.perf_counter()) / (len(steps) - position))
-        layout, proven = _point(problem, budget, previous, best, host_sized=host_sized, deadline=time.perf_counter() + share)
+        start = _better(problem, previous, from_the_top.get(budget))
+        layout, proven = _point(problem, budget, start, best, host_sized=host_sized, deadline=time.perf_counter() + share)
         if layout is None:
             continue  # no layout found within this budget: new seats need room that only moves make
         if previous_rank is not None and previous_rank < layout:
@@ -50,6 +58,11 @@ def frontier(problem: Problem, best: Solved, *, host_sized: bool, until: float, 
         previous, previous_rank = layout.assignment, layout
     points.append(_as_point(problem, best.layout.moves, best.layout, best.optimal))
     return points
+
+
+def _better(problem: Problem, *layouts: tuple[GpuSet, ...] | None) -> tuple[GpuSet, ...] | None:
+    ranked = [problem.layout(layout) for layout in layouts if layout is not None]
+    return min(ranked).assignment if ranked else None
 
 
 def _point(

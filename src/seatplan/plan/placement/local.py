@@ -23,7 +23,8 @@ Trade = list[tuple[int, GpuSet]]  # (seat, its new GPU set)
 ORDER_JITTER = 0.25  # a seat's demand is scaled by up to this much either way when ordering a randomized start
 KICKED_SEATS = 3  # seats a kick moves off the tightest GPUs
 STALL_ROUNDS = 60  # rounds in a row without a better layout (or without any layout) before giving up early
-ROUNDS_PER_RESTART = 6  # kicks from the best layout between two fresh randomized starts
+ROUNDS_PER_RESTART = 6
+ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tries only some groups of them  # kicks from the best layout between two fresh randomized starts
 
 
 def search(
@@ -44,10 +45,11 @@ def search(
     best: _State | None = None
     round_number = stalled = 0
     while True:
-        if round_number == 0 and start is not None:
+        fresh = round_number - (start is not None)  # rounds since the given start: 0 is the plain largest-first start
+        if fresh < 0:
             candidate: _State | None = _State(problem, start, max_moves)
-        elif best is None or round_number % (ROUNDS_PER_RESTART + 1) == 0:
-            layout = construct(problem, rng if round_number else None, max_moves=max_moves)
+        elif best is None or fresh % (ROUNDS_PER_RESTART + 1) == 0:
+            layout = construct(problem, rng if fresh else None, max_moves=max_moves)
             candidate = None if layout is None else _State(problem, layout, max_moves)
         else:
             candidate = best.copy()
@@ -139,6 +141,19 @@ def fewer_moves(problem: Problem, assignment: tuple[GpuSet, ...], *, deadline: f
     return tuple(state.assignment)
 
 
+def homeward(problem: Problem, assignment: tuple[GpuSet, ...], budgets: list[int], *, deadline: float) -> dict[int, tuple[GpuSet, ...]]:
+    """From a layout with many moves, send seats home one step at a time, each step the one that costs the least
+    worst-case spare; the layout at each budget on the way down (the frontier seen from the top)."""
+    state = _State(problem, assignment)
+    found: dict[int, tuple[GpuSet, ...]] = {}
+    for budget in sorted(budgets, reverse=True):
+        while state.moves > budget and time.perf_counter() < deadline and state.send_cheapest_home():
+            pass
+        if state.moves <= budget:
+            found[budget] = tuple(state.assignment)
+    return found
+
+
 def _groups_of(problem: Problem) -> dict[int, list[tuple[int, ...]]]:
     groups_of: dict[int, list[tuple[int, ...]]] = {}
     for group in problem.apart:
@@ -199,8 +214,15 @@ class _State:
                     break
 
     def relieve_lowest(self) -> bool:
-        """Apply the best trade for the lowest-spare GPU that has one; False when none has."""
-        for gpu in sorted(self.open, key=lambda g: (self.spare[g], g)):
+        """Apply the best trade for the lowest-spare GPU that has one; False when none of the lowest quarter has.
+
+        Under a move budget only the GPUs at the worst-case spare are relieved: a move spent on a GPU
+        above it buys no spare and may be the one the worst GPU needs later.
+        """
+        lowest = sorted(self.open, key=lambda g: (self.spare[g], g))[: max(8, len(self.open) // 4)]
+        if self.max_moves is not None and lowest:
+            lowest = [g for g in lowest if self.spare[g] == self.spare[lowest[0]]]
+        for gpu in lowest:
             trade = self._best_trade(gpu)
             if trade is not None:
                 self._apply(trade)
@@ -259,13 +281,21 @@ class _State:
         return best_gain, best
 
     def _shedding(self, gpu: int, to: int, ideal_bytes: int) -> list[tuple[list[int], int]]:
-        """Single-GPU seats ``gpu`` could send to ``to``: none, any one or two, and largest first up to ``ideal_bytes``."""
-        may_go = [s for s in sorted(self.on_gpu[gpu], key=lambda s: -self.problem.footprint_bytes[s]) if to in self.single_gpus[s]]
+        """Groups of single-GPU seats ``gpu`` could send to ``to``: every subset when there are few, else none, any
+        one or two, and largest first up to ``ideal_bytes``. A large seat often fits only for a narrow range of bytes
+        sent back, which only an exact subset hits."""
+        size = self.problem.footprint_bytes
+        may_go = [s for s in sorted(self.on_gpu[gpu], key=lambda s: -size[s]) if to in self.single_gpus[s]]
+        if len(may_go) <= ALL_SUBSETS_UP_TO:
+            subsets: list[tuple[list[int], int]] = [([], 0)]
+            for seat in may_go:
+                subsets += [(members + [seat], total + size[seat]) for members, total in subsets]
+            return subsets
         filled, filled_bytes = [], 0
         for seat in may_go:
-            if filled_bytes + self.problem.footprint_bytes[seat] <= ideal_bytes:
+            if filled_bytes + size[seat] <= ideal_bytes:
                 filled.append(seat)
-                filled_bytes += self.problem.footprint_bytes[seat]
+                filled_bytes += size[seat]
         return [([], 0), (filled, filled_bytes)] + self._bundles(gpu, lambda s: to in self.single_gpus[s], pairs=True)
 
     def _best_exchange(self, gpu: int, best_gain: int, best: Trade | None, *, pairs: bool) -> tuple[int, Trade | None]:
@@ -331,6 +361,29 @@ class _State:
                     self._apply(trade)
                     return True
         return False
+
+    def send_cheapest_home(self) -> bool:
+        """The homecoming that leaves the largest worst-case spare (ties: the one that saves more moves); False when none fits."""
+        problem = self.problem
+        lowest = sorted(self.open, key=lambda g: self.spare[g])[:8]
+        best_key, best_trade = None, None
+        for seat, home in enumerate(problem.current):
+            if home is None or home == self.assignment[seat] or home not in problem.candidates[seat]:
+                continue
+            for trade in self._homecomings(seat, home):
+                delta = self._delta(trade)
+                if any(self.spare[g] + change < problem.headroom_bytes[g] for g, change in delta.items()) or not self._apart_ok(trade):
+                    continue
+                untouched = next((self.spare[g] for g in lowest if g not in delta), None)
+                touched = [self.spare[g] + change for g, change in delta.items() if not problem.keep_clear[g]]
+                worst = min(touched + ([] if untouched is None else [untouched]), default=0)
+                key = (worst, self.moves - self._moves_after(trade))
+                if best_key is None or key > best_key:
+                    best_key, best_trade = key, trade
+        if best_trade is None:
+            return False
+        self._apply(best_trade)
+        return True
 
     def _homecomings(self, seat: int, home: GpuSet) -> list[Trade]:
         """Going straight home, or (single-GPU seats) swapping places with a seat on the home GPU that is away from its own home."""

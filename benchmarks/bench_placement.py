@@ -202,6 +202,29 @@ def run_fleets(shapes: list[Shape], seeds: list[int], time_limit_s: float, milp:
     return rows
 
 
+def run_frontier(shape: Shape, seed: int, time_limit_s: float) -> list[str]:
+    """The fleet already running where most-free-first put it: the spare-versus-moves frontier the plan shows."""
+    slots, seats = generated_fleet(shape, seed)
+    now = most_free_first(slots, seats)
+    assert now is not None
+    running = [seat.model_copy(update={"current": now.assignment[seat.name]}) for seat in seats]
+    started = time.perf_counter()
+    result = place(slots, running, time_limit_s=time_limit_s)
+    seconds = time.perf_counter() - started
+    bound = lp_bound(compile_problem(slots, seats)) or 1
+    lines = [
+        f"{shape} seed {seed}, running as most-free-first placed it ({len(running)} seats): {seconds:.1f} s",
+        "",
+        "| at most | moves | worst-case spare GiB | share of the LP bound | proven |",
+        "|---|---|---|---|---|",
+    ]
+    for point in result.frontier:
+        worst = point.placement.worst_case_spare_bytes
+        lines.append(f"| {point.max_moves} | {point.placement.moves} | {worst / GiB:.3f} | {100 * worst / bound:.2f} % | {'yes' if point.proven else 'no'} |")
+    print("\n".join(lines), flush=True)
+    return lines
+
+
 def _pct(value: float | None) -> str:
     return "stranded/none" if value is None else f"{100 * value:.2f} %"
 
@@ -230,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     hosts = run_hosts([1] if args.quick else [1, 2, 3, 4, 5, 6, 7, 8])
     shapes = [SHAPES[0], SHAPES[-1]] if args.quick else SHAPES
     fleets = run_fleets(shapes, [1] if args.quick else list(range(1, args.seeds + 1)), args.time_limit, not args.no_milp)
+    print()
+    run_frontier(SHAPES[4], 1, args.time_limit)
     print()
     print(fleet_table(fleets))
     print()

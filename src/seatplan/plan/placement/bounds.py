@@ -77,12 +77,14 @@ def linear_model(problem: Problem) -> LinearModel:
     return model
 
 
-def lp_bound(problem: Problem) -> int | None:
-    """The LP relaxation's worst-case spare in bytes (rounded up), or None when GLOP gives no optimum."""
+def lp_bound(problem: Problem, *, time_limit_s: float | None = None) -> int | None:
+    """The LP relaxation's worst-case spare in bytes (rounded up), or None when GLOP gives no optimum (in the time)."""
     from ortools.linear_solver import pywraplp
 
     model = linear_model(problem)
     solver = pywraplp.Solver.CreateSolver("GLOP")
+    if time_limit_s is not None:
+        solver.SetTimeLimit(max(1, int(time_limit_s * 1000)))
     columns = [solver.NumVar(lo, hi, name) for lo, hi, name in zip(model.lower, model.upper, model.names)]
     for coeffs, lo, hi in model.rows:
         constraint = solver.RowConstraint(-solver.infinity() if lo == -math.inf else lo, hi)

@@ -48,6 +48,7 @@ from seatplan.units import human_bytes
 EXHAUSTIVE_MAX_OPEN_GPUS = 8
 EXHAUSTIVE_MAX_SEATS = 16
 EXHAUSTIVE_TIME_SHARE = 0.25
+LP_TIME_SHARE = 0.2  # at most, of a fleet-sized solve's time, for the LP bound (it takes about a second on 64 GPUs)
 LOCAL_SEARCH_SHARE = 0.75  # of a fleet-sized solve's time; CP-SAT, hinted with its layout, gets the rest
 # Of the time limit: the best layout, then the frontier (when seats run somewhere), then runner-ups.
 BEST_TIME_SHARE = 0.6
@@ -98,7 +99,9 @@ def place(
     pick, because = frontier.choose(points, max_moves=max_moves, move_cost_bytes=move_cost_bytes)
     if pick is None or pick.placement.worst_case_spare_bytes == solved.layout.worst_spare_bytes and pick.placement.moves == solved.layout.moves:
         best = to_placement(problem, solved.layout.assignment)
-        alternatives = _runner_ups(problem, chosen, solved.layout, best, runner_ups, until=started + time_limit_s)
+        alternatives = _runner_ups(
+            problem, chosen, solved.layout, best, runner_ups, until=started + time_limit_s, bound_bytes=solved.bound_bytes
+        )
         optimal, because = solved.optimal, None
     else:
         best = pick.placement
@@ -125,8 +128,11 @@ def _infeasible(infeasible, method: Method, started: float) -> PlacementResult:
     )
 
 
-def _solve(problem: Problem, method: Method, *, fallback: bool, until: float) -> tuple[Solved, Method]:
-    """Solve with ``method``; with ``fallback`` an exhaustive search that runs out of its share of time hands over to the fleet path."""
+def _solve(problem: Problem, method: Method, *, fallback: bool, until: float, bound_bytes: int | None = None) -> tuple[Solved, Method]:
+    """Solve with ``method``; with ``fallback`` an exhaustive search that runs out of its share of time hands over to the fleet path.
+
+    ``bound_bytes``: a bound already proven for this problem or a less constrained one (the fleet path then skips the LP).
+    """
     start: tuple[GpuSet, ...] | None = None
     if method == "exhaustive":
         now = time.perf_counter()
@@ -140,22 +146,21 @@ def _solve(problem: Problem, method: Method, *, fallback: bool, until: float) ->
             bound = outcome.bound_bytes if outcome.bound_bytes is not None else root_bound(problem)
             return Solved(layout=layout, optimal=False, bound_bytes=bound, proven_infeasible=False), "exhaustive"
         start = None if layout is None else layout.assignment
-    return solve_fleet(problem, until=until, start=start), "cp-sat"
+    return solve_fleet(problem, until=until, start=start, bound_bytes=bound_bytes), "cp-sat"
 
 
-def solve_fleet(problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, max_moves: int | None = None) -> Solved:
+def solve_fleet(problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, bound_bytes: int | None = None) -> Solved:
     """The fleet path: the LP bound, the local search for most of the time, then CP-SAT hinted with its layout."""
-    bound_bytes = lp_bound(problem)
+    if bound_bytes is None:
+        bound_bytes = lp_bound(problem, time_limit_s=(until - time.perf_counter()) * LP_TIME_SHARE)
     now = time.perf_counter()
-    found = local.search(
-        problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, max_moves=max_moves, target_bytes=bound_bytes
-    )
-    return cpsat.solve(
-        problem, time_limit_s=max(0.5, until - time.perf_counter()), start=found, bound_bytes=bound_bytes, max_moves=max_moves
-    )
+    found = local.search(problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, target_bytes=bound_bytes)
+    return cpsat.solve(problem, time_limit_s=max(0.5, until - time.perf_counter()), start=found, bound_bytes=bound_bytes)
 
 
-def _runner_ups(problem: Problem, method: Method, best_layout: Layout, best: Placement, count: int, *, until: float) -> list[Alternative]:
+def _runner_ups(
+    problem: Problem, method: Method, best_layout: Layout, best: Placement, count: int, *, until: float, bound_bytes: int | None
+) -> list[Alternative]:
     alternatives: list[Alternative] = []
     previous, constrained = best_layout, problem
     for position in range(count):
@@ -164,7 +169,7 @@ def _runner_ups(problem: Problem, method: Method, best_layout: Layout, best: Pla
             break
         constrained = replace(constrained, apart=constrained.apart + (group,))
         share = (until - time.perf_counter()) / (count - position)
-        solved, _ = _solve(constrained, method, fallback=False, until=time.perf_counter() + max(0.5, share))
+        solved, _ = _solve(constrained, method, fallback=False, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes)
         if solved.layout is None:
             break
         placement = to_placement(problem, solved.layout.assignment)

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from seatplan.errors import SeatplanError
-from seatplan.plan.placement.greedy import best_fit, most_free_first
 from seatplan.plan.placement import GpuSlot, SeatDemand, place
+from seatplan.plan.placement.greedy import best_fit, most_free_first
 
 GiB = 1 << 30
 

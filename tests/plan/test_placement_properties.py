@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place
 from seatplan.plan.placement.greedy import best_fit, greedy, most_free_first
 from seatplan.plan.placement.local import construct, fewer_moves, improve
 from seatplan.plan.placement.local import search as local_search
 from seatplan.plan.placement.problem import compile_problem
-from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place
 
 GiB = 1 << 30
 

@@ -253,8 +253,7 @@ class _Bound:
                         kept = left
             if kept < need:
                 return False
-            if kept < bound:
-                bound = kept
+            bound = min(bound, kept)
         if bound > need:
             return True
         return self.fewest_moves(depth, spare, moves_so_far, need) < rank[1]

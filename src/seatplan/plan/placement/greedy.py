@@ -13,7 +13,8 @@ Ties go to the first GPU set by host and index.
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
 from seatplan.plan.placement.problem import GpuSet, GpuSlot, Placement, Problem, SeatDemand, compile_problem, to_placement
 

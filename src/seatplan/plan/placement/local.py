@@ -5,7 +5,8 @@ Each round builds a layout largest seat first onto the GPU (set) left with the m
 order jittered by a seeded random generator, or kicks a few seats off the tightest GPUs of the best
 layout so far; then trades seats between the lowest-spare GPU and the others until no trade helps.
 A trade moves one or two seats off a GPU, possibly taking one or two back (a swap), or moves a
-tensor-parallel seat to another GPU set of a host. Every trade keeps the layout valid (allowed GPU
+tensor-parallel seat to another GPU set, each GPU it takes sending a group of single-GPU seats
+back to one it leaves. Under a move budget only the worst GPUs are relieved. Every trade keeps the layout valid (allowed GPU
 sets, headroom, apart groups, the move budget) and raises the lower of the spares it touches,
 which makes the sorted list of all spares lexicographically larger, so every descent ends.
 """
@@ -23,8 +24,8 @@ Trade = list[tuple[int, GpuSet]]  # (seat, its new GPU set)
 ORDER_JITTER = 0.25  # a seat's demand is scaled by up to this much either way when ordering a randomized start
 KICKED_SEATS = 3  # seats a kick moves off the tightest GPUs
 STALL_ROUNDS = 60  # rounds in a row without a better layout (or without any layout) before giving up early
-ROUNDS_PER_RESTART = 6
-ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tries only some groups of them  # kicks from the best layout between two fresh randomized starts
+ROUNDS_PER_RESTART = 6  # kicks from the best layout between two fresh randomized starts
+ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tries only some groups of them
 
 
 def search(
@@ -46,7 +47,7 @@ def search(
     round_number = stalled = 0
     while True:
         fresh = round_number - (start is not None)  # rounds since the given start: 0 is the plain largest-first start
-        if fresh < 0:
+        if start is not None and fresh < 0:
             candidate: _State | None = _State(problem, start, max_moves)
         elif best is None or fresh % (ROUNDS_PER_RESTART + 1) == 0:
             layout = construct(problem, rng if fresh else None, max_moves=max_moves)
@@ -208,7 +209,7 @@ class _State:
             targets = sorted(g for g in self.single_gpus[seat] if (g,) != self.assignment[seat])
             rng.shuffle(targets)
             for g in targets:
-                trade = [(seat, (g,))]
+                trade: Trade = [(seat, (g,))]
                 if self.spare[g] - problem.footprint_bytes[seat] >= problem.headroom_bytes[g] and self._allowed(trade):
                     self._apply(trade)
                     break
@@ -232,29 +233,32 @@ class _State:
     def _best_trade(self, gpu: int) -> Trade | None:
         """The trade that leaves the most spare on the lower of ``gpu`` and its partner, if that beats ``gpu``'s spare now.
 
-        Single seats are tried first; pairs only when no single move or one-for-one swap helps.
+        The cheap trades first: single seats moved or swapped one for one, then tensor-parallel seats
+        traded against groups, then pairs of seats; the first kind that helps is taken.
         """
         problem = self.problem
-        best_gain, best = self.spare[gpu], None
+        floor = self.spare[gpu]
+        best_gain, best = self._best_exchange(gpu, floor, None, pairs=False)
+        if best is not None:
+            return best
         for seat in sorted(self.on_gpu[gpu]):
             if problem.gpu_count[seat] > 1:
                 best_gain, best = self._best_tensor_parallel_move(seat, best_gain, best)
-        for pairs in (False, True):
-            best_gain, best = self._best_exchange(gpu, best_gain, best, pairs=pairs)
-            if best is not None:
-                return best
-        return None
+        if best is not None:
+            return best
+        return self._best_exchange(gpu, floor, None, pairs=True)[1]
 
     def _best_tensor_parallel_move(self, seat: int, best_gain: int, best: Trade | None) -> tuple[int, Trade | None]:
-        """Move a tensor-parallel seat to another GPU set, each GPU it takes sending up to two single-GPU seats to one it leaves.
+        """Move a tensor-parallel seat to another GPU set, each GPU it takes sending a group of single-GPU seats to one it leaves.
 
         On a busy fleet no GPU has room for a large tensor-parallel seat on top of what it holds;
         trading it against small seats going the other way is what moves it at all.
         """
-        problem, spare = self.problem, self.spare
-        size = problem.footprint_bytes[seat]
+        spare = self.spare
+        size = self.problem.footprint_bytes[seat]
         here = self.assignment[seat]
-        for target in problem.candidates[seat]:
+        sent_back: dict[tuple[int, int], tuple[list[int], int] | None] = {}  # (GPU left, GPU taken) → its best group
+        for target in self.problem.candidates[seat]:
             leaving = [g for g in here if g not in target]
             arriving = [g for g in target if g not in here]
             # Balanced, a pair of GPUs keeps at best the average of their spares: skip targets that cannot help.
@@ -262,23 +266,31 @@ class _State:
                 continue
             trade: Trade = [(seat, target)]
             for left, taken in zip(leaving, arriving):
-                room_left, room_taken = spare[left] + size, spare[taken] - size
-                choice, choice_value = None, None
-                for bundle, bundle_bytes in self._shedding(taken, left, (room_left - room_taken) // 2):
-                    after_left, after_taken = room_left - bundle_bytes, room_taken + bundle_bytes
-                    if after_left < problem.headroom_bytes[left] or after_taken < problem.headroom_bytes[taken]:
-                        continue
-                    value = min(after_left, after_taken)
-                    if choice_value is None or value > choice_value:
-                        choice, choice_value = bundle, value
-                if choice is None or choice_value <= best_gain:
+                if (left, taken) not in sent_back:
+                    sent_back[left, taken] = self._best_group_back(size, left, taken)
+                group = sent_back[left, taken]
+                if group is None or group[1] <= best_gain:
                     break
-                trade += [(s, (left,)) for s in choice]
+                trade += [(s, (left,)) for s in group[0]]
             else:
                 gain = self._gain(trade)
                 if gain > best_gain:
                     best_gain, best = gain, trade
         return best_gain, best
+
+    def _best_group_back(self, size: int, left: int, taken: int) -> tuple[list[int], int] | None:
+        """The group of seats ``taken`` sends to ``left`` when a seat of ``size`` goes the other way: the one leaving the
+        most spare on the lower of the two, with that spare; None when no group keeps both within their headroom."""
+        headroom = self.problem.headroom_bytes
+        room_left, room_taken = self.spare[left] + size, self.spare[taken] - size
+        best: tuple[list[int], int] | None = None
+        for group, group_bytes in self._shedding(taken, left, (room_left - room_taken) // 2):
+            after_left, after_taken = room_left - group_bytes, room_taken + group_bytes
+            if after_left < headroom[left] or after_taken < headroom[taken]:
+                continue
+            if best is None or min(after_left, after_taken) > best[1]:
+                best = (group, min(after_left, after_taken))
+        return best
 
     def _shedding(self, gpu: int, to: int, ideal_bytes: int) -> list[tuple[list[int], int]]:
         """Groups of single-GPU seats ``gpu`` could send to ``to``: every subset when there are few, else none, any
@@ -306,7 +318,7 @@ class _State:
             room = spare[partner]
             if partner == gpu or room <= best_gain:
                 continue  # giving it anything would leave it below what we already have
-            arriving = [([], 0)] + self._bundles(partner, lambda s: gpu in self.single_gpus[s], pairs=pairs)
+            arriving: list[tuple[list[int], int]] = [([], 0)] + self._bundles(partner, lambda s: gpu in self.single_gpus[s], pairs=pairs)
             for out_seats, out_bytes in leaving:
                 if any(partner not in self.single_gpus[s] for s in out_seats):
                     continue
@@ -317,7 +329,7 @@ class _State:
                     gain = min(floor + shift, room - shift)
                     if gain <= best_gain or room - shift < problem.headroom_bytes[partner]:
                         continue
-                    trade = [(s, (partner,)) for s in out_seats] + [(s, (gpu,)) for s in in_seats]
+                    trade: Trade = [(s, (partner,)) for s in out_seats] + [(s, (gpu,)) for s in in_seats]
                     if self._allowed(trade):
                         best_gain, best = gain, trade
         return best_gain, best

@@ -8,9 +8,10 @@ exact search, CP-SAT, the local search and the greedy baselines all agree on wha
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Iterable, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
 

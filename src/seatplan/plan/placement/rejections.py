@@ -78,7 +78,7 @@ def _key(label: str) -> tuple[str, int]:
 
 def tally(problem: Problem, rejections: list[GpuRejection]) -> str:
     """``0/8 GPUs can take it: 1 keep-clear, 3 too small`` (the Kubernetes scheduler's wording)."""
-    counts = Counter(item.filter for item in rejections)
+    counts: Counter[str] = Counter(item.filter for item in rejections)
     parts = ", ".join(f"{counts[name]} {words}" for name, words in FILTER_WORDS.items() if counts[name])
     return f"{len(problem.gpu_keys) - len(rejections)}/{len(problem.gpu_keys)} GPUs can take it: {parts}"
 

@@ -49,7 +49,7 @@ EXHAUSTIVE_MAX_OPEN_GPUS = 8
 EXHAUSTIVE_MAX_SEATS = 16
 EXHAUSTIVE_TIME_SHARE = 0.25
 LP_TIME_SHARE = 0.2  # at most, of a fleet-sized solve's time, for the LP bound (it takes about a second on 64 GPUs)
-LOCAL_SEARCH_SHARE = 0.75  # of a fleet-sized solve's time; CP-SAT, hinted with its layout, gets the rest
+LOCAL_SEARCH_SHARE = 0.85  # of a fleet-sized solve's time; CP-SAT, hinted with its layout, gets the rest
 # Of the time limit: the best layout, then the frontier (when seats run somewhere), then runner-ups.
 BEST_TIME_SHARE = 0.6
 FRONTIER_TIME_SHARE = 0.25

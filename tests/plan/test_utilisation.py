@@ -85,7 +85,7 @@ def test_highest_passing_holds_on_odd_sizes_to_the_byte():
 def test_the_plan_gives_every_engine_on_a_shared_gpu_a_value_that_restarts_beside_its_neighbours(tmp_path):
     from plan_testkit import LLAMA_8B, one_host, write_fleet
 
-    from seatplan.plan.fleet import load_fleet
+    from seatplan.documents.fleet_file import load_fleet
     from seatplan.plan.planner import build_plan
 
     seats = "\n".join(f"  - {{name: llama-{n}, model: {LLAMA_8B}, max_model_len: {length}, pin: 0}}" for n, length in enumerate((32768, 16384, 8192)))

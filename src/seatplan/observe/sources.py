@@ -21,7 +21,7 @@ import numpy as np
 
 from seatplan.errors import SeatplanError
 from seatplan.observe.detect import GpuSeries
-from seatplan.observe.models import EngineStats, ProcessSample
+from seatplan.documents.observed import EngineStats, ProcessSample
 
 # Beszel's NVIDIA collectors store nvidia-smi MiB divided by 1.024 (agent/gpu.go mebibytesInAMegabyte).
 BESZEL_MIB_FACTOR = 1.024

@@ -1,0 +1,184 @@
+"""The fleet file: hosts, their GPUs, the seats (engines) to place, and the planning policy.
+
+Every model forbids unknown keys so a typo (``max_model_length``) is an error naming its line,
+not a silently ignored setting. ``fleet_file.load_fleet`` reads it with line numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+
+from seatplan.errors import SeatplanError
+from seatplan.units import GiB, MiB, parse_bytes, parse_tokens, round_up
+from seatplan.versions import DEFAULT_VLLM_VERSION
+from seatplan.versions import modelled as parse_vllm_version
+
+DEFAULT_KV_FACTOR = 1.25  # the operator's rule: KV for 1.25 max-length requests
+DEFAULT_ROUNDING_STEP_BYTES = GiB // 2  # KV pins are rounded up to 0.5 GiB
+
+SIZE_PATTERN = r"^\s*(\d+(\.\d+)?|\.\d+)\s*([KMGTkmgt](i?[Bb])?|[Bb])?\s*$"
+
+
+def _size_to_bytes(value: Any) -> Any:
+    """Sizes in the fleet file: ``96GiB``, ``0.5GiB``, ``22G`` or plain bytes (``units.parse_bytes``)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value < 0):
+        return value  # let the type check / the ``ge=0`` bound word the error
+    if isinstance(value, str) and value.strip().startswith("-"):
+        raise ValueError(f"{value!r} is negative; sizes are 0 or more")
+    try:
+        return parse_bytes(value)
+    except SeatplanError as problem:
+        raise ValueError(problem.message.split(": ", 1)[-1]) from None
+
+
+Bytes = Annotated[
+    int,
+    BeforeValidator(_size_to_bytes),
+    Field(ge=0),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": SIZE_PATTERN}],
+            "description": "bytes, or a size with a unit: 96GiB, 0.5GiB, 512MiB, 22G (2**30), 20GB (10**9)",
+        }
+    ),
+]
+
+GpuRef = Annotated[
+    int | str,
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": r"^[^:]+:\d+$"}],
+            "description": "a GPU index on the only host, or HOST:INDEX",
+        }
+    ),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GpuSpec(_Strict):
+    """One GPU of a host."""
+
+    index: int = Field(ge=0, description="CUDA device index (what CUDA_VISIBLE_DEVICES names)")
+    name: str = Field("", description="model name as nvidia-smi prints it, for the tables")
+    total_bytes: Bytes = Field(description="total memory as CUDA reports it (e.g. 95.59GiB on a 96 GB card)")
+    reserved_bytes: Bytes = Field(0, description="memory used by processes seatplan does not manage")
+    keep_clear: bool = Field(False, description="this GPU must stay empty (nothing is placed on it)")
+
+
+Device = Literal["cuda", "cpu"]
+
+
+class HostSpec(_Strict):
+    name: str = Field(min_length=1)
+    gpus: list[GpuSpec] = Field(min_length=1)
+    device: Device = Field(
+        "cuda",
+        description="what the host's engines run on: `cuda` (GPUs) or `cpu` (vLLM's CPU build; block size and "
+        "attention backend follow it, each `gpus` entry is then a memory budget)",
+    )
+    address: str | None = Field(None, description="how engines on this host are reached (defaults to `name`)")
+
+    @property
+    def reachable_at(self) -> str:
+        return self.address or self.name
+
+
+class SeatSpec(_Strict):
+    """One engine ("seat"): a vLLM server, or a fixed non-vLLM process with a known memory cap."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    engine: Literal["vllm", "fixed"] = "vllm"
+    model: str | None = Field(None, description="model directory (relative to the fleet file) or Hugging Face id")
+    model_path_on_host: str | None = Field(
+        None, description="what --model says on the GPU host, when it differs from `model` (defaults to `model`)"
+    )
+    served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`)")
+    port: int | None = Field(None, ge=1, le=65535)
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = Field(1, ge=1)
+    max_model_len: Annotated[
+        int | Literal["published"] | None,
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "integer", "minimum": 1},
+                    {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[kKmM]?\s*$"},
+                    {"const": "published"},
+                    {"type": "null"},
+                ]
+            }
+        ),
+    ] = Field(
+        None,
+        description="context length in tokens, or `published` to raise it to the model's published maximum; "
+        "unset = the length vLLM derives from the config",
+    )
+    kv_factor: float | None = Field(
+        None, gt=0, description=f"KV bytes = one max-length request × this factor (policy default {DEFAULT_KV_FACTOR:g})"
+    )
+    kv_cache_memory_bytes: Bytes | None = Field(None, description="operator-pinned KV size; wins over kv_factor")
+    max_new_tokens: int | None = Field(None, ge=1, description="default output cap (and ceiling) for replies")
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    enforce_eager: bool = Field(False, description="no CUDA graphs (saves their memory, costs speed)")
+    pin: GpuRef | list[GpuRef] | None = Field(None, description="GPU(s) this seat must run on")
+    avoid: list[GpuRef] = Field(default_factory=list, description="GPUs this seat must not run on")
+    allow_yarn: bool = Field(False, description="YaRN context extension may be enabled for this seat")
+    memory_cap_bytes: Bytes | None = Field(None, description="a fixed seat's declared memory per GPU")
+    extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("max_model_len", mode="before")
+    @classmethod
+    def _tokens(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "published":
+            if not re.fullmatch(r"\s*\d+(\.\d+)?\s*[kKmM]?\s*", value):
+                raise ValueError(f"{value!r} is neither a token count (131072, 128K) nor `published`")
+            return parse_tokens(value)
+        return value
+
+
+class Policy(_Strict):
+    kv_factor: float = Field(DEFAULT_KV_FACTOR, gt=0, description="default KV factor over one max-length request")
+    rounding_step_bytes: Bytes = Field(DEFAULT_ROUNDING_STEP_BYTES, description="KV bytes are rounded up to a multiple of this")
+    headroom_bytes: Bytes = Field(0, description="memory each GPU must keep free at plateau")
+    creep_allowance_bytes: Bytes = Field(
+        512 * MiB, description="per seat and GPU: growth after boot (fragmentation, caches) seen at plateau"
+    )
+    boot_margin_bytes: Bytes = Field(
+        512 * MiB, description="kept between the free memory an engine sees at boot and its utilisation budget"
+    )
+    vllm_version: str = Field(DEFAULT_VLLM_VERSION, description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
+    output_cap_margin: float = Field(1.25, ge=1.0, description="a proposed cap is at least p99 completion × this")
+    move_cost_bytes: Bytes = Field(
+        0, description="a seat moves from where it runs only where the move buys at least this much worst-case spare"
+    )
+
+    def rule_kv_bytes(self, request_kv_bytes: int, min_kv_cache_bytes: int, factor: float | None = None) -> int:
+        """The KV rule, the one place it is written: one max-length request × the factor, never below what
+        vLLM boots with, rounded up to the policy's step."""
+        raw = max(math.ceil(request_kv_bytes * (factor or self.kv_factor)), min_kv_cache_bytes)
+        return round_up(raw, self.rounding_step_bytes) if self.rounding_step_bytes else raw
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        parse_vllm_version(value)
+        return value
+
+
+class Fleet(_Strict):
+    hosts: list[HostSpec] = Field(min_length=1)
+    seats: list[SeatSpec] = Field(min_length=1)
+    policy: Policy = Field(default_factory=Policy)
+    current_layout: dict[str, GpuRef | list[GpuRef]] = Field(
+        default_factory=dict, description="where each seat runs now (seat name → GPU or GPUs)"
+    )

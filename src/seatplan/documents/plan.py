@@ -1,0 +1,168 @@
+"""The plan document: what ``seatplan plan -o plan.json`` writes and render, verify and report read.
+
+It is versioned (``kind``/``version``): a saved plan can be diffed, re-rendered and verified later, and
+a document of another kind is refused on read.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
+
+
+class ExplanationLine(BaseModel):
+    """One decision: which rule, on which numbers, with what result."""
+
+    rule: str
+    inputs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
+    result: str
+    note: str = ""
+
+
+class FootprintPart(BaseModel):
+    name: str
+    bytes: int
+    basis: Basis
+    inputs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
+    note: str = ""
+
+
+class PlannedSeat(BaseModel):
+    name: str
+    engine: Literal["vllm", "fixed"]
+    model: str | None
+    served_model_name: str
+    port: int | None
+    gpus: list[str]
+    tensor_parallel_size: int
+    kv_cache_memory_bytes: int | None
+    max_model_len: int | None
+    max_new_tokens: int | None
+    kv_cache_tokens: int | None
+    max_concurrency: float | None
+    footprint_bytes: int
+    footprint_basis: Basis
+    footprint_parts: list[FootprintPart]
+    vllm_args: list[str]
+    env: dict[str, str]
+    gpu_memory_utilization: float | None
+    # --- issue 12: the highest value that passes vLLM's start-up check in each situation the engine starts in
+    gpu_memory_utilization_cold_boot: float | None = Field(None, description="at a cold boot of the host, in boot order")
+    gpu_memory_utilization_rolling_restart: float | None = Field(
+        None, description="restarted alone beside its neighbours at plateau (what apply does)"
+    )
+    # ---
+    boot_order: int
+    explanation: list[ExplanationLine]
+    warnings: list[str]
+
+
+class PlannedGpu(BaseModel):
+    host: str
+    index: int
+    name: str
+    total_bytes: int
+    reserved_bytes: int
+    keep_clear: bool
+    seats: list[str]
+    used_bytes: int
+    spare_bytes: int
+    headroom_bytes: int
+
+
+class RunnerUp(BaseModel):
+    assignment: dict[str, list[str]]
+    worst_case_spare_bytes: int
+    moves: int
+    moved: list[str] = Field(default_factory=list, description="the seats that would restart elsewhere")  # issue 12
+    why_lost: str
+
+
+# --- issue 12: spare against moves, and each GPU's own reason for not taking a seat
+class PlannedFrontierPoint(BaseModel):
+    max_moves: int = Field(description="the budget: at most this many moves from current_layout")
+    moves: int
+    worst_case_spare_bytes: int
+    proven: bool = Field(description="no layout within the budget has a larger worst-case spare")
+    moved: list[str] = Field(default_factory=list)
+
+
+class GpuVerdict(BaseModel):
+    gpu: str
+    filter: str = Field(description="keep_clear, pin_or_avoid, too_small, too_few_gpus or full")
+    reason: str
+    short_by_bytes: int | None = None
+
+
+# ---
+
+
+class ShortSeat(BaseModel):
+    name: str
+    footprint_bytes: int
+    best_gpu: str | None
+    short_by_bytes: int | None
+    reason: str
+    rejections: list[GpuVerdict] = Field(default_factory=list)  # issue 12
+
+
+class PlanInfeasibility(BaseModel):
+    summary: str
+    seats: list[ShortSeat]
+
+
+class PlanInputs(BaseModel):
+    fleet_path: str
+    fleet_sha256: str
+    usage_path: str | None = None
+    observed_path: str | None = None
+    seatplan_version: str
+    vllm_version: str
+
+
+class Plan(BaseModel):
+    seats: list[PlannedSeat]
+    gpus: list[PlannedGpu]
+    worst_case_spare_bytes: int | None
+    worst_case_gpu: str | None
+    optimal: bool
+    method: str
+    bound_bytes: int | None
+    solve_seconds: float
+    moves: int | None
+    runner_ups: list[RunnerUp]
+    # --- issue 12
+    frontier: list[PlannedFrontierPoint] = Field(default_factory=list, description="best worst-case spare per move budget")
+    chosen_because: str | None = Field(None, description="why the layout is not the one with the largest spare (--max-moves, move_cost_bytes)")
+    # ---
+    infeasible: PlanInfeasibility | None
+    warnings: list[str]
+    inputs: PlanInputs
+
+    def seat(self, name: str) -> PlannedSeat | None:
+        return next((seat for seat in self.seats if seat.name == name), None)
+
+
+class FitReport(BaseModel):
+    """``seatplan fit``: the longest context and the concurrency one GPU budget holds beside the weights."""
+
+    model: str
+    gpu_memory_bytes: int
+    tensor_parallel_size: int
+    headroom_bytes: int
+    non_kv_bytes: int
+    kv_budget_bytes: int
+    footprint_parts: list[FootprintPart]
+    max_context_derived: int
+    max_context_published: int | None
+    largest_max_model_len: int
+    largest_max_model_len_with_factor: int
+    kv_factor: float
+    published_context: int
+    published_kv_cache_tokens: int
+    published_max_concurrency: float
+    published_fits_one_request: bool
+    explanation: list[ExplanationLine]

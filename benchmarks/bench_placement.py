@@ -111,7 +111,7 @@ def generated_fleet(shape: Shape, seed: int) -> tuple[list[GpuSlot], list[SeatDe
     open_slots = [slot for slot in slots if not slot.keep_clear]
     supply = sum(slot.capacity_bytes - slot.headroom_bytes for slot in open_slots)
     counts = []
-    for n in range(shape.seats):
+    for _ in range(shape.seats):
         draw = rng.random()
         counts.append(4 if draw < 0.04 and shape.gpus_per_host > 4 else 2 if draw < 0.15 else 1)
     raw = [rng.lognormvariate(0.0, 0.6) * (1.6 if count > 1 else 1.0) for count in counts]

@@ -12,12 +12,8 @@ from functools import partial
 from pathlib import Path
 
 import seatplan
-from seatplan.errors import SeatplanError
-from seatplan.facts.models import EngineSettings, ModelFacts
-from seatplan.plan import footprint as fp
-from seatplan.plan import sizing, utilisation
-from seatplan.documents.fleet_file import LoadedFleet, gpu_refs, resolve_gpu_ref, resolve_model
 from seatplan.documents.fleet import Fleet, GpuSpec, SeatSpec
+from seatplan.documents.fleet_file import LoadedFleet, gpu_refs, resolve_gpu_ref, resolve_model
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
 from seatplan.documents.plan import (
     ExplanationLine,
@@ -32,6 +28,10 @@ from seatplan.documents.plan import (
     ShortSeat,
 )
 from seatplan.documents.usage import ModelUsage, UsageReport
+from seatplan.errors import SeatplanError
+from seatplan.facts.models import EngineSettings, ModelFacts
+from seatplan.plan import footprint as fp
+from seatplan.plan import sizing, utilisation
 from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
 from seatplan.units import human_bytes
 

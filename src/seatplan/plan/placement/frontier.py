@@ -2,13 +2,13 @@
 
 Every move is a cold start and an outage of that seat, so an operator wants to see what each budget
 of moves buys before restarting anything. A point's layout is the best found within its budget:
-host-sized problems get the exhaustive search with the budget as a cut (proven when it finishes), fleets the
-budgeted local search (proven only where it reaches the bound), each point starting from the better of
-the point before and the layout met at that budget while walking seats home from the best layout. Seats whose current GPUs can no
-longer take them must move, so the frontier starts at that many moves. Then a budget
-(``--max-moves``) or a price per move (``move_cost_bytes``: the layout maximising worst-case spare
-− price × moves, so every move beyond a fewer-move point buys at least the price on average)
-picks the plan's layout from it.
+host-sized problems get the exhaustive search with the budget as a cut (proven when it finishes);
+fleets get the budgeted local search (proven only where it reaches the bound), each point starting
+from the better of the point before and the layout met at that budget while walking seats home
+from the best layout. Seats whose current GPUs can no longer take them must move, so the frontier
+starts at that many moves. Then a budget (``--max-moves``) or a price per move
+(``move_cost_bytes``: the layout maximising worst-case spare − price × moves, so every move beyond
+a fewer-move point buys at least the price on average) picks the plan's layout from it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from seatplan.plan.placement.problem import Alternative, FrontierPoint, GpuSet, 
 from seatplan.units import human_bytes
 
 HOMEWARD_SHARE = 0.3  # of the frontier's time on a fleet, for walking home from the best layout
+
 
 def budgets(forced_moves: int, best_moves: int, extra: list[int]) -> list[int]:
     """0, 1, 2, 4, 8 … below the best layout's moves, starting at the moves no layout avoids, plus ``extra``."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 import time
+from bisect import bisect_left
 from itertools import combinations
 
 from seatplan.plan.placement.problem import GpuSet, Problem
@@ -23,7 +24,7 @@ Trade = list[tuple[int, GpuSet]]  # (seat, its new GPU set)
 
 ORDER_JITTER = 0.25  # a seat's demand is scaled by up to this much either way when ordering a randomized start
 KICKED_SEATS = 3  # seats a kick moves off the tightest GPUs
-STALL_ROUNDS = 60  # rounds in a row without a better layout (or without any layout) before giving up early
+STALL_ROUNDS_PER_SEAT = 20  # rounds in a row without a better layout (or any layout), per seat, before giving up early
 ROUNDS_PER_RESTART = 6  # kicks from the best layout between two fresh randomized starts
 ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tries only some groups of them
 
@@ -61,7 +62,8 @@ def search(
                 best, stalled = candidate, -1
         round_number += 1
         stalled += 1
-        if time.perf_counter() >= deadline or stalled > STALL_ROUNDS:
+        # Small problems give up early; a fleet's rounds are many and each may still find something, so it uses its time.
+        if time.perf_counter() >= deadline or stalled > STALL_ROUNDS_PER_SEAT * len(problem.seat_names):
             break
         if best is not None and target_bytes is not None and best.rank()[0] >= target_bytes:
             break
@@ -155,6 +157,14 @@ def homeward(problem: Problem, assignment: tuple[GpuSet, ...], budgets: list[int
     return found
 
 
+def _subsets(seats: list[int], size: tuple[int, ...]) -> list[tuple[list[int], int]]:
+    """Every group of ``seats`` (the empty one included) with its bytes."""
+    groups: list[tuple[list[int], int]] = [([], 0)]
+    for seat in seats:
+        groups += [(members + [seat], total + size[seat]) for members, total in groups]
+    return groups
+
+
 def _groups_of(problem: Problem) -> dict[int, list[tuple[int, ...]]]:
     groups_of: dict[int, list[tuple[int, ...]]] = {}
     for group in problem.apart:
@@ -246,7 +256,42 @@ class _State:
                 best_gain, best = self._best_tensor_parallel_move(seat, best_gain, best)
         if best is not None:
             return best
-        return self._best_exchange(gpu, floor, None, pairs=True)[1]
+        best = self._best_exchange(gpu, floor, None, pairs=True)[1]
+        return best if best is not None else self._best_subset_exchange(gpu)
+
+    def _best_subset_exchange(self, gpu: int) -> Trade | None:
+        """Any group of ``gpu``'s single-GPU seats for any group of a partner's, the two groups' sizes differing by as
+        close to half the partners' spare difference as there is: on a nearly full fleet only such exact trades help.
+
+        Each partner's group sizes are sorted once, so every group of ``gpu``'s finds its best counterpart by bisection.
+        """
+        problem, spare = self.problem, self.spare
+        size = problem.footprint_bytes
+        floor = spare[gpu]
+        best_gain, best = floor, None
+        ours = [s for s in self.on_gpu[gpu] if problem.gpu_count[s] == 1][:ALL_SUBSETS_UP_TO]
+        for partner in self.open:
+            if partner == gpu or spare[partner] <= best_gain:
+                continue
+            leaving = _subsets([s for s in ours if partner in self.single_gpus[s]], size)
+            arriving = sorted(
+                _subsets([s for s in self.on_gpu[partner] if problem.gpu_count[s] == 1 and gpu in self.single_gpus[s]][:ALL_SUBSETS_UP_TO], size),
+                key=lambda group: group[1],
+            )
+            arriving_bytes = [group_bytes for _, group_bytes in arriving]
+            ideal = (spare[partner] - floor) // 2
+            for out_seats, out_bytes in leaving:
+                at = bisect_left(arriving_bytes, out_bytes - ideal)
+                for in_seats, in_bytes in arriving[max(0, at - 1) : at + 1]:
+                    shift = out_bytes - in_bytes
+                    gain = min(floor + shift, spare[partner] - shift)
+                    if shift <= 0 or gain <= best_gain or spare[partner] - shift < problem.headroom_bytes[partner]:
+                        continue
+                    trade: Trade = [(s, (partner,)) for s in out_seats]
+                    trade += [(s, (gpu,)) for s in in_seats]
+                    if self._allowed(trade):
+                        best_gain, best = gain, trade
+        return best
 
     def _best_tensor_parallel_move(self, seat: int, best_gain: int, best: Trade | None) -> tuple[int, Trade | None]:
         """Move a tensor-parallel seat to another GPU set, each GPU it takes sending a group of single-GPU seats to one it leaves.
@@ -299,10 +344,7 @@ class _State:
         size = self.problem.footprint_bytes
         may_go = [s for s in sorted(self.on_gpu[gpu], key=lambda s: -size[s]) if to in self.single_gpus[s]]
         if len(may_go) <= ALL_SUBSETS_UP_TO:
-            subsets: list[tuple[list[int], int]] = [([], 0)]
-            for seat in may_go:
-                subsets += [(members + [seat], total + size[seat]) for members, total in subsets]
-            return subsets
+            return _subsets(may_go, size)
         filled, filled_bytes = [], 0
         for seat in may_go:
             if filled_bytes + size[seat] <= ideal_bytes:

@@ -29,13 +29,13 @@ from seatplan.documents.plan import (
     VllmSettings,
 )
 from seatplan.documents.usage import ModelUsage, UsageReport
+from seatplan.engine_command import engine_command, unsupported_flags
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing, utilisation
 from seatplan.plan.kv_replay import replay_check
 from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
-from seatplan.engine_command import engine_command, unsupported_flags
 from seatplan.units import human_bytes
 
 GpuKey = tuple[str, int]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from seatplan.plan.placement.bounds import root_bound
 from seatplan.plan.placement.local import fewer_moves
@@ -42,10 +42,9 @@ class _Model:
             self.seat_gpus.append(gpus)
             for g in gpus:
                 self.x[seat, g] = model.new_bool_var(f"x_{seat}_{g}")
-            placed = model.new_bool_var(f"placed_{seat}") if optional else 1
             if optional:
-                self.placed[seat] = placed
-            self._one_gpu_set(seat, gpus, placed)
+                self.placed[seat] = model.new_bool_var(f"placed_{seat}")
+            self._one_gpu_set(seat, gpus, self.placed[seat] if optional else 1)
         for group in problem.apart:
             self.forbid_together(group)
         self.load = {}
@@ -83,7 +82,7 @@ class _Model:
 
     def moves(self):
         problem = self.problem
-        terms = []
+        terms: list[Any] = []  # 1 for a seat that must move, else 1 − stay
         for seat, now in enumerate(problem.current):
             if now is None:
                 continue

@@ -371,7 +371,8 @@ class _State:
                     gain = min(floor + shift, room - shift)
                     if gain <= best_gain or room - shift < problem.headroom_bytes[partner]:
                         continue
-                    trade: Trade = [(s, (partner,)) for s in out_seats] + [(s, (gpu,)) for s in in_seats]
+                    trade: Trade = [(s, (partner,)) for s in out_seats]
+                    trade += [(s, (gpu,)) for s in in_seats]
                     if self._allowed(trade):
                         best_gain, best = gain, trade
         return best_gain, best

@@ -407,7 +407,7 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
     plateau_free_bytes = dict(free_bytes)
     for seat in sized:
         for key in assignment.get(seat.spec.name, []):
-            plateau_free_bytes[tuple(key)] -= seat.footprint.footprint_bytes
+            plateau_free_bytes[key] -= seat.footprint.footprint_bytes
     # ---
     planned: dict[str, PlannedSeat] = {}
     for seat in boot_sequence(sized):

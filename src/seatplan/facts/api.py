@@ -128,6 +128,7 @@ def load_model_facts(model: str | Path, settings: EngineSettings | None = None) 
 
 def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source: str, settings: EngineSettings) -> ModelFacts:
     layout = architecture.describe(config, source)
+    architecture.check_tensor_parallel(layout, settings.tensor_parallel_size)
     quant = _quantization(config, model_dir)
     dtype_name, dtype_bytes = resolve_model_dtype(settings.dtype, layout.config_dtype, quant, source)
     kv_name, kv_bytes = resolve_kv_dtype(settings.kv_cache_dtype, dtype_name, dtype_bytes, quant)

@@ -128,7 +128,9 @@ class SeatSpec(_Strict):
                 raise ValueError(f"{value!r} is neither a token count (131072, 128K) nor `published`")
             from seatplan.units import parse_tokens
 
-            return parse_tokens(value)
+            value = parse_tokens(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ValueError(f"{value} tokens: vLLM needs a context of at least one token (leave it unset for the model's own)")
         return value
 
 

@@ -228,7 +228,7 @@ class DuckDBFileSource:
         if stopped is not None:
             return f"DuckDB, as the compiled CSV reader stopped at the line at byte {stopped.line_offset}: {stopped.reason}"
         if self.source_format == "csv" and not csvscan.available():
-            return "DuckDB (seatplan's compiled CSV reader is not installed: it needs a C compiler when pip installs seatplan)"
+            return f"DuckDB (seatplan's compiled CSV reader is {csvscan.unavailable_reason() or 'not installed'})"
         return "DuckDB"
 
     def unreadable_lines(self) -> int:

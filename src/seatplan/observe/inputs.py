@@ -159,4 +159,5 @@ def read_plan(plan: Path | None, fleet: Path | None) -> PlanView | None:
         return _fleet_view(fleet) if fleet is not None else None
     from seatplan.plan.reader import read_document
 
-    return read_document(plan, PlanView, "plan", "pass a plan written by seatplan plan -o (gpus[].index, seats[].name/gpus)")
+    return read_document(plan, PlanView, "plan", "pass a plan written by seatplan plan -o (gpus[].index, seats[].name/gpus)",
+                         "seatplan.plan")

@@ -200,6 +200,8 @@ class DiagnoseReport(_Model):
 class ObservedFootprints(_Model):
     """The observations file for ``seatplan plan --observed``."""
 
+    kind: Literal["seatplan.observed"] = "seatplan.observed"
+    version: int = 1
     generated_at: datetime
     seats: dict[str, SeatFootprint] = {}
     gpus: list[dict[str, float | int | str | None]] = []

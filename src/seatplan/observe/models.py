@@ -191,10 +191,19 @@ class SeatReport(_Model):
     findings: list[Finding] = []
 
 
+class RejectedInput(_Model):
+    """Lines or rows of an input left out because they could not be read; the rest of the input still counts."""
+
+    where: str = Field(description="the file and the first rejected line or row")
+    reason: str
+    count: int
+
+
 class DiagnoseReport(_Model):
     gpus: list[GpuReport] = []
     seats: list[SeatReport] = []
     findings: list[Finding] = []
+    rejected_inputs: list[RejectedInput] = []
 
 
 class ObservedFootprints(_Model):

@@ -8,6 +8,7 @@ row, strings once per distinct value); every figure is then computed the same wa
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -22,6 +23,7 @@ from seatplan.usage import csvscan
 from seatplan.usage.csvscan import CsvScanner, Stopped
 from seatplan.usage.queries import (
     CLIENT_COLUMNS,
+    REQUIRED_COLUMNS,
     GROUP_COLUMNS,
     MODEL_COLUMNS,
     TIME_COLUMNS,
@@ -321,6 +323,51 @@ def _file_source(path: Path, request_id_from_tokens: int | None, fast_csv: bool)
     finally:
         connection.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+RECORDS_LOOKED_AT = 1000
+
+
+def require_records(source: str) -> None:
+    """Refuse a file with no spend-log record at all (a header alone, nothing, or JSON of other keys).
+
+    An empty window of a real export is a report with no calls; a file with nothing to read is a mistake
+    (the wrong file, an export that failed), and must not pass for a quiet week. A DSN or a missing file is
+    left to :func:`open_source`.
+    """
+    import csv
+    import json
+
+    path = Path(source)
+    if is_dsn(source) or not path.is_file():
+        return
+    source_format = detect_file_format(path)
+    if source_format == "csv":
+        _csv_header(path)
+    with _open_text(path) as stream:
+        if source_format == "csv":
+            rows = csv.reader(stream)
+            next(rows, None)
+            if not any(any(cell.strip() for cell in row) for row in itertools.islice(rows, 1)):
+                raise SeatplanError("the CSV has a header but no rows", where=str(path), fix=SOURCE_FIX)
+            return
+        keys_seen: set[str] = set()
+        for line in itertools.islice((line for line in stream if line.strip()), RECORDS_LOOKED_AT):
+            if line.lstrip().startswith("["):
+                if line.strip().replace(" ", "") in ("[]", "[]\n"):
+                    break
+                return  # one JSON array: DuckDB reads its elements
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # a broken line is counted as an unreadable row later
+            if isinstance(record, dict):
+                if not missing_required(record.keys()):
+                    return
+                keys_seen.update(record.keys())
+    found = f"records with keys {', '.join(sorted(keys_seen)[:8])}" if keys_seen else "no JSON record"
+    raise SeatplanError(f"no LiteLLM spend-log record in the first {RECORDS_LOOKED_AT} lines ({found})", where=str(path),
+                        fix="expected one JSON object per line with " + ", ".join(REQUIRED_COLUMNS) + "; " + SOURCE_FIX)
 
 
 def _csv_header(path: Path) -> list[str]:

@@ -110,13 +110,14 @@ def read_beszel(path: str | Path, *, system: str | None = None, rejected: Reject
                              f"{db_path}: system_stats rowid {rowid}")
             else:
                 by_type[(system_id, record_type)].append(record)
-    if not by_type:
-        raise SeatplanError(f"the Beszel database holds no GPU readings ({len(rows)} system_stats rows, none with GPU stats)",
-                            where=str(db_path), fix="expected a hub whose agents report NVIDIA GPUs (system_stats.stats.g); "
-                            "check the system name and that the agents run with GPU monitoring")
     series: list[GpuSeries] = []
     for system_id in sorted({key[0] for key in by_type}):
         series.extend(_beszel_system(systems.get(system_id, system_id), [by_type.get((system_id, t), []) for t in BESZEL_RECORD_TYPES], str(db_path)))
+    if not series:
+        left_out = f", {rejected.count(str(db_path))} rejected" if rejected.count(str(db_path)) else ""
+        raise SeatplanError(f"the Beszel database holds no GPU readings ({len(rows)} system_stats rows{left_out})",
+                            where=str(db_path), fix="expected a hub whose agents report NVIDIA GPUs (system_stats.stats.g); "
+                            "check the system name and that the agents run with GPU monitoring")
     return series
 
 
@@ -437,6 +438,9 @@ def read_prometheus_text(path: str | Path, *, default_time: float | None = None,
     gpu = _dcgm_series(((s.name, s.labels, s.at if s.at is not None else when, s.value) for s in samples
                         if s.name.startswith("DCGM_FI_DEV_FB_")), str(file_path))
     stats = vllm_stats(samples, source=str(file_path), default_time=when)
+    if not gpu and not stats:
+        raise SeatplanError("no GPU memory series (DCGM_FI_DEV_FB_USED) and no vllm:* gauge in the file", where=str(file_path),
+                            fix=EXPOSITION_FIX + " with DCGM_FI_DEV_FB_USED or vllm:* gauges")
     return gpu, stats
 
 

@@ -222,7 +222,7 @@ def document(data: bytes) -> str:
 
 def _usage(path: Path, fast: bool):
     from seatplan.usage.queries import Window
-    from seatplan.usage.report import collect_usage
+    from seatplan.usage.report import collect_usage, require_calls
     from seatplan.usage.seats import SeatMap
     from seatplan.usage.sources import open_source, require_records
     from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
@@ -231,6 +231,7 @@ def _usage(path: Path, fast: bool):
     require_records(str(path))
     with open_source(str(path), lowest_runaway_threshold_tokens(rule, []), fast_csv=fast) as source:
         report = collect_usage(source, Window(), SeatMap(), rule)
+        require_calls(report)
         return report, source.reader
 
 

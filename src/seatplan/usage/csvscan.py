@@ -151,6 +151,15 @@ class _Part:
     stopped: Stopped | None = None
 
 
+def slots_of(columns: list[str]) -> list[int]:
+    """What _csvscan.c does with each field of a line with these columns (its slot_of_field argument)."""
+    slots = [SLOT_OF_COLUMN.get(name, -1) for name in columns]
+    for offset, name in enumerate(HASHED_COLUMNS):
+        if name in columns:
+            slots[columns.index(name)] = FIRST_HASHED_SLOT + offset
+    return slots
+
+
 class CsvScanner:
     """One mapped CSV file, read in parts by the C scanner; keep it open while its lines are looked up."""
 
@@ -164,11 +173,7 @@ class CsvScanner:
         self.header_end = header_end
         self._view = np.frombuffer(mapped, dtype=np.uint8)
         self.base = self._view.ctypes.data
-        slots = [SLOT_OF_COLUMN.get(name, -1) for name in columns]
-        for offset, name in enumerate(HASHED_COLUMNS):
-            if name in columns:
-                slots[columns.index(name)] = FIRST_HASHED_SLOT + offset
-        self.slots = np.array(slots, dtype=np.int32)
+        self.slots = np.array(slots_of(columns), dtype=np.int32)
         self.field_count = len(columns)
         self._keys = [name.encode() for name in METADATA_KEYS]
         self._key_pointers = (ctypes.c_char_p * len(self._keys))(*self._keys)

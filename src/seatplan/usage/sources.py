@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
+from seatplan.secrets import dsn_password, redact_dsn
 from seatplan.usage import csvscan
 from seatplan.usage.csvscan import CsvScanner, Stopped
 from seatplan.usage.queries import (
@@ -49,17 +49,22 @@ def is_dsn(text: str) -> bool:
     return text.startswith(("postgresql://", "postgres://"))
 
 
-def redact_dsn(dsn: str) -> str:
-    """The DSN as it may be printed: the password (in the URL or as a parameter) replaced by ***."""
-    hidden = re.sub(r"^(\w+://[^:/@?]*:)[^@]*@", r"\1***@", dsn)
-    return re.sub(r"(password=)[^&\s]*", r"\1***", hidden)
-
-
 def resolve_source(source: str | None) -> str:
+    """The spend-log source: ``--from`` (a file, or a DSN without a password), else the DSN in the environment."""
     if source:
+        if dsn_password(source):
+            raise SeatplanError(
+                "a password in --from would land in shell history and in the process list",
+                where=f"--from {redact_dsn(source)}",
+                fix=f"put the whole DSN in ${DSN_ENVIRONMENT[0]}, or keep the password in $PGPASSWORD or ~/.pgpass "
+                    "(libpq reads both) and pass --from without it",
+            )
         return source
     for name in DSN_ENVIRONMENT:
         if os.environ.get(name):
+            if not is_dsn(os.environ[name]):
+                raise SeatplanError(f"${name} is not a postgresql:// URL: {redact_dsn(os.environ[name])}", where=f"${name}",
+                                    fix="set it to postgresql://USER:PASSWORD@HOST:PORT/DATABASE (LiteLLM's DATABASE_URL)")
             return os.environ[name]
     raise SeatplanError(
         "no spend logs given",

@@ -8,8 +8,9 @@ constants, ceil/floor, min/max), runs only the tests that cover it, and prints e
 source file is restored after each mutant, also on Ctrl-C. Run it on a copy of the repository so other test runs
 never import a mutant:
 
-    rsync -a --exclude .git --exclude .venv ./ /tmp/seatplan-mutation/ && \
-      .venv/bin/python /tmp/seatplan-mutation/scripts/mutation.py --json mutation.json
+    git worktree add --detach /tmp/seatplan-mutation && cp src/seatplan/usage/*.so /tmp/seatplan-mutation/src/seatplan/usage/
+    .venv/bin/python /tmp/seatplan-mutation/scripts/mutation.py --json mutation.json
+    git worktree remove --force /tmp/seatplan-mutation
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import MODEL_FIXTURES
-from seatplan.facts.kv_specs import SlidingWindowSpec
+from seatplan.facts.kv_specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
 
 BLOCK = 16
@@ -40,6 +40,15 @@ def test_sliding_window_blocks_per_request_where_window_plus_in_flight_is_one_pa
 
 def test_sliding_window_blocks_are_capped_by_max_model_len() -> None:
     assert window_spec(4096).blocks_per_request(1000, 2049) == 63 + 1  # cdiv(1000, 16) + 1
+
+
+@pytest.mark.parametrize(("in_flight", "max_model_len", "blocks"), [
+    # vLLM's ChunkedLocalAttentionSpec: cdiv(min(chunk + in_flight, mml), block) blocks (a partial block is a block).
+    (2049, 1_000_000, 641), (2048, 1_000_000, 640), (2049, 10_000, 625), (2049, 10_001, 626)])
+def test_chunked_local_attention_counts_a_partial_block(in_flight: int, max_model_len: int, blocks: int) -> None:
+    spec = ChunkedLocalAttentionSpec(block_size=BLOCK, num_kv_heads=8, head_size=128, head_size_v=128, dtype_bytes=2,
+                                     attention_chunk_size=8192)
+    assert spec.blocks_per_request(max_model_len, in_flight) == blocks
 
 
 def test_kv_rule_takes_the_ceiling_of_request_times_factor_exactly() -> None:
@@ -113,3 +122,37 @@ def test_a_step_is_placed_at_the_first_reading_half_a_step_off_the_old_level() -
     levels = [50_000.0] * (12 * 60) + [50_120.0, 50_100.0] + [58_000.0] * (12 * 60)  # 120 MiB: not yet off
     step = analyse(series(levels)).steps[0]
     assert step.at == datetime.fromtimestamp(T0 + (12 * 60 + 2) * 60, tz=timezone.utc)
+
+
+def test_hybrid_block_size_on_gpu_is_a_multiple_of_the_kernel_block() -> None:
+    from seatplan.facts.kv_cache import hybrid_block_size
+
+    # vLLM's _align_hybrid_block_size with an 8-token base block: the attention page must hold the 50-byte state
+    # (one block of 8 x 10 bytes does), then the GPU kernels' 16-token alignment raises it to 16.
+    assert hybrid_block_size(8, 50, 10, "cuda") == 16
+    assert hybrid_block_size(16, 50, 10, "cuda") == 16
+    assert hybrid_block_size(16, 16 * 10 * 7 + 1, 10, "cuda") == 16 * 8  # one byte past 7 blocks' pages
+
+
+def test_kv_rule_without_a_step_and_its_explanation_are_exact() -> None:
+    from seatplan.errors import SeatplanError
+    from seatplan.facts.api import load_model_facts
+    from seatplan.plan.models import Policy, SeatSpec
+    from seatplan.plan.sizing import choose_kv_bytes
+
+    llama = load_model_facts(MODEL_FIXTURES / "meta-llama--Llama-3.1-8B-Instruct")
+    unrounded = Policy(rounding_step_bytes=0)
+    choice = choose_kv_bytes(SeatSpec(name="s", model="m", kv_factor=1.1), llama, 4096, unrounded)
+    assert choice.kv_cache_memory_bytes == 590_558_004
+    assert choice.lines[0].note.startswith("536,870,912 B × 1.1 = 590,558,004 B")
+    # Below vLLM's minimum (one request plus a block, 538,968,064 B) the minimum wins.
+    assert choose_kv_bytes(SeatSpec(name="s", model="m", kv_factor=1.0), llama, 4096, unrounded).kv_cache_memory_bytes \
+        == llama.min_kv_cache_bytes(4096) == 538_968_064
+    # An operator pin of exactly the minimum is taken; one byte less is refused.
+    minimum = llama.min_kv_cache_bytes(4096)
+    assert choose_kv_bytes(SeatSpec(name="s", model="m", kv_cache_memory_bytes=minimum), llama, 4096, unrounded) \
+        .kv_cache_memory_bytes == minimum
+    with pytest.raises(SeatplanError):
+        choose_kv_bytes(SeatSpec(name="s", model="m", kv_cache_memory_bytes=minimum - 1), llama, 4096, unrounded)
+    pinned = choose_kv_bytes(SeatSpec(name="s", model="m", kv_cache_memory_bytes=2 * 536_870_912), llama, 4096, unrounded)
+    assert pinned.lines[0].note.endswith("= 2.00× one request")

@@ -51,7 +51,7 @@ def host_scale_fleet(directory: Path) -> Path:
 
 
 def time_in_process(fleet: Path, runs: int) -> tuple[float, dict]:
-    from seatplan.plan.fleet import load_fleet
+    from seatplan.documents.fleet_file import load_fleet
     from seatplan.plan.planner import build_plan
 
     seconds, plan = [], None

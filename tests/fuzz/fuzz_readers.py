@@ -23,8 +23,8 @@ with atheris.instrument_imports(include=["seatplan"]):
     import seatplan.observe.inputs  # noqa: F401
     import seatplan.observe.logparse  # noqa: F401
     import seatplan.observe.sources  # noqa: F401
-    import seatplan.plan.fleet  # noqa: F401
-    import seatplan.plan.reader  # noqa: F401
+    import seatplan.documents.fleet_file  # noqa: F401
+    import seatplan.documents.io  # noqa: F401
     import seatplan.usage.csvscan  # noqa: F401
     import seatplan.usage.report  # noqa: F401
     import seatplan.usage.sources  # noqa: F401

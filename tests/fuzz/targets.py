@@ -80,7 +80,7 @@ def strict_json(document: object) -> None:
 # ------------------------------------------------------------------------------------------- the targets
 
 def fleet(data: bytes) -> str:
-    from seatplan.plan.fleet import load_fleet
+    from seatplan.documents.fleet_file import load_fleet
 
     with scratch() as directory:
         path = directory / "fleet.yaml"
@@ -209,7 +209,7 @@ def beszel(data: bytes) -> str:
 
 
 def document(data: bytes) -> str:
-    from seatplan.plan.reader import read_observed, read_plan, read_usage
+    from seatplan.documents.io import read_observed, read_plan, read_usage
 
     with scratch() as directory:
         path = directory / "document.json"

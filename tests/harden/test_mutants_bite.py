@@ -53,7 +53,7 @@ def test_chunked_local_attention_counts_a_partial_block(in_flight: int, max_mode
 
 def test_kv_rule_takes_the_ceiling_of_request_times_factor_exactly() -> None:
     from seatplan.facts.api import load_model_facts
-    from seatplan.plan.models import Policy, SeatSpec
+    from seatplan.documents.fleet import Policy, SeatSpec
     from seatplan.plan.sizing import choose_kv_bytes
 
     llama = load_model_facts(MODEL_FIXTURES / "meta-llama--Llama-3.1-8B-Instruct")
@@ -137,7 +137,7 @@ def test_hybrid_block_size_on_gpu_is_a_multiple_of_the_kernel_block() -> None:
 def test_kv_rule_without_a_step_and_its_explanation_are_exact() -> None:
     from seatplan.errors import SeatplanError
     from seatplan.facts.api import load_model_facts
-    from seatplan.plan.models import Policy, SeatSpec
+    from seatplan.documents.fleet import Policy, SeatSpec
     from seatplan.plan.sizing import choose_kv_bytes
 
     llama = load_model_facts(MODEL_FIXTURES / "meta-llama--Llama-3.1-8B-Instruct")

@@ -86,7 +86,7 @@ def test_json_report_and_observations(scene):
     assert observed["seats"]["big"]["kv_cache_memory_bytes"] == 62 * GiB
 
     assert observed["engines"] == {}  # no stats lines or /metrics were given
-    from seatplan.plan.models import ObservedFootprints
+    from seatplan.documents.observed import ObservedFootprints
 
     assert ObservedFootprints.model_validate(observed).seats["big"].footprint_bytes == observed["seats"]["big"]["footprint_bytes"]
 

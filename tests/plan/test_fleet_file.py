@@ -6,7 +6,7 @@ import pytest
 from plan_testkit import GiB, LLAMA_8B, one_host, write_fleet
 
 from seatplan.errors import SeatplanError
-from seatplan.plan.fleet import load_fleet, parse_fleet
+from seatplan.documents.fleet_file import load_fleet, parse_fleet
 
 
 def _error(tmp_path, text: str) -> SeatplanError:
@@ -123,7 +123,7 @@ def test_schema_accepts_the_demo_fleet_and_rejects_unknown_keys():
     import jsonschema
     import yaml
 
-    from seatplan.plan.models import Fleet as FleetModel
+    from seatplan.documents.fleet import Fleet as FleetModel
 
     schema = FleetModel.model_json_schema()
     demo = yaml.safe_load((LLAMA_8B.parents[3] / "examples" / "demo" / "fleet.yaml").read_text())

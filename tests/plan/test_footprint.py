@@ -8,7 +8,7 @@ from plan_testkit import GiB, LLAMA_8B, MiB, MODELS
 from seatplan.facts.api import load_model_facts
 from seatplan.facts.models import EngineSettings
 from seatplan.plan import footprint as fp
-from seatplan.plan.models import ObservedSeat
+from seatplan.documents.observed import ObservedSeat
 
 LARGE = fp.EngineLimits(1024, 8192, "test")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from plan_testkit import GiB, LLAMA_8B, MiB, one_host, run_cli, write_fleet
 
-from seatplan.plan.models import Plan
+from seatplan.documents.plan import Plan
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "fleet.yaml"
 

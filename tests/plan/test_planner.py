@@ -11,8 +11,10 @@ import pytest
 from plan_testkit import GiB, LLAMA_8B, PHI_35, MiB, one_host, write_fleet
 
 from seatplan.fileio import atomic_write_text
-from seatplan.plan.fleet import load_fleet
-from seatplan.plan.models import ObservedFootprints, Plan, UsageSummary
+from seatplan.documents.fleet_file import load_fleet
+from seatplan.documents.observed import ObservedFootprints
+from seatplan.documents.plan import Plan
+from documents_kit import model_usage, runaway, usage_report
 from seatplan.plan.planner import build_plan
 
 CONTEXT_BYTES = round(0.76 * GiB)  # the v0.19 profile's single-GPU CUDA context
@@ -114,20 +116,17 @@ def test_observed_footprint_replaces_the_estimate(tmp_path):
 
 
 def test_usage_proposes_caps_and_flags_runaways(tmp_path):
-    usage = UsageSummary.model_validate(
+    usage = usage_report(
         {
-            "models": {
-                "llama-a": {
-                    "calls": 1200,
-                    "completion_tokens_p99": 900,
-                    "peak_inflight_tokens": 400_000,
-                    "peak_inflight_tokens_without_runaways": 30_000,
-                    "runaways": [{"key_alias": "nightly", "team": "ops", "count": 9, "max_completion_tokens": 31_000}],
-                    "some_future_field": 1,
-                }
-            },
-            "rejected_rows": 3,
-        }
+            "llama-a": model_usage(
+                calls=1200,
+                completion_tokens_p99=900,
+                peak_inflight_tokens=400_000,
+                peak_inflight_tokens_without_runaways=30_000,
+                runaways=[runaway("nightly", 9, 31_000, team="ops")],
+            )
+        },
+        rejected_rows=3,
     )
     plan = build_plan(load_fleet(write_fleet(tmp_path, SMALL)), usage=usage)
     seat = plan.seat("llama-a")
@@ -218,7 +217,7 @@ seats:
 
 
 def test_observations_for_unknown_seats_are_reported(tmp_path):
-    observed = ObservedFootprints.model_validate({"seats": {"gone": {"footprint_bytes": GiB, "source": "nvidia-smi", "samples": 3}}})
+    observed = ObservedFootprints.model_validate({"generated_at": "2026-11-30T10:00:00Z", "seats": {"gone": {"footprint_bytes": GiB, "source": "nvidia-smi", "samples": 3}}})
     plan = build_plan(load_fleet(write_fleet(tmp_path, SMALL)), observed=observed)
     assert "observations for gone, which the fleet does not declare, were not used" in plan.warnings
 

@@ -13,7 +13,8 @@ from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
 from seatplan.facts.models import EngineSettings
 from seatplan.plan import sizing
-from seatplan.plan.models import ModelUsage, Policy, Runaway, SeatSpec
+from seatplan.documents.fleet import Policy, SeatSpec
+from documents_kit import model_usage, runaway
 
 STEP = 512 * MiB
 
@@ -117,10 +118,10 @@ def test_cap_steps_are_powers_of_two_and_halfway_points():
 
 
 def test_declared_cap_is_kept_and_usage_flags_runaways():
-    usage = ModelUsage(
+    usage = model_usage(
         calls=10_000,
         completion_tokens_p99=40_000,
-        runaways=[Runaway(key_alias="batch-client", team="research", count=9, max_completion_tokens=262_000)],
+        runaways=[runaway("batch-client", 9, 262_000, team="research")],
     )
     choice = sizing.choose_output_cap(seat(max_new_tokens=32768), 262144, usage, Policy())
     assert choice.max_new_tokens == 32768
@@ -130,7 +131,7 @@ def test_declared_cap_is_kept_and_usage_flags_runaways():
 
 
 def test_usage_proposes_a_cap_where_none_is_declared():
-    usage = ModelUsage(calls=500, completion_tokens_p99=1500, runaways=[Runaway(key_alias="k", count=1, max_completion_tokens=100_000)])
+    usage = model_usage(calls=500, completion_tokens_p99=1500, runaways=[runaway("k", 1, 100_000)])
     choice = sizing.choose_output_cap(seat(), 131072, usage, Policy())
     assert choice.max_new_tokens == 2048
     assert [line.rule for line in choice.lines] == ["output_cap_proposal", "output_cap"]
@@ -141,23 +142,23 @@ def test_usage_proposes_a_cap_where_none_is_declared():
 def test_inflight_check_warns_when_kv_cannot_hold_the_observed_peak(llama):
     kv = sizing.choose_kv_bytes(seat(), llama, 32768, Policy())  # 5 GiB = 2,560 blocks × 16 = 40,960 tokens
     assert kv.capacity.kv_cache_tokens == 40960
-    _, warnings = sizing.inflight_check("s", kv.capacity, ModelUsage(peak_inflight_tokens=30_000, peak_inflight_tokens_without_runaways=20_000))
+    _, warnings = sizing.inflight_check("s", kv.capacity, model_usage(peak_inflight_tokens=30_000, peak_inflight_tokens_without_runaways=20_000))
     assert warnings == []
-    _, warnings = sizing.inflight_check("s", kv.capacity, ModelUsage(peak_inflight_tokens=300_000, peak_inflight_tokens_without_runaways=30_000))
+    _, warnings = sizing.inflight_check("s", kv.capacity, model_usage(peak_inflight_tokens=300_000, peak_inflight_tokens_without_runaways=30_000))
     assert warnings == ["s: KV holds 40,960 tokens; the peak 300,000 in flight was reached only with runaway replies"]
-    lines, warnings = sizing.inflight_check("s", kv.capacity, ModelUsage(peak_inflight_tokens=90_000, peak_inflight_tokens_without_runaways=60_000))
+    lines, warnings = sizing.inflight_check("s", kv.capacity, model_usage(peak_inflight_tokens=90_000, peak_inflight_tokens_without_runaways=60_000))
     assert "traffic reached 60,000 in flight" in warnings[0] and lines[0].result == "too small for the observed peak"
 
 
 def test_a_runaway_tail_is_not_taken_for_ordinary_replies():
     # the fixture spend logs: 17 calls, 3 runaways of ~261k tokens; p99 and p90 are runaways, p50 is 933
-    usage = ModelUsage(
+    usage = model_usage(
         calls=17,
         completion_tokens_p50=933,
         completion_tokens_p90=260_271,
         completion_tokens_p99=261_025,
         runaway_threshold_tokens=131_072,
-        runaways=[Runaway(key_alias="ci-evals", count=3, max_completion_tokens=261_025)],
+        runaways=[runaway("ci-evals", 3, 261_025)],
     )
     assert sizing.completion_tail(usage) == (933, "p50")
     choice = sizing.choose_output_cap(seat(max_new_tokens=32768), 262144, usage, Policy())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from seatplan.usage.models import UsageReport
+from seatplan.documents.usage import UsageReport
 from seatplan.usage.queries import Window
 from seatplan.usage import report
 from seatplan.usage.seats import SeatMap, load_seat_map

@@ -47,7 +47,7 @@ def test_json_output_is_one_document_with_the_contract_fields(scenario_csv: Path
 
 
 def test_plan_stage_reads_the_usage_document(scenario_csv: Path, tmp_path: Path) -> None:
-    from seatplan.plan.reader import read_usage
+    from seatplan.documents.io import read_usage
 
     output = tmp_path / "usage.json"
     assert seatplan("usage", "--from", str(scenario_csv), "-o", str(output), "--json").returncode == 0

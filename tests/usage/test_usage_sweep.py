@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seatplan.usage.models import RunawayGroup
+from seatplan.documents.usage import RunawayGroup
 from seatplan.usage.queries import Window
 from seatplan.usage.sweep import (
     ClientRow,

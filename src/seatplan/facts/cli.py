@@ -6,6 +6,8 @@ from typing import Optional
 
 import typer
 
+from seatplan.versions import DEFAULT_VLLM_VERSION
+
 
 def register(app: typer.Typer) -> None:
     app.command("model")(model_command)
@@ -22,7 +24,7 @@ def model_command(
     max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Context length: 32768, 32K (=32,768), 32k (=32,000)."),
     device: str = typer.Option("cuda", "--device", help="cuda (plan for GPUs) or cpu (check against the real CPU engine)."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Override vLLM's block size."),
-    vllm_version: str = typer.Option("0.32", "--vllm-version", help="vLLM release whose formulas to use (0.8 ... 0.32)."),
+    vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version", help="vLLM release whose formulas to use (0.8 ... 0.32)."),
     no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="As vLLM's --no-enable-prefix-caching."),
     disable_hybrid_kv_cache_manager: bool = typer.Option(
         False, "--disable-hybrid-kv-cache-manager", help="As vLLM's flag: sliding-window layers then keep full KV."

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from seatplan.errors import SeatplanError
+from seatplan.versions import has
 
 MAX_LEN_KEYS = (
     "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
@@ -74,7 +75,7 @@ def derive_max_len(text: dict[str, Any], version: tuple[int, ...], scaling: dict
     model_type = str(text.get("model_type", ""))
     rope_type = rope_type_of(scaling)
     if scaling and "gemma3" not in model_type and rope_type not in ("default", "mrope"):
-        unscaled = UNSCALED_ROPE_SINCE_0_30 if version[:2] >= (0, 30) else UNSCALED_ROPE_UNTIL_0_29
+        unscaled = UNSCALED_ROPE_SINCE_0_30 if has("yarn_context_not_scaled", version) else UNSCALED_ROPE_UNTIL_0_29
         if rope_type not in unscaled:
             factor = _positive(scaling, "factor", 1.0, source)
             if rope_type == "yarn":

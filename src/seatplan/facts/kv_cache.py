@@ -20,6 +20,7 @@ from seatplan.facts.kv_specs import (
 )
 from seatplan.facts.models import EngineSettings, KvCapacity, LayerGroup
 from seatplan.units import GiB, cdiv, format_gib
+from seatplan.versions import has
 
 GPU_BLOCK_SIZE = 16
 CPU_BLOCK_SIZE = 128
@@ -135,10 +136,10 @@ def build_specs(
 
 def _hybrid_manager_on(specs: list[KvSpec], settings: EngineSettings) -> bool:
     version = settings.version
-    if not settings.hybrid_kv_cache_manager or version < (0, 9, 1):
+    if not settings.hybrid_kv_cache_manager or not has("hybrid_kv_cache_manager", version):
         return False
     # Chunked local attention joined the hybrid allocator by default only in 0.14.
-    if version[:2] < (0, 14) and any(spec.kind == "chunked_local" for spec in specs):
+    if not has("chunked_local_in_hybrid_manager", version) and any(spec.kind == "chunked_local" for spec in specs):
         return False
     return True
 
@@ -152,11 +153,9 @@ def _unify_without_hybrid_manager(specs: list[KvSpec]) -> list[KvSpec]:
 
 
 def _group_size_ratio(version: tuple[int, ...]) -> float | None:
-    if version[:2] <= (0, 11):
+    if not has("hybrid_group_size_ratio", version):
         return None
-    if version[:2] <= (0, 17):
-        return 1.25
-    return 1.5
+    return 1.5 if has("hybrid_group_size_ratio_1_5", version) else 1.25
 
 
 def _unify_page_sizes(specs: list[KvSpec]) -> list[KvSpec]:
@@ -254,7 +253,7 @@ def blocks_per_request(groups: list[LayerGroup], max_model_len: int, settings: E
 def request_bytes(groups: list[LayerGroup], bytes_per_block: int, max_model_len: int, settings: EngineSettings) -> int:
     """Bytes vLLM's start-up check wants for one request: 0.29+ counts whole group blocks
     (padding layers included); older versions summed the real layers' needs."""
-    if settings.version[:2] >= (0, 29):
+    if has("request_check_counts_group_blocks", settings.version):
         return blocks_per_request(groups, max_model_len, settings) * bytes_per_block
     in_flight = settings.in_flight_tokens
     return sum(len(g.layers) * g.spec.blocks_per_request(max_model_len, in_flight) * g.spec.page_size_bytes for g in groups)
@@ -262,14 +261,14 @@ def request_bytes(groups: list[LayerGroup], bytes_per_block: int, max_model_len:
 
 def check_budget_bytes(kv_cache_memory_bytes: int, bytes_per_block: int, settings: EngineSettings) -> int:
     """The budget the start-up check compares with: 0.29+ first sets the null block aside."""
-    if settings.version[:2] >= (0, 29):
+    if has("request_check_counts_group_blocks", settings.version):
         return kv_cache_memory_bytes - bytes_per_block
     return kv_cache_memory_bytes
 
 
 def min_budget_bytes(groups: list[LayerGroup], bytes_per_block: int, max_model_len: int, settings: EngineSettings) -> int:
     needed = request_bytes(groups, bytes_per_block, max_model_len, settings)
-    if settings.version[:2] >= (0, 29):
+    if has("request_check_counts_group_blocks", settings.version):
         return needed + bytes_per_block
     return needed
 
@@ -300,21 +299,21 @@ def printed_figures(num_blocks: int, groups: list[LayerGroup], per_request_block
     """("KV cache size" tokens, "Maximum concurrency") as the given vLLM era prints them (§2.3)."""
     version = settings.version
     smallest_block = min(group.block_size for group in groups)
-    if version < (0, 9, 1):
+    if not has("kv_size_tokens_per_group", version):
         tokens = num_blocks * smallest_block
         return tokens, tokens / max_model_len
     concurrency = num_blocks / per_request_blocks
-    if version[:2] < (0, 21):
+    if not has("kv_size_tokens_from_concurrency", version):
         return (num_blocks // len(groups)) * smallest_block, concurrency
     return int(concurrency * max_model_len), concurrency
 
 
 def log_line(tokens: int, concurrency: float, max_model_len: int, settings: EngineSettings) -> str:
-    version = settings.version[:2]
-    device = "CPU" if settings.device == "cpu" and version >= (0, 31) else "GPU"
+    version = settings.version
+    device = "CPU" if settings.device == "cpu" and has("log_device_word", version) else "GPU"
     size = f"{device} KV cache size: {tokens:,} tokens"
     concurrency_text = f"Maximum concurrency for {max_model_len:,} tokens per request: {concurrency:.2f}x"
-    if version >= (0, 28):
+    if has("log_kv_size_one_line", version):
         return f"{size}, {concurrency_text}"
     return f"{size}\n{concurrency_text}"
 
@@ -326,12 +325,12 @@ def not_enough_memory_message(max_model_len: int, needed_bytes: int, available_b
                                settings: EngineSettings) -> str:
     """The start of vLLM's "To serve at least one request" error, worded as the given era worded it."""
     version = settings.version
-    owner = "models's" if version[:2] <= (0, 21) else "model's"
-    unit = "GB" if version < (0, 8, 5) else "GiB"
+    owner = "model's" if has("log_model_s_spelling", version) else "models's"
+    unit = "GiB" if has("log_gib_unit", version) else "GB"
 
     def gib(value: int) -> str:
         # format_gib since 0.14; two fixed decimals before
-        return format_gib(value) if version[:2] >= (0, 14) else f"{value / GiB:.2f}"
+        return format_gib(value) if has("log_format_gib", version) else f"{value / GiB:.2f}"
 
     text = (
         f"To serve at least one request with the {owner} max seq len ({max_model_len}), ({gib(needed_bytes)} {unit} KV cache "
@@ -339,7 +338,7 @@ def not_enough_memory_message(max_model_len: int, needed_bytes: int, available_b
         f"available memory,"
     )
     # 0.8.5 - 0.9.0 dropped the estimate by a string-concatenation slip.
-    if (0, 8, 5) <= version < (0, 9, 1):
+    if has("log_estimate_dropped", version):
         return text
     return f"{text} the estimated maximum model length is {estimate}."
 

@@ -12,23 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from seatplan.facts.kv_specs import KvSpec
-
-DEFAULT_VLLM_VERSION = "0.32"
-OLDEST_VLLM_VERSION = (0, 8)
-NEWEST_VLLM_VERSION = (0, 32)
-
-
-def parse_vllm_version(text: str) -> tuple[int, ...]:
-    """``0.10.2`` → (0, 10, 2); accepts ``v0.32.0`` and dev/rc suffixes (``0.29.1rc1.dev339``)."""
-    import re
-
-    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.(\d+))?", text.strip())
-    if not match:
-        raise ValueError(f"cannot read vLLM version {text!r}; write it as 0.32 or 0.10.2")
-    parts = tuple(int(part) for part in match.groups() if part is not None)
-    if parts[:2] < OLDEST_VLLM_VERSION or parts[:2] > NEWEST_VLLM_VERSION:
-        raise ValueError(f"vLLM version {text!r} is outside the range seatplan models (0.8 to 0.32)")
-    return parts
+from seatplan.versions import DEFAULT_VLLM_VERSION, has
+from seatplan.versions import modelled as parse_vllm_version  # the one parser; other stages import it from here
 
 
 class EngineSettings(BaseModel):
@@ -85,7 +70,7 @@ class EngineSettings(BaseModel):
         0.27 started counting every batch in flight; async scheduling keeps two.
         """
         tokens = self.effective_max_num_batched_tokens
-        if self.version[:2] >= (0, 27) and self.effective_async_scheduling:
+        if has("in_flight_counts_async_batches", self.version) and self.effective_async_scheduling:
             return 2 * tokens
         return tokens
 

@@ -16,8 +16,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries
-from seatplan.observe.models import (
-    Boot, Finding, GpuReport, PlanCheck, ProcessSample, SeatFootprint,
+from seatplan.documents.observed import (
+    Boot, Finding, GpuReport, PlanCheck, ProcessSample, ObservedSeat,
 )
 from seatplan.units import MiB
 
@@ -104,7 +104,7 @@ def kv_ran_with(boots: list[Boot], seat: str) -> int | None:
     return ready[-1].available_kv_bytes if ready else None
 
 
-def footprints_from_processes(boots: list[Boot], processes: list[ProcessSample]) -> dict[str, SeatFootprint]:
+def footprints_from_processes(boots: list[Boot], processes: list[ProcessSample]) -> dict[str, ObservedSeat]:
     seat_of_pid = {pid: boot.seat for boot in boots for pid in boot.pids}
     readings: dict[int, list[tuple[datetime | None, float]]] = defaultdict(list)
     for sample in processes:
@@ -118,16 +118,16 @@ def footprints_from_processes(boots: list[Boot], processes: list[ProcessSample])
     for seat, ranks in per_seat.items():
         # Tensor-parallel ranks each hold a share; the plan's footprint is per GPU, so the largest rank counts.
         pid, used_mib, _ = max(ranks, key=lambda rank: rank[1])
-        out[seat] = SeatFootprint(footprint_bytes=int(round(used_mib * MiB)),
+        out[seat] = ObservedSeat(footprint_bytes=int(round(used_mib * MiB)),
                                   source=f"nvidia-smi compute-apps, pid {pid} ({len(ranks)} process(es))",
                                   samples=sum(rank[2] for rank in ranks), kv_cache_memory_bytes=kv_ran_with(boots, seat))
     return out
 
 
 def footprints_from_steps(boots: list[Boot], gpus: list[tuple[GpuSeries, Analysis]], plan: PlanView | None,
-                          settings: DetectSettings) -> dict[str, SeatFootprint]:
+                          settings: DetectSettings) -> dict[str, ObservedSeat]:
     """A seat's restart shows as a dip to the level without it; its footprint is plateau − that level."""
-    out: dict[str, SeatFootprint] = {}
+    out: dict[str, ObservedSeat] = {}
     for series, analysis in gpus:
         planned_here = {seat.name for seat in plan.seats_on(series.host, series.index)} if plan else None
         for number, step in enumerate(analysis.steps):
@@ -148,7 +148,7 @@ def footprints_from_steps(boots: list[Boot], gpus: list[tuple[GpuSeries, Analysi
                 continue  # the dip was not sampled: the seat's own share cannot be told apart
             seat = seats.pop()
             inside = (series.times_s >= segment.start.timestamp()) & (series.times_s <= segment.end.timestamp())
-            out[seat] = SeatFootprint(footprint_bytes=int(round((segment.plateau_used_mib - floor) * MiB)),
+            out[seat] = ObservedSeat(footprint_bytes=int(round((segment.plateau_used_mib - floor) * MiB)),
                                       source=f"restart step on GPU {series.index} at {step.at.isoformat()}",
                                       samples=int(np.count_nonzero(inside)), kv_cache_memory_bytes=kv_ran_with(boots, seat))
     return out
@@ -176,7 +176,7 @@ def _off(observed_bytes: int, planned_bytes: int) -> bool:
     return gap_mib > max(FOOTPRINT_TOLERANCE_MIB, FOOTPRINT_TOLERANCE_SHARE * planned_bytes / MiB)
 
 
-def check_plan(report: GpuReport, plan: PlanView, observed: dict[str, SeatFootprint]) -> tuple[PlanCheck | None, list[Finding]]:
+def check_plan(report: GpuReport, plan: PlanView, observed: dict[str, ObservedSeat]) -> tuple[PlanCheck | None, list[Finding]]:
     plan_gpu = plan.gpu(report.host, report.index)
     seats = plan.seats_on(report.host, report.index)
     if plan_gpu is None and not seats:

@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from seatplan.observe.models import Creep, Segment, Step
+from seatplan.documents.observed import Creep, Segment, Step
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from seatplan.observe.calibrate import (
 )
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
 from seatplan.observe.findings import seat_findings
-from seatplan.observe.models import (
+from seatplan.documents.observed import (
     Boot, DiagnoseReport, EngineStats, ObservedFootprints, ProcessSample, SeatReport, StatsSummary,
 )
 

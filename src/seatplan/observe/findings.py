@@ -16,19 +16,19 @@
 
 from __future__ import annotations
 
-import re
-
-from seatplan.observe.models import Boot, Finding
+from seatplan import versions as vllm_versions
+from seatplan.documents.fleet import DEFAULT_ROUNDING_STEP_BYTES
+from seatplan.documents.observed import Boot, Finding
 from seatplan.units import GiB, format_gib
 
 # Boot-to-boot drift below this is the 2-decimal rounding and allocator noise, not a race.
 RACE_SPREAD_BYTES = GiB // 2
-PIN_STEP_BYTES = GiB // 2
-KV_BYTES_FLAG_SINCE = (0, 10, 2)
+PIN_STEP_BYTES = DEFAULT_ROUNDING_STEP_BYTES  # suggested pins follow the plan's rounding step
+KV_BYTES_FLAG_SINCE = vllm_versions.since("kv_bytes_flag")
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version.split("+")[0].split("rc")[0].split(".dev")[0])[:3])
+    return vllm_versions.try_release(version) or ()
 
 
 def seat_findings(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None = None,

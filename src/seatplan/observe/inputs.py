@@ -7,15 +7,21 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from seatplan.documents.fleet import Policy, SeatSpec
+from seatplan.documents.fleet_file import gpu_refs, load_fleet, resolve_gpu_ref, resolve_model
+from seatplan.documents.io import read_document
+from seatplan.documents.observed import Boot, EngineStats, ProcessSample
 from seatplan.errors import SeatplanError
+from seatplan.facts.api import load_model_facts
+from seatplan.facts.models import EngineSettings
 from seatplan.observe.calibrate import PlanGpu, PlanSeat, PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
-from seatplan.observe.models import Boot, EngineStats, ProcessSample
 from seatplan.observe.sources import (
     Rejections, number_of_lines, read_beszel, read_exposition_file, read_nvidia_smi, read_prometheus, read_prometheus_text,
     read_vllm_metrics_url, vllm_stats,
 )
+from seatplan.units import human_bytes
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -105,8 +111,6 @@ def read_vllm_metrics(specs: list[str], rejected: Rejections | None = None) -> l
 
 def _fleet_view(path: Path) -> PlanView:
     """Which seat runs where, from a fleet file: its current layout, else the seats' pins."""
-    from seatplan.plan.fleet import gpu_refs, load_fleet, resolve_gpu_ref
-
     fleet = load_fleet(path).fleet
     seats = []
     for seat in fleet.seats:
@@ -124,13 +128,6 @@ def kv_rule_pins(boots: list[Boot], fleet: Path | None) -> dict[str, tuple[int, 
     The seat's fleet entry (model, parallelism, dtypes, policy) when ``--fleet`` names it; else the model
     directory and tensor parallelism its own log gave. Seats whose config cannot be read are left out.
     """
-    from seatplan.facts.api import load_model_facts
-    from seatplan.facts.models import EngineSettings
-    from seatplan.plan.fleet import load_fleet
-    from seatplan.plan.models import Policy, SeatSpec
-    from seatplan.plan.planner import resolve_model
-    from seatplan.plan.sizing import choose_kv_bytes
-
     specs: dict[str, SeatSpec] = {}
     policy, base_dir = Policy(), Path.cwd()
     if fleet is not None:
@@ -150,12 +147,15 @@ def kv_rule_pins(boots: list[Boot], fleet: Path | None) -> dict[str, tuple[int, 
                                   kv_cache_dtype=spec.kv_cache_dtype, vllm_version=policy.vllm_version)
         try:
             facts = load_model_facts(resolve_model(spec.model, base_dir), settings)
-            choice = choose_kv_bytes(spec, facts, boot.max_model_len, policy)
+            request_bytes = facts.request_kv_bytes(boot.max_model_len)
+            rule_bytes = policy.rule_kv_bytes(request_bytes, facts.min_kv_cache_bytes(boot.max_model_len), spec.kv_factor)
         except SeatplanError:
             continue  # no config here for this model: the log alone decides
-        pins[spec.name if boot.seat in specs else boot.seat] = (choice.kv_cache_memory_bytes,
-                           f"the plan's rule for {boot.max_model_len:,} tokens of {spec.model}: "
-                           + (choice.lines[0].note or choice.lines[0].result))
+        factor = spec.kv_factor or policy.kv_factor
+        pins[spec.name if boot.seat in specs else boot.seat] = (
+            spec.kv_cache_memory_bytes or rule_bytes,
+            f"the plan's rule for {boot.max_model_len:,} tokens of {spec.model}: {request_bytes:,} B × {factor:g}, "
+            f"rounded up to {human_bytes(policy.rounding_step_bytes)}")
     return pins
 
 
@@ -163,7 +163,5 @@ def read_plan(plan: Path | None, fleet: Path | None) -> PlanView | None:
     """The plan (GPUs, spares, seat footprints and places); a fleet file alone tells which seat is on which GPU."""
     if plan is None:
         return _fleet_view(fleet) if fleet is not None else None
-    from seatplan.plan.reader import read_document
-
     return read_document(plan, PlanView, "plan", "pass a plan written by seatplan plan -o (gpus[].index, seats[].name/gpus)",
                          "seatplan.plan")

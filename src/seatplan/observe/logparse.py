@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Callable, Iterable, Iterator
 
-from seatplan.observe.models import Boot, BootError, EngineStats
+from seatplan.documents.observed import Boot, BootError, EngineStats
 from seatplan.units import GiB
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

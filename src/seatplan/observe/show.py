@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seatplan.observe.models import DiagnoseReport
+from seatplan.documents.observed import DiagnoseReport
 from seatplan.output import console
 from seatplan.units import format_gib, human_bytes
 

@@ -19,10 +19,10 @@ from typing import Iterable
 
 import numpy as np
 
+from seatplan.documents.observed import EngineStats, ProcessSample, RejectedInput
 from seatplan.errors import SeatplanError
 from seatplan.jsontext import loads_bounded
 from seatplan.observe.detect import GpuSeries
-from seatplan.observe.models import EngineStats, ProcessSample, RejectedInput
 
 # Beszel's NVIDIA collectors store nvidia-smi MiB divided by 1.024 (agent/gpu.go mebibytesInAMegabyte).
 BESZEL_MIB_FACTOR = 1.024

@@ -11,6 +11,9 @@ from typing import Optional
 
 import typer
 
+from seatplan.documents.fleet import DEFAULT_KV_FACTOR
+from seatplan.versions import DEFAULT_VLLM_VERSION
+
 EXIT_INFEASIBLE = 3
 
 
@@ -31,9 +34,9 @@ def plan_command(
 ) -> None:
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
     from seatplan.fileio import atomic_write_text
-    from seatplan.plan.fleet import load_fleet
+    from seatplan.documents.fleet_file import load_fleet
     from seatplan.plan.planner import build_plan
-    from seatplan.plan.reader import read_observed, read_usage
+    from seatplan.documents.io import read_observed, read_usage
 
     loaded = load_fleet(fleet)
     usage_summary = read_usage(usage) if usage else None
@@ -79,7 +82,7 @@ def explain_command(
     import difflib
 
     from seatplan.errors import SeatplanError
-    from seatplan.plan.reader import read_plan
+    from seatplan.documents.io import read_plan
 
     plan = read_plan(plan_file)
     entry = plan.seat(seat)
@@ -108,11 +111,11 @@ def fit_command(
     tensor_parallel_size: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1),
     dtype: str = typer.Option("auto", "--dtype"),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
-    vllm_version: str = typer.Option("0.32", "--vllm-version"),
+    vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version"),
     max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", min=1),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", min=1),
     headroom: str = typer.Option("0", "--headroom", help="memory to keep free on the GPU"),
-    kv_factor: float = typer.Option(1.25, "--kv-factor", min=0.01, help="the plan's KV factor, for the sized-by-rule answer"),
+    kv_factor: float = typer.Option(DEFAULT_KV_FACTOR, "--kv-factor", min=0.01, help="the plan's KV factor, for the sized-by-rule answer"),
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
     json_output: bool = typer.Option(False, "--json", help="print the fit report as JSON"),
 ) -> None:
@@ -122,7 +125,7 @@ def fit_command(
     from seatplan.facts.models import EngineSettings, parse_vllm_version
     from seatplan.plan import footprint as fp
     from seatplan.plan.fit import fit_model
-    from seatplan.plan.models import Policy
+    from seatplan.documents.fleet import Policy
     from seatplan.units import parse_bytes
 
     gpu_memory_bytes = parse_bytes(gpu_memory, field="--gpu-memory")
@@ -158,7 +161,7 @@ def schema_command(
 ) -> None:
     """Print the fleet file's JSON Schema (point your editor's YAML language server at it)."""
     from seatplan.output import emit_json
-    from seatplan.plan.models import Fleet
+    from seatplan.documents.fleet import Fleet
 
     schema = Fleet.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

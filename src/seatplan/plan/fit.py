@@ -11,21 +11,17 @@ import math
 
 from seatplan.facts.models import ModelFacts
 from seatplan.plan import footprint as fp
-from seatplan.plan.models import ExplanationLine, FitReport, Policy
+from seatplan.documents.fleet import Policy
+from seatplan.documents.plan import ExplanationLine, FitReport
 from seatplan.units import human_bytes, round_up
 
 
-def rule_kv_bytes(facts: ModelFacts, max_model_len: int, factor: float, step_bytes: int) -> int:
-    raw = max(math.ceil(facts.request_kv_bytes(max_model_len) * factor), facts.min_kv_cache_bytes(max_model_len))
-    return round_up(raw, step_bytes) if step_bytes else raw
-
-
-def largest_len_with_factor(facts: ModelFacts, kv_budget_bytes: int, upper_len: int, factor: float, step_bytes: int) -> int:
+def largest_len_with_factor(facts: ModelFacts, kv_budget_bytes: int, upper_len: int, policy: Policy) -> int:
     """The longest ``max_model_len`` whose rule-sized KV (× factor, rounded up) still fits the budget; 0 if none."""
     low, high = 0, upper_len
     while low < high:
         middle = (low + high + 1) // 2
-        if rule_kv_bytes(facts, middle, factor, step_bytes) <= kv_budget_bytes:
+        if policy.rule_kv_bytes(facts.request_kv_bytes(middle), facts.min_kv_cache_bytes(middle)) <= kv_budget_bytes:
             low = middle
         else:
             high = middle - 1
@@ -60,7 +56,7 @@ def fit_model(
     upper = max(facts.max_context_derived, facts.max_context_published or 0)
     published = facts.max_context_published or facts.max_context_derived
     largest = facts.max_model_len_fit(budget, upper_len=upper) if budget else 0
-    with_factor = largest_len_with_factor(facts, budget, upper, policy.kv_factor, policy.rounding_step_bytes)
+    with_factor = largest_len_with_factor(facts, budget, upper, policy)
     capacity = facts.capacity(budget, published)
     lines = [
         ExplanationLine(

@@ -10,15 +10,16 @@ replace the estimated parts; a ``fixed`` seat costs its declared cap.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
 from pydantic import BaseModel
 
+from seatplan import versions
 from seatplan.facts.models import ModelShape
-from seatplan.plan.models import Basis, FootprintPart, ObservedSeat
+from seatplan.documents.observed import ObservedSeat
+from seatplan.documents.plan import Basis, FootprintPart
 from seatplan.units import GiB
 
 
@@ -62,10 +63,7 @@ class OverheadModel(BaseModel):
 
 def version_key(version: str) -> tuple[int, ...]:
     """``0.10.2`` → (0, 10, 2); ``v0.32.0`` and ``0.29.1rc1.dev339`` compare by their release numbers."""
-    match = re.match(r"^v?(\d+)\.(\d+)(?:\.(\d+))?", version.strip())
-    if not match:
-        raise ValueError(f"cannot read vLLM version {version!r}")
-    return tuple(int(part) for part in match.groups() if part is not None)
+    return versions.release(version)
 
 
 @lru_cache(maxsize=1)

@@ -16,24 +16,11 @@ from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing
-from seatplan.plan.fleet import LoadedFleet, gpu_refs, resolve_gpu_ref
-from seatplan.plan.models import (
-    ExplanationLine,
-    Fleet,
-    GpuSpec,
-    ModelUsage,
-    ObservedSeat,
-    ObservedFootprints,
-    Plan,
-    PlanInfeasibility,
-    PlanInputs,
-    PlannedGpu,
-    PlannedSeat,
-    RunnerUp,
-    SeatSpec,
-    ShortSeat,
-    UsageSummary,
-)
+from seatplan.documents.fleet_file import LoadedFleet, gpu_refs, resolve_gpu_ref, resolve_model
+from seatplan.documents.fleet import Fleet, GpuSpec, SeatSpec
+from seatplan.documents.observed import ObservedFootprints, ObservedSeat
+from seatplan.documents.plan import ExplanationLine, Plan, PlanInfeasibility, PlanInputs, PlannedGpu, PlannedSeat, RunnerUp, ShortSeat
+from seatplan.documents.usage import ModelUsage, UsageReport
 from seatplan.plan.placement import GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
 from seatplan.units import human_bytes
 
@@ -72,7 +59,7 @@ def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
 def build_plan(
     loaded: LoadedFleet,
     *,
-    usage: UsageSummary | None = None,
+    usage: UsageReport | None = None,
     usage_path: str | None = None,
     observed: ObservedFootprints | None = None,
     observed_path: str | None = None,
@@ -182,15 +169,7 @@ def allowed_gpus(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], seat: SeatSpec) -> l
     return [key for key, gpu in gpus.items() if key not in avoided and not gpu.keep_clear]
 
 
-def resolve_model(model: str, base_dir: Path) -> str:
-    """A model directory relative to the fleet file, or the name as given (a Hugging Face id)."""
-    candidate = Path(model).expanduser()
-    if not candidate.is_absolute():
-        candidate = base_dir / candidate
-    return str(candidate.resolve()) if candidate.exists() else model
-
-
-def usage_for(usage: UsageSummary | None, served_model_name: str, seat_name: str) -> ModelUsage | None:
+def usage_for(usage: UsageReport | None, served_model_name: str, seat_name: str) -> ModelUsage | None:
     """A seat's usage: keyed by the name it serves, or mapped to it by the usage stage."""
     if usage is None:
         return None
@@ -204,7 +183,7 @@ def size_seat(
     gpus: dict[GpuKey, GpuSpec],
     seat: SeatSpec,
     base_dir: Path,
-    usage: UsageSummary | None,
+    usage: UsageReport | None,
     observed: ObservedFootprints | None,
     facts_loader: FactsLoader,
 ) -> SizedSeat:

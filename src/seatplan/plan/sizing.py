@@ -11,9 +11,12 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from seatplan import versions
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import KvCapacity, ModelFacts, YarnOption
-from seatplan.plan.models import ExplanationLine, ModelUsage, Policy, SeatSpec
+from seatplan.documents.fleet import Policy, SeatSpec
+from seatplan.documents.plan import ExplanationLine
+from seatplan.documents.usage import ModelUsage
 from seatplan.units import human_bytes, round_up
 
 
@@ -141,9 +144,7 @@ def _yarn_line(seat: SeatSpec, facts: ModelFacts, choice: ContextChoice) -> Expl
 
 def yarn_overrides(yarn: YarnOption, vllm_version: str) -> dict[str, object]:
     """The ``--hf-overrides`` that switch static YaRN on (``rope_parameters`` since vLLM 0.11.1)."""
-    from seatplan.plan.footprint import version_key
-
-    key = "rope_parameters" if version_key(vllm_version) >= (0, 11, 1) else "rope_scaling"
+    key = "rope_parameters" if versions.has("hf_overrides_rope_parameters", versions.release(vllm_version)) else "rope_scaling"
     return {key: {"rope_type": "yarn", "factor": yarn.factor, "original_max_position_embeddings": yarn.original_max_position_embeddings}}
 
 
@@ -156,7 +157,7 @@ def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, polic
     minimum_bytes = facts.min_kv_cache_bytes(max_model_len)
     factor = seat.kv_factor or policy.kv_factor
     step = policy.rounding_step_bytes
-    rule_bytes = round_up(max(math.ceil(request_bytes * factor), minimum_bytes), step) if step else max(math.ceil(request_bytes * factor), minimum_bytes)
+    rule_bytes = policy.rule_kv_bytes(request_bytes, minimum_bytes, factor)
     inputs = {
         "max_model_len": max_model_len,
         "request_kv_bytes": request_bytes,

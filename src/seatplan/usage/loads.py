@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seatplan.usage.models import TokenPercentiles
+from seatplan.documents.usage import TokenPercentiles
 
 PERCENTILE_FRACTIONS = (0.50, 0.90, 0.99)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from seatplan.errors import SeatplanError
 from seatplan.usage.loads import Peaks, peak_loads, runaway_mask, seat_percentiles
-from seatplan.usage.models import ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
+from seatplan.documents.usage import ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
 from seatplan.usage.queries import Window
 from seatplan.usage.rows import judge, runaway_rows, summarize
 from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds

@@ -1,13 +1,15 @@
 """Which LiteLLM model names belong to which fleet seat.
 
 Only ``seats[].name``, ``served_model_name`` and ``max_model_len`` matter here; the fleet file itself is
-read and checked by the plan stage's loader, so a typo in it is reported the same way everywhere.
+read and checked by the shared fleet-file loader (`documents.fleet_file`), so a typo in it is reported the same way everywhere.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from seatplan.documents.fleet_file import load_fleet
 
 
 @dataclass(frozen=True)
@@ -35,8 +37,6 @@ class SeatMap:
 
 def load_seat_map(path: str | Path) -> SeatMap:
     """The seats of a fleet file, read (and checked) by the plan stage's own loader."""
-    from seatplan.plan.fleet import load_fleet
-
     fleet = load_fleet(path).fleet
     return SeatMap(
         tuple(

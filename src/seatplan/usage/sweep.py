@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from seatplan.usage.models import KeyClients, RunawayGroup, RunawayRule, TokenPercentiles
+from seatplan.documents.usage import KeyClients, RunawayGroup, RunawayRule, TokenPercentiles
 
 USER_AGENT_TAG_PREFIX = "User-Agent:"
 EXAMPLE_IDS_PER_GROUP = 3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seatplan.usage.models import UsageReport
+from seatplan.documents.usage import UsageReport
 
 
 def _number(value: int | None) -> str:

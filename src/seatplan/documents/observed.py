@@ -175,7 +175,7 @@ class GpuReport(_Model):
     plan: PlanCheck | None = None
 
 
-class SeatFootprint(_Model):
+class ObservedSeat(_Model):
     footprint_bytes: int = Field(description="per GPU, at plateau")
     source: str
     samples: int
@@ -186,7 +186,7 @@ class SeatReport(_Model):
     name: str
     boots: list[Boot] = []
     stats: StatsSummary | None = None
-    observed: SeatFootprint | None = None
+    observed: ObservedSeat | None = None
     planned_footprint_bytes: int | None = None
     findings: list[Finding] = []
 
@@ -212,7 +212,7 @@ class ObservedFootprints(_Model):
     kind: Literal["seatplan.observed"] = "seatplan.observed"
     version: int = 1
     generated_at: datetime
-    seats: dict[str, SeatFootprint] = {}
+    seats: dict[str, ObservedSeat] = {}
     gpus: list[dict[str, float | int | str | None]] = []
     engines: dict[str, StatsSummary] = Field({}, description="each seat's own record of how full its KV cache got")
 

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from seatplan.errors import SeatplanError
-from seatplan.plan.models import Fleet, GpuSpec, HostSpec, SeatSpec
+from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
 
 PathKey = tuple[str | int, ...]
 
@@ -255,6 +255,14 @@ def resolve_gpu_ref(fleet: Fleet, ref: int | str) -> tuple[str, int] | None:
         if host.name == host_name and any(gpu.index == int(index_text) for gpu in host.gpus):
             return (host.name, int(index_text))
     return None
+
+
+def resolve_model(model: str, base_dir: Path) -> str:
+    """A model directory relative to the fleet file, or the name as given (a Hugging Face id)."""
+    candidate = Path(model).expanduser()
+    if not candidate.is_absolute():
+        candidate = base_dir / candidate
+    return str(candidate.resolve()) if candidate.exists() else model
 
 
 def gpu_refs(value: int | str | list[int | str] | None) -> list[int | str]:

@@ -14,8 +14,10 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from seatplan.errors import SeatplanError
+from seatplan.documents.observed import ObservedFootprints
+from seatplan.documents.plan import Plan
+from seatplan.documents.usage import UsageReport
 from seatplan.jsontext import JsonTooDeep, loads_bounded
-from seatplan.plan.models import ObservedFootprints, Plan, UsageSummary
 
 Document = TypeVar("Document", bound=BaseModel)
 
@@ -64,8 +66,8 @@ def read_document(path: str | Path, model: type[Document], what: str, fix: str, 
         raise SeatplanError(f"{field}: {first['msg']}", where=str(source), fix=fix) from None
 
 
-def read_usage(path: str | Path) -> UsageSummary:
-    return read_document(path, UsageSummary, "usage summary", "pass the JSON that `seatplan usage --json` wrote",
+def read_usage(path: str | Path) -> UsageReport:
+    return read_document(path, UsageReport, "usage summary", "pass the JSON that `seatplan usage --json` wrote",
                          "seatplan.usage")
 
 

@@ -1,0 +1,139 @@
+"""The plan document: what ``seatplan plan -o plan.json`` writes and render, verify and report read.
+
+It is versioned (``kind``/``version``): a saved plan can be diffed, re-rendered and verified later, and
+a document of another kind is refused on read.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
+
+
+class ExplanationLine(BaseModel):
+    """One decision: which rule, on which numbers, with what result."""
+
+    rule: str
+    inputs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
+    result: str
+    note: str = ""
+
+
+class FootprintPart(BaseModel):
+    name: str
+    bytes: int
+    basis: Basis
+    inputs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
+    note: str = ""
+
+
+class PlannedSeat(BaseModel):
+    name: str
+    engine: Literal["vllm", "fixed"]
+    model: str | None
+    served_model_name: str
+    port: int | None
+    gpus: list[str]
+    tensor_parallel_size: int
+    kv_cache_memory_bytes: int | None
+    max_model_len: int | None
+    max_new_tokens: int | None
+    kv_cache_tokens: int | None
+    max_concurrency: float | None
+    footprint_bytes: int
+    footprint_basis: Basis
+    footprint_parts: list[FootprintPart]
+    vllm_args: list[str]
+    env: dict[str, str]
+    gpu_memory_utilization: float | None
+    boot_order: int
+    explanation: list[ExplanationLine]
+    warnings: list[str]
+
+
+class PlannedGpu(BaseModel):
+    host: str
+    index: int
+    name: str
+    total_bytes: int
+    reserved_bytes: int
+    keep_clear: bool
+    seats: list[str]
+    used_bytes: int
+    spare_bytes: int
+    headroom_bytes: int
+
+
+class RunnerUp(BaseModel):
+    assignment: dict[str, list[str]]
+    worst_case_spare_bytes: int
+    moves: int
+    why_lost: str
+
+
+class ShortSeat(BaseModel):
+    name: str
+    footprint_bytes: int
+    best_gpu: str | None
+    short_by_bytes: int | None
+    reason: str
+
+
+class PlanInfeasibility(BaseModel):
+    summary: str
+    seats: list[ShortSeat]
+
+
+class PlanInputs(BaseModel):
+    fleet_path: str
+    fleet_sha256: str
+    usage_path: str | None = None
+    observed_path: str | None = None
+    seatplan_version: str
+    vllm_version: str
+
+
+class Plan(BaseModel):
+    kind: Literal["seatplan.plan"] = "seatplan.plan"
+    version: int = 1
+    seats: list[PlannedSeat]
+    gpus: list[PlannedGpu]
+    worst_case_spare_bytes: int | None
+    worst_case_gpu: str | None
+    optimal: bool
+    method: str
+    bound_bytes: int | None
+    solve_seconds: float
+    moves: int | None
+    runner_ups: list[RunnerUp]
+    infeasible: PlanInfeasibility | None
+    warnings: list[str]
+    inputs: PlanInputs
+
+    def seat(self, name: str) -> PlannedSeat | None:
+        return next((seat for seat in self.seats if seat.name == name), None)
+
+
+class FitReport(BaseModel):
+    """``seatplan fit``: the longest context and the concurrency one GPU budget holds beside the weights."""
+
+    model: str
+    gpu_memory_bytes: int
+    tensor_parallel_size: int
+    headroom_bytes: int
+    non_kv_bytes: int
+    kv_budget_bytes: int
+    footprint_parts: list[FootprintPart]
+    max_context_derived: int
+    max_context_published: int | None
+    largest_max_model_len: int
+    largest_max_model_len_with_factor: int
+    kv_factor: float
+    published_context: int
+    published_kv_cache_tokens: int
+    published_max_concurrency: float
+    published_fits_one_request: bool
+    explanation: list[ExplanationLine]

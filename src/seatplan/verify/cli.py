@@ -1,0 +1,79 @@
+"""``seatplan verify`` and ``seatplan upgrade-check``.
+
+Only Typer is imported at load time; the stage's logic is imported inside the commands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+DEFAULT_KEY_ENV = "LITELLM_MASTER_KEY"
+EXIT_FAILED = 1
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify_command)
+    app.command("upgrade-check")(upgrade_check_command)
+
+
+def verify_command(
+    plan: Path = typer.Argument(..., help="a plan saved with `seatplan plan FLEET -o plan.json`"),
+    gateway: str | None = typer.Option(None, "--gateway", help="LiteLLM gateway URL: every seat's served name must be listed and answer"),
+    key_env: str = typer.Option(DEFAULT_KEY_ENV, "--key-env", help="environment variable holding the gateway key (never printed); '' for none"),
+    fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
+    timeout_s: float = typer.Option(30.0, "--timeout", min=0.1, help="seconds each request may take"),
+    json_output: bool = typer.Option(False, "--json", help="print {ok, checks: [{seat, check, expected, seen, ok}]}"),
+) -> None:
+    """Check every engine of a plan (and the gateway) against the plan, to the KV block; exit 1 if any check fails."""
+    from seatplan.verify.expect import seat_expectations
+    from seatplan.verify.loading import gateway_key, load_context
+    from seatplan.verify.probe import ProbeSettings
+    from seatplan.verify.run import verify_fleet
+
+    context = load_context(plan, fleet)
+    key = gateway_key(key_env) if gateway else None
+    expectations = seat_expectations(context.plan, context.hosts, context.fleet_dir, context.facts_loader)
+    report = verify_fleet(expectations, context.plan.inputs.vllm_version, gateway_url=gateway, gateway_key=key,
+                          settings=ProbeSettings(timeout_s=timeout_s))
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json(report)
+    else:
+        from seatplan.output import console
+        from seatplan.verify.report import print_verify
+
+        print_verify(console(), report)
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def upgrade_check_command(
+    plan: Path = typer.Argument(..., help="a plan saved with `seatplan plan FLEET -o plan.json`"),
+    to: str = typer.Option(..., "--to", help="the vLLM version the engines would move to (0.8 to 0.32)"),
+    fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
+    json_output: bool = typer.Option(False, "--json", help="print the changes as one JSON document"),
+) -> None:
+    """Seat by seat, what changes for this plan if its engines move to vLLM VERSION."""
+    from seatplan.errors import SeatplanError
+    from seatplan.verify.loading import load_context
+    from seatplan.verify.upgrade import upgrade_report
+    from seatplan.versions import modelled
+
+    try:
+        modelled(to)
+    except ValueError as problem:
+        raise SeatplanError(str(problem), where="--to", fix="give a vLLM version from 0.8 to 0.32, e.g. 0.32 or 0.10.2") from None
+    context = load_context(plan, fleet)
+    report = upgrade_report(context.plan, context.hosts, context.fleet_dir, context.facts_loader, to)
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json(report)
+    else:
+        from seatplan.output import console
+        from seatplan.verify.report import print_upgrade
+
+        print_upgrade(console(), report)

@@ -176,9 +176,11 @@ def test_wrong_damaged_or_untagged_documents_are_refused(tmp_path: Path, plan_fl
 
 def test_a_usage_report_is_not_an_observations_file_and_back(tmp_path: Path, plan_fleet: Path) -> None:
     usage = tmp_path / "usage.json"
-    usage.write_text(json.dumps({"kind": "seatplan.usage", "version": 1, "models": {}}))
+    made = seatplan("usage", "--from", str(FORMAT_FIXTURES / "litellm_spend_logs.csv"), "-o", str(usage), "--json")
+    assert made.exit_code == 0, made.stderr
     observed = tmp_path / "observed.json"
-    observed.write_text(json.dumps({"kind": "seatplan.observed", "version": 1, "seats": {}}))
+    made = seatplan("diagnose", "--nvidia-smi", str(NVIDIA_SMI), "-o", str(observed), "--json")
+    assert made.exit_code == 0, made.stderr
     refused(seatplan("plan", str(plan_fleet), "--observed", str(usage), "--json"), "seatplan.usage")
     refused(seatplan("plan", str(plan_fleet), "--usage", str(observed), "--json"), "seatplan.observed")
     assert seatplan("plan", str(plan_fleet), "--usage", str(usage), "--observed", str(observed), "--json").exit_code == 0

@@ -63,6 +63,14 @@ def judged(reader: str, run: Callable[[], None]) -> str:
     return "accepted"
 
 
+def judged_file(reader: str, name: str, data: bytes, run: Callable[[Path], None]) -> str:
+    """``data`` written to a scratch file ``name``, then :func:`judged` with ``run(path)``."""
+    with scratch() as directory:
+        path = directory / name
+        path.write_bytes(data)
+        return judged(reader, lambda: run(path))
+
+
 def check(condition: bool, message: str) -> None:
     if not condition:
         raise PropertyViolated(message)
@@ -82,10 +90,7 @@ def strict_json(document: object) -> None:
 def fleet(data: bytes) -> str:
     from seatplan.documents.fleet_file import load_fleet
 
-    with scratch() as directory:
-        path = directory / "fleet.yaml"
-        path.write_bytes(data)
-        return judged("fleet YAML", lambda: load_fleet(path))
+    return judged_file("fleet YAML", "fleet.yaml", data, load_fleet)
 
 
 def config(data: bytes) -> str:
@@ -106,30 +111,22 @@ def config(data: bytes) -> str:
 def safetensors(data: bytes) -> str:
     from seatplan.facts.weights import DTYPE_BYTES, read_safetensors_header
 
-    with scratch() as directory:
-        path = directory / "model.safetensors"
-        path.write_bytes(data)
-
-        def run() -> None:
-            for tensor in read_safetensors_header(path):
-                check(0 <= tensor.nbytes <= len(data), f"tensor {tensor.name!r} claims {tensor.nbytes} bytes of {len(data)}")
-                if tensor.dtype in DTYPE_BYTES:
-                    check(math.prod(tensor.shape) * DTYPE_BYTES[tensor.dtype] == tensor.nbytes, "shape disagrees with bytes")
-        return judged("safetensors header", run)
+    def run(path: Path) -> None:
+        for tensor in read_safetensors_header(path):
+            check(0 <= tensor.nbytes <= len(data), f"tensor {tensor.name!r} claims {tensor.nbytes} bytes of {len(data)}")
+            if tensor.dtype in DTYPE_BYTES:
+                check(math.prod(tensor.shape) * DTYPE_BYTES[tensor.dtype] == tensor.nbytes, "shape disagrees with bytes")
+    return judged_file("safetensors header", "model.safetensors", data, run)
 
 
 def vllm_log(data: bytes) -> str:
     from seatplan.observe.inputs import read_vllm_logs
 
-    with scratch() as directory:
-        path = directory / "vllm.log"
-        path.write_bytes(data)
-
-        def run() -> None:
-            boots, stats = read_vllm_logs([str(path)], year=2026)
-            check(bool(boots or stats), "a vLLM log accepted with nothing found in it")
-            strict_json([boot.model_dump(mode="json") for boot in boots] + [stat.model_dump(mode="json") for stat in stats])
-        return judged("vLLM log", run)
+    def run(path: Path) -> None:
+        boots, stats = read_vllm_logs([str(path)], year=2026)
+        check(bool(boots or stats), "a vLLM log accepted with nothing found in it")
+        strict_json([boot.model_dump(mode="json") for boot in boots] + [stat.model_dump(mode="json") for stat in stats])
+    return judged_file("vLLM log", "vllm.log", data, run)
 
 
 def _check_series(series, reader: str) -> None:
@@ -144,38 +141,30 @@ def _check_series(series, reader: str) -> None:
 def nvidia_smi(data: bytes) -> str:
     from seatplan.observe.sources import read_nvidia_smi
 
-    with scratch() as directory:
-        path = directory / "smi.csv"
-        path.write_bytes(data)
-
-        def run() -> None:
-            series, processes = read_nvidia_smi(path)
-            check(bool(series or processes), "an nvidia-smi CSV accepted with no reading")
-            _check_series(series, "nvidia-smi")
-            check(all(math.isfinite(p.used_mib) or math.isnan(p.used_mib) for p in processes), "a process reading is infinite")
-        return judged("nvidia-smi CSV", run)
+    def run(path: Path) -> None:
+        series, processes = read_nvidia_smi(path)
+        check(bool(series or processes), "an nvidia-smi CSV accepted with no reading")
+        _check_series(series, "nvidia-smi")
+        check(all(math.isfinite(p.used_mib) or math.isnan(p.used_mib) for p in processes), "a process reading is infinite")
+    return judged_file("nvidia-smi CSV", "smi.csv", data, run)
 
 
 def prometheus(data: bytes) -> str:
     from seatplan.observe.inputs import read_vllm_metrics
     from seatplan.observe.sources import read_prometheus_text
 
-    with scratch() as directory:
-        path = directory / "scrape.prom"
-        path.write_bytes(data)
+    def run(path: Path) -> None:
+        series, stats = read_prometheus_text(path)
+        check(bool(series or stats), "exposition text accepted with nothing found in it")
+        _check_series(series, "Prometheus text")
+        strict_json([stat.model_dump(mode="json") for stat in stats])
 
-        def run() -> None:
-            series, stats = read_prometheus_text(path)
-            check(bool(series or stats), "exposition text accepted with nothing found in it")
-            _check_series(series, "Prometheus text")
-            strict_json([stat.model_dump(mode="json") for stat in stats])
-
-        def metrics() -> None:
-            stats = read_vllm_metrics([str(path)])
-            check(bool(stats), "a /metrics file accepted with no vLLM gauge")
-            strict_json([stat.model_dump(mode="json") for stat in stats])
-        judged("vLLM /metrics", metrics)
-        return judged("Prometheus text", run)
+    def metrics(path: Path) -> None:
+        stats = read_vllm_metrics([str(path)])
+        check(bool(stats), "a /metrics file accepted with no vLLM gauge")
+        strict_json([stat.model_dump(mode="json") for stat in stats])
+    judged_file("vLLM /metrics", "metrics.txt", data, metrics)
+    return judged_file("Prometheus text", "scrape.prom", data, run)
 
 
 BESZEL_SCHEMA = (
@@ -239,33 +228,22 @@ def spend_csv(data: bytes) -> str:
     """A spend-log CSV (the real header, then the bytes): the compiled reader stops with a reason or agrees with DuckDB."""
     from seatplan.usage import csvscan
 
-    with scratch() as directory:
-        path = directory / "spend.csv"
-        path.write_bytes(SPEND_CSV_HEADER.encode() + data)
-
-        def run() -> None:
-            slow, slow_reader = _usage(path, fast=False)
-            check(slow_reader == "duckdb", "the DuckDB reading was not DuckDB's")
-            strict_json(slow)
-            if csvscan.available():
-                fast, reader = _usage(path, fast=True)
-                if reader == "fast":
-                    check(fast.model_dump(exclude={"reader"}) == slow.model_dump(exclude={"reader"}),
-                          "the compiled CSV reader took the file and disagrees with DuckDB")
-                else:
-                    check(fast.reader.startswith("DuckDB"), f"the compiled reader stopped without a reason: {fast.reader!r}")
-        return judged("spend-log CSV", run)
+    def run(path: Path) -> None:
+        slow, slow_reader = _usage(path, fast=False)
+        check(slow_reader == "duckdb", "the DuckDB reading was not DuckDB's")
+        strict_json(slow)
+        if csvscan.available():
+            fast, reader = _usage(path, fast=True)
+            if reader == "fast":
+                check(fast.model_dump(exclude={"reader"}) == slow.model_dump(exclude={"reader"}),
+                      "the compiled CSV reader took the file and disagrees with DuckDB")
+            else:
+                check(fast.reader.startswith("DuckDB"), f"the compiled reader stopped without a reason: {fast.reader!r}")
+    return judged_file("spend-log CSV", "spend.csv", SPEND_CSV_HEADER.encode() + data, run)
 
 
 def spend_jsonl(data: bytes) -> str:
-    with scratch() as directory:
-        path = directory / "spend.jsonl"
-        path.write_bytes(data)
-
-        def run() -> None:
-            report, _ = _usage(path, fast=False)
-            strict_json(report)
-        return judged("spend-log JSONL", run)
+    return judged_file("spend-log JSONL", "spend.jsonl", data, lambda path: strict_json(_usage(path, fast=False)[0]))
 
 
 TARGETS: dict[str, Callable[[bytes], str]] = {

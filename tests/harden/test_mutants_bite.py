@@ -156,3 +156,26 @@ def test_kv_rule_without_a_step_and_its_explanation_are_exact() -> None:
         choose_kv_bytes(SeatSpec(name="s", model="m", kv_cache_memory_bytes=minimum - 1), llama, 4096, unrounded)
     pinned = choose_kv_bytes(SeatSpec(name="s", model="m", kv_cache_memory_bytes=2 * 536_870_912), llama, 4096, unrounded)
     assert pinned.lines[0].note.endswith("= 2.00× one request")
+
+
+def test_runaway_threshold_rounds_a_fractional_multiple_up() -> None:
+    from seatplan.documents.usage import RunawayRule
+    from seatplan.usage.sweep import runaway_threshold_tokens
+
+    rule = RunawayRule(operator_threshold_tokens=None, floor_tokens=4, tail_multiple=1.5, cap_fraction=0.9, description="")
+    assert runaway_threshold_tokens(rule, 7, None) == 11  # 1.5 x 7 = 10.5 -> 11
+    assert runaway_threshold_tokens(rule, 7, 11) == 9  # 0.9 x 11 = 9.9 -> 9: the cap rounds down
+    assert runaway_threshold_tokens(rule, None, None) == 4
+
+
+def test_a_seat_that_fills_a_gpu_exactly_fits() -> None:
+    from seatplan.plan.placement import GpuSlot, SeatDemand
+    from seatplan.plan.placement_search import compile_problem
+
+    problem = compile_problem([GpuSlot(host="h", index=0, capacity_bytes=1000, headroom_bytes=100)],
+                              [SeatDemand(name="s", footprint_bytes=900)])
+    assert problem.fits([(0,)])
+    assert problem.worst_spare(problem.loads([(0,)])) == 100
+    bigger = compile_problem([GpuSlot(host="h", index=0, capacity_bytes=1000, headroom_bytes=100)],
+                             [SeatDemand(name="s", footprint_bytes=901)])
+    assert not bigger.fits([(0,)])

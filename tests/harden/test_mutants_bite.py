@@ -179,3 +179,13 @@ def test_a_seat_that_fills_a_gpu_exactly_fits() -> None:
     bigger = compile_problem([GpuSlot(host="h", index=0, capacity_bytes=1000, headroom_bytes=100)],
                              [SeatDemand(name="s", footprint_bytes=901)])
     assert not bigger.fits([(0,)])
+
+
+def test_a_creep_still_rising_reports_its_rise_to_the_latest_level() -> None:
+    # 12 h flat at 30,000 MiB, then 36 h rising 12,000 MiB without levelling off: the plateau is the latest level.
+    analysis = analyse(series([30_000.0] * (12 * 60) + list(np.linspace(30_000.0, 42_000.0, 36 * 60))))
+    segment = analysis.segments[0]
+    creep = segment.creep
+    assert creep is not None and not creep.levelled_off
+    assert creep.rise_mib == pytest.approx(segment.plateau_used_mib - segment.level_after_boot_mib, abs=0.1)
+    assert 41_500 < segment.plateau_used_mib <= 42_000 and segment.level_after_boot_mib == 30_000.0

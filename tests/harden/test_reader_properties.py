@@ -151,8 +151,22 @@ def test_safetensors_header(data: bytes) -> None:
 FLEET = (FIXTURES.parent.parent / "examples" / "demo" / "fleet.yaml")
 
 
+FLEET_LINES = FLEET.read_text().splitlines()
+
+
+def _fleet_with(position: int, value: str) -> list[str]:
+    """The demo fleet whole, with one number or word of one line swapped for a hostile value."""
+    import re
+
+    lines = list(FLEET_LINES)
+    index = position % len(lines)
+    lines[index] = re.sub(r"(?<=: )[^,{}\[\]\n]+", value, lines[index], count=1)
+    return lines
+
+
 @CHEAP
-@given(as_bytes(damaged_lines(real_lines(FLEET) if FLEET.exists() else ["hosts: []", "seats: []"]),
+@given(as_bytes(st.one_of(damaged_lines(FLEET_LINES), st.builds(_fleet_with, st.integers(0, 10_000), st.sampled_from(
+    HOSTILE_NUMBERS + ["*a", "&a x", "!!binary AAAA", "'", "published", "1e400GiB", "-5GiB", "0"]))),
                 st.sampled_from([b"", b"a: &a [*a]", b"x: !!python/object:os.system ls", b"- [" * 200, b"\t\x00"])))
 def test_fleet_yaml(data: bytes) -> None:
     targets.fleet(data)

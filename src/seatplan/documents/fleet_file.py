@@ -128,6 +128,9 @@ def _collect_lines(node: Any, path: PathKey, lines: dict[PathKey, int], display:
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):  # `{a: 1}: x` or `[a]: x`: YAML allows it, a fleet does not
+                raise SeatplanError(f"{format_path(path)}: a key must be a plain name, not a mapping or a list",
+                                    where=f"{display}:{key_node.start_mark.line + 1}", fix="write the key as a plain word")
             key = key_node.value
             if key in seen:
                 raise SeatplanError(

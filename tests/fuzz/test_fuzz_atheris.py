@@ -76,6 +76,7 @@ def test_coverage_guided_fuzzing_finds_no_crash(target: str, tmp_path: Path) -> 
         capture_output=True, text=True, cwd=tmp_path, timeout=seconds * 6 + 60)
     runs = re.search(r"Done (\d+) runs", run.stderr)
     crashes = sorted(path.name for path in tmp_path.glob("crash-*")) + sorted(path.name for path in tmp_path.glob("timeout-*"))
-    assert run.returncode == 0 and not crashes, f"{target}: {crashes}\n{run.stderr[-4000:]}"
+    uncaught = run.stderr.find("Uncaught Python exception")
+    assert run.returncode == 0 and not crashes, f"{target}: {crashes}\n{run.stderr[max(uncaught, 0):][:3000]}\n{run.stderr[-1500:]}"
     assert runs, run.stderr[-2000:]
     targets.TALLY[(f"atheris {target}", "runs")] += int(runs.group(1))

@@ -100,7 +100,11 @@ def test_creep_plateau_time_is_where_the_ramp_comes_within_tolerance() -> None:
     assert creep is not None and creep.levelled_off and creep.rise_mib == 12_000.0
     expected = T0 + (12 * 60 + 0.95 * 24 * 60) * 60
     assert abs(creep.plateau_at.timestamp() - expected) <= 600
-    assert creep.hours_to_plateau == pytest.approx((expected - T0) / 3600, abs=600 / 3600)
+    # Exactly: bin j's level is its 5th reading (the lower median of 10), 30,000 + 12,000 (10j + 4 - 720) / 1,440, which
+    # reaches 41,400 first at j = 209; the 7-bin rolling median starting at bin 206 is bin 209's level, and centring the
+    # window (+ 7 // 2) puts the plateau at bin 209: 209 x 600 s after the start.
+    assert creep.plateau_at == datetime.fromtimestamp(T0 + 209 * 600, tz=timezone.utc)
+    assert creep.hours_to_plateau == round(209 * 600 / 3600, 2) == 34.83
 
 
 @pytest.mark.parametrize(("delta_mib", "found"), [(256.0, True), (255.0, False), (-256.0, True)])

@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "seatplan"
 
+BITE_TESTS = "tests/harden/test_mutants_bite.py"  # written for this run's survivors; run against every target
 # (file, dotted function name, tests that cover it)
 TARGETS = [
     ("facts/kv_specs.py", "SlidingWindowSpec.blocks_per_request",
@@ -132,7 +133,8 @@ def main() -> None:
     arguments = parser.parse_args()
     deadline = time.monotonic() + arguments.budget_s
     results: list[Mutant] = []
-    for file_name, dotted, tests in TARGETS:
+    for file_name, dotted, own_tests in TARGETS:
+        tests = sorted({BITE_TESTS, *own_tests})
         if arguments.only and arguments.only not in f"{file_name}:{dotted}":
             continue
         path = SRC / file_name

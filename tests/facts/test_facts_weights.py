@@ -185,3 +185,88 @@ def test_log_s04_qwen3_moe_tp4_weights():
     """S04: a ~30B bf16 Qwen3 at TP 4 loaded 14.2474 GiB per rank; Qwen3-30B-A3B's estimate lands within 0.5%."""
     per_rank = facts("Qwen--Qwen3-30B-A3B", tensor_parallel_size=4).weights_bytes
     assert per_rank / 2**30 == pytest.approx(14.2474, rel=0.005)
+
+
+# ------------------------------------------------------------------ as loaded, against every loading line of the excerpts
+
+def _excerpt_weights() -> dict[str, int]:
+    """Excerpt → the weights figure its "Model loading took" / "Loading model weights took" line states (bytes)."""
+    import re
+
+    from conftest import FIXTURES
+    from seatplan.observe.logparse import parse_log
+
+    text = (FIXTURES / "vllm-startup-logs.txt").read_text()
+    parts = re.split(r"^### (S\d+).*$", text, flags=re.M)
+    found = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        lines = [line for line in body.splitlines() if not line.startswith("#|")]
+        weights = [boot.weights_bytes for boot in parse_log(lines, source=name, year=2025).boots if boot.weights_bytes]
+        if weights:
+            found[name] = weights[0]
+    return found
+
+
+def _w8a8_llama_70b(tmp_path: Path) -> Path:
+    """S13's neuralmagic/Meta-Llama-3.1-70B-Instruct-quantized.w8a8: Llama-3.3-70B's architecture (the same
+    shapes as 3.1-70B) with that checkpoint's compressed-tensors INT8 quantization_config."""
+    config = json.loads((fixture_dir("meta-llama--Llama-3.3-70B-Instruct") / "config.json").read_text())
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors", "format": "int-quantized", "ignore": ["lm_head"],
+        "config_groups": {"group_0": {"targets": ["Linear"],
+                                      "weights": {"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": True},
+                                      "input_activations": {"num_bits": 8, "type": "int", "strategy": "token", "dynamic": True}}}}
+    return write_config(tmp_path / "llama-3.1-70b-w8a8", config)
+
+
+# Excerpt → (model config, TP, MXFP4 backend the log names). Excerpts without a public config here are listed
+# with the reason, so a new excerpt with a loading line cannot be skipped silently.
+LOADING_LINES = {
+    "S01": ("openai--gpt-oss-120b", 1),      # H100, "Weight-only FP4 compression ... Marlin kernel"
+    "S04": ("Qwen--Qwen3-30B-A3B", 4),        # "a Qwen3 checkpoint served with TP=4", ~30B bf16
+    "S12": ("meta-llama--Llama-3.1-8B-Instruct", 1),
+    "S13": ("w8a8", 1),
+}
+NO_CONFIG_HERE = {"S07": "Qwen3.8-27B NVFP4: no public config.json among the fixtures, and NVFP4 is not modelled"}
+
+
+def test_every_loading_line_is_checked_or_explained():
+    assert set(_excerpt_weights()) == set(LOADING_LINES) | set(NO_CONFIG_HERE)
+
+
+@pytest.mark.parametrize("excerpt", sorted(LOADING_LINES))
+def test_as_loaded_matches_what_vllm_logged(excerpt, tmp_path):
+    name, tp = LOADING_LINES[excerpt]
+    model = _w8a8_llama_70b(tmp_path) if name == "w8a8" else name
+    logged = _excerpt_weights()[excerpt]
+    result = facts(model, tensor_parallel_size=tp)
+    assert result.weights_bytes == pytest.approx(logged, rel=0.005), (result.weights_bytes / 2**30, logged / 2**30)
+    assert result.weights_stored_bytes is not None and result.weights_rule
+
+
+def test_mxfp4_padding_per_backend_and_tp():
+    """gpt-oss-120b: hidden 2880, expert intermediate 2880, 128 experts × 36 layers (vLLM mxfp4.py create_weights)."""
+    from seatplan.facts.weights import MXFP4_PADDING, mxfp4_expert_bytes
+
+    one_rank = {tp: facts("openai--gpt-oss-120b", tensor_parallel_size=tp) for tp in (1, 2, 4, 8)}
+    stored = {tp: result.weights_stored_bytes for tp, result in one_rank.items()}
+    loaded = {tp: result.weights_bytes for tp, result in one_rank.items()}
+    # The checkpoint's MXFP4 layout: 60.77 GiB of which 56.80 GiB experts (blocks, scales, biases).
+    assert 36 * mxfp4_expert_bytes(128, 2880, 2880) == 60_993_699_840
+    assert stored[1] / 2**30 == pytest.approx(60.77, abs=0.01)
+    # Marlin pads hidden 2880 → 3072 and I/TP to 128: 2880 → 2944, 1440 → 1536, 720 → 768, 360 → 384.
+    for tp, padded in ((1, 2944), (2, 1536), (4, 768), (8, 384)):
+        experts_loaded = 36 * mxfp4_expert_bytes(128, 3072, padded)
+        experts_stored = 36 * mxfp4_expert_bytes(128, 2880, 2880) / tp
+        assert loaded[tp] - stored[tp] == pytest.approx(experts_loaded - experts_stored, abs=2)
+    # The share of padding grows with TP (the issue's "worst at TP 4"): 8.4 % at TP 1, 13 % at TP 4.
+    assert loaded[1] / stored[1] == pytest.approx(1.084, abs=0.005)
+    assert loaded[4] / stored[4] == pytest.approx(1.130, abs=0.005)
+    # Triton pads I to 64 only and leaves hidden alone: 2880 is already a multiple, so nothing is added at TP 1.
+    assert MXFP4_PADDING["triton"] == (64, 1)
+    assert "marlin" in one_rank[4].weights_rule and "720→768" in one_rank[4].weights_rule
+
+
+def test_unquantized_weights_load_as_stored():
+    result = facts("Qwen--Qwen3-8B", tensor_parallel_size=2)
+    assert result.weights_bytes == result.weights_stored_bytes and "as they are" in result.weights_rule

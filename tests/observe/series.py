@@ -72,8 +72,8 @@ def write_nvidia_smi(path: Path, gpus: dict[int, tuple[np.ndarray, np.ndarray]],
     path.write_text("\n".join(lines) + "\n")
 
 
-def write_beszel(path: Path, gpus: dict[int, tuple[np.ndarray, np.ndarray]], total_mib: float = 97_871.0) -> None:
-    """A PocketBase-shaped hub database with 10m records (what a hub keeps for the last 12 h is finer; 10m is enough)."""
+def hub_database(path: Path, system_id: str, name: str, host: str) -> sqlite3.Connection:
+    """An empty PocketBase-shaped hub database (the two tables seatplan reads) holding one system."""
     connection = sqlite3.connect(path)
     connection.executescript(
         "CREATE TABLE systems (created TEXT DEFAULT '' NOT NULL, host TEXT DEFAULT '' NOT NULL, id TEXT PRIMARY KEY NOT NULL,"
@@ -81,7 +81,13 @@ def write_beszel(path: Path, gpus: dict[int, tuple[np.ndarray, np.ndarray]], tot
         " updated TEXT DEFAULT '' NOT NULL, users JSON DEFAULT '[]' NOT NULL);"
         "CREATE TABLE system_stats (created TEXT DEFAULT '' NOT NULL, id TEXT PRIMARY KEY NOT NULL, stats JSON DEFAULT NULL,"
         " system TEXT DEFAULT '' NOT NULL, type TEXT DEFAULT '' NOT NULL, updated TEXT DEFAULT '' NOT NULL);")
-    connection.execute("INSERT INTO systems (id, name, host, status) VALUES ('sys000000000001', 'gpu-node-02', '10.0.0.2', 'up')")
+    connection.execute("INSERT INTO systems (id, name, host, status) VALUES (?, ?, ?, 'up')", (system_id, name, host))
+    return connection
+
+
+def write_beszel(path: Path, gpus: dict[int, tuple[np.ndarray, np.ndarray]], total_mib: float = 97_871.0) -> None:
+    """A PocketBase-shaped hub database with 10m records (what a hub keeps for the last 12 h is finer; 10m is enough)."""
+    connection = hub_database(path, "sys000000000001", "gpu-node-02", "10.0.0.2")
     by_time: dict[int, dict[str, dict]] = {}
     for index, (times, values) in gpus.items():
         for t, used in zip(times, values):

@@ -57,6 +57,9 @@ def test_seed_creeping_gpu_two_boots():
         plateau_reached = boot.at_s + boot.down_minutes * MINUTE + boot.creep_hours * HOUR
         assert close_in_time(segment.creep.plateau_at, plateau_reached, 0.10 * boot.creep_hours * HOUR)
         assert close_in_time(segment.creep.start, boot.at_s, 10 * MINUTE)
+        # 90 % of a linear rise is reached at 90 % of its duration (after the minutes the engine was down).
+        assert segment.creep.hours_to_90pct == pytest.approx(boot.down_minutes / 60 + 0.9 * boot.creep_hours,
+                                                             abs=0.10 * boot.creep_hours)
 
 
 def test_creep_still_rising_is_flagged():

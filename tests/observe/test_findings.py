@@ -1,4 +1,4 @@
-"""The co-boot race's pin from the planner's own rule (facts API + plan sizing) when the model config is readable."""
+"""The pin for moving KV (drift or race) from the planner's own rule (facts API + plan sizing) when the model config is readable."""
 
 from __future__ import annotations
 
@@ -23,20 +23,20 @@ def test_pin_follows_the_plan_rule_when_the_config_is_here():
     # Qwen3-32B bf16: 64 layers × 8 KV heads × 128 × 2 (K, V) × 2 B = 256 KiB per token; one 32,768-token
     # request = 8 GiB; × the policy's 1.25 = 10 GiB, already a multiple of the 0.5 GiB step.
     assert pins["qwen3-32b"][0] == 10 * GiB
-    race = next(f for f in seat_findings("qwen3-32b", boots, rule_pin=pins["qwen3-32b"]) if f.kind == "co_boot_race")
+    race = next(f for f in seat_findings("qwen3-32b", boots, rule_pin=pins["qwen3-32b"]) if f.kind == "kv_drift")
     assert race.pin_kv_cache_memory_bytes == 10 * GiB and "plan's rule" in race.fix
 
 
 def test_pin_above_what_the_seat_ever_got_says_to_replan():
     boots = racy_boots("/nowhere")
-    race = next(f for f in seat_findings("qwen3-32b", boots, rule_pin=(40 * GiB, "rule")) if f.kind == "co_boot_race")
+    race = next(f for f in seat_findings("qwen3-32b", boots, rule_pin=(40 * GiB, "rule")) if f.kind == "kv_drift")
     assert race.pin_kv_cache_memory_bytes == 40 * GiB and "re-plan" in race.fix
 
 
 def test_without_a_readable_config_the_log_decides():
     boots = racy_boots("/nowhere/at/all")
     assert kv_rule_pins(boots, None) == {}
-    race = next(f for f in seat_findings("qwen3-32b", boots) if f.kind == "co_boot_race")
+    race = next(f for f in seat_findings("qwen3-32b", boots) if f.kind == "kv_drift")
     assert race.pin_kv_cache_memory_bytes == 29 * GiB
 
 
@@ -66,4 +66,4 @@ current_layout:
     report, _ = diagnose(boots=boots, stats=[], series=[], processes=[], plan=view, rule_pins=pins)
     seat = next(s for s in report.seats if s.name == "big")
     assert len(seat.boots) == 3
-    assert next(f for f in seat.findings if f.kind == "co_boot_race").pin_kv_cache_memory_bytes == 12 * GiB
+    assert next(f for f in seat.findings if f.kind == "kv_drift").pin_kv_cache_memory_bytes == 12 * GiB

@@ -134,11 +134,18 @@ def test_co_boot_race_seed_case_in_one_docker_log():
     from seatplan.observe.findings import seat_findings
 
     findings = seat_findings("qwen3-32b", boots)
+    # Alone in the log, the moving KV is drift: nothing shows a neighbour booting at the same time.
+    assert {f.kind for f in findings} >= {"kv_drift"} and "co_boot_race" not in {f.kind for f in findings}
+    # The neighbour's log shows it booting during the third boot: now it is a race.
+    neighbour = parse_log([f"2026-11-25T08:30:00.000000000Z {line}" for line in boot_lines(5, 6, "gen-small", clock="11-25 08:30:00")],
+                          source="neighbour.log").boots
+    findings = seat_findings("qwen3-32b", boots, neighbours=neighbour)
     race = next(f for f in findings if f.kind == "co_boot_race")
+    assert "gen-small" in race.message and any("neighbour.log" in line for line in race.evidence)
     assert race.pin_kv_cache_memory_bytes == 29 * GiB  # 29.04 GiB rounded down to the 0.5 GiB step
     assert "8.11 → 1.74 → -0.56" in race.message and "20.37 → 26.74 → 29.04" in race.message
     assert "--kv-cache-memory-bytes 31138512896" in race.fix
-    planned = seat_findings("qwen3-32b", boots, planned_kv_bytes=27 * GiB)
+    planned = seat_findings("qwen3-32b", boots, planned_kv_bytes=27 * GiB, neighbours=neighbour)
     assert next(f for f in planned if f.kind == "co_boot_race").pin_kv_cache_memory_bytes == 27 * GiB
 
 
@@ -248,3 +255,36 @@ def test_engine_stats_lines(line, running, waiting, usage, preempted):
     stats = parse_log([line], year=2026).stats
     assert [(s.running_requests, s.waiting_requests, s.kv_cache_usage_pct, s.preemptions) for s in stats] == [
         (running, waiting, usage, preempted)]
+
+
+def test_thirteen_unrelated_excerpts_are_thirteen_engines_and_no_race():
+    """Issue 13 §2: the excerpts in one file come from different machines; none may be merged or raced."""
+    from seatplan.observe.diagnose import diagnose
+
+    lines = (FIXTURES / "vllm-startup-logs.txt").read_text().splitlines()
+    boots = [boot for boot in parse_log(lines, source="vllm-startup-logs.txt", year=2025).boots
+             if not boot.source.split(":")[1].split("-")[0] in {str(n) for n, line in enumerate(lines, 1) if line.startswith("#|")}]
+    first_lines = {name: next(n for n, line in enumerate(lines, 1) if line.startswith(f"### {name}")) for name in EXPECTED}
+    owners = sorted({max((n for n in first_lines.values() if n < int(boot.source.split(":")[1].split("-")[0])), default=0) for boot in boots})
+    assert len(owners) == len(EXPECTED) - 0  # every excerpt has its own boot(s) ...
+    for boot in boots:
+        start = int(boot.source.split(":")[1].split("-")[0])
+        end = int(boot.source.split("-")[-1])
+        block = max(n for n in first_lines.values() if n < start)
+        assert all(not (block < n <= end) for n in first_lines.values() if n != block)  # ... and none spans two
+    assert [boot.seat for boot in boots if not boot.fragment] == ["qwen3.6-35b-a3b-nvfp4"]  # only S05 shows its start
+    report, _ = diagnose(boots=boots, stats=[], series=[], processes=[])
+    assert {f.kind for f in report.findings}.isdisjoint({"co_boot_race", "kv_drift"})
+
+
+def test_two_engines_booting_together_in_one_log_are_a_race():
+    """Without a fleet, engines in one log file are assumed to share the GPU, and the evidence says so."""
+    from seatplan.observe.diagnose import diagnose
+
+    both = [line for pair in zip(boot_lines(100, 101, "alpha", kv_gib=10.0), boot_lines(200, 201, "beta", kv_gib=30.0))
+            for line in pair]
+    later = boot_lines(300, 301, "alpha", kv_gib=10.1, clock="11-21 09:00:00")  # alone: no neighbour overlaps it
+    report, _ = diagnose(boots=parse_log(both + later, source="host.log", year=2026).boots, stats=[], series=[], processes=[])
+    races = {f.seat: f for f in report.findings if f.kind == "co_boot_race"}
+    assert set(races) == {"alpha", "beta"}
+    assert any("beta booted" in line and "assumed shared" in line for line in races["alpha"].evidence)

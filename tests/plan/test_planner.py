@@ -76,8 +76,7 @@ def test_utilisation_passes_the_startup_check_beside_earlier_seats(small_plan):
 def test_command_line_carries_every_pinned_number(small_plan):
     seat = small_plan.seat("llama-b")
     assert seat.vllm_args == [
-        "python3", "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(LLAMA_8B),
+        "vllm", "serve", str(LLAMA_8B),
         "--served-model-name", "llama-b",
         "--port", "8002",
         "--tensor-parallel-size", "1",

@@ -78,6 +78,7 @@ Device = Literal["cuda", "cpu"]
 class HostSpec(_Strict):
     name: str = Field(min_length=1)
     gpus: list[GpuSpec] = Field(min_length=1)
+    monitor_names: list[str] = Field(default_factory=list, description="the names monitors give this host (Beszel system, nvidia-smi/DCGM hostname), for seatplan diagnose")
     device: Device = Field(
         "cuda",
         description="what the host's engines run on: `cuda` (GPUs) or `cpu` (vLLM's CPU build; block size and "

@@ -44,7 +44,10 @@ class Boot(_Model):
 
     seat: str
     source: str = Field(description="file:first_line-last_line")
+    engine: str = Field("unidentified", description="what identifies the engine in the log (stream, served name, model, port, pids)")
+    fragment: bool = Field(False, description="the log holds no start of this boot (no banner, arguments or engine config)")
     started_at: datetime | None = None
+    ended_at: datetime | None = Field(None, description="the time of its last line read")
     pids: list[int] = []
     version: str | None = None
     model: str | None = None
@@ -108,6 +111,7 @@ class StatsSummary(_Model):
 class Finding(_Model):
     kind: Literal[
         "co_boot_race",
+        "kv_drift",
         "context_cut",
         "no_kv_bytes_flag",
         "boot_failed",
@@ -127,14 +131,21 @@ class Step(_Model):
     delta_mib: float
     before_mib: float
     after_mib: float
+    window_start: datetime | None = Field(None, description="averaged history: the restart lies in this span")
+    window_end: datetime | None = None
+    inferred: bool = Field(False, description="the time is fitted inside the span, not read from a boot line")
+    evidence: str | None = None
 
 
 class Creep(_Model):
     start: datetime
     plateau_at: datetime
-    rise_mib: float
+    rise_mib: float = Field(description="plateau minus the first full post-boot level")
     hours_to_plateau: float
+    hours_to_90pct: float | None = Field(None, description="from the restart to 90 % of the rise (None while still rising)")
     levelled_off: bool = True
+    resolved: bool = Field(True, description="averaged history: enough records see the rise to size it")
+    basis: str | None = None
 
 
 class Segment(_Model):
@@ -164,6 +175,7 @@ class GpuReport(_Model):
     start: datetime
     end: datetime
     gaps: int
+    history: list[str] = Field([], description="averaged history: which record type covers which stretch")
     total_mib: float | None = None
     steps: list[Step] = []
     creep: Creep | None = None
@@ -199,8 +211,31 @@ class RejectedInput(_Model):
     count: int
 
 
+class GpuVerdict(_Model):
+    """The plateau check's last word on one GPU of the plan."""
+
+    host: str | None
+    index: int
+    status: Literal["pass", "fail", "unchecked"]
+    planned_spare_mib: float | None = None
+    observed_spare_mib: float | None = None
+    reason: str
+
+
+class GpuCorrection(_Model):
+    """Memory a GPU held at plateau beyond its seats' footprints, kept at GPU level (no evidence for one seat)."""
+
+    host: str | None
+    index: int
+    extra_bytes: int = Field(description="observed plateau − reserved − Σ seat footprints (observed where attributed, else planned)")
+    seats: list[str]
+    source: str
+
+
 class DiagnoseReport(_Model):
     gpus: list[GpuReport] = []
+    verdicts: list[GpuVerdict] = Field([], description="with --plan: pass/fail/unchecked per planned GPU")
+    gpu_corrections: list[GpuCorrection] = []
     seats: list[SeatReport] = []
     findings: list[Finding] = []
     rejected_inputs: list[RejectedInput] = []
@@ -214,6 +249,7 @@ class ObservedFootprints(_Model):
     generated_at: datetime
     seats: dict[str, ObservedSeat] = {}
     gpus: list[dict[str, float | int | str | None]] = []
+    gpu_corrections: list[GpuCorrection] = Field([], description="plan --observed adds extra_bytes > 0 to that GPU's reserved memory")
     engines: dict[str, StatsSummary] = Field({}, description="each seat's own record of how full its KV cache got")
 
 

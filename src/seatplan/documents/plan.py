@@ -6,9 +6,11 @@ a document of another kind is refused on read.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from seatplan.documents.fleet import Device
 
 Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
 
@@ -28,6 +30,19 @@ class FootprintPart(BaseModel):
     basis: Basis
     inputs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
     note: str = ""
+
+
+class VllmSettings(BaseModel):
+    """How a vLLM seat is started beyond its sized numbers; ``seatplan render`` builds the command from these."""
+
+    model: str = Field(description="what the engine is given as its model on the host")
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    enforce_eager: bool = False
+    hf_overrides: dict[str, Any] | None = None
+    extra_args: list[str] = Field(default_factory=list)
 
 
 class PlannedSeat(BaseModel):
@@ -52,6 +67,13 @@ class PlannedSeat(BaseModel):
     boot_order: int
     explanation: list[ExplanationLine]
     warnings: list[str]
+    # Added for render/apply/verify; defaults keep plans saved before them readable.
+    host: str | None = None
+    address: str | None = Field(None, description="where the engine is reached (the host's address or name)")
+    device: Device = "cuda"
+    vllm: VllmSettings | None = None
+    num_gpu_blocks: int | None = Field(None, description="vLLM's num_gpu_blocks for the pinned KV bytes (exact)")
+    block_size: int | None = None
 
 
 class PlannedGpu(BaseModel):

@@ -167,6 +167,8 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
         weights_total_bytes=weight_result.total_bytes,
         weights_exact=weight_result.exact,
         weights_source=weight_result.source,
+        weights_stored_bytes=weight_result.stored_per_rank_bytes,
+        weights_rule=weight_result.rule,
         max_context_derived=limits.derived,
         max_context_default=limits.default,
         max_context_published=limits.published,

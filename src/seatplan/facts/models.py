@@ -151,10 +151,12 @@ class ModelFacts(BaseModel):
     bytes_per_block: int
     layer_groups: list[LayerGroup]
     padding_layers: int = 0
-    weights_bytes: int
+    weights_bytes: int  # per rank, as loaded (weights_rule says how)
     weights_total_bytes: int
     weights_exact: bool
     weights_source: str
+    weights_stored_bytes: int | None = None  # per rank, the checkpoint's share as stored
+    weights_rule: str = ""
     max_context_derived: int
     max_context_default: int
     max_context_published: int | None

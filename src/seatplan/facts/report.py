@@ -97,7 +97,8 @@ def print_breakdown(facts: ModelFacts, document: dict[str, Any]) -> None:
     else:
         out.print("  (give --kv-cache-memory-bytes for blocks, tokens and concurrency)")
     source = f"exact, {facts.weights_source}" if facts.weights_exact else facts.weights_source
-    out.print(f"  weights per GPU         {human_bytes(facts.weights_bytes)} ({escape(source)}); "
+    out.print(f"  weights per GPU         {human_bytes(facts.weights_bytes)} as loaded ({escape(facts.weights_rule)}); "
+              f"{human_bytes(facts.weights_stored_bytes or facts.weights_bytes)} as stored ({escape(source)}); "
               f"{facts.shape.total_params / 1e9:.2f}B params, {facts.shape.active_params / 1e9:.2f}B active")
     published = f"{facts.max_context_published:,}" if facts.max_context_published else "unknown"
     out.print(f"  context                 derived {facts.max_context_derived:,}, default {facts.max_context_default:,}, "

@@ -1,8 +1,23 @@
-"""Weight bytes per GPU: exact from safetensors headers (or the index's ``total_size``), else
-estimated from the config; split over tensor-parallel ranks the way vLLM shards layers.
+"""Weight bytes per GPU: *as stored* (exact from safetensors headers or the index's ``total_size``, else
+estimated from the config) and *as loaded* (what one vLLM rank holds, with the rule used).
 
 A safetensors file starts with an 8-byte little-endian header length, then that many bytes of JSON
 naming every tensor's dtype, shape and byte range. Only the header is ever read.
+
+As loaded, per rank, by quantization method (vLLM's own layer code):
+
+* **bf16 / fp16, FP8 (per-tensor, per-channel or 128×128 blocks), INT8/INT4 (compressed-tensors, AWQ,
+  GPTQ)**: the checkpoint's tensors as they are, column/row-parallel layers split over the TP ranks,
+  vocab-parallel embeddings padded to 64 rows and split, and held whole on every rank what TP does not
+  shard: norms, MoE routers, MLA down-projections, K/V projections when KV heads < TP (one head per rank).
+* **MXFP4** (``quantization/mxfp4.py``: only the fused MoE experts are FP4; attention, embeddings, lm_head
+  and routers stay bf16): per rank and MoE layer, ``E × (2·I′·H′/2 + 2·I′·H′/32 + 2·I′·2)`` for
+  gate_up (FP4 pairs in uint8, one e8m0 scale per 32, bf16 bias) and ``E × (H′·I′/2 + H′·I′/32 + H′·2)``
+  for down, with ``I′ = round_up(I / TP, a)`` and ``H′ = round_up(H, b)`` padded to what the backend's
+  kernels want: Marlin a=128, b=256; FlashInfer SM100 TRT-LLM/BF16 a=b=256; FlashInfer SM100 CUTLASS and
+  SM90 BF16 a=b=128; Triton a=64, b=1. The down bias (E × H′) is not sharded: every rank holds it whole.
+  The padding is why a log's "Model loading took" exceeds the checkpoint's share, most at TP 4 and 8
+  (gpt-oss-120b: I = 2880 → 720 per rank at TP 4 → 768).
 """
 
 from __future__ import annotations
@@ -36,12 +51,30 @@ class TensorInfo:
     nbytes: int
 
 
+# vLLM's MXFP4 MoE backends and the (intermediate, hidden) alignment each pads to (Mxfp4MoEMethod.create_weights).
+MXFP4_PADDING = {
+    "marlin": (128, 256),
+    "flashinfer-sm100-trtllm": (256, 256),
+    "flashinfer-sm100-bf16": (256, 256),
+    "flashinfer-sm100-cutlass": (128, 128),
+    "flashinfer-sm90-bf16": (128, 128),
+    "triton": (64, 1),
+}
+# Marlin: the backend on GPUs without native FP4 the seats here run on (Ampere, Ada, RTX PRO 6000 / SM120);
+# Hopper picks Triton when vLLM's triton_kernels are present, B200 FlashInfer.
+DEFAULT_MXFP4_BACKEND = "marlin"
+MXFP4_BLOCK = 32
+BIAS_BYTES = 2  # bf16
+
+
 @dataclass(frozen=True)
 class WeightsResult:
     total_bytes: int
-    per_rank_bytes: int
+    per_rank_bytes: int          # as loaded by one vLLM rank
     exact: bool
-    source: str
+    source: str                  # where the stored figure comes from
+    stored_per_rank_bytes: int = 0  # the checkpoint's share of one rank, as stored
+    rule: str = "the checkpoint's tensors as they are, split by TP the way vLLM shards its layers"
 
 
 def read_safetensors_header(path: Path) -> list[TensorInfo]:
@@ -132,22 +165,70 @@ def _safetensors_files(model_dir: Path) -> tuple[list[Path], dict[str, Any] | No
     return (files if all(path.exists() for path in files) else []), None, None
 
 
-def weights(model_dir: Path, layout: ModelLayout, tp: int, model_dtype_bytes: int) -> WeightsResult:
+def weights(model_dir: Path, layout: ModelLayout, tp: int, model_dtype_bytes: int,
+            mxfp4_backend: str = DEFAULT_MXFP4_BACKEND) -> WeightsResult:
     files, index, index_path = _safetensors_files(model_dir)
     if files:
         tensors = [tensor for path in files for tensor in read_safetensors_header(path)]
         total = sum(tensor.nbytes for tensor in tensors)
-        per_rank = sum(tensor_bytes_on_rank(tensor, layout, tp) for tensor in tensors)
-        return WeightsResult(total, round(per_rank), True, f"safetensors headers ({len(files)} files)")
+        per_rank = round(sum(tensor_bytes_on_rank(tensor, layout, tp) for tensor in tensors))
+        return as_loaded(WeightsResult(total, per_rank, True, f"safetensors headers ({len(files)} files)", per_rank),
+                         layout, tp, mxfp4_backend)
     estimate = estimate_weights(layout, tp, model_dtype_bytes)
     total_size = (index or {}).get("metadata", {}).get("total_size") if isinstance((index or {}).get("metadata"), dict) else None
     if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size > MAX_PLAUSIBLE_BYTES:
         raise SeatplanError(f"metadata.total_size {total_size} bytes is beyond any hardware (limit {MAX_PLAUSIBLE_BYTES:,})",
                             where=f"{index_path}: metadata.total_size", fix="the index is damaged; download it again")
     if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size > 0:
-        share = estimate.per_rank_bytes / estimate.total_bytes if estimate.total_bytes else 1 / tp
-        return WeightsResult(total_size, round(total_size * share), True, f"{index_path} total_size")
-    return estimate
+        share = estimate.stored_per_rank_bytes / estimate.total_bytes if estimate.total_bytes else 1 / tp
+        stored = round(total_size * share)
+        return as_loaded(WeightsResult(total_size, stored, True, f"{index_path} total_size", stored), layout, tp, mxfp4_backend)
+    return as_loaded(estimate, layout, tp, mxfp4_backend)
+
+
+def as_loaded(stored: WeightsResult, layout: ModelLayout, tp: int, mxfp4_backend: str = DEFAULT_MXFP4_BACKEND) -> WeightsResult:
+    """The stored per-rank figure turned into what one vLLM rank holds (see the module docstring)."""
+    moe = mxfp4_moe(layout)
+    if moe is None:
+        return stored
+    layers, experts, hidden, intermediate = moe
+    align_i, align_h = MXFP4_PADDING[mxfp4_backend]
+    stored_share = layers * mxfp4_expert_bytes(experts, hidden, intermediate) / tp
+    padded_i, padded_h = round_up(intermediate // tp, align_i), round_up(hidden, align_h)
+    loaded = layers * mxfp4_expert_bytes(experts, padded_h, padded_i)
+    rule = (f"MXFP4 MoE on vLLM's {mxfp4_backend} backend pads each rank's experts to intermediate "
+            f"{intermediate // tp}→{padded_i}, hidden {hidden}→{padded_h} (round_up {align_i}/{align_h}); the down bias is "
+            "held whole on every rank; attention, embeddings, lm_head and routers stay bf16")
+    return WeightsResult(stored.total_bytes, round(stored.stored_per_rank_bytes - stored_share + loaded), stored.exact,
+                         stored.source, stored.stored_per_rank_bytes, rule)
+
+
+def round_up(value: int, multiple: int) -> int:
+    return cdiv(value, multiple) * multiple
+
+
+def mxfp4_expert_bytes(experts: int, hidden: int, intermediate: int) -> int:
+    """One MoE layer's MXFP4 experts: gate_up (2·I × H) and down (H × I) as FP4 pairs, e8m0 scales and bf16 biases
+    (the whole checkpoint's sizes, or one rank's padded share: the layout is the same)."""
+    gate_up = 2 * intermediate * hidden // 2 + 2 * intermediate * hidden // MXFP4_BLOCK + 2 * intermediate * BIAS_BYTES
+    down = hidden * intermediate // 2 + hidden * intermediate // MXFP4_BLOCK + hidden * BIAS_BYTES
+    return experts * (gate_up + down)
+
+
+def mxfp4_moe(layout: ModelLayout) -> tuple[int, int, int, int] | None:
+    """(MoE layers, experts, hidden, expert intermediate size) of an MXFP4 checkpoint, else None."""
+    quant = layout.full_config.get("quantization_config")
+    if not isinstance(quant, dict) or str(quant.get("quant_method", "")).lower() != "mxfp4":
+        return None
+    text, source = layout.text_config, layout.source
+    hidden = count_field(text, ("hidden_size", "d_model", "n_embd"), source)
+    intermediate = count_field(text, ("intermediate_size", "ffn_hidden_size", "n_inner"), source, 4 * hidden)
+    expert_size = count_field(text, ("moe_intermediate_size",), source, intermediate)
+    num_layers = count_field(text, ("num_hidden_layers", "num_layers", "n_layer", "n_layers"), source, len(layout.layers))
+    layers = sum(1 for index in range(num_layers) if _is_moe_layer(text, index, source))
+    if not layers:
+        return None
+    return layers, count_field(text, EXPERT_COUNT_KEYS, source), hidden, expert_size
 
 
 # --- estimation from the config ---------------------------------------------------------------
@@ -301,7 +382,9 @@ def estimate_weights(layout: ModelLayout, tp: int, model_dtype_bytes: int) -> We
                                                          layout.source)
     linear_bytes = counts.linear * (model_dtype_bytes if experts_only else per_param)
     kv_bytes = counts.kv_proj * (model_dtype_bytes if experts_only else per_param)
-    expert_bytes = counts.experts * per_param
+    moe = mxfp4_moe(layout)
+    # MXFP4 checkpoints store blocks, scales and biases per expert: the exact layout, not a per-parameter rate.
+    expert_bytes = layout_bytes if (moe and (layout_bytes := moe[0] * mxfp4_expert_bytes(*moe[1:]))) else counts.experts * per_param
     vocab = _vocab(layout.text_config, layout.source)
     vocab_bytes = (counts.embedding + counts.lm_head) * model_dtype_bytes
     fixed_bytes = (counts.replicated + counts.vision) * model_dtype_bytes
@@ -310,7 +393,7 @@ def estimate_weights(layout: ModelLayout, tp: int, model_dtype_bytes: int) -> We
     padded = _padded_vocab(vocab) / vocab if vocab else 1
     per_rank = ((linear_bytes + expert_bytes) / tp + kv_bytes * kv_share + vocab_bytes * padded / tp
                 + counts.replicated * model_dtype_bytes + counts.vision * model_dtype_bytes / tp)
-    return WeightsResult(math.ceil(total), math.ceil(per_rank), False, "estimated from config.json")
+    return WeightsResult(math.ceil(total), math.ceil(per_rank), False, "estimated from config.json", math.ceil(per_rank))
 
 
 def parameter_totals(layout: ModelLayout) -> tuple[int, int]:

@@ -17,12 +17,15 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries
 from seatplan.documents.observed import (
-    Boot, Finding, GpuReport, PlanCheck, ProcessSample, ObservedSeat,
+    Boot, Finding, GpuCorrection, GpuReport, GpuVerdict, ObservedSeat, PlanCheck, ProcessSample,
 )
 from seatplan.units import MiB
 
 # A restart's step must start this close to a boot the seat's log shows (log clocks are minutes apart at most).
 STEP_MATCH = timedelta(minutes=20)
+# A seat's dip may exceed what its weights/KV/graph lines say by this much (activations, NCCL, context, creep).
+OWN_LINES_SLACK = 0.25
+OWN_LINES_SLACK_BYTES = 4 * 1024 * MiB
 # Observed and planned footprints closer than this agree (allocator noise, log rounding).
 FOOTPRINT_TOLERANCE_MIB = 256.0
 FOOTPRINT_TOLERANCE_SHARE = 0.02
@@ -91,6 +94,32 @@ def _same_host(a: str | None, b: str | None) -> bool:
     return a is None or b is None or a == b
 
 
+def verdicts(plan: PlanView, reports: list[GpuReport]) -> list[GpuVerdict]:
+    """Pass/fail per planned GPU; a GPU no history matched is 'unchecked', never a silent pass."""
+    out = []
+    plan_hosts = {gpu.host for gpu in plan.gpus if gpu.host}
+    for gpu in plan.gpus:
+        matched = [report for report in reports if report.index == gpu.index and report.plan is not None
+                   and (report.host == gpu.host or (report.host is None and len(plan_hosts) <= 1))]
+        spare = (gpu.spare_bytes or 0) / MiB if gpu.spare_bytes is not None else None
+        if not matched:
+            seen = sorted({str(report.host) for report in reports})
+            out.append(GpuVerdict(host=gpu.host, index=gpu.index, status="unchecked", planned_spare_mib=spare,
+                                  reason=f"no GPU history matched {gpu.host}:{gpu.index} (histories from: {', '.join(seen) or 'none'}); "
+                                         "name the host's monitor names in the fleet (hosts[].monitor_names) or pass --host-name MONITOR=HOST"))
+            continue
+        check = matched[0].plan
+        # Pass: the plateau left the spare the plan promised (within the footprint tolerance).
+        short_mib = check.planned_spare_mib - check.observed_spare_mib
+        held = short_mib <= FOOTPRINT_TOLERANCE_MIB
+        out.append(GpuVerdict(host=gpu.host, index=gpu.index, status="pass" if held else "fail",
+                              planned_spare_mib=check.planned_spare_mib, observed_spare_mib=check.observed_spare_mib,
+                              reason=f"observed spare {check.observed_spare_mib:,.0f} MiB at plateau against {check.planned_spare_mib:,.0f} MiB planned"
+                                     + ("" if held else f": {short_mib:,.0f} MiB short"
+                                        + ("" if check.spare_held else ", the GPU's memory overran"))))
+    return out
+
+
 def plateau_of(values: np.ndarray) -> float:
     """The level of a run of readings once it settled: the median of the last quarter (at least 3 readings)."""
     tail = values[-max(3, len(values) // 4):]
@@ -124,34 +153,71 @@ def footprints_from_processes(boots: list[Boot], processes: list[ProcessSample])
     return out
 
 
+def own_lines_bytes(boot: Boot) -> int | None:
+    """What the seat's own start-up lines account for on one GPU: weights + KV + CUDA graphs."""
+    if boot.weights_bytes is None or boot.available_kv_bytes is None:
+        return None
+    return boot.weights_bytes + max(boot.available_kv_bytes, 0) + (boot.cuda_graph_bytes or boot.cuda_graph_estimate_bytes or 0)
+
+
 def footprints_from_steps(boots: list[Boot], gpus: list[tuple[GpuSeries, Analysis]], plan: PlanView | None,
                           settings: DetectSettings) -> dict[str, ObservedSeat]:
-    """A seat's restart shows as a dip to the level without it; its footprint is plateau − that level."""
+    """A seat's restart shows as a dip to the level without it; its footprint is plateau − that level.
+
+    Only with evidence that the dip is that seat alone: its boot at the step, and either it is the only seat
+    the plan puts on the GPU, or its own weights/KV lines account for the dip (within OWN_LINES_SLACK). A
+    dip to near zero on a GPU with several seats is all of them restarting: kept at GPU level.
+    """
     out: dict[str, ObservedSeat] = {}
     for series, analysis in gpus:
         planned_here = {seat.name for seat in plan.seats_on(series.host, series.index)} if plan else None
         for number, step in enumerate(analysis.steps):
-            seats = {boot.seat for boot in boots
-                     if boot.started_at is not None and abs(boot.started_at - step.at) <= STEP_MATCH
-                     and (planned_here is None or boot.seat in planned_here)}
+            near = [boot for boot in boots
+                    if boot.started_at is not None and not boot.fragment and abs(boot.started_at - step.at) <= STEP_MATCH
+                    and (planned_here is None or boot.seat in planned_here)]
+            seats = {boot.seat for boot in near}
             if len(seats) != 1 or number + 1 >= len(analysis.segments):
                 continue
             start = step.at.timestamp()
             window = (series.times_s >= start - 60) & (series.times_s <= start + STEP_MATCH.total_seconds())
             readings = series.used_mib[window]
             readings = readings[~np.isnan(readings)]
-            if len(readings) == 0:
-                continue
+            if len(readings) == 0 or series.window_s is not None:
+                continue  # averaged history: the dip's floor is not a reading
             floor = float(readings.min())
             segment = analysis.segments[number + 1]
             if floor > min(step.before_mib, step.after_mib) - settings.min_step_mib:
                 continue  # the dip was not sampled: the seat's own share cannot be told apart
             seat = seats.pop()
+            dip_bytes = int(round((segment.plateau_used_mib - floor) * MiB))
+            if planned_here is not None and len(planned_here) > 1:
+                own = max((own_lines_bytes(boot) or 0) for boot in near)
+                if not own or dip_bytes > own * (1 + OWN_LINES_SLACK) + OWN_LINES_SLACK_BYTES:
+                    continue  # more than its own lines account for: neighbours restarted too; GPU level
             inside = (series.times_s >= segment.start.timestamp()) & (series.times_s <= segment.end.timestamp())
-            out[seat] = ObservedSeat(footprint_bytes=int(round((segment.plateau_used_mib - floor) * MiB)),
+            out[seat] = ObservedSeat(footprint_bytes=dip_bytes,
                                       source=f"restart step on GPU {series.index} at {step.at.isoformat()}",
                                       samples=int(np.count_nonzero(inside)), kv_cache_memory_bytes=kv_ran_with(boots, seat))
     return out
+
+
+def gpu_corrections(reports: list[GpuReport], plan: PlanView, observed: dict[str, ObservedSeat]) -> list[GpuCorrection]:
+    """Per planned GPU: plateau − reserved − Σ its seats' footprints (observed where attributed, else planned)."""
+    corrections = []
+    for report in reports:
+        plan_gpu = plan.gpu(report.host, report.index)
+        seats = plan.seats_on(report.host, report.index)
+        if plan_gpu is None or not seats or any(seat.footprint_bytes is None and seat.name not in observed for seat in seats):
+            continue
+        accounted = sum(observed[seat.name].footprint_bytes if seat.name in observed else seat.footprint_bytes for seat in seats)
+        extra = int(round(report.plateau_used_mib * MiB)) - (plan_gpu.reserved_bytes or 0) - accounted
+        if abs(extra) / MiB <= FOOTPRINT_TOLERANCE_MIB:
+            continue
+        corrections.append(GpuCorrection(
+            host=report.host, index=report.index, extra_bytes=extra, seats=[seat.name for seat in seats],
+            source=f"plateau {report.plateau_used_mib:,.0f} MiB on GPU {report.index} against "
+                   + ", ".join(f"{seat.name} {'observed' if seat.name in observed else 'planned'}" for seat in seats)))
+    return corrections
 
 
 def gpu_report(series: GpuSeries, analysis: Analysis) -> GpuReport:
@@ -162,7 +228,7 @@ def gpu_report(series: GpuSeries, analysis: Analysis) -> GpuReport:
     creeps = [segment.creep for segment in analysis.segments if segment.creep is not None]
     return GpuReport(
         host=series.host, index=series.index, samples=analysis.samples, start=analysis.start, end=analysis.end,
-        gaps=analysis.gaps, total_mib=series.total_mib, steps=analysis.steps,
+        gaps=analysis.gaps, history=analysis.history, total_mib=series.total_mib, steps=analysis.steps,
         creep=last.creep or (creeps[-1] if creeps else None), segments=analysis.segments,
         plateau_used_mib=last.plateau_used_mib,
         plateau_free_mib=round(plateau_free, 1) if plateau_free is not None else None,

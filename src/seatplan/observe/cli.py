@@ -18,7 +18,8 @@ def diagnose_command(
     utc_offset: Optional[str] = typer.Option(None, "--utc-offset", help="The GPU hosts' clock offset (+01:00) for vLLM's and nvidia-smi's zone-less timestamps (default: UTC)."),
     beszel: Optional[Path] = typer.Option(None, "--beszel", help="Beszel hub database (beszel_data/data.db)."),
     beszel_system: Optional[str] = typer.Option(None, "--beszel-system", help="Only this Beszel system (name or id)."),
-    nvidia_smi: list[Path] = typer.Option([], "--nvidia-smi", help="nvidia-smi CSV log: --query-gpu=timestamp,index,memory.used,memory.total or --query-compute-apps. Repeatable."),
+    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help="nvidia-smi CSV log: --query-gpu=timestamp,index,memory.used,memory.total or --query-compute-apps; HOST=PATH names its host. Repeatable."),
+    host_name: list[str] = typer.Option([], "--host-name", help="MONITOR=HOST: the plan/fleet host a Beszel system, DCGM hostname or nvidia-smi host stands for (also hosts[].monitor_names in the fleet). Repeatable."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus URL (DCGM exporter + vLLM series via /api/v1/query_range), or a saved exposition-text file."),
     since: str = typer.Option("14d", "--since", help="With a Prometheus URL: how far back (e.g. 7d, 36h)."),
     step_seconds: int = typer.Option(60, "--step", help="With a Prometheus URL: resolution in seconds."),
@@ -48,6 +49,7 @@ def diagnose_command(
     series, processes, gpu_side_stats = inputs.read_gpu_sources(
         beszel=beszel, beszel_system=beszel_system, nvidia_smi=nvidia_smi, prometheus=prometheus,
         since=since, step_seconds=step_seconds, utc_offset_s=offset_s, rejected=rejected)
+    inputs.name_hosts(series, inputs.host_names(host_name, fleet))
     stats.extend(gpu_side_stats)
     stats.extend(inputs.read_vllm_metrics(vllm_metrics, rejected))
     report_rejections(rejected.as_list())
@@ -55,16 +57,30 @@ def diagnose_command(
     settings = DetectSettings(min_step_mib=min_step_mib, min_creep_mib=min_creep_mib)
     rule_pins = inputs.kv_rule_pins(boots, fleet) if boots else {}
     report, observed = diagnose(boots=boots, stats=stats, series=series, processes=processes, plan=plan_view,
-                                rule_pins=rule_pins, settings=settings)
+                                rule_pins=rule_pins, settings=settings, checking_plan=plan is not None)
     report = report.model_copy(update={"rejected_inputs": rejected.as_list()})
     if output is not None:
         atomic_write_json(output, to_jsonable(observed))
     if json_output:
         emit_json(report)
-        return
-    from seatplan.observe.show import show_report
+    else:
+        from seatplan.observe.show import show_report
 
-    show_report(report, output)
+        show_report(report, output)
+    raise typer.Exit(plan_exit_code(report))
+
+
+# With --plan: 0 every planned GPU held its spare, 1 at least one overran it, 3 none overran but some GPU could
+# not be checked (no history matched it). 2 stays bad input, as for every command.
+EXIT_SPARE_OVERRUN = 1
+EXIT_UNCHECKED = 3
+
+
+def plan_exit_code(report) -> int:
+    statuses = {verdict.status for verdict in report.verdicts}
+    if "fail" in statuses:
+        return EXIT_SPARE_OVERRUN
+    return EXIT_UNCHECKED if "unchecked" in statuses else 0
 
 
 def report_rejections(rejected) -> None:

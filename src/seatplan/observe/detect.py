@@ -28,12 +28,12 @@ plateau level within 50 MiB, plateau time within 10 % of the creep's duration.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 
 import numpy as np
 
 from seatplan.documents.observed import Creep, Segment, Step
+from seatplan.observe.averaged import Analysis, Records, analyse_records, when_utc
 
 
 @dataclass(frozen=True)
@@ -58,20 +58,9 @@ class GpuSeries:
     total_mib: float | None = None
     reserved_mib: float | None = None
     source: str = ""
-
-
-@dataclass
-class Analysis:
-    samples: int
-    start: datetime
-    end: datetime
-    gaps: int
-    steps: list[Step] = field(default_factory=list)
-    segments: list[Segment] = field(default_factory=list)
-
-
-def _when(seconds: float) -> datetime:
-    return datetime.fromtimestamp(float(seconds), tz=timezone.utc)
+    # Averaged history (Beszel): each reading is the mean over (time − window, time]; None = instantaneous readings.
+    window_s: np.ndarray | None = None
+    record_types: np.ndarray | None = None
 
 
 def bin_medians(times_s: np.ndarray, values: np.ndarray, bin_seconds: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,7 +89,15 @@ def rolling_median(values: np.ndarray, width: int) -> np.ndarray:
     return np.r_[head, tail]
 
 
-def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings()) -> Analysis:
+def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot_times_s: list[float] = (),
+            boots_here_s: list[float] = ()) -> Analysis:
+    """Steps, segments and creep; averaged history (Beszel) goes to observe/averaged.py, readings are binned here.
+
+    Boot times (from the engines' logs) matter to averages only: ``boot_times_s`` pin a reboot the records show,
+    ``boots_here_s`` (seats the plan or fleet puts on this GPU) are reboots even where the records show none.
+    """
+    if series.window_s is not None:
+        return _averaged(series, settings, boot_times_s, boots_here_s)
     valid = ~np.isnan(series.used_mib)
     times, used = series.times_s[valid].astype(np.int64), series.used_mib[valid].astype(np.float64)
     if len(times) == 0:
@@ -119,8 +116,31 @@ def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings()) -> A
     bin_times, levels = bin_medians(times, used, bin_seconds)
     steps = _steps(times, used, bin_times, levels, settings)
     segments = _segments(bin_times, levels, steps, settings, bin_seconds)
-    return Analysis(samples=len(times), start=_when(times[0]), end=_when(times[-1]), gaps=gaps,
+    return Analysis(samples=len(times), start=when_utc(times[0]), end=when_utc(times[-1]), gaps=gaps,
                     steps=steps, segments=segments)
+
+
+def _averaged(series: GpuSeries, settings: DetectSettings, boot_times_s: list[float], boots_here_s: list[float]) -> Analysis:
+    records = Records(end_s=series.times_s, window_s=series.window_s, used_mib=series.used_mib,
+                      record_types=series.record_types if series.record_types is not None else np.full(len(series.times_s), "?"))
+    result = analyse_records(records, min_step_mib=settings.min_step_mib, min_creep_mib=settings.min_creep_mib,
+                             boot_times_s=boot_times_s, boots_here_s=boots_here_s)
+    result.history = history_stretches(records)
+    return result
+
+
+def history_stretches(records: Records) -> list[str]:
+    """Which record type covers which stretch (finest first wins), e.g. ``120m × 72: 11-24 02:00 → 11-30 00:40``."""
+    valid = ~np.isnan(records.used_mib)
+    order = np.argsort(records.end_s[valid], kind="stable")
+    kinds, starts, ends = records.record_types[valid][order], records.start_s[valid][order], records.end_s[valid][order]
+    if len(kinds) == 0:
+        return []
+    breaks = np.flatnonzero(kinds[1:] != kinds[:-1]) + 1
+    out = []
+    for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(kinds)]):
+        out.append(f"{kinds[first]} × {last - first}: {when_utc(starts[first]):%m-%d %H:%M} → {when_utc(ends[last - 1]):%m-%d %H:%M}")
+    return out
 
 
 def _steps(times: np.ndarray, used: np.ndarray, bin_times: np.ndarray, levels: np.ndarray,
@@ -196,7 +216,7 @@ def _place(times: np.ndarray, used: np.ndarray, bin_times: np.ndarray, first_bin
     start, end = np.searchsorted(times, [lo, hi], side="left")[0], np.searchsorted(times, hi, side="right")
     off = np.abs(used[start:end] - before) > settings.min_step_mib / 2
     at = times[start + int(np.argmax(off))] if off.any() else bin_times[first_bin]
-    return Step(at=_when(at), delta_mib=round(after - before, 1), before_mib=round(before, 1), after_mib=round(after, 1))
+    return Step(at=when_utc(at), delta_mib=round(after - before, 1), before_mib=round(before, 1), after_mib=round(after, 1))
 
 
 def _segments(bin_times: np.ndarray, levels: np.ndarray, steps: list[Step], settings: DetectSettings,
@@ -245,12 +265,15 @@ def _segment(start: int, times: np.ndarray, levels: np.ndarray, settings: Detect
         # The rolling median looks ahead; centre it on the window.
         at_index = min(at_index + min(p, len(levels)) // 2, len(levels) - 1)
         plateau_at = times[at_index] if levelled_off else times[-1]
+        ninety = np.flatnonzero(smooth >= head + 0.9 * rise)
+        ninety_at = times[min(int(ninety[0]) + min(p, len(levels)) // 2, len(levels) - 1)] if len(ninety) else None
         creep = Creep(
-            start=_when(start),
-            plateau_at=_when(plateau_at),
+            start=when_utc(start),
+            plateau_at=when_utc(plateau_at),
             rise_mib=round(rise, 1),
             hours_to_plateau=round((plateau_at - start) / 3600, 2),
+            hours_to_90pct=round((ninety_at - start) / 3600, 2) if levelled_off and ninety_at is not None else None,
             levelled_off=levelled_off,
         )
-    return Segment(start=_when(start), end=_when(times[-1] + bin_seconds), level_after_boot_mib=round(head, 1),
+    return Segment(start=when_utc(start), end=when_utc(times[-1] + bin_seconds), level_after_boot_mib=round(head, 1),
                    plateau_used_mib=round(plateau, 1), creep=creep)

@@ -1,8 +1,12 @@
 """What the boots of one seat say is wrong, each with the fix (pure).
 
-* **co-boot race**: a seat sized by ``--gpu-memory-utilization`` whose KV size or non-torch figure
-  moves between boots. vLLM reads free memory device-wide while it profiles, so a neighbour loading
-  or freeing memory at the same time lands in this seat's budget (VLLM.md §3). The fix is to pin
+* **co-boot race**: a seat sized by ``--gpu-memory-utilization`` whose boot overlapped a boot of another
+  engine on the same GPU (by the plan or fleet; without one, engines in the same log file are assumed to
+  share it, and the finding says so). vLLM reads free memory device-wide while it profiles, so a neighbour
+  loading or freeing memory at the same time lands in this seat's budget (VLLM.md §3).
+* **KV drift**: the same seat's KV or non-torch figure moves between whole boots but no overlapping boot
+  of another engine is in the logs given: the same pin, without claiming the cause. Fragments (a log
+  excerpt with no start of the engine) are never compared. The fix is to pin
   ``--kv-cache-memory-bytes``: the plan's figure when a plan is given, else the planner's rule (one
   max-length request × the KV factor, rounded up to the policy step) when the model's config is
   readable here, else the largest KV the seat actually got, rounded *down* to 0.5 GiB. That boot is the one least disturbed by neighbours
@@ -15,6 +19,8 @@
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from seatplan import versions as vllm_versions
 from seatplan.documents.fleet import DEFAULT_ROUNDING_STEP_BYTES
@@ -32,9 +38,11 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 
 def seat_findings(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None = None,
-                  rule_pin: tuple[int, str] | None = None) -> list[Finding]:
+                  rule_pin: tuple[int, str] | None = None, neighbours: list[Boot] = (),
+                  neighbours_basis: str = "") -> list[Finding]:
     findings: list[Finding] = []
-    if race := co_boot_race(seat, boots, planned_kv_bytes=planned_kv_bytes, rule_pin=rule_pin):
+    if race := co_boot_race(seat, boots, planned_kv_bytes=planned_kv_bytes, rule_pin=rule_pin, neighbours=neighbours,
+                            neighbours_basis=neighbours_basis):
         findings.append(race)
     findings.extend(context_cuts(seat, boots))
     if old := old_engine(seat, boots):
@@ -47,20 +55,40 @@ def _trail(values: list[int]) -> str:
     return " → ".join(format_gib(value) for value in values) + " GiB"
 
 
+# Two boots overlap when one starts before the other's last start-up line (plus clock slack between hosts' logs).
+OVERLAP_SLACK = timedelta(seconds=60)
+
+
+def overlapping(mine: Boot, other: Boot) -> bool:
+    if mine.started_at is None or other.started_at is None or mine.fragment or other.fragment:
+        return False
+    mine_end, other_end = mine.ended_at or mine.started_at, other.ended_at or other.started_at
+    return mine.started_at <= other_end + OVERLAP_SLACK and other.started_at <= mine_end + OVERLAP_SLACK
+
+
 def co_boot_race(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None = None,
-                 rule_pin: tuple[int, str] | None = None) -> Finding | None:
-    sized = [boot for boot in boots if boot.sized_by == "utilization" and boot.available_kv_bytes is not None]
-    if len(sized) < 2:
-        return None
+                 rule_pin: tuple[int, str] | None = None, neighbours: list[Boot] = (),
+                 neighbours_basis: str = "") -> Finding | None:
+    """A race needs evidence: this seat's util-sized boot overlapping a boot of another engine on its GPU.
+
+    KV that moves between whole boots without such an overlap in the logs given is reported as drift
+    (same pin, weaker claim). Fragments (no start in the log) are never compared.
+    """
+    sized = [boot for boot in boots if boot.sized_by == "utilization" and boot.available_kv_bytes is not None
+             and not boot.fragment]
+    races = [(mine, other) for mine in sized for other in neighbours if other.seat != seat and overlapping(mine, other)]
     kv = [boot.available_kv_bytes for boot in sized]
     non_torch = [boot.non_torch_bytes for boot in sized if boot.non_torch_bytes is not None]
-    kv_spread = max(kv) - min(kv)
+    kv_spread = max(kv) - min(kv) if kv else 0
     non_torch_spread = max(non_torch) - min(non_torch) if len(non_torch) >= 2 else 0
-    if kv_spread < RACE_SPREAD_BYTES and non_torch_spread < RACE_SPREAD_BYTES:
+    moved_between_boots = len(sized) >= 2 and (kv_spread >= RACE_SPREAD_BYTES or non_torch_spread >= RACE_SPREAD_BYTES)
+    if not races and not moved_between_boots:
         return None
     evidence = [f"{boot.source}: KV {format_gib(boot.available_kv_bytes)} GiB"
                 + (f", non-torch {format_gib(boot.non_torch_bytes)} GiB" if boot.non_torch_bytes is not None else "")
                 for boot in sized]
+    evidence += [f"{mine.source} booted while {other.seat} booted ({other.source}, {other.engine}){neighbours_basis}"
+                 for mine, other in races]
     if planned_kv_bytes is not None:
         pin, why = planned_kv_bytes, "the plan's KV budget for this seat"
     elif rule_pin is not None:
@@ -73,10 +101,18 @@ def co_boot_race(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None =
     moved = f"KV went {_trail(kv)}"
     if len(non_torch) >= 2:
         moved = f"non-torch {_trail(non_torch)} while {moved}"
+    if races:
+        others = sorted({other.seat for _, other in races})
+        message = (f"{seat}: sized by --gpu-memory-utilization and booted while {', '.join(others)} booted on the same GPU"
+                   + (f" ({moved})" if len(sized) >= 2 else "") + ": vLLM counted the neighbour's loading as its own memory")
+        kind = "co_boot_race"
+    else:
+        message = (f"{seat}: KV size moves from boot to boot ({moved}) while sized by --gpu-memory-utilization; no boot of "
+                   "another engine overlapping its boots is in the logs given, so the cause is not shown (pass the "
+                   "neighbours' logs, and --fleet for who shares its GPU)")
+        kind = "kv_drift"
     return Finding(
-        kind="co_boot_race", seat=seat,
-        message=f"{seat}: KV size moves from boot to boot ({moved}): sized by --gpu-memory-utilization while "
-                "neighbours on the GPU were loading or freeing memory",
+        kind=kind, seat=seat, message=message,
         fix=f"pin --kv-cache-memory-bytes {pin} ({format_gib(pin)} GiB, {why}) so every boot gets the same KV "
             "whatever the neighbours do; keep --gpu-memory-utilization only low enough to pass vLLM's free-memory check",
         pin_kv_cache_memory_bytes=pin, evidence=evidence,

@@ -70,7 +70,29 @@ def read_vllm_logs(specs: list[str], *, year: int | None, utc_offset_s: int = 0)
     return boots, stats
 
 
-def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_smi: list[Path], prometheus: str | None,
+def host_names(specs: list[str], fleet: Path | None) -> dict[str, str]:
+    """Monitor name → plan host: the fleet's hosts[].monitor_names, then --host-name MONITOR=HOST (which wins)."""
+    names: dict[str, str] = {}
+    if fleet is not None:
+        from seatplan.documents.fleet_file import load_fleet
+
+        for host in load_fleet(fleet).fleet.hosts:
+            names.update({monitor: host.name for monitor in host.monitor_names})
+    for spec in specs:
+        monitor, sep, host = spec.partition("=")
+        if not sep or not monitor.strip() or not host.strip():
+            raise SeatplanError(f"cannot read {spec!r}", where="--host-name", fix="write MONITOR=HOST, e.g. --host-name gpu-node-01=gpu-box")
+        names[monitor.strip()] = host.strip()
+    return names
+
+
+def name_hosts(series: list[GpuSeries], names: dict[str, str]) -> None:
+    for one in series:
+        if one.host in names:
+            one.host = names[one.host]
+
+
+def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_smi: list[str], prometheus: str | None,
                      since: str, step_seconds: int, utc_offset_s: int = 0,
                      rejected: Rejections | None = None) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
     series: list[GpuSeries] = []
@@ -78,8 +100,11 @@ def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_s
     stats: list[EngineStats] = []
     if beszel is not None:
         series.extend(read_beszel(beszel, system=beszel_system, rejected=rejected))
-    for path in nvidia_smi:
-        gpu, apps = read_nvidia_smi(path, utc_offset_s=utc_offset_s, rejected=rejected)
+    for spec in nvidia_smi:
+        host, _, path_text = spec.partition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
+        gpu, apps = read_nvidia_smi(Path(path_text), utc_offset_s=utc_offset_s, rejected=rejected)
+        for one in gpu:
+            one.host = host or one.host
         series.extend(gpu)
         processes.extend(apps)
     if prometheus:

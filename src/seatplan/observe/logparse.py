@@ -4,9 +4,13 @@ Handles every vLLM from 0.8 to 0.32 (and the V0/pre-0.8 formats for robustness):
 ``docker logs`` / ``docker compose logs`` output (with or without ``-t``), journald short, short-iso,
 ``-o json`` and ``-o export`` output, ANSI colours, and process prefixes such as
 ``(EngineCore_DP0 pid=N)``. Several engines may be interleaved in one file; lines are tied to a boot
-by their stream (container or unit), their process id and, when an engine announces itself, its
-served model name. A boot ends where the same process prints a once-per-boot line again (a restart,
-even with the same pid inside a container) or where a new API server announces itself.
+by their stream (container or unit), their process id, their time and, when an engine announces
+itself, its served model name. Another process joins a boot only within 30 minutes of its lines on the
+same stream; a clock going back starts another boot; a line with neither time, process nor stream
+belongs to the boot of the line before it. A boot ends where the same process prints a once-per-boot
+line again (a restart, even with the same pid inside a container) or where a new API server announces
+itself. A boot whose start (the banner, the arguments, the engine config) is not in the log is a
+*fragment*: its figures are read, but it is never compared with other boots as a whole start.
 """
 
 from __future__ import annotations
@@ -92,6 +96,8 @@ _ONCE = {
     "kv_bytes_flag", "kv_cache_tokens", "legacy_blocks", "init_engine", "sizing_hint", "profile_summary",
 }
 _STARTS_API = {"api_version", "non_default_args"}
+# Lines an engine prints when it starts: a boot without any of them is a fragment of one.
+_STARTS_BOOT = _STARTS_API | {"engine_version"}
 _BOOT_ERRORS = {
     "err_not_enough_kv", "err_no_kv_memory", "err_v0_not_enough_kv", "err_max_model_len",
     "err_free_memory", "err_profiling_assert", "err_engine_failed",
@@ -230,6 +236,8 @@ class _Draft:
     errors: list[BootError] = field(default_factory=list)
     stats: list[tuple[LogLine, re.Match[str]]] = field(default_factory=list)
     finished: bool = False
+    started: bool = False  # a line that starts an engine (banner, arguments, engine config) was seen
+    last_at: datetime | None = None
 
     @property
     def served(self) -> str | None:
@@ -251,10 +259,13 @@ def parse_log(lines: Iterable[str], *, source: str = "log", year: int | None = N
     """
     drafts: list[_Draft] = []
     by_process: dict[tuple[str, int | None], _Draft] = {}
+    previous: _Draft | None = None
     for line in read_lines(lines, clock=LocalClock(year, utc_offset_s)):
         for kind, match in _matches(line.text):
-            draft = _target(drafts, by_process, line, kind, match)
+            draft = previous = _target(drafts, by_process, line, kind, match, previous)
             draft.last_line = line.number
+            draft.last_at = line.at or draft.last_at
+            draft.started = draft.started or kind in _STARTS_BOOT
             if line.pid is not None and line.pid not in draft.pids:
                 draft.pids.append(line.pid)
             by_process[(line.stream, line.pid)] = draft
@@ -287,13 +298,19 @@ def _matches(text: str) -> Iterator[tuple[str, re.Match[str]]]:
             yield kind, match
 
 
-def _target(drafts: list[_Draft], by_process: dict, line: LogLine, kind: str, match: re.Match[str]) -> _Draft:
+def _target(drafts: list[_Draft], by_process: dict, line: LogLine, kind: str, match: re.Match[str],
+            previous: _Draft | None) -> _Draft:
     """The boot a line belongs to (see the module docstring)."""
     served = _served_name(kind, match)
+    if line.pid is None and line.at is None and not line.stream:
+        # Nothing names the line's engine or time (a traceback, an unprefixed excerpt): it belongs to the
+        # boot the line before it belonged to, if that boot can still take it, else it starts a fragment.
+        if previous is not None and not previous.finished and (None, kind) not in previous.seen \
+                and previous.last_at is None and not previous.pids:
+            return previous
+        return _new_draft(drafts, line)
     mapped = by_process.get((line.stream, line.pid))
-    if mapped is not None and kind not in _STARTS_API and (line.pid, kind) not in mapped.seen:
-        return mapped
-    if kind in _STARTS_API and mapped is not None and (line.pid, kind) not in mapped.seen:
+    if mapped is not None and (line.pid, kind) not in mapped.seen and _same_clock(mapped, line, JOIN_WINDOW_S * 1000):
         return mapped
     if kind not in _STARTS_API:
         for draft in reversed(drafts):
@@ -301,7 +318,30 @@ def _target(drafts: list[_Draft], by_process: dict, line: LogLine, kind: str, ma
                 continue
             if served and draft.served and draft.served != served:
                 continue
+            # Another process joins a boot only when its lines are that boot's (same minutes, same stream);
+            # without a time or a process id on either side nothing ties them.
+            if (line.pid is None) != (not draft.pids) or not _same_clock(draft, line, JOIN_WINDOW_S):
+                continue
             return draft
+    return _new_draft(drafts, line)
+
+
+# Lines of one boot from different processes fall within this long of each other (weights loading is silent).
+JOIN_WINDOW_S = 30 * 60
+# A clock going back further than this is another boot (or another machine's excerpt).
+CLOCK_SLACK_S = 60
+
+
+def _same_clock(draft: _Draft, line: LogLine, window_s: float) -> bool:
+    if (draft.last_at is None) != (line.at is None):
+        return False
+    if line.at is None:
+        return True
+    gap = (line.at - draft.last_at).total_seconds()
+    return -CLOCK_SLACK_S <= gap <= window_s
+
+
+def _new_draft(drafts: list[_Draft], line: LogLine) -> _Draft:
     draft = _Draft(stream=line.stream, first_line=line.number, last_line=line.number)
     drafts.append(draft)
     return draft
@@ -511,7 +551,19 @@ def _seat_name(draft: _Draft, source: str, seat: str | None) -> str:
         return draft.stream
     if values.get("model"):
         return str(values["model"]).rstrip("/").split("/")[-1]
-    return source.rsplit("/", 1)[-1].split(".")[0]
+    # Nothing names this engine: it is its own (a fragment of an unknown engine is nobody's neighbour or earlier boot).
+    return f"{source.rsplit('/', 1)[-1].split('.')[0]}:{draft.first_line}"
+
+
+def _engine_identity(draft: _Draft, values: dict) -> str:
+    """What identifies the engine, as the log shows it: container or unit, served name, model, port, processes."""
+    parts = [f"stream {draft.stream}" if draft.stream else "",
+             f"served {values['served_model_name']}" if values.get("served_model_name") else "",
+             f"model {values['model']}" if values.get("model") else "",
+             f"port {values['port']}" if values.get("port") else "",
+             f"pid {'/'.join(map(str, draft.pids))}" if draft.pids else "",
+             f"vLLM {values['version']}" if values.get("version") else ""]
+    return ", ".join(part for part in parts if part) or "unidentified"
 
 
 def _finish(draft: _Draft, source: str, seat: str | None) -> Boot:
@@ -524,6 +576,9 @@ def _finish(draft: _Draft, source: str, seat: str | None) -> Boot:
     return Boot(
         seat=_seat_name(draft, source, seat),
         source=f"{source}:{draft.first_line}-{draft.last_line}",
+        engine=_engine_identity(draft, values),
+        fragment=not draft.started,
+        ended_at=draft.last_at,
         pids=draft.pids,
         errors=draft.errors,
         **values,

@@ -28,6 +28,8 @@ from seatplan.observe.detect import GpuSeries
 BESZEL_MIB_FACTOR = 1.024
 # Finest first: a coarser record type only fills the time before the finer ones begin.
 BESZEL_RECORD_TYPES = ("1m", "10m", "20m", "120m", "480m")
+# Each record averages the shorter ones created in (created − window, created] (internal/records/records.go).
+BESZEL_WINDOW_S = {"1m": 60, "10m": 600, "20m": 1200, "120m": 7200, "480m": 28800}
 
 
 # The instants a reading may carry: 1970 to 9999 (datetime's range). A timestamp outside is damage, not a time.
@@ -112,7 +114,8 @@ def read_beszel(path: str | Path, *, system: str | None = None, rejected: Reject
                 by_type[(system_id, record_type)].append(record)
     series: list[GpuSeries] = []
     for system_id in sorted({key[0] for key in by_type}):
-        series.extend(_beszel_system(systems.get(system_id, system_id), [by_type.get((system_id, t), []) for t in BESZEL_RECORD_TYPES], str(db_path)))
+        records_by_type = [by_type.get((system_id, t), []) for t in BESZEL_RECORD_TYPES]
+        series.extend(_beszel_system(systems.get(system_id, system_id), _effective_ends(records_by_type), str(db_path)))
     if not series:
         left_out = f", {rejected.count(str(db_path))} rejected" if rejected.count(str(db_path)) else ""
         raise SeatplanError(f"the Beszel database holds no GPU readings ({len(rows)} system_stats rows{left_out})",
@@ -146,23 +149,69 @@ def _finite_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
+_CRON_S = 600  # the hub's */10 cron makes every longer record
+
+
+def _phase(records: list[tuple[float, dict]], period_runs: int) -> int:
+    """Which cron run (mod ``period_runs``) this type's records are made on (they keep their phase)."""
+    runs = [round(created / _CRON_S) % period_runs for created, _ in records]
+    return max(set(runs), key=runs.count) if runs else 0
+
+
+def _shift_to(run: int, phase: int, period_runs: int) -> int:
+    """Cron runs back from ``run`` to the latest run on ``phase``."""
+    return (run - phase) % period_runs
+
+
+def _effective_ends(records_by_type: list[list[tuple[float, dict]]]) -> list[list[tuple[float, dict]]]:
+    """Each record's time moved to the end of what it really averages.
+
+    A 120m record averages the 20m records made in its last 2 h; when those are made on other cron runs
+    than the 120m one (their phases differ), the averaged minutes end at the latest 20m record, up to
+    10 minutes before the 120m record's own time; a 480m record likewise ends where its latest 120m record's
+    minutes end. The phases are read from the records of each type the hub still keeps.
+    """
+    one, ten, twenty, long, longest = records_by_type
+    phase20, phase120 = _phase(twenty, 2), _phase(long, 12)
+
+    def shift120(created: float) -> int:
+        return _shift_to(round(created / _CRON_S), phase20, 2) * _CRON_S
+
+    def shift480(created: float) -> int:
+        back = _shift_to(round(created / _CRON_S), phase120, 12) * _CRON_S
+        return back + shift120(created - back)
+
+    return [one, ten, twenty, [(c - shift120(c), g) for c, g in long], [(c - shift480(c), g) for c, g in longest]]
+
+
 def _beszel_system(host: str, records_by_type: list[list[tuple[float, dict[int, tuple[float, float | None]]]]],
                    source: str) -> list[GpuSeries]:
-    points: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    """Per GPU, each stretch of time from the finest record type that covers it, every record kept as the
+    mean over its own window (never re-read as points of one series: see observe/averaged.py)."""
+    points: dict[int, list[tuple[float, float, float, str]]] = defaultdict(list)
     totals: dict[int, float] = {}
     covered_from = math.inf
-    for records in records_by_type:
+    for record_type, records in zip(BESZEL_RECORD_TYPES, records_by_type):
         earliest = covered_from
+        window_s = BESZEL_WINDOW_S[record_type]
         for created, gpus in records:
-            if created >= covered_from:
+            # A coarser record fills only the time before the finer ones begin (its whole window included).
+            if created > covered_from + BESZEL_WINDOW_S["1m"] / 2:
                 continue
-            earliest = min(earliest, created)
+            earliest = min(earliest, created - window_s)
             for gpu, (used, total) in gpus.items():
-                points[gpu].append((created, used))
+                points[gpu].append((created, used, window_s, record_type))
                 if total:
                     totals[gpu] = total
         covered_from = earliest
-    return [_series(index, host, pts, totals.get(index), None, source) for index, pts in sorted(points.items())]
+    series = []
+    for index, pts in sorted(points.items()):
+        pts.sort()
+        one = _series(index, host, [(p[0], p[1]) for p in pts], totals.get(index), None, source)
+        one.window_s = np.array([p[2] for p in pts], dtype=np.int64)
+        one.record_types = np.array([p[3] for p in pts])
+        series.append(one)
+    return series
 
 
 # --------------------------------------------------------------------------------------------- nvidia-smi

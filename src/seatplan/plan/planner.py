@@ -12,21 +12,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import seatplan
+from seatplan.documents.fleet import Device, Fleet, GpuSpec, HostSpec, SeatSpec
+from seatplan.documents.fleet_file import LoadedFleet, gpu_refs, resolve_gpu_ref, resolve_model
+from seatplan.documents.observed import ObservedFootprints, ObservedSeat
+from seatplan.documents.plan import ExplanationLine, Plan, PlanInfeasibility, PlanInputs, PlannedGpu, PlannedSeat, RunnerUp, ShortSeat, VllmSettings
+from seatplan.documents.usage import ModelUsage, UsageReport
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing
-from seatplan.documents.fleet_file import LoadedFleet, gpu_refs, resolve_gpu_ref, resolve_model
-from seatplan.documents.fleet import Fleet, GpuSpec, SeatSpec
-from seatplan.documents.observed import ObservedFootprints, ObservedSeat
-from seatplan.documents.plan import ExplanationLine, Plan, PlanInfeasibility, PlanInputs, PlannedGpu, PlannedSeat, RunnerUp, ShortSeat
-from seatplan.documents.usage import ModelUsage, UsageReport
 from seatplan.plan.placement import GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
+from seatplan.engine_command import engine_command, unsupported_flags
 from seatplan.units import human_bytes
 
 GpuKey = tuple[str, int]
 FactsLoader = Callable[[str, EngineSettings], ModelFacts]
-VLLM_LAUNCHER = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 # Parts the engine's own process holds before vLLM's start-up memory check runs.
 PRE_CHECK_PARTS = ("cuda_context", "nccl_allreduce")
 
@@ -43,6 +43,8 @@ class SizedSeat:
     max_new_tokens: int | None = None
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
     limits: fp.EngineLimits | None = None
     hf_overrides: dict[str, object] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -66,7 +68,7 @@ def build_plan(
     facts_loader: FactsLoader = default_facts_loader,
     time_limit_s: float = 30.0,
 ) -> Plan:
-    fleet = loaded.fleet
+    fleet, corrected = with_gpu_corrections(loaded.fleet, observed)
     gpus = gpu_table(fleet)
 
     def size(position: int, spec: SeatSpec) -> SizedSeat:
@@ -88,12 +90,29 @@ def build_plan(
         vllm_version=fleet.policy.vllm_version,
     )
     plan = assemble_plan(fleet, gpus, sized, result, inputs)
+    plan.warnings += corrected
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}
         plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
     if result.best is None and result.infeasible is None:
         plan.warnings.append(f"no layout found within the {time_limit_s:g} s time limit (the fleet is not proven infeasible); raise --time-limit")
     return plan
+
+
+def with_gpu_corrections(fleet: Fleet, observed: ObservedFootprints | None) -> tuple[Fleet, list[str]]:
+    """Memory ``diagnose`` saw on a GPU but could not pin on one seat is reserved on that GPU (never credited back)."""
+    if observed is None or not observed.gpu_corrections:
+        return fleet, []
+    fleet = fleet.model_copy(deep=True)
+    notes = []
+    for correction in observed.gpu_corrections:
+        for host in fleet.hosts:
+            for gpu in host.gpus:
+                if gpu.index == correction.index and correction.host in (None, host.name) and correction.extra_bytes > 0:
+                    gpu.reserved_bytes += correction.extra_bytes
+                    notes.append(f"GPU {host.name}:{gpu.index}: {human_bytes(correction.extra_bytes)} more reserved, seen at plateau "
+                                 f"beyond its seats' footprints ({', '.join(correction.seats)}; {correction.source})")
+    return fleet, notes
 
 
 # ----------------------------------------------------------------------------- contexts raised where they fit
@@ -169,6 +188,17 @@ def allowed_gpus(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], seat: SeatSpec) -> l
     return [key for key, gpu in gpus.items() if key not in avoided and not gpu.keep_clear]
 
 
+def seat_device(fleet: Fleet, usable: list[GpuKey], seat: SeatSpec) -> Device:
+    """The device the seat's engine runs on; the KV block size follows it, so it must be one."""
+    devices = {host.device for host in fleet.hosts if any(key[0] == host.name for key in usable)}
+    if len(devices) > 1:
+        raise SeatplanError(
+            "the seat may land on CPU and CUDA hosts, whose KV block sizes differ",
+            fix="pin it (`pin:`) or `avoid:` the GPUs of one kind of host",
+        )
+    return devices.pop() if devices else "cuda"
+
+
 def usage_for(usage: UsageReport | None, served_model_name: str, seat_name: str) -> ModelUsage | None:
     """A seat's usage: keyed by the name it serves, or mapped to it by the usage stage."""
     if usage is None:
@@ -200,6 +230,7 @@ def size_seat(
         kv_cache_dtype=seat.kv_cache_dtype,
         vllm_version=fleet.policy.vllm_version,
         max_num_batched_tokens=limits.max_num_batched_tokens,
+        device=seat_device(fleet, usable, seat),
     )
     assert seat.model is not None  # fleet checks guarantee it
     facts = facts_loader(resolve_model(seat.model, base_dir), settings)
@@ -220,6 +251,8 @@ def size_seat(
         max_new_tokens=cap.max_new_tokens,
         kv_cache_tokens=kv.capacity.kv_cache_tokens,
         max_concurrency=kv.capacity.max_concurrency,
+        num_gpu_blocks=kv.capacity.num_blocks,
+        block_size=facts.block_size,
         limits=limits,
     )
     if context.yarn is not None:
@@ -351,36 +384,22 @@ def choose_utilisation(seat: SizedSeat, gpu_states: list[tuple[str, int, int]], 
     )
 
 
-# ----------------------------------------------------------------------------- command lines
+# ----------------------------------------------------------------------------- what render needs
 
 
-def vllm_args(seat: SizedSeat, util: float) -> list[str]:
+def vllm_settings(seat: SizedSeat) -> VllmSettings:
     spec = seat.spec
-    assert seat.limits is not None and seat.max_model_len is not None and seat.kv_cache_memory_bytes is not None
-    args = VLLM_LAUNCHER + ["--model", spec.model_path_on_host or spec.model or "", "--served-model-name", spec.served_model_name or spec.name]
-    if spec.port is not None:
-        args += ["--port", str(spec.port)]
-    args += [
-        "--tensor-parallel-size", str(spec.tensor_parallel_size),
-        "--max-model-len", str(seat.max_model_len),
-        "--kv-cache-memory-bytes", str(seat.kv_cache_memory_bytes),
-        "--gpu-memory-utilization", f"{util:.3f}",
-        "--max-num-seqs", str(seat.limits.max_num_seqs),
-        "--max-num-batched-tokens", str(seat.limits.max_num_batched_tokens),
-    ]
-    if spec.dtype != "auto":
-        args += ["--dtype", spec.dtype]
-    if spec.kv_cache_dtype != "auto":
-        args += ["--kv-cache-dtype", spec.kv_cache_dtype]
-    if spec.enforce_eager:
-        args.append("--enforce-eager")
-    if seat.max_new_tokens is not None:
-        args += ["--override-generation-config", sizing.override_generation_config(seat.max_new_tokens)]
-    if seat.hf_overrides is not None:
-        import json
-
-        args += ["--hf-overrides", json.dumps(seat.hf_overrides)]
-    return args + list(spec.extra_args)
+    assert seat.limits is not None
+    return VllmSettings(
+        model=spec.model_path_on_host or spec.model or "",
+        max_num_seqs=seat.limits.max_num_seqs,
+        max_num_batched_tokens=seat.limits.max_num_batched_tokens,
+        dtype=spec.dtype,
+        kv_cache_dtype=spec.kv_cache_dtype,
+        enforce_eager=spec.enforce_eager,
+        hf_overrides=seat.hf_overrides,
+        extra_args=list(spec.extra_args),
+    )
 
 
 # ----------------------------------------------------------------------------- the document
@@ -394,7 +413,7 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
     planned: dict[str, PlannedSeat] = {}
     for seat in boot_sequence(sized):
         keys = [tuple(key) for key in assignment.get(seat.spec.name, [])]
-        planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, order[seat.spec.name], fleet.policy.boot_margin_bytes, placed=best is not None)
+        planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, order[seat.spec.name], fleet, placed=best is not None)
         for key in keys:
             free_bytes[key] -= seat.footprint.footprint_bytes
     seats = [planned[seat.spec.name] for seat in sized]
@@ -421,25 +440,27 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
     )
 
 
-def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], free_bytes: dict[GpuKey, int], boot_order: int, margin_bytes: int, *, placed: bool) -> PlannedSeat:
+def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], free_bytes: dict[GpuKey, int], boot_order: int, fleet: Fleet, *, placed: bool) -> PlannedSeat:
     spec = seat.spec
     lines, warnings = list(seat.lines), list(seat.warnings)
     util: float | None = None
-    args: list[str] = []
+    settings: VllmSettings | None = None
     env = dict(spec.env)
-    if keys:
+    host: HostSpec | None = next((host for host in fleet.hosts if keys and host.name == keys[0][0]), None)
+    if keys and (host is None or host.device == "cuda"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for _, index in keys)
+    if keys:
         lines.append(ExplanationLine(rule="placement", inputs={"gpus": ",".join(gpu_label(key) for key in keys), "boot_order": boot_order}, result=f"on GPU {', '.join(gpu_label(key) for key in keys)}, boots {_ordinal(boot_order)}", note="the layout with the largest worst-case spare at plateau"))
     if spec.engine == "vllm" and keys:
-        chosen = choose_utilisation(seat, [(gpu_label(key), gpus[key].total_bytes, free_bytes[key]) for key in keys], margin_bytes)
+        chosen = choose_utilisation(seat, [(gpu_label(key), gpus[key].total_bytes, free_bytes[key]) for key in keys], fleet.policy.boot_margin_bytes)
         util = chosen.value
         lines.append(chosen.line)
         warnings += [chosen.warning] if chosen.warning else []
-        args = vllm_args(seat, util)
+        settings = vllm_settings(seat)
         env |= seat.extra_env
     elif not placed:
         warnings.append(f"{spec.name}: not placed")
-    return PlannedSeat(
+    planned = PlannedSeat(
         name=spec.name,
         engine=spec.engine,
         model=spec.model,
@@ -455,13 +476,24 @@ def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], 
         footprint_bytes=seat.footprint.footprint_bytes,
         footprint_basis=seat.footprint.basis,
         footprint_parts=seat.footprint.parts,
-        vllm_args=args,
+        vllm_args=[],
         env=env,
         gpu_memory_utilization=util,
         boot_order=boot_order,
         explanation=lines,
         warnings=warnings,
+        host=host.name if host else None,
+        address=host.reachable_at if host else None,
+        device=host.device if host else "cuda",
+        vllm=settings,
+        num_gpu_blocks=seat.num_gpu_blocks,
+        block_size=seat.block_size,
     )
+    if settings is not None:
+        # The plan shows the command `seatplan render` writes with its default launcher.
+        planned.vllm_args = engine_command(planned)
+        planned.warnings += [f"{spec.name}: {missing}" for missing in unsupported_flags(planned.vllm_args, fleet.policy.vllm_version)]
+    return planned
 
 
 def _ordinal(number: int) -> str:

@@ -7,7 +7,6 @@ comes back with the explanation lines that show the rule, its numbers and the re
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 
@@ -310,7 +309,3 @@ def inflight_check(seat_name: str, capacity: KvCapacity, usage: ModelUsage | Non
     elif kv_tokens < usage.peak_inflight_tokens:
         warnings.append(f"{seat_name}: KV holds {kv_tokens:,} tokens; the peak {usage.peak_inflight_tokens:,} in flight was reached only with runaway replies")
     return [line], warnings
-
-
-def override_generation_config(max_new_tokens: int) -> str:
-    return json.dumps({"max_new_tokens": max_new_tokens})

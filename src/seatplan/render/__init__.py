@@ -1,0 +1,1 @@
+"""render: env files, compose, Ansible, LiteLLM and Prometheus files from a saved plan; diff, apply, rollback."""

@@ -1,0 +1,99 @@
+"""The render stage's steps on files: read a plan, render it, write or compare the result, run the playbooks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TextIO
+
+from seatplan.documents.io import read_plan
+from seatplan.documents.plan import Plan
+from seatplan.errors import SeatplanError
+from seatplan.render.bundle import manifest, render_files
+from seatplan.render.diff import DiffReport, diff_trees
+from seatplan.render.runner import PlaybookRun, playbook_command, run_playbook
+from seatplan.render.settings import TARGETS, RenderSettings, Target
+from seatplan.render.targets import Files
+from seatplan.render.writer import WriteResult, owned, read_manifest, read_tree, write_render
+
+
+@dataclass(frozen=True)
+class LoadedPlan:
+    plan: Plan
+    path: Path
+    text: str
+
+
+def load_plan(path: Path) -> LoadedPlan:
+    plan = read_plan(path)
+    return LoadedPlan(plan, path, path.read_text(encoding="utf-8"))
+
+
+def targets_from(names: Iterable[str]) -> list[Target]:
+    chosen: list[Target] = []
+    for name in names:
+        if name == "all":
+            return list(TARGETS)
+        if name not in TARGETS:
+            raise SeatplanError(f"unknown target {name!r}", where="--target", fix=f"use one of: {', '.join(TARGETS)}, all")
+        chosen.append(name)
+    return chosen or list(TARGETS)
+
+
+def rendered(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Target] = TARGETS) -> Files:
+    """The plan's files; a problem names the plan file and the seat."""
+    try:
+        return render_files(loaded.plan, settings, targets)
+    except SeatplanError as problem:
+        where = f"{loaded.path} ({problem.where})" if problem.where else str(loaded.path)
+        raise SeatplanError(problem.message, where=where, fix=problem.fix) from None
+
+
+def render_to(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Target], directory: Path) -> WriteResult:
+    files = rendered(loaded, settings, targets)
+    return write_render(directory, files, targets, manifest(loaded.text, settings, files))
+
+
+def settings_of(directory: Path) -> RenderSettings | None:
+    document = read_manifest(directory)
+    return RenderSettings.model_validate(document["settings"]) if document else None
+
+
+def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | None = None) -> DiffReport:
+    """What rendering ``loaded`` would change against a rendered directory or an older plan."""
+    if against.is_dir():
+        settings = settings or settings_of(against) or RenderSettings()
+        old = read_tree(against)
+        new = rendered(loaded, settings, rendered_targets(old))
+        return diff_trees(only_owned(old, new), new, str(against))
+    if not against.is_file():
+        raise SeatplanError("nothing to compare with", where=str(against), fix="pass a directory `seatplan render` wrote, or an older plan.json")
+    settings = settings or RenderSettings(plan_path=str(loaded.path))
+    old_plan = load_plan(against)
+    return diff_trees(rendered(old_plan, settings), rendered(loaded, settings), str(against))
+
+
+def rendered_targets(tree: Files) -> list[Target]:
+    """The targets a directory holds (all of them for an empty one)."""
+    found = [target for target in TARGETS if any(owned(path, [target]) for path in tree)]
+    return found or list(TARGETS)
+
+
+def only_owned(old: Files, new: Files) -> Files:
+    """The old files that a render writes (so a hand-made file in DIR is not reported as removed)."""
+    top = {path.split("/", 1)[0] for path in new}
+    return {path: text for path, text in old.items() if path.split("/", 1)[0] in top}
+
+
+def default_tag(now: datetime | None = None) -> str:
+    return (now or datetime.now(UTC)).strftime("%H%M%S")
+
+
+def apply(directory: Path, inventory: Path, *, tag: str, check: bool, extra: Sequence[str], echo: TextIO | None) -> PlaybookRun:
+    return run_playbook(playbook_command(directory / "ansible" / "playbook.yaml", inventory, tag=tag, check=check, extra=extra), echo=echo)
+
+
+def rollback(directory: Path, inventory: Path, *, tag: str, check: bool, extra: Sequence[str], echo: TextIO | None) -> PlaybookRun:
+    return run_playbook(playbook_command(directory / "ansible" / "rollback.yaml", inventory, tag=tag, check=check, extra=extra), echo=echo)

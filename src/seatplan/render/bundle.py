@@ -1,0 +1,43 @@
+"""A whole render in memory: the chosen targets' files plus the manifest that says how they were made."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+
+from seatplan.documents.plan import Plan
+from seatplan.render.ansible import ansible_files
+from seatplan.render.engines import plan_engines
+from seatplan.render.settings import TARGETS, RenderSettings, Target
+from seatplan.render.targets import Files, compose_files, env_files, litellm_config, prometheus_rules
+
+MANIFEST = "seatplan-render.json"
+
+
+def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target] = TARGETS) -> Files:
+    """Every file of the targets, keyed by its path under the output directory (errors before any file)."""
+    chosen = set(targets)
+    engines = plan_engines(plan, settings)
+    envs = env_files(engines, settings)
+    files: Files = {}
+    if "env" in chosen or "ansible" in chosen:  # the playbook ships the env files
+        files |= envs
+    if "compose" in chosen:
+        files |= compose_files(engines, settings)
+    if "ansible" in chosen:
+        files |= ansible_files(engines, {engine.name: envs[f"env/{engine.name}.env"] for engine in engines}, settings)
+    if "litellm" in chosen:
+        files |= litellm_config(engines, settings)
+    if "prometheus" in chosen:
+        files |= prometheus_rules(plan, engines, settings)
+    return files
+
+
+def manifest(plan_text: str, settings: RenderSettings, files: Files) -> str:
+    document = {
+        "plan_sha256": hashlib.sha256(plan_text.encode("utf-8")).hexdigest(),
+        "settings": settings.model_dump(mode="json"),
+        "files": {path: hashlib.sha256(text.encode("utf-8")).hexdigest() for path, text in sorted(files.items())},
+    }
+    return json.dumps(document, indent=2) + "\n"

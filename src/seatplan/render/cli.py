@@ -1,0 +1,191 @@
+"""``seatplan render``, ``diff``, ``apply`` and ``rollback``.
+
+Only Typer is imported at load time; the render modules are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+if TYPE_CHECKING:
+    from seatplan.render.runner import PlaybookRun
+    from seatplan.render.settings import RenderSettings
+
+EXIT_PLAYBOOK_FAILED = 1
+
+PLAN_ARGUMENT = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan FLEET -o plan.json`")
+LAUNCHER = typer.Option("vllm serve", "--launcher", help="the words before the model: `vllm serve`, or `PYTHON -m vllm.entrypoints.openai.api_server` for the PyPI CPU build")
+BIND_HOST = typer.Option(None, "--bind", help="--host for the engines (default: vLLM's, every interface)")
+RESTART = typer.Option("compose", "--restart", help="how a host restarts one engine: compose, systemd or script")
+RESTART_SCRIPT = typer.Option(None, "--restart-script", help="with --restart script: the host runs SCRIPT SEAT ENV_FILE")
+HOST_DIR = typer.Option("/etc/seatplan", "--host-dir", help="where env files and compose.yaml live on each host")
+IMAGE = typer.Option("vllm/vllm-openai:latest", "--image", help="the engine image in compose.yaml")
+GATEWAY_KEY_ENV = typer.Option("LITELLM_MASTER_KEY", "--gateway-key-env", help="variable that holds the gateway's master key")
+ENGINE_KEY_ENV = typer.Option(None, "--engine-key-env", help="variable that holds the engines' API key, if they have one")
+FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", help="alert when a GPU's free memory is this far below the planned spare")
+VERIFY_GATEWAY = typer.Option(None, "--verify-gateway", help="the LiteLLM gateway URL the playbook's closing `seatplan verify` checks too")
+JSON_OUTPUT = typer.Option(False, "--json", help="print one JSON document")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("render")(render_command)
+    app.command("diff")(diff_command)
+    app.command("apply")(apply_command)
+    app.command("rollback")(rollback_command)
+
+
+def build_settings(
+    plan_path: Path,
+    launcher: str,
+    bind_host: str | None,
+    restart: str,
+    restart_script: str | None,
+    host_dir: str,
+    image: str,
+    gateway_key_env: str,
+    engine_key_env: str | None,
+    free_tolerance: str,
+    verify_gateway: str | None,
+) -> RenderSettings:
+    from pydantic import ValidationError
+
+    from seatplan.errors import SeatplanError
+    from seatplan.render.settings import RenderSettings
+    from seatplan.units import parse_bytes
+
+    if restart == "script" and not restart_script:
+        raise SeatplanError("--restart script needs --restart-script PATH", where="--restart-script", fix="name the script each host runs as SCRIPT SEAT ENV_FILE")
+    try:
+        return RenderSettings(
+            launcher=shlex.split(launcher),
+            bind_host=bind_host,
+            plan_path=str(plan_path.resolve()),
+            restart=restart,
+            restart_script=restart_script,
+            host_dir=host_dir,
+            image=image,
+            gateway_key_env=gateway_key_env,
+            engine_key_env=engine_key_env,
+            free_tolerance_bytes=parse_bytes(free_tolerance, field="--free-tolerance"),
+            seatplan_command=shlex.join([sys.executable, "-m", "seatplan.cli"]),
+            verify_gateway=verify_gateway,
+        )
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        raise SeatplanError(f"{first['loc'][0]}: {first['msg']}", where=f"--{str(first['loc'][0]).replace('_', '-')}", fix="see `seatplan render --help`") from None
+
+
+def render_command(
+    plan_file: Path = PLAN_ARGUMENT,
+    target: list[str] = typer.Option(["all"], "--target", "-t", help="env, compose, ansible, litellm, prometheus or all; repeatable"),
+    output: Path = typer.Option(..., "-o", "--output", help="the directory to render into (replaced whole, atomically)"),
+    launcher: str = LAUNCHER,
+    bind_host: str | None = BIND_HOST,
+    restart: str = RESTART,
+    restart_script: str | None = RESTART_SCRIPT,
+    host_dir: str = HOST_DIR,
+    image: str = IMAGE,
+    gateway_key_env: str = GATEWAY_KEY_ENV,
+    engine_key_env: str | None = ENGINE_KEY_ENV,
+    free_tolerance: str = FREE_TOLERANCE,
+    verify_gateway: str | None = VERIFY_GATEWAY,
+    json_output: bool = JSON_OUTPUT,
+) -> None:
+    """Write env files, compose.yaml, the Ansible playbook, the LiteLLM config and Prometheus rules for a plan."""
+    from seatplan.render.api import load_plan, render_to, targets_from
+
+    loaded = load_plan(plan_file)
+    settings = build_settings(plan_file, launcher, bind_host, restart, restart_script, host_dir, image, gateway_key_env, engine_key_env, free_tolerance, verify_gateway)
+    result = render_to(loaded, settings, targets_from(target), output)
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json({"directory": str(result.directory), "changed": result.changed, "removed": result.removed, "backup": str(result.backup) if result.backup else None})
+        return
+    from seatplan.output import console
+
+    out = console()
+    if not result.changed and not result.removed:
+        out.print(f"{output}: already up to date")
+        return
+    for path in result.changed:
+        out.print(f"wrote {output / path}")
+    for path in result.removed:
+        out.print(f"removed {output / path}")
+    if result.backup:
+        out.print(f"the previous render is kept in {result.backup}")
+
+
+def diff_command(
+    plan_file: Path = PLAN_ARGUMENT,
+    against: Path = typer.Option(..., "--against", help="a directory `seatplan render` wrote, or an older plan.json"),
+    json_output: bool = JSON_OUTPUT,
+) -> None:
+    """Seat by seat, what rendering PLAN would change, before anything is written."""
+    from seatplan.render.api import diff_against, load_plan
+
+    report = diff_against(load_plan(plan_file), against)
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json(report)
+        return
+    from seatplan.output import console
+    from seatplan.render.report import print_diff
+
+    print_diff(console(), report)
+
+
+def apply_command(
+    plan_file: Path = PLAN_ARGUMENT,
+    inventory: Path = typer.Option(..., "--inventory", "-i", help="the Ansible inventory (host names as in the fleet file)"),
+    check: bool = typer.Option(False, "--check", help="ansible-playbook --check --diff: show what would change, restart nothing"),
+    tag: str | None = typer.Option(None, "--tag", help="names the backups (<file>.bak-YYYYMMDD-TAG); default: the time, HHMMSS"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="the rendered directory (default: PLAN's directory/rendered), rendered again with its own settings"),
+    extra: list[str] = typer.Option([], "-e", "--extra-vars", help="KEY=VALUE passed to ansible-playbook; repeatable"),
+    json_output: bool = JSON_OUTPUT,
+) -> None:
+    """Render PLAN again into DIR, then roll it out with ansible-playbook: changed seats only, one engine at a time, then verify."""
+    from seatplan.render.api import apply, default_tag, load_plan, render_to, settings_of
+    from seatplan.render.settings import TARGETS, RenderSettings
+
+    loaded = load_plan(plan_file)
+    directory = output or plan_file.resolve().parent / "rendered"
+    # `seatplan render` chose the launcher, restart command and the rest; apply keeps them
+    settings = (settings_of(directory) or RenderSettings()).model_copy(update={"plan_path": str(plan_file.resolve())})
+    render_to(loaded, settings, list(TARGETS), directory)
+    run = apply(directory, inventory, tag=tag or default_tag(), check=check, extra=extra, echo=None if json_output else sys.stdout)
+    finish(run, json_output)
+
+
+def rollback_command(
+    directory: Path = typer.Argument(..., metavar="DIR", help="the directory `seatplan render` or `apply` wrote"),
+    to: str = typer.Option(..., "--to", help="the tag of the backups to put back"),
+    inventory: Path | None = typer.Option(None, "--inventory", "-i", help="the Ansible inventory (default: DIR/ansible/inventory.yaml)"),
+    check: bool = typer.Option(False, "--check", help="show what would be put back, restart nothing"),
+    extra: list[str] = typer.Option([], "-e", "--extra-vars", help="KEY=VALUE passed to ansible-playbook; repeatable"),
+    json_output: bool = JSON_OUTPUT,
+) -> None:
+    """Put the env files backed up under TAG back, restarting each changed engine one at a time."""
+    from seatplan.render.api import rollback
+
+    run = rollback(directory, inventory or directory / "ansible" / "inventory.yaml", tag=to, check=check, extra=extra, echo=None if json_output else sys.stdout)
+    finish(run, json_output)
+
+
+def finish(run: PlaybookRun, json_output: bool) -> None:
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json({"ok": run.returncode == 0, "returncode": run.returncode, "command": run.command, "output": run.output})
+    if run.returncode != 0:
+        if not json_output:
+            from seatplan.output import error_console
+
+            error_console().print(f"[bold red]error:[/] ansible-playbook failed (exit {run.returncode}); the output above says where", markup=True)
+        raise typer.Exit(EXIT_PLAYBOOK_FAILED)

@@ -1,0 +1,114 @@
+"""Seat by seat, what a render would change against an earlier render (a directory or an older plan)."""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from seatplan.render.bundle import MANIFEST
+from seatplan.render.targets import Files
+
+Status = Literal["new", "removed", "changed", "unchanged"]
+ENV_PREFIX = "env/"
+COMMAND_KEY = "SEATPLAN_COMMAND"
+
+
+class Change(BaseModel):
+    what: str
+    old: str | None
+    new: str | None
+
+
+class SeatDiff(BaseModel):
+    seat: str
+    status: Status
+    changes: list[Change] = Field(default_factory=list)
+
+
+class FileDiff(BaseModel):
+    path: str
+    status: Status
+    diff: str = ""
+
+
+class DiffReport(BaseModel):
+    against: str
+    changed: bool
+    seats: list[SeatDiff]
+    files: list[FileDiff]
+
+
+def parse_env(text: str) -> dict[str, str]:
+    """``KEY=value`` and ``KEY='value'`` lines as written by the env-file builder; comments skipped."""
+    values = {}
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#") or "=" not in line:
+            continue
+        key, value = line.split("=", 1)
+        values[key.strip()] = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == "'" else value
+    return values
+
+
+def command_settings(command: str) -> dict[str, str]:
+    """``--flag value`` pairs of an engine command (a flag without a value reads ``on``; the model is ``model``)."""
+    words = shlex.split(command)
+    settings: dict[str, str] = {}
+    position = 0
+    while position < len(words):
+        word = words[position]
+        following = words[position + 1] if position + 1 < len(words) else None
+        if word.startswith("--"):
+            if following is not None and not following.startswith("--"):
+                settings[word] = following
+                position += 2
+            else:
+                settings[word] = "on"
+                position += 1
+            continue
+        if word == "serve" or word.endswith("vllm"):
+            position += 1
+            continue
+        settings.setdefault("model", word)
+        position += 1
+    return settings
+
+
+def env_changes(old_text: str, new_text: str) -> list[Change]:
+    old_env, new_env = parse_env(old_text), parse_env(new_text)
+    old_cmd, new_cmd = command_settings(old_env.pop(COMMAND_KEY, "")), command_settings(new_env.pop(COMMAND_KEY, ""))
+    changes = [Change(what=key, old=old_cmd.get(key), new=new_cmd.get(key)) for key in dict.fromkeys([*old_cmd, *new_cmd]) if old_cmd.get(key) != new_cmd.get(key)]
+    changes += [Change(what=key, old=old_env.get(key), new=new_env.get(key)) for key in dict.fromkeys([*old_env, *new_env]) if old_env.get(key) != new_env.get(key)]
+    if not changes and old_text != new_text:
+        changes.append(Change(what="comments", old=None, new=None))
+    return changes
+
+
+def status_of(old: str | None, new: str | None) -> Status:
+    if old is None:
+        return "new"
+    if new is None:
+        return "removed"
+    return "unchanged" if old == new else "changed"
+
+
+def unified(old: str, new: str, path: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+
+
+def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
+    seat_paths = sorted(path for path in set(old) | set(new) if path.startswith(ENV_PREFIX) and path.endswith(".env"))
+    seats = []
+    for path in seat_paths:
+        status = status_of(old.get(path), new.get(path))
+        changes = env_changes(old[path], new[path]) if status == "changed" else []
+        seats.append(SeatDiff(seat=path[len(ENV_PREFIX) : -len(".env")], status=status, changes=changes))
+    files = []
+    for path in sorted((set(old) | set(new)) - set(seat_paths) - {MANIFEST}):
+        status = status_of(old.get(path), new.get(path))
+        text = "" if status == "unchanged" else unified(old.get(path) or "", new.get(path) or "", path)
+        files.append(FileDiff(path=path, status=status, diff=text))
+    changed = any(seat.status != "unchanged" for seat in seats) or any(item.status != "unchanged" for item in files)
+    return DiffReport(against=against, changed=changed, seats=seats, files=files)

@@ -1,0 +1,82 @@
+"""The plan's vLLM seats as engines to deliver: where each runs, how it is reached, and its two commands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.errors import SeatplanError
+from seatplan.engine_command import check_flags, engine_command
+from seatplan.render.settings import RenderSettings
+
+
+@dataclass(frozen=True)
+class Engine:
+    seat: PlannedSeat
+    host: str
+    address: str
+    port: int
+    # Started by apply, one engine at a time beside neighbours running at plateau.
+    restart_args: list[str]
+    # Started by compose, the whole host cold in boot order.
+    boot_args: list[str]
+
+    @property
+    def name(self) -> str:
+        return self.seat.name
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.address}:{self.port}"
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.base_url}/health"
+
+    @property
+    def gpu_indices(self) -> list[str]:
+        return [label.rsplit(":", 1)[1] for label in self.seat.gpus]
+
+
+def rolling_restart_utilisation(seat: PlannedSeat) -> float | None:
+    """The ``--gpu-memory-utilization`` that passes vLLM's start-up check with the neighbours at plateau.
+
+    The plan's value is chosen for a cold boot in boot order; issue 12 adds the restart-safe one to the
+    plan (``gpu_memory_utilization_rolling_restart``): once merged, it is returned here instead.
+    """
+    return seat.gpu_memory_utilization
+
+
+def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
+    """Every placed vLLM seat, in boot order; a plan that cannot be delivered is an error naming the seat."""
+    if plan.worst_case_spare_bytes is None:
+        raise SeatplanError("the plan places no seats (it did not fit)", fix="fix the fleet until `seatplan plan` finds a layout, then render that plan")
+    engines = []
+    for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
+        if seat.engine != "vllm":
+            continue
+        if not seat.gpus or seat.vllm is None:
+            raise SeatplanError(
+                f"seat {seat.name} has no placement or engine settings", where=f"seat {seat.name}", fix="re-plan with this seatplan (`seatplan plan FLEET -o plan.json`)"
+            )
+        if seat.port is None:
+            raise SeatplanError(
+                f"seat {seat.name} has no port; health checks, the gateway and verify need one",
+                where=f"seat {seat.name}, port",
+                fix="give every seat its own port in the fleet file and re-plan",
+            )
+        host = seat.host or seat.gpus[0].rsplit(":", 1)[0]
+        restart_args = engine_command(seat, settings.launcher, utilisation=rolling_restart_utilisation(seat), bind_host=settings.bind_host)
+        check_flags(seat, restart_args, plan.inputs.vllm_version)
+        boot_args = engine_command(seat, settings.launcher)  # in a container the engine listens on every interface
+        engines.append(Engine(seat=seat, host=host, address=seat.address or host, port=seat.port, restart_args=restart_args, boot_args=boot_args))
+    taken: dict[tuple[str, int], str] = {}
+    for engine in engines:
+        other = taken.setdefault((engine.host, engine.port), engine.name)
+        if other != engine.name:
+            raise SeatplanError(
+                f"seats {other} and {engine.name} both use port {engine.port} on host {engine.host}",
+                where=f"seat {engine.name}, port",
+                fix="give each seat on a host its own port and re-plan",
+            )
+    return engines

@@ -1,0 +1,61 @@
+"""Running the rendered playbooks with ``ansible-playbook`` (seatplan opens no SSH of its own)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from seatplan.errors import SeatplanError
+
+
+@dataclass(frozen=True)
+class PlaybookRun:
+    command: list[str]
+    returncode: int
+    output: str
+
+
+def ansible_playbook() -> str:
+    """``ansible-playbook`` on PATH, or beside this Python (a virtualenv's bin/)."""
+    found = shutil.which("ansible-playbook") or shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
+    if found is None:
+        raise SeatplanError("ansible-playbook is not installed", fix="pip install ansible-core (or your distribution's ansible package)")
+    return found
+
+
+def extra_vars(pairs: Sequence[str]) -> list[str]:
+    words = []
+    for pair in pairs:
+        if "=" not in pair:
+            raise SeatplanError(f"-e {pair!r} is not KEY=VALUE", where="-e", fix="write -e seatplan_host_dir=/srv/seatplan")
+        words += ["-e", pair]
+    return words
+
+
+def playbook_command(playbook: Path, inventory: Path, *, tag: str, check: bool, extra: Sequence[str]) -> list[str]:
+    if not playbook.is_file():
+        raise SeatplanError(f"no playbook at {playbook}", where=str(playbook), fix="render the plan first: seatplan render PLAN --target ansible -o DIR")
+    if not inventory.exists():
+        raise SeatplanError("the inventory does not exist", where=str(inventory), fix="pass --inventory with your Ansible inventory (or DIR/ansible/inventory.yaml)")
+    command = [ansible_playbook(), "-i", str(inventory), str(playbook), "-e", f"seatplan_tag={tag}"]
+    if check:
+        command += ["--check", "--diff"]
+    return command + extra_vars(extra)
+
+
+def run_playbook(command: list[str], *, echo: TextIO | None) -> PlaybookRun:
+    """Run it; stream its output to ``echo`` as it comes, and keep it either way."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    lines = []
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)
+        if echo is not None:
+            echo.write(line)
+            echo.flush()
+    return PlaybookRun(command, process.wait(), "".join(lines))

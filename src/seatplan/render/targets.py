@@ -1,0 +1,205 @@
+"""Pure builders: the plan's engines → env files, compose files, the LiteLLM config and Prometheus rules.
+
+Each builder returns ``{relative path: text}``; nothing here touches the disk. Texts carry no time
+stamps, so rendering an unchanged plan gives byte-identical files (and apply restarts nothing).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable
+
+import yaml
+
+from seatplan import versions
+from seatplan.documents.plan import Plan
+from seatplan.errors import SeatplanError
+from seatplan.engine_command import shell_line
+from seatplan.render.engines import Engine
+from seatplan.render.settings import RenderSettings
+from seatplan.units import MiB, human_bytes
+
+Files = dict[str, str]
+# No plan path or time here: an unchanged seat must render byte for byte the same (no restart).
+HEADER = "# Written by `seatplan render` (seatplan-render.json says from which plan); edit the fleet file and re-render instead.\n"
+HEALTH_START_PERIOD = "15m"  # weight loading and compilation of a large model take minutes
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """No ``&id001`` anchors where two entries share a value: every file reads on its own."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
+def dump_yaml(document: object) -> str:
+    return yaml.dump(document, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
+
+
+# ----------------------------------------------------------------------------- env files
+
+
+def env_value(key: str, value: str) -> str:
+    """``KEY=value``, single-quoted where needed: sh, systemd's EnvironmentFile and Compose read it alike."""
+    if "'" in value or "\n" in value:
+        raise SeatplanError(f"the value of {key} holds a quote or a newline, which an env file cannot carry", fix="change that value in the fleet file")
+    return f"{key}={value}" if value and shlex.quote(value) == value else f"{key}='{value}'"
+
+
+def env_file(engine: Engine, settings: RenderSettings) -> str:
+    seat = engine.seat
+    lines = [
+        HEADER.rstrip("\n"),
+        f"# seat {seat.name} (served as {seat.served_model_name}) on {engine.host} {'GPU' if seat.device == 'cuda' else 'CPU budget'} "
+        f"{', '.join(engine.gpu_indices)}; boot order {seat.boot_order}; KV {seat.kv_cache_memory_bytes:,} bytes, max_model_len {seat.max_model_len:,}",
+    ]
+    lines += [env_value(key, value) for key, value in sorted(seat.env.items())]
+    lines += [
+        env_value("SEATPLAN_SEAT", seat.name),
+        env_value("SEATPLAN_HEALTH_URL", engine.health_url),
+        env_value("SEATPLAN_COMMAND", shell_line(engine.restart_args)),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def env_files(engines: Iterable[Engine], settings: RenderSettings) -> Files:
+    return {f"env/{engine.name}.env": env_file(engine, settings) for engine in engines}
+
+
+# ----------------------------------------------------------------------------- compose
+
+
+def compose_path(host: str, hosts: list[str]) -> str:
+    return "compose.yaml" if len(hosts) == 1 else f"compose/{host}.yaml"
+
+
+def compose_escape(text: str) -> str:
+    """Compose interpolates ``$``; a literal one is written ``$$``."""
+    return text.replace("$", "$$")
+
+
+def compose_service(engine: Engine, previous: Engine | None, settings: RenderSettings) -> dict:
+    seat = engine.seat
+    launcher_words = len(settings.launcher)
+    model = seat.vllm.model if seat.vllm else ""
+    health_probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{engine.port}/health', timeout=5)"
+    service: dict = {
+        "image": settings.image,
+        "entrypoint": [compose_escape(word) for word in settings.launcher],
+        "command": [compose_escape(arg) for arg in engine.boot_args[launcher_words:]],
+        "environment": {key: compose_escape(value) for key, value in sorted(seat.env.items()) if key != "CUDA_VISIBLE_DEVICES"},
+        "ports": [f"{engine.port}:{engine.port}"],
+        "ipc": "host",
+        "volumes": [f"{model}:{model}:ro"] if model.startswith("/") else ["${HF_HOME:-~/.cache/huggingface}:/root/.cache/huggingface"],
+        "healthcheck": {
+            "test": ["CMD", "python3", "-c", health_probe],
+            "interval": "10s",
+            "timeout": "5s",
+            "retries": 3,
+            "start_period": HEALTH_START_PERIOD,
+        },
+        "restart": "unless-stopped",
+    }
+    if seat.device == "cuda":
+        # Inside the container the reserved GPUs are renumbered from 0: the host's ids go here, not in CUDA_VISIBLE_DEVICES.
+        service["deploy"] = {"resources": {"reservations": {"devices": [{"driver": "nvidia", "device_ids": engine.gpu_indices, "capabilities": ["gpu"]}]}}}
+    if previous is not None:
+        service["depends_on"] = {previous.name: {"condition": "service_healthy"}}
+    if not service["environment"]:
+        service.pop("environment")
+    return service
+
+
+def compose_files(engines: list[Engine], settings: RenderSettings) -> Files:
+    hosts = sorted({engine.host for engine in engines})
+    files = {}
+    for host in hosts:
+        on_host = [engine for engine in engines if engine.host == host]
+        services = {}
+        for position, engine in enumerate(on_host):
+            services[engine.name] = compose_service(engine, on_host[position - 1] if position else None, settings)
+        document = {"name": "seatplan", "services": services}
+        files[compose_path(host, hosts)] = HEADER + f"# host {host}: engines start one at a time in the plan's boot order\n" + dump_yaml(document)
+    return files
+
+
+# ----------------------------------------------------------------------------- LiteLLM
+
+
+def litellm_config(engines: list[Engine], settings: RenderSettings) -> Files:
+    entries = []
+    for engine in engines:
+        params: dict = {"model": f"hosted_vllm/{engine.seat.served_model_name}", "api_base": f"{engine.base_url}/v1"}
+        if engine.seat.max_new_tokens is not None:
+            params["max_tokens"] = engine.seat.max_new_tokens
+        if settings.engine_key_env:
+            params["api_key"] = f"os.environ/{settings.engine_key_env}"
+        entries.append({"model_name": engine.seat.served_model_name, "litellm_params": params})
+    document = {"model_list": entries, "general_settings": {"master_key": f"os.environ/{settings.gateway_key_env}"}}
+    return {"litellm/config.yaml": HEADER + "# keys are read from the environment, never written here\n" + dump_yaml(document)}
+
+
+# ----------------------------------------------------------------------------- Prometheus
+
+
+def gpu_free_rules(plan: Plan, engines: list[Engine], settings: RenderSettings) -> list[dict]:
+    cuda_hosts = {engine.host for engine in engines if engine.seat.device == "cuda"}
+    rules = []
+    for gpu in plan.gpus:
+        threshold_mib = (gpu.spare_bytes - settings.free_tolerance_bytes) // MiB
+        if gpu.host not in cuda_hosts or not gpu.seats or threshold_mib <= 0:
+            continue
+        rules.append({
+            "alert": "SeatplanGpuFreeBelowPlan",
+            "expr": f'DCGM_FI_DEV_FB_FREE{{Hostname="{gpu.host}",gpu="{gpu.index}"}} < {threshold_mib}',
+            "for": settings.free_memory_for,
+            "labels": {"severity": "warning", "seatplan_host": gpu.host, "seatplan_gpu": str(gpu.index)},
+            "annotations": {
+                "summary": f"GPU {gpu.host}:{gpu.index} has less free memory than the plan left spare",
+                "description": f"planned spare at plateau {human_bytes(gpu.spare_bytes)} minus tolerance {human_bytes(settings.free_tolerance_bytes)} = {threshold_mib} MiB; "
+                f"free now {{{{ $value }}}} MiB; seats {', '.join(gpu.seats)}",
+            },
+        })
+    return rules
+
+
+def seat_rules(engine: Engine, version: tuple[int, ...], settings: RenderSettings) -> list[dict]:
+    seat = engine.seat
+    instance = f'instance="{engine.address}:{engine.port}"'
+    labels = {"severity": "warning", "seat": seat.name}
+    rules = []
+    if seat.num_gpu_blocks is not None:
+        rules.append({
+            "alert": "SeatplanKvBlocksDifferFromPlan",
+            "expr": f'vllm:cache_config_info{{{instance},num_gpu_blocks!="{seat.num_gpu_blocks}"}}',
+            "labels": labels,
+            "annotations": {"summary": f"{seat.name} runs with {{{{ $labels.num_gpu_blocks }}}} KV blocks; the plan pins {seat.num_gpu_blocks}"},
+        })
+    if seat.kv_cache_tokens is not None and versions.has("metric_kv_cache_size_labels", version):
+        # kv_cache_size_tokens = int(num_blocks / blocks per request × max_model_len): a served context
+        # other than the plan's moves it even when the block count holds.
+        rules.append({
+            "alert": "SeatplanContextDiffersFromPlan",
+            "expr": f'vllm:cache_config_info{{{instance},kv_cache_size_tokens!="{seat.kv_cache_tokens}"}}',
+            "labels": labels,
+            "annotations": {
+                "summary": f"{seat.name} reports {{{{ $labels.kv_cache_size_tokens }}}} KV tokens; the plan's max_model_len {seat.max_model_len} gives {seat.kv_cache_tokens}"
+            },
+        })
+    usage_metric = "vllm:kv_cache_usage_perc" if versions.has("metric_kv_cache_usage_perc", version) else "vllm:gpu_cache_usage_perc"
+    rules.append({
+        "alert": "SeatplanKvCacheNearlyFull",
+        "expr": f"{usage_metric}{{{instance}}} > {settings.kv_usage_threshold:g}",
+        "for": settings.kv_usage_for,
+        "labels": labels,
+        "annotations": {"summary": f"{seat.name}'s KV cache has been above {settings.kv_usage_threshold:.0%} for {settings.kv_usage_for}: requests queue or are preempted"},
+    })
+    return rules
+
+
+def prometheus_rules(plan: Plan, engines: list[Engine], settings: RenderSettings) -> Files:
+    version = versions.modelled(plan.inputs.vllm_version)
+    rules = gpu_free_rules(plan, engines, settings) + [rule for engine in engines for rule in seat_rules(engine, version, settings)]
+    document = {"groups": [{"name": "seatplan", "rules": rules}]}
+    header = HEADER + "# engines are matched by instance=\"ADDRESS:PORT\", the label a static scrape target gets\n"
+    return {"prometheus/seatplan.rules.yaml": header + dump_yaml(document)}

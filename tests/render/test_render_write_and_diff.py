@@ -1,0 +1,109 @@
+"""Writing a render (atomic, whole directory), re-rendering, and `seatplan diff` against a directory or an older plan."""
+
+from __future__ import annotations
+
+import json
+
+from integration.rollout import run_seatplan
+from seatplan.documents.plan import Plan
+
+
+def saved_variant(demo_plan_path, tmp_path, name="new.json", **changes) -> str:
+    """The demo plan with one seat changed behind the planner's back (as an operator's edit would)."""
+    plan = Plan.model_validate_json(demo_plan_path.read_text())
+    seat_name, fields = next(iter(changes.items()))
+    plan.seats = [seat.model_copy(update=fields) if seat.name == seat_name else seat for seat in plan.seats]
+    path = tmp_path / name
+    path.write_text(plan.model_dump_json(indent=2))
+    return str(path)
+
+
+def tree(directory):
+    return {path.relative_to(directory).as_posix(): path.read_bytes() for path in directory.rglob("*") if path.is_file()}
+
+
+def test_render_writes_every_target_and_an_unchanged_plan_writes_nothing(demo_plan_path, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    code, stdout, stderr = run_seatplan(capsys, monkeypatch, "render", str(demo_plan_path), "-o", str(out), "--json")
+    assert code == 0, stderr
+    written = json.loads(stdout)
+    assert written["backup"] is None and "compose.yaml" in written["changed"] and "prometheus/seatplan.rules.yaml" in written["changed"]
+    assert {"ansible/playbook.yaml", "ansible/rollback.yaml", "ansible/inventory.yaml", "litellm/config.yaml", "env/qwen3-8b.env", "seatplan-render.json"} <= set(tree(out))
+    code, stdout, _ = run_seatplan(capsys, monkeypatch, "render", str(demo_plan_path), "-o", str(out), "--json")
+    assert json.loads(stdout) == {"directory": str(out), "changed": [], "removed": [], "backup": None}
+    assert not list(tmp_path.glob("out.bak-*"))
+
+
+def test_a_failed_render_leaves_the_directory_as_it_was(demo_plan_path, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    assert run_seatplan(capsys, monkeypatch, "render", str(demo_plan_path), "-o", str(out))[0] == 0
+    before = tree(out)
+    broken = saved_variant(demo_plan_path, tmp_path, **{"qwen3-8b": {"port": None}})
+    code, _, stderr = run_seatplan(capsys, monkeypatch, "render", broken, "-o", str(out))
+    assert code == 2 and f"{broken} (seat qwen3-8b, port)" in stderr and "fix:" in stderr
+    assert tree(out) == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["new.json", "out"]  # no staging directory left behind
+
+
+def test_one_target_is_replaced_and_the_others_kept(demo_plan_path, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    run_seatplan(capsys, monkeypatch, "render", str(demo_plan_path), "-o", str(out), "--target", "env", "--target", "litellm")
+    (out / "notes.txt").write_text("the operator's own file")
+    changed = saved_variant(demo_plan_path, tmp_path, **{"qwen3-8b": {"max_new_tokens": 512}})
+    code, stdout, _ = run_seatplan(capsys, monkeypatch, "render", changed, "-o", str(out), "--target", "litellm", "--json")
+    assert code == 0
+    result = json.loads(stdout)
+    assert result["changed"] == ["litellm/config.yaml"] and result["backup"]
+    assert (out / "notes.txt").exists() and (out / "env" / "qwen3-8b.env").exists()
+    assert "max_tokens: 512" in (out / "litellm" / "config.yaml").read_text()
+
+
+def test_diff_names_each_changed_flag_seat_by_seat(demo_plan_path, tmp_path, capsys, monkeypatch):
+    plan = Plan.model_validate_json(demo_plan_path.read_text())
+    old_kv = plan.seat("qwen3-8b").kv_cache_memory_bytes
+    changed = saved_variant(demo_plan_path, tmp_path, **{"qwen3-8b": {"kv_cache_memory_bytes": old_kv + (1 << 30)}})
+    code, stdout, _ = run_seatplan(capsys, monkeypatch, "diff", changed, "--against", str(demo_plan_path), "--json")
+    assert code == 0
+    report = json.loads(stdout)
+    seats = {seat["seat"]: seat for seat in report["seats"]}
+    assert report["changed"] is True
+    assert seats["qwen3-8b"]["status"] == "changed"
+    assert seats["qwen3-8b"]["changes"] == [{"what": "--kv-cache-memory-bytes", "old": str(old_kv), "new": str(old_kv + (1 << 30))}]
+    assert {name for name, seat in seats.items() if seat["status"] != "unchanged"} == {"qwen3-8b"}
+    assert {item["path"] for item in report["files"] if item["status"] == "changed"} >= {"compose.yaml", "ansible/vars.yaml"}
+
+    # against a rendered directory: the same answer, and nothing is written
+    out = tmp_path / "out"
+    run_seatplan(capsys, monkeypatch, "render", str(demo_plan_path), "-o", str(out))
+    before = tree(out)
+    code, stdout, _ = run_seatplan(capsys, monkeypatch, "diff", changed, "--against", str(out), "--json")
+    seats = {seat["seat"]: seat for seat in json.loads(stdout)["seats"]}
+    assert seats["qwen3-8b"]["changes"][0]["what"] == "--kv-cache-memory-bytes"
+    assert tree(out) == before
+    code, stdout, _ = run_seatplan(capsys, monkeypatch, "diff", str(demo_plan_path), "--against", str(out), "--json")
+    assert json.loads(stdout)["changed"] is False
+    table = run_seatplan(capsys, monkeypatch, "diff", changed, "--against", str(out))[1]
+    assert f"--kv-cache-memory-bytes: {old_kv} → {old_kv + (1 << 30)}" in table
+
+
+def test_diff_shows_a_new_and_a_removed_seat(demo_plan_path, tmp_path, capsys, monkeypatch):
+    plan = Plan.model_validate_json(demo_plan_path.read_text())
+    renamed = plan.model_copy(update={"seats": [seat.model_copy(update={"name": "qwen3-8b-new"}) if seat.name == "qwen3-8b" else seat for seat in plan.seats]})
+    path = tmp_path / "renamed.json"
+    path.write_text(renamed.model_dump_json())
+    report = json.loads(run_seatplan(capsys, monkeypatch, "diff", str(path), "--against", str(demo_plan_path), "--json")[1])
+    status = {seat["seat"]: seat["status"] for seat in report["seats"]}
+    assert status["qwen3-8b"] == "removed" and status["qwen3-8b-new"] == "new"
+
+
+def test_bad_input_is_a_clear_error(demo_plan_path, tmp_path, capsys, monkeypatch):
+    code, _, stderr = run_seatplan(capsys, monkeypatch, "render", str(demo_plan_path), "-o", str(tmp_path / "o"), "--target", "helm")
+    assert code == 2 and "unknown target 'helm'" in stderr
+    code, _, stderr = run_seatplan(capsys, monkeypatch, "render", str(demo_plan_path), "-o", str(tmp_path / "o"), "--restart", "script")
+    assert code == 2 and "--restart-script" in stderr
+    code, _, stderr = run_seatplan(capsys, monkeypatch, "diff", str(demo_plan_path), "--against", str(tmp_path / "missing"))
+    assert code == 2 and "nothing to compare with" in stderr
+    (tmp_path / "bad.json").write_text("{")
+    code, _, stderr = run_seatplan(capsys, monkeypatch, "render", str(tmp_path / "bad.json"), "-o", str(tmp_path / "o"))
+    assert code == 2 and "not JSON" in stderr
+    assert not (tmp_path / "o").exists()

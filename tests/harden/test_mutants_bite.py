@@ -170,6 +170,8 @@ def test_runaway_threshold_rounds_a_fractional_multiple_up() -> None:
     assert runaway_threshold_tokens(rule, 7, None) == 11  # 1.5 x 7 = 10.5 -> 11
     assert runaway_threshold_tokens(rule, 7, 11) == 9  # 0.9 x 11 = 9.9 -> 9: the cap rounds down
     assert runaway_threshold_tokens(rule, None, None) == 4
+    no_floor = rule.model_copy(update={"floor_tokens": 1})
+    assert runaway_threshold_tokens(no_floor, None, None) == 1  # no median yet: the floor alone
 
 
 def test_a_seat_that_fills_a_gpu_exactly_fits() -> None:
@@ -193,3 +195,11 @@ def test_a_creep_still_rising_reports_its_rise_to_the_latest_level() -> None:
     assert creep is not None and not creep.levelled_off
     assert creep.rise_mib == pytest.approx(segment.plateau_used_mib - segment.level_after_boot_mib, abs=0.1)
     assert 41_500 < segment.plateau_used_mib <= 42_000 and segment.level_after_boot_mib == 30_000.0
+
+
+def test_with_every_gpu_kept_clear_the_worst_spare_is_zero() -> None:
+    from seatplan.plan.placement import GpuSlot
+    from seatplan.plan.placement_search import compile_problem
+
+    problem = compile_problem([GpuSlot(host="h", index=0, capacity_bytes=1000, keep_clear=True)], [])
+    assert problem.worst_spare(problem.loads([])) == 0

@@ -43,6 +43,35 @@ class TokenPercentiles(BaseModel):
     max: int | None
 
 
+REPLAY_METHOD = (
+    "each request in flight (as for the peaks) holds its prompt from its start and its completion tokens arrive at an "
+    "even rate until its end; each KV group that grows with tokens holds (tokens + block_size - 1) / block_size blocks "
+    "(never less than vLLM's ceil), fixed groups their fixed blocks; no prefix-cache credit; the seat's load in whole "
+    "blocks is the floor of the sum (+0.001): an upper bound on the blocks vLLM would have held for that timeline. "
+    "minutes_above[i]: minutes the load was above levels_blocks[i]; waited_requests[i]: calls that started while the "
+    "load, they included, was above it. A budget of N usable blocks (num_blocks - 1: vLLM's null block) held the "
+    "window when N >= peak_blocks"
+)
+
+
+class KvReplay(BaseModel):
+    """The window's requests replayed against the seat's KV blocks: a curve independent of the budget."""
+
+    block_size_tokens: int
+    token_groups: int = Field(description="KV cache groups that grow with tokens (attention layers)")
+    fixed_blocks_per_request: int = Field(description="blocks every request holds whatever its length (Mamba state, "
+                                          "a sliding window's extra block)")
+    block_rule: str = Field(description="where the block size and groups come from: the model facts, or an assumption")
+    requests: int = Field(description="requests replayed: in flight at some instant of the window")
+    peak_blocks: int = Field(description="the most blocks in flight at once: the usable blocks that held the window")
+    peak_at: datetime | None
+    level_step_blocks: int
+    levels_blocks: list[int] = Field(description="0, step, 2 x step, ... up to the first level at or above the peak")
+    minutes_above: list[float]
+    waited_requests: list[int]
+    method: str = REPLAY_METHOD
+
+
 class ModelUsage(BaseModel):
     """Figures for one seat (or one LiteLLM model name no fleet seat serves)."""
 
@@ -68,6 +97,8 @@ class ModelUsage(BaseModel):
     runaway_count: int
     runaways: list[RunawayGroup]
     rejected_rows: int
+    kv_replay: KvReplay | None = Field(None, description="the requests replayed against KV blocks (per seat; "
+                                       "not over all seats, whose blocks are not one pool)")
 
 
 class KeyClients(BaseModel):

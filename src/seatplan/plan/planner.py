@@ -21,6 +21,7 @@ from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing
+from seatplan.plan.kv_replay import replay_check
 from seatplan.plan.placement import GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
 from seatplan.engine_command import engine_command, unsupported_flags
 from seatplan.units import human_bytes
@@ -240,6 +241,8 @@ def size_seat(
     model_usage = usage_for(usage, seat.served_model_name or seat.name, seat.name)
     cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
     inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
+    replay_lines, replay_warnings = replay_check(seat.name, model_usage.kv_replay if model_usage else None, facts, kv.capacity, kv.rule_bytes,
+                                                 fleet.policy)
     footprint, footprint_line = seat_footprint(fleet, seat, facts, kv.kv_cache_memory_bytes, limits, seen)
 
     sized = SizedSeat(
@@ -259,8 +262,8 @@ def size_seat(
         sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
         if context.yarn.needs_long_max_model_len_env:
             sized.extra_env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
-    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + [footprint_line, batch_limits_line(limits)]
-    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings
+    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + replay_lines + [footprint_line, batch_limits_line(limits)]
+    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings + replay_warnings
     return sized
 
 

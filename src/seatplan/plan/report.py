@@ -82,6 +82,25 @@ def seat_table(plan: Plan) -> Table:
     return table
 
 
+def replay_table(plan: Plan) -> Table | None:
+    """The usage stage's replay at each seat's planned KV (``kv_replay`` lines; ``plan --usage``)."""
+    lines = [(seat.name, line) for seat in plan.seats for line in seat.explanation if line.rule == "kv_replay" and "usable_blocks" in line.inputs]
+    if not lines:
+        return None
+    table = Table(title="The window's requests replayed against each KV cache (blocks in flight; an upper bound: no prefix-cache credit)", title_justify="left")
+    for column in ("seat", "KV GiB", "usable blocks", "peak blocks", "peak at", "min above", "waited", "smallest KV GiB (rounded)", "rule's KV GiB"):
+        table.add_column(column, justify="left" if column in ("seat", "peak at") else "right")
+    for name, line in lines:
+        values = line.inputs
+        bound = "" if values["exact"] else "≤ "
+        table.add_row(
+            name, gib(int(values["kv_cache_memory_bytes"] or 0)), f"{values['usable_blocks']:,}", f"{values['peak_blocks']:,}", str(values["peak_at"]),
+            f"{bound}{float(values['minutes_above'] or 0):,.2f}", f"{bound}{values['waited_requests']:,}",
+            f"{gib(int(values['smallest_kv_bytes'] or 0))} ({gib(int(values['smallest_kv_bytes_rounded'] or 0))})", gib(int(values["rule_kv_bytes"] or 0)),
+        )
+    return table
+
+
 def command_line(seat: PlannedSeat) -> str:
     env = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(seat.env.items()))
     return f"{env} {shlex.join(seat.vllm_args)}".strip()
@@ -98,6 +117,9 @@ def print_plan(console: Console, plan: Plan) -> None:
     console.print(gpu_table(plan))
     console.print(footprint_table(plan))
     console.print(seat_table(plan))
+    replayed = replay_table(plan)
+    if replayed is not None:
+        console.print(replayed)
     console.print(Text("Command lines (in boot order; start each when the one before it is ready)", style="bold"))
     for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
         if seat.vllm_args:

@@ -33,6 +33,7 @@ class KvChoice:
     capacity: KvCapacity
     lines: list[ExplanationLine] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    rule_bytes: int = 0  # what the rule gives, pinned or not
 
 
 @dataclass
@@ -202,7 +203,7 @@ def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, polic
             note=capacity.log_line,
         )
     )
-    return KvChoice(kv_bytes, capacity, lines)
+    return KvChoice(kv_bytes, capacity, lines, rule_bytes=rule_bytes)
 
 
 # ----------------------------------------------------------------------------- output cap

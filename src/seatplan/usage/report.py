@@ -3,10 +3,11 @@ percentiles, runaway thresholds and in-flight peaks from the request arrays (``l
 
 from __future__ import annotations
 
+from seatplan.documents.usage import KvReplay, ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
 from seatplan.errors import SeatplanError
-from seatplan.usage.loads import Peaks, peak_loads, runaway_mask, seat_percentiles
-from seatplan.documents.usage import ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
+from seatplan.usage.loads import Peaks, RequestRows, peak_loads, runaway_mask, seat_percentiles
 from seatplan.usage.queries import Window
+from seatplan.usage.replay import BlockRule, default_block_rule, replay_seats
 from seatplan.usage.rows import judge, runaway_rows, summarize
 from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds
 from seatplan.usage.seats import SeatMap
@@ -38,6 +39,7 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
     }
     runaway = runaway_mask(rows, thresholds)
     peaks_by_seat, peaks_overall = peak_loads(rows, runaway, microseconds(window.since), microseconds(window.until))
+    replays = _replays(rows, seat_map, microseconds(window.since), microseconds(window.until))
     runaways_per_seat, runaways_by_key = group_runaways(runaway_rows(spend_rows, verdicts, runaway, source.request_ids))
     keys = summarize_keys(scan.clients, runaways_by_key)
     overall_counts = SeatCounts()
@@ -49,7 +51,7 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
             name, seat_map, counts.get(name, SeatCounts()), prompt_by_seat.get(name, no_figures),
             completion_by_seat.get(name, no_figures), peaks_by_seat.get(name, Peaks()), thresholds[name],
             runaways_per_seat.get(name, []),
-        )
+        ).model_copy(update={"kv_replay": replays.get(name)})
         for name in names
     }
     overall = _model_usage(None, seat_map, overall_counts, prompt_overall, completion_overall, peaks_overall, None,
@@ -71,6 +73,22 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
         rejected_by_reason=dict(sorted(scan.rejected_by_reason.items())),
         rejected_example_request_ids=scan.rejected_examples,
     )
+
+
+def _replays(rows: RequestRows, seat_map: SeatMap, since_us: int | None, until_us: int | None) -> dict[str, KvReplay]:
+    """Each vLLM seat's KV replay (``replay.py``), with the block rule its fleet seat gives, else the default.
+    Seats without traffic get an empty replay: the window needed no block."""
+    no_fleet = default_block_rule("no --fleet: the seat's model is not known")
+
+    def rule_of(name: str) -> BlockRule | None:
+        seat = seat_map.seat_for(name)
+        return no_fleet if seat is None else seat.block_rule
+
+    seats = list(rows.seat_names) + sorted({seat.served_name for seat in seat_map.seats} - set(rows.seat_names))
+    rules = [rule_of(name) for name in seats]
+    replayed = replay_seats(rows, rules, since_us, until_us)
+    return {name: replay.document(rule) for name, rule, replay in zip(seats, rules, replayed)
+            if rule is not None and replay is not None}
 
 
 def _max_model_len(seat_map: SeatMap, served_name: str) -> int | None:

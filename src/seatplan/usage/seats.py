@@ -1,7 +1,8 @@
 """Which LiteLLM model names belong to which fleet seat.
 
-Only ``seats[].name``, ``served_model_name`` and ``max_model_len`` matter here; the fleet file itself is
-read and checked by the shared fleet-file loader (`documents.fleet_file`), so a typo in it is reported the same way everywhere.
+Only ``seats[].name``, ``served_model_name`` and ``max_model_len`` matter here, and the model with its engine
+settings for the KV replay's block rule (``replay.seat_block_rule``); the fleet file itself is read and checked
+by the shared fleet-file loader (`documents.fleet_file`), so a typo in it is reported the same way everywhere.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seatplan.documents.fleet_file import load_fleet
+from seatplan.usage.replay import BlockRule, seat_block_rule
 
 
 @dataclass(frozen=True)
@@ -17,6 +19,7 @@ class SeatNames:
     name: str
     served_name: str
     max_model_len: int | None
+    block_rule: BlockRule | None = None  # the KV blocks its requests hold (replay.py); None: not a vLLM seat
 
 
 @dataclass(frozen=True)
@@ -37,13 +40,15 @@ class SeatMap:
 
 def load_seat_map(path: str | Path) -> SeatMap:
     """The seats of a fleet file, read (and checked) by the plan stage's own loader."""
-    fleet = load_fleet(path).fleet
+    loaded = load_fleet(path)
+    fleet = loaded.fleet
     return SeatMap(
         tuple(
             SeatNames(
                 name=seat.name,
                 served_name=seat.served_model_name or seat.name,
                 max_model_len=seat.max_model_len if isinstance(seat.max_model_len, int) else None,
+                block_rule=seat_block_rule(seat, loaded.base_dir, fleet.policy.vllm_version),
             )
             for seat in fleet.seats
         )

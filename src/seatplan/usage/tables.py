@@ -22,7 +22,7 @@ def render_report(report: UsageReport, console: Any) -> None:
     seats = Table(title=f"Usage by seat ({report.source_format}: {report.source}; {window})")
     for header in ("seat / model", "calls", "errors", "cache hits", "prompt p50/p90/p99/max",
                    "completion p50/p90/p99/max", "peak in-flight tokens (w/o runaways)", "peak in-flight requests (w/o)",
-                   "runaways (>= tokens)"):
+                   "runaways (>= tokens)", "KV replay: peak blocks"):
         seats.add_column(header, justify="left" if header == "seat / model" else "right")
     rows = [(name, usage) for name, usage in report.models.items()] + [("(all seats)", report.overall)]
     for name, usage in rows:
@@ -35,6 +35,7 @@ def render_report(report: UsageReport, console: Any) -> None:
             f"{usage.peak_inflight_tokens:,} ({usage.peak_inflight_tokens_without_runaways:,})",
             f"{usage.peak_inflight_requests:,} ({usage.peak_inflight_requests_without_runaways:,})",
             f"{usage.runaway_count:,}{threshold}",
+            "-" if usage.kv_replay is None else f"{usage.kv_replay.peak_blocks:,} x {usage.kv_replay.block_size_tokens} tokens",
         )
     console.print(seats)
     if report.reader:

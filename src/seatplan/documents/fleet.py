@@ -143,7 +143,9 @@ class SeatSpec(_Strict):
         if isinstance(value, str) and value != "published":
             if not re.fullmatch(r"\s*\d+(\.\d+)?\s*[kKmM]?\s*", value):
                 raise ValueError(f"{value!r} is neither a token count (131072, 128K) nor `published`")
-            return parse_tokens(value)
+            value = parse_tokens(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ValueError(f"{value} tokens: vLLM needs a context of at least one token (leave it unset for the model's own)")
         return value
 
 

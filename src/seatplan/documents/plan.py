@@ -146,6 +146,8 @@ class PlanInputs(BaseModel):
 
 
 class Plan(BaseModel):
+    kind: Literal["seatplan.plan"] = "seatplan.plan"
+    version: int = 1
     seats: list[PlannedSeat]
     gpus: list[PlannedGpu]
     worst_case_spare_bytes: int | None

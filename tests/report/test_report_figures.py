@@ -98,14 +98,18 @@ def test_memory_bars_stack_every_part_of_every_seat_to_the_plans_use(night: Nigh
 
 def test_frontier_drawn_when_the_plan_has_one_and_said_missing_otherwise(night: NightDocuments):
     inputs = read_inputs(night.plan)
-    without = frontier_figure(inputs.plan, inputs.plan_raw)
+    older = {key: value for key, value in inputs.plan_raw.items() if key != "frontier"}  # plans before the frontier
+    without = frontier_figure(inputs.plan, older)
     assert "no spare-versus-moves frontier" in without.caption
     assert [trace.name for trace in without.figure.data] == ["runner-up layouts", "chosen plan"]
-    raw = json.loads(night.plan.read_text())
-    raw["frontier"] = [{"moves": 0, "worst_case_spare_bytes": 3 * GiB}, {"moves": 2, "worst_case_spare_bytes": 5 * GiB}]
+    raw = {**older, "frontier": [{"max_moves": 0, "moves": 0, "worst_case_spare_bytes": 3 * GiB},
+                                 {"max_moves": 2, "moves": 1, "worst_case_spare_bytes": 5 * GiB}]}
     assert frontier_points(raw) == [(0, 3 * GiB), (2, 5 * GiB)]
     drawn = frontier_figure(inputs.plan, raw)
     assert drawn.figure.data[0].name.startswith("best spare") and list(drawn.figure.data[0].y) == [3.0, 5.0]
+    # The plan's own frontier, as seatplan plan writes it.
+    own = frontier_points(inputs.plan_raw)
+    assert own and own == sorted((point["max_moves"], point["worst_case_spare_bytes"]) for point in inputs.plan_raw["frontier"])
 
 
 def test_every_figure_has_its_numbers_in_a_table_or_on_hover(night: NightDocuments):

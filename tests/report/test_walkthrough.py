@@ -66,6 +66,8 @@ def fresh_install(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     root = tmp_path_factory.mktemp("walkthrough")
     clone = root / "seatplan"
     subprocess.run(["git", "clone", "--quiet", str(REPO_ROOT), str(clone)], check=True, timeout=300)
+    # The walkthrough needs the product, not its tests (whose made-up secrets the artefact scan would flag).
+    shutil.rmtree(clone / "tests")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     install = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(clone)], capture_output=True, text=True,

@@ -64,12 +64,11 @@ class PlannedSeat(BaseModel):
     vllm_args: list[str]
     env: dict[str, str]
     gpu_memory_utilization: float | None
-    # --- issue 12: the highest value that passes vLLM's start-up check in each situation the engine starts in
+    # the highest value that passes vLLM's start-up check in each situation the engine starts in
     gpu_memory_utilization_cold_boot: float | None = Field(None, description="at a cold boot of the host, in boot order")
     gpu_memory_utilization_rolling_restart: float | None = Field(
         None, description="restarted alone beside its neighbours at plateau (what apply does)"
     )
-    # ---
     boot_order: int
     explanation: list[ExplanationLine]
     warnings: list[str]
@@ -99,11 +98,10 @@ class RunnerUp(BaseModel):
     assignment: dict[str, list[str]]
     worst_case_spare_bytes: int
     moves: int
-    moved: list[str] = Field(default_factory=list, description="the seats that would restart elsewhere")  # issue 12
+    moved: list[str] = Field(default_factory=list, description="the seats that would restart elsewhere")
     why_lost: str
 
 
-# --- issue 12: spare against moves, and each GPU's own reason for not taking a seat
 class PlannedFrontierPoint(BaseModel):
     max_moves: int = Field(description="the budget: at most this many moves from current_layout")
     moves: int
@@ -119,8 +117,6 @@ class GpuVerdict(BaseModel):
     short_by_bytes: int | None = None
 
 
-# ---
-
 
 class ShortSeat(BaseModel):
     name: str
@@ -128,7 +124,7 @@ class ShortSeat(BaseModel):
     best_gpu: str | None
     short_by_bytes: int | None
     reason: str
-    rejections: list[GpuVerdict] = Field(default_factory=list)  # issue 12
+    rejections: list[GpuVerdict] = Field(default_factory=list)
 
 
 class PlanInfeasibility(BaseModel):
@@ -147,7 +143,9 @@ class PlanInputs(BaseModel):
 
 class Plan(BaseModel):
     kind: Literal["seatplan.plan"] = "seatplan.plan"
-    version: int = 1
+    # 2 added the spare-versus-moves frontier, both utilisation figures and each GPU's rejections; a version 1
+    # plan reads as one without them.
+    version: int = 2
     seats: list[PlannedSeat]
     gpus: list[PlannedGpu]
     worst_case_spare_bytes: int | None
@@ -158,10 +156,8 @@ class Plan(BaseModel):
     solve_seconds: float
     moves: int | None
     runner_ups: list[RunnerUp]
-    # --- issue 12
     frontier: list[PlannedFrontierPoint] = Field(default_factory=list, description="best worst-case spare per move budget")
     chosen_because: str | None = Field(None, description="why the layout is not the one with the largest spare (--max-moves, move_cost_bytes)")
-    # ---
     infeasible: PlanInfeasibility | None
     warnings: list[str]
     inputs: PlanInputs

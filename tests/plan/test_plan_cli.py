@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from plan_testkit import GiB, LLAMA_8B, MiB, one_host, run_cli, write_fleet
+from plan_testkit import LLAMA_8B, GiB, MiB, one_host, run_cli, write_fleet
 
 from seatplan.documents.plan import Plan
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from seatplan.errors import SeatplanError
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
+from seatplan.errors import SeatplanError
 
 PathKey = tuple[str | int, ...]
 

@@ -8,10 +8,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from seatplan.errors import SeatplanError
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.documents.plan import Plan
 from seatplan.documents.usage import UsageReport
+from seatplan.errors import SeatplanError
 
 Document = TypeVar("Document", bound=BaseModel)
 

@@ -31,7 +31,7 @@ is resolved (with the boot line from the log; without it at 120m and finer).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -103,7 +103,7 @@ class Analysis:
 
 
 def when_utc(seconds: float) -> datetime:
-    return datetime.fromtimestamp(float(seconds), tz=timezone.utc)
+    return datetime.fromtimestamp(float(seconds), tz=UTC)
 
 
 def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: list[float] = (),

@@ -15,10 +15,17 @@ from datetime import datetime, timedelta
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries
 from seatplan.documents.observed import (
-    Boot, Finding, GpuCorrection, GpuReport, GpuVerdict, ObservedSeat, PlanCheck, ProcessSample,
+    Boot,
+    Finding,
+    GpuCorrection,
+    GpuReport,
+    GpuVerdict,
+    ObservedSeat,
+    PlanCheck,
+    ProcessSample,
 )
+from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries
 from seatplan.units import MiB
 
 # A restart's step must start this close to a boot the seat's log shows (log clocks are minutes apart at most).

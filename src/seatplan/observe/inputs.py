@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from seatplan.documents.fleet import Policy, SeatSpec
@@ -18,7 +18,12 @@ from seatplan.observe.calibrate import PlanGpu, PlanSeat, PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
 from seatplan.observe.sources import (
-    parse_exposition, read_beszel, read_nvidia_smi, read_prometheus, read_prometheus_text, read_vllm_metrics_url,
+    parse_exposition,
+    read_beszel,
+    read_nvidia_smi,
+    read_prometheus,
+    read_prometheus_text,
+    read_vllm_metrics_url,
     vllm_stats,
 )
 from seatplan.units import human_bytes
@@ -59,7 +64,7 @@ def read_vllm_logs(specs: list[str], *, year: int | None, utc_offset_s: int = 0)
         except OSError as problem:
             raise SeatplanError(f"cannot read the vLLM log ({problem.strerror})", where=str(path),
                                 fix="pass a log file (docker logs NAME > file; journalctl -u UNIT > file)") from None
-        file_year = year or datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).year
+        file_year = year or datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).year
         parsed = parse_log(text.splitlines(), source=str(path), year=file_year, utc_offset_s=utc_offset_s, seat=seat or None)
         boots.extend(parsed.boots)
         stats.extend(parsed.stats)

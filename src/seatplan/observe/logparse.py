@@ -18,9 +18,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 
 from seatplan.documents.observed import Boot, BootError, EngineStats
 from seatplan.units import GiB
@@ -127,9 +127,9 @@ class LocalClock:
     utc_offset_s: int = 0  # the host's offset from UTC (+3600 for UTC+01:00)
 
     def at(self, month: int, day: int, hms: str) -> datetime | None:
-        year = self.year if self.year is not None else datetime.now(timezone.utc).year
+        year = self.year if self.year is not None else datetime.now(UTC).year
         try:
-            local = datetime(year, month, day, *map(int, hms.split(":")), tzinfo=timezone.utc)
+            local = datetime(year, month, day, *map(int, hms.split(":")), tzinfo=UTC)
         except ValueError:
             return None
         return local - timedelta(seconds=self.utc_offset_s)
@@ -174,7 +174,7 @@ def _parse_iso(text: str) -> datetime | None:
         parsed = datetime.fromisoformat(cleaned)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def read_lines(lines: Iterable[str], *, clock: LocalClock = LocalClock()) -> Iterator[LogLine]:
@@ -216,7 +216,7 @@ def _journal_fields(record: dict) -> dict:
     stamp = record.get("__REALTIME_TIMESTAMP")
     at = None
     if stamp and str(stamp).isdigit():
-        at = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(stamp))
+        at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(stamp))
     pid = record.get("_PID")
     return {
         "stream": str(record.get("SYSLOG_IDENTIFIER") or record.get("_SYSTEMD_UNIT") or ""),
@@ -390,8 +390,8 @@ def _parse_args(text: str) -> dict:
                 pass
     pinned = args.get("kv_cache_memory_bytes")
     if isinstance(pinned, (int, str)) and not isinstance(pinned, bool):
-        from seatplan.units import parse_bytes
         from seatplan.errors import SeatplanError
+        from seatplan.units import parse_bytes
 
         try:
             found["kv_cache_memory_bytes_pinned"] = parse_bytes(pinned)

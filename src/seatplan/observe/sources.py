@@ -12,16 +12,16 @@ import math
 import re
 import sqlite3
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
+from seatplan.documents.observed import EngineStats, ProcessSample
 from seatplan.errors import SeatplanError
 from seatplan.observe.detect import GpuSeries
-from seatplan.documents.observed import EngineStats, ProcessSample
 
 # Beszel's NVIDIA collectors store nvidia-smi MiB divided by 1.024 (agent/gpu.go mebibytesInAMegabyte).
 BESZEL_MIB_FACTOR = 1.024
@@ -41,7 +41,7 @@ def _series(index: int, host: str | None, points: list[tuple[float, float]], tot
 
 
 def _pocketbase_time(text: str) -> float:
-    return datetime.strptime(text[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp() + (
+    return datetime.strptime(text[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp() + (
         float("0" + text[19:].rstrip("Z")) if len(text) > 19 else 0.0)
 
 
@@ -240,7 +240,7 @@ def _process(cells: dict[str, str], where: str, utc_offset_s: int) -> list[Proce
         return []
     at = None
     if "timestamp" in cells:
-        at = datetime.fromtimestamp(float(_smi_times([cells["timestamp"]], [0], where, utc_offset_s)[0]), tz=timezone.utc)
+        at = datetime.fromtimestamp(float(_smi_times([cells["timestamp"]], [0], where, utc_offset_s)[0]), tz=UTC)
     return [ProcessSample(at=at, pid=int(cells["pid"]), process_name=cells.get("process_name", "").strip(), used_mib=used,
                           gpu_uuid=cells.get("gpu_uuid", "").strip() or None,
                           gpu_index=int(cells["index"]) if cells.get("index", "").strip().isdigit() else None)]
@@ -370,7 +370,7 @@ def vllm_stats(samples: Iterable[Sample], *, source: str, default_time: float | 
     for (seat, at), values in sorted(grouped.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
         records.append(EngineStats(
             seat=seat,
-            at=datetime.fromtimestamp(at, tz=timezone.utc) if at is not None else None,
+            at=datetime.fromtimestamp(at, tz=UTC) if at is not None else None,
             where=source,
             running_requests=int(values["running_requests"]) if "running_requests" in values else None,
             waiting_requests=int(values["waiting_requests"]) if "waiting_requests" in values else None,
@@ -436,5 +436,5 @@ def read_vllm_metrics_url(url: str, *, timeout_s: float = 10.0) -> list[EngineSt
         response.raise_for_status()
     except httpx.HTTPError as problem:
         raise SeatplanError(f"cannot read vLLM metrics ({problem})", where=url, fix="pass http://HOST:PORT/metrics of a running vLLM") from None
-    now = datetime.now(timezone.utc).timestamp()
+    now = datetime.now(UTC).timestamp()
     return vllm_stats(parse_exposition(response.text.splitlines()), source=url, default_time=now)

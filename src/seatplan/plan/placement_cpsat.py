@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+
 from seatplan.plan.placement_search import GpuSet, Problem, Solved, root_bound
 
 WORKERS = 2  # the machines this runs on have two cores

@@ -8,9 +8,10 @@ baselines work on the same :class:`Problem`, so all three agree on what a seat m
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from itertools import combinations
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from seatplan.plan.placement import GpuSlot, SeatDemand

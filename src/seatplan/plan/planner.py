@@ -17,13 +17,13 @@ from seatplan.documents.fleet_file import LoadedFleet, gpu_refs, resolve_gpu_ref
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
 from seatplan.documents.plan import ExplanationLine, Plan, PlanInfeasibility, PlanInputs, PlannedGpu, PlannedSeat, RunnerUp, ShortSeat, VllmSettings
 from seatplan.documents.usage import ModelUsage, UsageReport
+from seatplan.engine_command import engine_command, unsupported_flags
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing
 from seatplan.plan.kv_replay import replay_check
 from seatplan.plan.placement import GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
-from seatplan.engine_command import engine_command, unsupported_flags
 from seatplan.units import human_bytes
 
 GpuKey = tuple[str, int]

@@ -11,12 +11,12 @@ import math
 from dataclasses import dataclass, field
 
 from seatplan import versions
-from seatplan.errors import SeatplanError
-from seatplan.facts.models import KvCapacity, ModelFacts, YarnOption
 from seatplan.documents.fleet import Policy, SeatSpec
 from seatplan.documents.plan import ExplanationLine
 from seatplan.documents.usage import ModelUsage
-from seatplan.units import human_bytes, round_up
+from seatplan.errors import SeatplanError
+from seatplan.facts.models import KvCapacity, ModelFacts, YarnOption
+from seatplan.units import human_bytes
 
 
 @dataclass

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 from seatplan.plan.placement_search import GpuSet, Problem, Solved, root_bound
 
 WORKERS = 2  # the machines this runs on have two cores
 PASS1_SHARE = 0.75  # of a solve's time, when there is a current layout to prefer (pass 2 gets the rest)
+
+if TYPE_CHECKING:  # imported lazily at run time (OR-Tools is slow to import)
+    from ortools.sat.python.cp_model import IntVar, LinearExprT
 
 
 class _Model:
@@ -27,79 +31,79 @@ class _Model:
         self.problem = problem
         self.model = cp_model.CpModel()
         self.unit = _common_unit(problem)
-        self.x: dict[tuple[int, int], object] = {}
-        self.placed: dict[int, object] = {}
+        self.x: dict[tuple[int, int], IntVar] = {}
+        self.placed: dict[int, IntVar] = {}
         self.seat_gpus: list[list[int]] = []
         model = self.model
         for seat, options in enumerate(problem.candidates):
             gpus = sorted({g for gpu_set in options for g in gpu_set})
             self.seat_gpus.append(gpus)
             for g in gpus:
-                self.x[seat, g] = model.NewBoolVar(f"x_{seat}_{g}")
-            placed = model.NewBoolVar(f"placed_{seat}") if optional else 1
+                self.x[seat, g] = model.new_bool_var(f"x_{seat}_{g}")
+            placed: IntVar | int = 1
             if optional:
-                self.placed[seat] = placed
+                placed = self.placed[seat] = model.new_bool_var(f"placed_{seat}")
             self._one_gpu_set(seat, gpus, placed)
         for group in problem.apart:
             self.forbid_together(group)
-        self.load = {}
+        self.load: dict[int, LinearExprT] = {}
         for g in range(len(problem.gpu_keys)):
             terms = [(problem.footprint_bytes[s] // self.unit, self.x[s, g]) for s in range(len(problem.seat_names)) if (s, g) in self.x]
             load = sum(coef * var for coef, var in terms) if terms else 0
             self.load[g] = load
             if terms:
-                model.Add(load <= problem.usable_bytes(g) // self.unit)
+                model.add(load <= problem.usable_bytes(g) // self.unit)
 
-    def _one_gpu_set(self, seat: int, gpus: list[int], placed) -> None:
+    def _one_gpu_set(self, seat: int, gpus: list[int], placed: IntVar | int) -> None:
         problem, model = self.problem, self.model
         count = problem.gpu_count[seat]
         if count == 1:
-            model.Add(sum(self.x[seat, g] for g in gpus) == placed)
+            model.add(sum(self.x[seat, g] for g in gpus) == placed)
             return
         hosts = sorted({problem.host_of(gpu_set[0]) for gpu_set in problem.candidates[seat]})
-        use = {host: model.NewBoolVar(f"use_{seat}_{host}") for host in hosts}
-        model.Add(sum(use.values()) == placed)
+        use = {host: model.new_bool_var(f"use_{seat}_{host}") for host in hosts}
+        model.add(sum(use.values()) == placed)
         for host in {problem.host_of(g) for g in gpus}:
             on_host = [self.x[seat, g] for g in gpus if problem.host_of(g) == host]
             if host in use:
-                model.Add(sum(on_host) == count * use[host])
+                model.add(sum(on_host) == count * use[host])
             else:
-                model.Add(sum(on_host) == 0)
+                model.add(sum(on_host) == 0)
 
     def add_worst(self):
         problem, unit = self.problem, self.unit
         low = min((problem.headroom_bytes[g] // unit for g in problem.open_gpus), default=0)
         high = max(low, root_bound(problem) // unit)
-        worst = self.model.NewIntVar(low, high, "worst")
+        worst = self.model.new_int_var(low, high, "worst")
         for g in problem.open_gpus:
-            self.model.Add(worst <= problem.capacity_bytes[g] // unit - self.load[g])
+            self.model.add(worst <= problem.capacity_bytes[g] // unit - self.load[g])
         return worst
 
     def moves(self):
         problem = self.problem
-        terms = []
+        terms: list[LinearExprT] = []
         for seat, now in enumerate(problem.current):
             if now is None:
                 continue
             if now not in problem.candidates[seat]:
                 terms.append(1)
                 continue
-            stay = self.model.NewBoolVar(f"stay_{seat}")
+            stay = self.model.new_bool_var(f"stay_{seat}")
             for g in now:
-                self.model.AddImplication(stay, self.x[seat, g])
+                self.model.add_implication(stay, self.x[seat, g])
             terms.append(1 - stay)
         return sum(terms) if terms else 0
 
     def hint(self, assignment: tuple[GpuSet, ...]) -> None:
-        self.model.ClearHints()
+        self.model.clear_hints()
         for (seat, g), var in self.x.items():
-            self.model.AddHint(var, g in assignment[seat])
+            self.model.add_hint(var, g in assignment[seat])
 
     def forbid_together(self, seats: tuple[int, ...]) -> None:
         """These seats may not all share one GPU again."""
         for g in range(len(self.problem.gpu_keys)):
             if all((s, g) in self.x for s in seats):
-                self.model.Add(sum(self.x[s, g] for s in seats) <= len(seats) - 1)
+                self.model.add(sum(self.x[s, g] for s in seats) <= len(seats) - 1)
 
     def assignment(self, solver) -> tuple[GpuSet, ...]:
         return tuple(
@@ -133,7 +137,7 @@ def solve(problem: Problem, *, time_limit_s: float, start: tuple[GpuSet, ...] | 
     deadline = time.perf_counter() + time_limit_s  # building a fleet-sized model takes a while too
     built = _Model(problem)
     worst = built.add_worst()
-    built.model.Maximize(worst)
+    built.model.maximize(worst)
     if start is not None:
         built.hint(start)
     moves = built.moves()
@@ -160,8 +164,8 @@ def solve(problem: Problem, *, time_limit_s: float, start: tuple[GpuSet, ...] | 
 
         now = time.perf_counter()
         best = min(best, problem.layout(fewer_moves(problem, best.assignment, deadline=now + (deadline - now) / 2)))
-        built.model.Add(worst >= best.worst_spare_bytes // built.unit)
-        built.model.Minimize(moves)
+        built.model.add(worst >= best.worst_spare_bytes // built.unit)
+        built.model.minimize(moves)
         built.hint(best.assignment)
         second = _solver(deadline - time.perf_counter())
         status2 = second.Solve(built.model)
@@ -178,14 +182,14 @@ def fewest_dropped(problem: Problem, *, time_limit_s: float) -> tuple[set[int], 
     built = _Model(problem, optional=True)
     seats = range(len(problem.seat_names))
     dropped_count = sum(1 - built.placed[s] for s in seats)
-    built.model.Minimize(dropped_count)
+    built.model.minimize(dropped_count)
     first = _solver(time_limit_s / 2)
     status = first.Solve(built.model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         # Dropping every seat always fits; only a time-out gets here.
         return set(seats), [() for _ in seats], False
-    built.model.Add(dropped_count <= round(first.ObjectiveValue()))
-    built.model.Minimize(sum(problem.demand_bytes(s) // built.unit * (1 - built.placed[s]) for s in seats))
+    built.model.add(dropped_count <= round(first.ObjectiveValue()))
+    built.model.minimize(sum(problem.demand_bytes(s) // built.unit * (1 - built.placed[s]) for s in seats))
     second = _solver(time_limit_s / 2)
     chosen = second if second.Solve(built.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first
     assignment = list(built.assignment(chosen))

@@ -80,10 +80,10 @@ def host_names(specs: list[str], fleet: Path | None) -> dict[str, str]:
         for host in load_fleet(fleet).fleet.hosts:
             names.update({monitor: host.name for monitor in host.monitor_names})
     for spec in specs:
-        monitor, sep, host = spec.partition("=")
-        if not sep or not monitor.strip() or not host.strip():
+        monitor, sep, host_name = spec.partition("=")
+        if not sep or not monitor.strip() or not host_name.strip():
             raise SeatplanError(f"cannot read {spec!r}", where="--host-name", fix="write MONITOR=HOST, e.g. --host-name gpu-node-01=gpu-box")
-        names[monitor.strip()] = host.strip()
+        names[monitor.strip()] = host_name.strip()
     return names
 
 
@@ -139,9 +139,9 @@ def _fleet_view(path: Path) -> PlanView:
     seats = []
     for seat in fleet.seats:
         refs = gpu_refs(fleet.current_layout.get(seat.name, seat.pin))
-        gpus = [key for key in (resolve_gpu_ref(fleet, ref) for ref in refs) if key is not None]
+        seat_gpus = [key for key in (resolve_gpu_ref(fleet, ref) for ref in refs) if key is not None]
         seats.append(PlanSeat(name=seat.name, served_model_name=seat.served_model_name or seat.name,
-                              gpus=[{"host": host, "index": index} for host, index in gpus]))
+                              gpus=[{"host": host, "index": index} for host, index in seat_gpus]))
     gpus = [PlanGpu(host=host.name, index=gpu.index) for host in fleet.hosts for gpu in host.gpus]
     return PlanView(gpus=gpus, seats=seats)
 

@@ -415,7 +415,7 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
     free_bytes = {key: gpu.total_bytes - gpu.reserved_bytes for key, gpu in gpus.items()}
     planned: dict[str, PlannedSeat] = {}
     for seat in boot_sequence(sized):
-        keys = [tuple(key) for key in assignment.get(seat.spec.name, [])]
+        keys = [(host, index) for host, index in assignment.get(seat.spec.name, [])]
         planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, order[seat.spec.name], fleet, placed=best is not None)
         for key in keys:
             free_bytes[key] -= seat.footprint.footprint_bytes
@@ -524,7 +524,7 @@ def plan_gpu(key: GpuKey, gpu: GpuSpec, seats: list[PlannedSeat], headroom_bytes
 
 def runner_up(placement: Placement, why_lost: str) -> RunnerUp:
     return RunnerUp(
-        assignment={name: [gpu_label(tuple(key)) for key in keys] for name, keys in placement.assignment.items()},
+        assignment={name: [gpu_label((host, index)) for host, index in keys] for name, keys in placement.assignment.items()},
         worst_case_spare_bytes=placement.worst_case_spare_bytes,
         moves=placement.moves,
         why_lost=why_lost,

@@ -191,8 +191,8 @@ class _SmiColumns:
     lines: list[int]
     index: list[str]
     used: list[str]
-    total: dict[int, str]
-    reserved: dict[int, str]
+    total: dict[str, str]  # GPU index as logged → latest cell
+    reserved: dict[str, str]
 
 
 def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0) -> tuple[list[GpuSeries], list[ProcessSample]]:

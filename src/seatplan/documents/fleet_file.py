@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
 from seatplan.errors import SeatplanError
@@ -187,7 +188,7 @@ def _problems_from_validation(error: ValidationError, data: Any) -> list[FleetPr
     return problems
 
 
-def _word_problem(detail: dict[str, Any], path: PathKey) -> FleetProblem:
+def _word_problem(detail: ErrorDetails, path: PathKey) -> FleetProblem:
     kind = detail["type"]
     if kind == "extra_forbidden" and path:
         parent = _model_at(path[:-1])

@@ -129,7 +129,8 @@ class LocalClock:
     def at(self, month: int, day: int, hms: str) -> datetime | None:
         year = self.year if self.year is not None else datetime.now(UTC).year
         try:
-            local = datetime(year, month, day, *map(int, hms.split(":")), tzinfo=UTC)
+            hour, minute, second = map(int, hms.split(":"))  # HH:MM:SS, as the line patterns match it
+            local = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
         except ValueError:
             return None
         return local - timedelta(seconds=self.utc_offset_s)
@@ -333,10 +334,8 @@ CLOCK_SLACK_S = 60
 
 
 def _same_clock(draft: _Draft, line: LogLine, window_s: float) -> bool:
-    if (draft.last_at is None) != (line.at is None):
-        return False
-    if line.at is None:
-        return True
+    if draft.last_at is None or line.at is None:
+        return draft.last_at is None and line.at is None  # both without a clock: same; only one: not
     gap = (line.at - draft.last_at).total_seconds()
     return -CLOCK_SLACK_S <= gap <= window_s
 
@@ -465,6 +464,7 @@ def _apply_engine(values: dict, match: re.Match[str]) -> None:
 def _apply_available(values: dict, match: re.Match[str]) -> None:
     # Each tensor-parallel rank prints its own figure; vLLM sizes the cache by the smallest.
     size = _gib(match["gib"])
+    assert size is not None  # the available_kv pattern's gib group is not optional
     values["available_kv_bytes"] = min(values.get("available_kv_bytes", size), size)
 
 

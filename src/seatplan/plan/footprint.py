@@ -99,7 +99,7 @@ class SeatFootprint:
         bases = {part.basis for part in self.parts}
         for basis in ("observed", "declared", "estimate"):
             if basis in bases:
-                return basis  # type: ignore[return-value]
+                return basis
         return "exact"
 
 

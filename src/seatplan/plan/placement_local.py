@@ -83,7 +83,7 @@ class _State:
             room = spare[partner]
             if partner == gpu or room <= best_gain:
                 continue  # giving it anything would leave it below what we already have
-            arriving = [([], 0)] + self._bundles(partner, lambda s: gpu in self.single_gpus[s])
+            arriving: list[tuple[list[int], int]] = [([], 0)] + self._bundles(partner, lambda s: gpu in self.single_gpus[s])
             for out_seats, out_bytes in leaving:
                 if any(partner not in self.single_gpus[s] for s in out_seats):
                     continue
@@ -94,7 +94,7 @@ class _State:
                     gain = min(floor + shift, room - shift)
                     if gain <= best_gain or room - shift < problem.headroom_bytes[partner]:
                         continue
-                    trade = [(s, (partner,)) for s in out_seats] + [(s, (gpu,)) for s in in_seats]
+                    trade: Trade = [*((s, (partner,)) for s in out_seats), *((s, (gpu,)) for s in in_seats)]
                     if self._apart_ok(trade):
                         best_gain, best = gain, trade
         return best

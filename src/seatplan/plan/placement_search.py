@@ -484,7 +484,7 @@ def _gpu_classes(problem: Problem) -> list[list[int]]:
         row = []
         for g, (host, _index) in enumerate(problem.gpu_keys):
             standing = tuple(
-                (g in problem.allowed[s], problem.current[s] is not None and g in problem.current[s])
+                (g in problem.allowed[s], g in (problem.current[s] or ()))
                 for s in range(depth, seat_count)
             )
             signature = (host, problem.capacity_bytes[g], problem.headroom_bytes[g], problem.keep_clear[g], standing)

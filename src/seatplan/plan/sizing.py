@@ -88,6 +88,7 @@ def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> Conte
     yarn = facts.yarn
     reachable = yarn is not None and target <= yarn.extended_max_model_len
     if reachable and seat.allow_yarn:
+        assert yarn is not None  # reachable implies it
         return ContextChoice(
             target,
             yarn,

@@ -62,18 +62,27 @@ PATTERNS: dict[str, re.Pattern[str]] = {
         "cg_estimate": rf"Estimated CUDA graph memory: (?P<gib>{_F}) GiB total",
         "cg_pool": rf"CUDA graph pool memory: (?P<actual>{_F}) GiB \(actual\), (?P<est>{_F}) GiB \(estimated\)",
         "cg_util_equiv": r"--gpu-memory-utilization=(?P<cur>[\d.]+) is equivalent to --gpu-memory-utilization=(?P<equiv>[\d.]+)",
-        "sizing_hint": r"Free memory on device \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\. Desired GPU memory utilization is \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)\.(?P<rest>.*)",
+        "sizing_hint": (r"Free memory on device \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\."
+            r" Desired GPU memory utilization is \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)\.(?P<rest>.*)"),
         "kv_suggestion": r"Replace gpu_memory_utilization config with `--kv-cache-memory=(?P<req>-?\d+)`.*?`--kv-cache-memory=(?P<full>-?\d+)`",
-        "profile_summary": rf"Total non KV cache memory: (?P<nonkv>{_F}) ?GiB; torch peak memory increase: (?P<peak>{_F}) ?GiB; (?P<kind>non-torch forward increase memory|total consumed \(from mem_get_info\)): (?P<other>{_F}) ?GiB; weights memory: (?P<weights>{_F}) ?GiB",
-        "v0_profile": rf"model weights take (?P<weights>{_F}) ?GiB; non_torch_memory takes (?P<nontorch>{_F}) ?GiB; PyTorch activation peak memory takes (?P<peak>{_F}) ?GiB; the rest of the memory reserved for KV Cache is (?P<kv>{_F}) ?GiB",
-        "v0_profile_results": rf"Memory profiling results: total_gpu_memory=(?P<total>[\d.]+)GiB .*?non_torch_memory=(?P<nontorch>{_F})GiB kv_cache_size=(?P<kv>{_F})GiB gpu_memory_utilization=(?P<util>[\d.]+)",
+        "profile_summary": (rf"Total non KV cache memory: (?P<nonkv>{_F}) ?GiB; torch peak memory increase: (?P<peak>{_F}) ?GiB;"
+            rf" (?P<kind>non-torch forward increase memory|total consumed \(from mem_get_info\)): (?P<other>{_F}) ?GiB;"
+            rf" weights memory: (?P<weights>{_F}) ?GiB"),
+        "v0_profile": (rf"model weights take (?P<weights>{_F}) ?GiB; non_torch_memory takes (?P<nontorch>{_F}) ?GiB;"
+            rf" PyTorch activation peak memory takes (?P<peak>{_F}) ?GiB; the rest of the memory reserved for KV Cache is (?P<kv>{_F}) ?GiB"),
+        "v0_profile_results": (rf"Memory profiling results: total_gpu_memory=(?P<total>[\d.]+)GiB .*?non_torch_memory=(?P<nontorch>{_F})GiB"
+            rf" kv_cache_size=(?P<kv>{_F})GiB gpu_memory_utilization=(?P<util>[\d.]+)"),
         "auto_fit": r"Auto-fit max_model_len: reduced from (?P<old>\d+) to (?P<new>\d+)",
         "init_engine": r"init engine \(profile, create kv cache, warmup model\) took (?P<secs>[\d.]+) s",
-        "err_not_enough_kv": r"To serve at least one request with the models?'s max seq len \((?P<mml>\d+)\), \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory \((?P<avail>-?[\d.]+) GiB\)\.(?: Based on the available memory, the estimated maximum model length is (?P<est>\d+)\.)?",
+        "err_not_enough_kv": (r"To serve at least one request with the models?'s max seq len \((?P<mml>\d+)\), \((?P<need>[\d.]+) GiB KV cache is needed"
+            r", which is larger than the available KV cache memory \((?P<avail>-?[\d.]+) GiB\)\."
+            r"(?: Based on the available memory, the estimated maximum model length is (?P<est>\d+)\.)?"),
         "err_no_kv_memory": r"No available memory for the cache blocks",
         "err_v0_not_enough_kv": r"The model's max seq len \((?P<mml>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((?P<tokens>\d+)\)",
-        "err_max_model_len": r"User-specified max_model_len \((?P<user>\d+)\) is greater than the derived max_model_len \((?P<key>\w+)=(?P<derived>[\d.]+) or model_max_length=(?P<model_max_length>\w+)",
-        "err_free_memory": r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less than desired GPU memory utilization \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)",
+        "err_max_model_len": (r"User-specified max_model_len \((?P<user>\d+)\) is greater than the derived max_model_len \((?P<key>\w+)=(?P<derived>[\d.]+)"
+            r" or model_max_length=(?P<model_max_length>\w+)"),
+        "err_free_memory": (r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\)"
+            r" on startup is less than desired GPU memory utilization \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)"),
         "err_profiling_assert": r"Error in memory profiling\. Initial free memory (?P<init>[\d.]+) GiB, current free memory (?P<cur>[\d.]+) GiB",
         "err_engine_failed": r"EngineCore failed to start|Engine core initialization failed",
         "stats": r"Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s, Running: (?P<running>\d+) reqs",

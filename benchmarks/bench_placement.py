@@ -119,7 +119,8 @@ def run(name: str, make, seeds: list[int], time_limit_s: float) -> list[dict]:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| scale | seed | GPUs | seats | method | seconds (3 runner-ups) | seconds (best only) | proven optimal | worst spare GiB | bound GiB | gap % | moves | ÷ best-fit | ÷ most-free |",
+        ("| scale | seed | GPUs | seats | method | seconds (3 runner-ups) | seconds (best only) | proven optimal |"
+            " worst spare GiB | bound GiB | gap % | moves | ÷ best-fit | ÷ most-free |"),
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

@@ -262,7 +262,7 @@ LINE = 'r1,k,10,20,2026-11-22 10:00:00,2026-11-22 10:01:00,m,g,u,"{""user_api_ke
     (LINE.replace('""a""}', '""\\ud83d""}'), "metadata that is not a plain JSON object"),
     (LINE.replace('""a""}', '""\\ude00""}'), "metadata that is not a plain JSON object"),
     (LINE.replace('""a""}', '""a"", ""n"": 1e400}'), "metadata that is not a plain JSON object"),
-    (LINE.replace('""a""}', '""a"", ""n"": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}'), "metadata that is not a plain JSON object"),
+    (LINE.replace('""a""}', '""a"", ""n"": ' + "[" * 69 + "1" + "]" * 71 + "}"), "metadata that is not a plain JSON object"),
     (LINE.replace(",m,", ",m\udcff,"), "text that is not UTF-8"),
     (LINE.replace("r1,", "r\udcff,"), "text that is not UTF-8"),
 ])

@@ -314,7 +314,9 @@ def _check_seat_parallelism(path: PathKey, seat: SeatSpec, largest_host: int) ->
     if tp & (tp - 1):
         return [FleetProblem(path + ("tensor_parallel_size",), f"tensor_parallel_size {tp} is not a power of two", "use 1, 2, 4 or 8")]
     if tp > largest_host:
-        return [FleetProblem(path + ("tensor_parallel_size",), f"tensor_parallel_size {tp} is more than the {largest_host} GPUs of the largest host", f"use at most {largest_host}")]
+        return [FleetProblem(path + ("tensor_parallel_size",),
+            f"tensor_parallel_size {tp} is more than the {largest_host} GPUs of the largest host",
+            f"use at most {largest_host}")]
     return []
 
 

@@ -17,8 +17,10 @@ def diagnose_command(
     utc_offset: str | None = typer.Option(None, "--utc-offset", help="The GPU hosts' clock offset (+01:00) for vLLM's and nvidia-smi's zone-less timestamps (default: UTC)."),
     beszel: Path | None = typer.Option(None, "--beszel", help="Beszel hub database (beszel_data/data.db)."),
     beszel_system: str | None = typer.Option(None, "--beszel-system", help="Only this Beszel system (name or id)."),
-    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help="nvidia-smi CSV log: --query-gpu=timestamp,index,memory.used,memory.total or --query-compute-apps; HOST=PATH names its host. Repeatable."),
-    host_name: list[str] = typer.Option([], "--host-name", help="MONITOR=HOST: the plan/fleet host a Beszel system, DCGM hostname or nvidia-smi host stands for (also hosts[].monitor_names in the fleet). Repeatable."),
+    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help=("nvidia-smi CSV log: --query-gpu=timestamp,index,memory.used,memory.total or --query-compute-apps;"
+        " HOST=PATH names its host. Repeatable.")),
+    host_name: list[str] = typer.Option([], "--host-name", help=("MONITOR=HOST: the plan/fleet host a Beszel system, DCGM hostname or nvidia-smi host stands for"
+        " (also hosts[].monitor_names in the fleet). Repeatable.")),
     prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus URL (DCGM exporter + vLLM series via /api/v1/query_range), or a saved exposition-text file."),
     since: str = typer.Option("14d", "--since", help="With a Prometheus URL: how far back (e.g. 7d, 36h)."),
     step_seconds: int = typer.Option(60, "--step", help="With a Prometheus URL: resolution in seconds."),

@@ -271,10 +271,12 @@ def size_fixed_seat(seat: SeatSpec, allowed: list[GpuKey] | None, seen: Observed
     assert seat.memory_cap_bytes is not None  # fleet checks guarantee it
     sized = SizedSeat(seat, allowed, fp.fixed_footprint(seat.memory_cap_bytes))
     sized.lines.append(
-        ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU", note="not a vLLM engine: it costs its declared cap")
+        ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU",
+            note="not a vLLM engine: it costs its declared cap")
     )
     if seen is not None:
-        sized.warnings.append(f"{seat.name}: observed {human_bytes(seen.footprint_bytes)} against a declared cap of {human_bytes(seat.memory_cap_bytes)}; the plan uses the declared cap")
+        sized.warnings.append(f"{seat.name}: observed {human_bytes(seen.footprint_bytes)} against a declared cap of {human_bytes(seat.memory_cap_bytes)};"
+                              " the plan uses the declared cap")
     return sized
 
 
@@ -377,12 +379,15 @@ def choose_utilisation(seat: SizedSeat, gpu_states: list[tuple[str, int, int]], 
     if highest >= needed:
         return Utilisation(
             highest,
-            ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{highest:.3f}", note=f"({human_bytes(free)} free at boot − {human_bytes(own_context)} own context − {human_bytes(margin_bytes)} margin) / {human_bytes(total)}, rounded down; covers the {human_bytes(inside_budget)} it allocates ({needed:.3f})"),
+            ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{highest:.3f}",
+                note=(f"({human_bytes(free)} free at boot − {human_bytes(own_context)} own context − {human_bytes(margin_bytes)} margin) / {human_bytes(total)},"
+                f" rounded down; covers the {human_bytes(inside_budget)} it allocates ({needed:.3f})")),
             None,
         )
     return Utilisation(
         needed,
-        ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{needed:.3f} (start-up check at risk)", note=f"only {human_bytes(usable)} is free for it at boot on GPU {label}, less than the {human_bytes(inside_budget)} it allocates"),
+        ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{needed:.3f} (start-up check at risk)",
+            note=f"only {human_bytes(usable)} is free for it at boot on GPU {label}, less than the {human_bytes(inside_budget)} it allocates"),
         f"{seat.spec.name}: GPU {label} has {human_bytes(usable)} free when it boots but it allocates {human_bytes(inside_budget)}; vLLM's start-up check may refuse it",
     )
 
@@ -453,7 +458,9 @@ def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], 
     if keys and (host is None or host.device == "cuda"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for _, index in keys)
     if keys:
-        lines.append(ExplanationLine(rule="placement", inputs={"gpus": ",".join(gpu_label(key) for key in keys), "boot_order": boot_order}, result=f"on GPU {', '.join(gpu_label(key) for key in keys)}, boots {_ordinal(boot_order)}", note="the layout with the largest worst-case spare at plateau"))
+        lines.append(ExplanationLine(rule="placement", inputs={"gpus": ",".join(gpu_label(key) for key in keys), "boot_order": boot_order},
+            result=f"on GPU {', '.join(gpu_label(key) for key in keys)}, boots {_ordinal(boot_order)}",
+            note="the layout with the largest worst-case spare at plateau"))
     if spec.engine == "vllm" and keys:
         chosen = choose_utilisation(seat, [(gpu_label(key), gpus[key].total_bytes, free_bytes[key]) for key in keys], fleet.policy.boot_margin_bytes)
         util = chosen.value
@@ -536,5 +543,7 @@ def infeasibility(result: PlacementResult) -> PlanInfeasibility | None:
         return None
     return PlanInfeasibility(
         summary=result.infeasible.summary,
-        seats=[ShortSeat(name=item.name, footprint_bytes=item.footprint_bytes, best_gpu=item.best_gpu, short_by_bytes=item.short_by_bytes, reason=item.reason) for item in result.infeasible.seats],
+        seats=[ShortSeat(name=item.name, footprint_bytes=item.footprint_bytes, best_gpu=item.best_gpu,
+            short_by_bytes=item.short_by_bytes, reason=item.reason)
+            for item in result.infeasible.seats],
     )

@@ -26,6 +26,9 @@ need_apt=()
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 # A C compiler builds seatplan's fast CSV reader (optional for users, tested here).
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+# clang with libFuzzer and the sanitizers' runtimes: the compiled CSV reader is fuzzed under ASan+UBSan (tests/fuzz).
+command -v clang >/dev/null 2>&1 && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 \
+  || need_apt+=(clang libclang-rt-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from seatplan.jsontext import dumps_strict
 
 
 def backup_name(path: Path, now: datetime | None = None, tag: str = "seatplan") -> Path:
@@ -50,4 +51,5 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, backup: bool =
 
 
 def atomic_write_json(path: str | os.PathLike[str], document: Any, *, backup: bool = True) -> Path | None:
-    return atomic_write_text(path, json.dumps(document, indent=2, sort_keys=False) + "\n", backup=backup)
+    """Strict JSON (non-finite numbers as null), written atomically."""
+    return atomic_write_text(path, dumps_strict(document, indent=2, sort_keys=False) + "\n", backup=backup)

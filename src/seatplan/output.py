@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 from pydantic import BaseModel
+
+from seatplan.jsontext import dumps_strict
 
 
 def to_jsonable(document: Any) -> Any:
@@ -16,8 +17,8 @@ def to_jsonable(document: Any) -> Any:
 
 
 def emit_json(document: Any) -> None:
-    """Print exactly one JSON document on stdout, nothing else."""
-    sys.stdout.write(json.dumps(to_jsonable(document), indent=2) + "\n")
+    """Print exactly one strict JSON document on stdout (non-finite numbers as null), nothing else."""
+    sys.stdout.write(dumps_strict(to_jsonable(document), indent=2) + "\n")
     sys.stdout.flush()
 
 

@@ -13,6 +13,9 @@ import re
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
+# No size seatplan reads can be larger: a pebibyte is more memory than any set of GPUs it plans for holds, so a
+# model, tensor or budget claimed beyond it is a damaged file, not a fact.
+MAX_PLAUSIBLE_BYTES = 1 << 50
 
 _SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[A-Za-z]*)\s*$")
 
@@ -96,11 +99,14 @@ def format_gib(num_bytes: float) -> str:
 
 
 def human_bytes(num_bytes: float) -> str:
-    """A short readable size for tables: ``22.00 GiB``, ``512.0 MiB``."""
+    """A short readable size for tables: ``22.00 GiB``, ``512.0 MiB`` (any int, however large; NaN as ``nan B``)."""
+    if isinstance(num_bytes, float) and not math.isfinite(num_bytes):
+        return f"{num_bytes} B"
     sign = "-" if num_bytes < 0 else ""
     size = abs(num_bytes)
     if size >= GiB:
-        return f"{sign}{size / GiB:.2f} GiB"
+        # integer division first: an int beyond a float's range (10**400) must not overflow
+        return f"{sign}{size // GiB:,} GiB" if size >= 1 << 1000 else f"{sign}{size / GiB:.2f} GiB"
     if size >= MiB:
         return f"{sign}{size / MiB:.1f} MiB"
     if size >= KiB:

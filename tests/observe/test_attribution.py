@@ -71,7 +71,7 @@ def test_own_lines_that_account_for_the_dip_attribute_it():
 def test_plan_reserves_the_correction_on_that_gpu(tmp_path):
     fleet = ROOT / "examples" / "demo" / "fleet.yaml"
     observed = tmp_path / "observed.json"
-    observed.write_text(json.dumps({"generated_at": "2026-11-30T00:00:00Z", "seats": {},
+    observed.write_text(json.dumps({"kind": "seatplan.observed", "version": 1, "generated_at": "2026-11-30T00:00:00Z", "seats": {},
                                     "gpu_corrections": [{"host": "gpu-box", "index": 1, "extra_bytes": 2 * GiB,
                                                          "seats": ["a", "b"], "source": "test"}]}))
 

@@ -38,6 +38,7 @@ def scene(tmp_path_factory):
         apps.append(f"{stamp}, GPU-1, 42, VLLM::EngineCore, {used} MiB")
     (root / "apps.csv").write_text("\n".join(apps) + "\n")
     plan = {
+        "kind": "seatplan.plan", "version": 1,
         "gpus": [
             {"host": "node-1", "index": 0, "name": "H200", "total_bytes": 97_871 * MiB, "reserved_bytes": 0, "keep_clear": False,
              "seats": ["big"], "used_bytes": 86_000 * MiB, "spare_bytes": 6_000 * MiB, "headroom_bytes": 0},
@@ -123,7 +124,7 @@ def test_bad_input_is_a_clean_error(args, where):
 
 def test_bad_plan_is_a_clean_error(tmp_path, scene):
     bad = tmp_path / "plan.json"
-    bad.write_text(json.dumps({"gpus": [{"index": "zero"}], "seats": []}))
+    bad.write_text(json.dumps({"kind": "seatplan.plan", "version": 1, "gpus": [{"index": "zero"}], "seats": []}))
     result = run("--nvidia-smi", str(scene / "smi.csv"), "--plan", str(bad), "-o", str(tmp_path / "out.json"))
     assert result.returncode == 2 and "gpus.0.index" in result.stderr
     assert not (tmp_path / "out.json").exists()

@@ -70,7 +70,8 @@ def test_user_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
         (["--from", str(tmp_path / "absent.csv")], "no such file"),
         (["--from", "x.csv", "--days", "7", "--since", "2026-11-01"], "--days and --since"),
         (["--from", "x.csv", "--since", "last tuesday"], "cannot read 'last tuesday'"),
-        (["--from", "postgresql://nobody:hunter2@127.0.0.1:1/litellm"], "cannot connect to PostgreSQL"),
+        (["--from", "postgresql://nobody@127.0.0.1:1/litellm"], "cannot connect to PostgreSQL"),
+        (["--from", "postgresql://nobody:hunter2@127.0.0.1:1/litellm"], "a password in --from"),
     ):
         finished = seatplan("usage", *args)
         assert finished.returncode == 2, (args, finished.stderr)

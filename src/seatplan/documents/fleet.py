@@ -143,7 +143,9 @@ class SeatSpec(_Strict):
         if isinstance(value, str) and value != "published":
             if not re.fullmatch(r"\s*\d+(\.\d+)?\s*[kKmM]?\s*", value):
                 raise ValueError(f"{value!r} is neither a token count (131072, 128K) nor `published`")
-            return parse_tokens(value)
+            value = parse_tokens(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise ValueError(f"{value} tokens: vLLM needs a context of at least one token (leave it unset for the model's own)")
         return value
 
 
@@ -159,6 +161,9 @@ class Policy(_Strict):
     )
     vllm_version: str = Field(DEFAULT_VLLM_VERSION, description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
     output_cap_margin: float = Field(1.25, ge=1.0, description="a proposed cap is at least p99 completion × this")
+    move_cost_bytes: Bytes = Field(
+        0, description="a seat moves from where it runs only where the move buys at least this much worst-case spare"
+    )
 
     def rule_kv_bytes(self, request_kv_bytes: int, min_kv_cache_bytes: int, factor: float | None = None) -> int:
         """The KV rule, the one place it is written: one max-length request × the factor, never below what

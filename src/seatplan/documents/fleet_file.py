@@ -74,6 +74,7 @@ def _read_yaml(text: str, display: str) -> tuple[Any, dict[PathKey, int]]:
             node = loader.get_single_node()
             if node is None:
                 raise SeatplanError("the fleet file is empty", where=display, fix="declare hosts: and seats: (see docs/fleet.md)")
+            check_yaml_limits(node, display)
             lines: dict[PathKey, int] = {}
             _collect_lines(node, (), lines, display)
             data = loader.construct_document(node)
@@ -85,7 +86,40 @@ def _read_yaml(text: str, display: str) -> tuple[Any, dict[PathKey, int]]:
         raise SeatplanError(
             f"not valid YAML: {problem.problem or problem.context}", where=f"{display}:{line}", fix="correct the YAML syntax at that line"
         ) from None
+    except yaml.YAMLError as problem:  # the reader's errors (a control character, a bad encoding) carry no mark
+        raise SeatplanError(f"not valid YAML: {problem}", where=display, fix="save the fleet file as plain UTF-8 YAML") from None
     return data, lines
+
+
+MAX_FLEET_BYTES = 1 << 20  # a fleet of a hundred seats is tens of kilobytes
+MAX_YAML_NODES = 100_000  # counted with every alias expanded, as the loader would build them
+MAX_YAML_DEPTH = 64  # a fleet nests five levels deep
+
+
+def check_yaml_limits(root: Any, display: str) -> None:
+    """Refuse a composed YAML tree that expands past MAX_YAML_NODES or nests past MAX_YAML_DEPTH.
+
+    Aliases share nodes in the composed tree, so a "billion laughs" file is small until something walks
+    it; this walk counts every visit (as the constructor and the line collector would make) and stops at
+    the limit, iteratively, so neither memory nor Python's stack grows with the input.
+    """
+    import yaml
+
+    visits, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        visits += 1
+        if visits > MAX_YAML_NODES:
+            raise SeatplanError(f"the fleet file expands to more than {MAX_YAML_NODES:,} YAML nodes (aliases of aliases?)",
+                                where=f"{display}:{node.start_mark.line + 1}",
+                                fix="write the fleet out plainly; anchors and aliases may not multiply the document")
+        if depth > MAX_YAML_DEPTH:
+            raise SeatplanError(f"the fleet file nests more than {MAX_YAML_DEPTH} levels deep",
+                                where=f"{display}:{node.start_mark.line + 1}", fix="a fleet file nests a few levels; check the brackets")
+        if isinstance(node, yaml.MappingNode):
+            stack.extend((child, depth + 1) for pair in node.value for child in pair)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((child, depth + 1) for child in node.value)
 
 
 def _collect_lines(node: Any, path: PathKey, lines: dict[PathKey, int], display: str) -> None:
@@ -95,6 +129,9 @@ def _collect_lines(node: Any, path: PathKey, lines: dict[PathKey, int], display:
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()
         for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):  # `{a: 1}: x` or `[a]: x`: YAML allows it, a fleet does not
+                raise SeatplanError(f"{format_path(path)}: a key must be a plain name, not a mapping or a list",
+                                    where=f"{display}:{key_node.start_mark.line + 1}", fix="write the key as a plain word")
             key = key_node.value
             if key in seen:
                 raise SeatplanError(
@@ -389,18 +426,25 @@ def _raise_problems(problems: list[FleetProblem], lines: dict[PathKey, int], dis
     message = f"{format_path(first.path)}: {first.message}"
     for other in problems[1:]:
         message += f"\n  {display}:{line_of(lines, other.path)}: {format_path(other.path)}: {other.message}"
-    raise SeatplanError(message, where=f"{display}:{line_of(lines, first.path)}", fix=first.fix)
+    raise SeatplanError(message, where=f"{display}:{line_of(lines, first.path)}",
+                        fix=first.fix or "correct the value at that line (`seatplan schema` prints every key and its type)")
 
 
 def load_fleet(path: str | Path) -> LoadedFleet:
     fleet_path = Path(path)
     try:
-        raw = fleet_path.read_bytes()
+        with fleet_path.open("rb") as stream:
+            raw = stream.read(MAX_FLEET_BYTES + 1)
     except OSError as problem:
         raise SeatplanError(f"cannot read the fleet file: {problem.strerror}", where=str(fleet_path), fix="give the path of a fleet YAML file") from None
+    if len(raw) > MAX_FLEET_BYTES:
+        raise SeatplanError(f"the fleet file is larger than {MAX_FLEET_BYTES:,} bytes", where=str(fleet_path),
+                            fix="check that this is the fleet file; one describes hosts and seats in a few kilobytes")
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SeatplanError("the fleet file is not UTF-8 text", where=str(fleet_path)) from None
+    except UnicodeDecodeError as problem:
+        line = raw.count(b"\n", 0, problem.start) + 1
+        raise SeatplanError(f"the fleet file is not UTF-8 text ({problem.reason})", where=f"{fleet_path}:{line}",
+                            fix="save it as UTF-8") from None
     fleet, lines = parse_fleet(text, str(fleet_path))
     return LoadedFleet(fleet=fleet, path=fleet_path, sha256=hashlib.sha256(raw).hexdigest(), lines=lines)

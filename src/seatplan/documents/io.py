@@ -1,4 +1,9 @@
-"""Reading the plan stage's JSON inputs (usage summary, observations, a saved plan) with user-worded errors."""
+"""Reading the documents stages hand each other (usage summary, observations, a saved plan) with user-worded errors.
+
+Each document says what it is (``kind``) and which layout it has (``version``); a reader checks both before
+anything else, so a usage report cannot be passed off as observations, nor ``{}`` as either. Every document is
+read with bounded size and depth, as UTF-8.
+"""
 
 from __future__ import annotations
 
@@ -12,20 +17,48 @@ from seatplan.documents.observed import ObservedFootprints
 from seatplan.documents.plan import Plan
 from seatplan.documents.usage import UsageReport
 from seatplan.errors import SeatplanError
+from seatplan.jsontext import JsonTooDeep, loads_bounded
 
 Document = TypeVar("Document", bound=BaseModel)
 
+MAX_DOCUMENT_BYTES = 256 << 20  # a usage report of thousands of models and keys is a few MB
+# The kinds seatplan writes, and the newest version of each this seatplan reads.
+KIND_VERSIONS = {"seatplan.plan": 2, "seatplan.usage": 1, "seatplan.observed": 1}
 
-def read_document(path: str | Path, model: type[Document], what: str, fix: str) -> Document:
+
+def check_kind(data: object, kind: str, what: str, where: str, fix: str) -> None:
+    """Refuse a document that does not say it is ``kind``, or is of a version newer than this seatplan reads."""
+    found = data.get("kind") if isinstance(data, dict) else None
+    if found != kind:
+        said = f"a {found} document" if isinstance(found, str) and found else "a document without a seatplan kind"
+        raise SeatplanError(f"this is {said}, not a {what} (kind {kind})", where=where, fix=fix)
+    assert isinstance(data, dict)  # found == kind, and only a dict has a kind
+    version = data.get("version")
+    newest = KIND_VERSIONS[kind]
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= newest:
+        raise SeatplanError(f"{kind} version {version!r} is not one this seatplan reads (1 to {newest})", where=where,
+                            fix="write it again with this seatplan, or upgrade seatplan")
+
+
+def read_document(path: str | Path, model: type[Document], what: str, fix: str, kind: str) -> Document:
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        with source.open("rb") as stream:
+            raw = stream.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as problem:
         raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(source), fix=fix) from None
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise SeatplanError(f"the {what} is larger than {MAX_DOCUMENT_BYTES:,} bytes", where=str(source), fix=fix)
     try:
-        data = json.loads(text)
+        data = loads_bounded(raw.decode("utf-8"))
+    except UnicodeDecodeError as problem:
+        raise SeatplanError(f"the {what} is not UTF-8 text ({problem.reason} at byte {problem.start})", where=str(source),
+                            fix=fix) from None
     except json.JSONDecodeError as problem:
         raise SeatplanError(f"the {what} is not JSON: {problem.msg}", where=f"{source}:{problem.lineno}", fix=fix) from None
+    except (JsonTooDeep, ValueError) as problem:
+        raise SeatplanError(f"the {what} is not a document seatplan writes: {problem}", where=str(source), fix=fix) from None
+    check_kind(data, kind, what, str(source), fix)
     try:
         return model.model_validate(data)
     except ValidationError as error:
@@ -35,12 +68,14 @@ def read_document(path: str | Path, model: type[Document], what: str, fix: str) 
 
 
 def read_usage(path: str | Path) -> UsageReport:
-    return read_document(path, UsageReport, "usage summary", "pass the JSON that `seatplan usage --json` wrote")
+    return read_document(path, UsageReport, "usage summary", "pass the JSON that `seatplan usage --json` wrote",
+                         "seatplan.usage")
 
 
 def read_observed(path: str | Path) -> ObservedFootprints:
-    return read_document(path, ObservedFootprints, "observations file", "pass the observed footprints `seatplan diagnose` wrote")
+    return read_document(path, ObservedFootprints, "observations file",
+                         "pass the observed footprints `seatplan diagnose -o FILE` wrote", "seatplan.observed")
 
 
 def read_plan(path: str | Path) -> Plan:
-    return read_document(path, Plan, "plan", "pass a plan saved with `seatplan plan FLEET -o plan.json`")
+    return read_document(path, Plan, "plan", "pass a plan saved with `seatplan plan FLEET -o plan.json`", "seatplan.plan")

@@ -203,6 +203,14 @@ class SeatReport(_Model):
     findings: list[Finding] = []
 
 
+class RejectedInput(_Model):
+    """Lines or rows of an input left out because they could not be read; the rest of the input still counts."""
+
+    where: str = Field(description="the file and the first rejected line or row")
+    reason: str
+    count: int
+
+
 class GpuVerdict(_Model):
     """The plateau check's last word on one GPU of the plan."""
 
@@ -230,11 +238,14 @@ class DiagnoseReport(_Model):
     gpu_corrections: list[GpuCorrection] = []
     seats: list[SeatReport] = []
     findings: list[Finding] = []
+    rejected_inputs: list[RejectedInput] = []
 
 
 class ObservedFootprints(_Model):
     """The observations file for ``seatplan plan --observed``."""
 
+    kind: Literal["seatplan.observed"] = "seatplan.observed"
+    version: int = 1
     generated_at: datetime
     seats: dict[str, ObservedSeat] = {}
     gpus: list[dict[str, float | int | str | None]] = []

@@ -8,6 +8,7 @@ from typing import Any
 from seatplan.errors import SeatplanError
 from seatplan.facts import architecture, context, kv_cache, reader, weights
 from seatplan.facts.models import EngineSettings, ModelFacts, ModelShape, YarnOption
+from seatplan.units import MAX_PLAUSIBLE_BYTES
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 DTYPE_NAMES = {"half": "float16", "float": "float32"}
@@ -126,8 +127,18 @@ def load_model_facts(model: str | Path, settings: EngineSettings | None = None) 
         ) from None
 
 
+def check_plausible(facts: ModelFacts, source: str) -> None:
+    """Refuse facts no hardware could hold: each count in the config may be plausible alone and their product not."""
+    for name in ("weights_total_bytes", "weights_bytes", "kv_bytes_per_token", "bytes_per_block", "state_bytes_per_request"):
+        value = getattr(facts, name)
+        if value > MAX_PLAUSIBLE_BYTES:
+            raise SeatplanError(f"the config gives {name} = {value:,}, beyond any hardware (limit {MAX_PLAUSIBLE_BYTES:,} bytes)",
+                                where=source, fix="check the config.json (layer, head and size counts) for a damaged value")
+
+
 def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source: str, settings: EngineSettings) -> ModelFacts:
     layout = architecture.describe(config, source)
+    architecture.check_tensor_parallel(layout, settings.tensor_parallel_size)
     quant = _quantization(config, model_dir)
     dtype_name, dtype_bytes = resolve_model_dtype(settings.dtype, layout.config_dtype, quant, source)
     kv_name, kv_bytes = resolve_kv_dtype(settings.kv_cache_dtype, dtype_name, dtype_bytes, quant)
@@ -165,6 +176,7 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
         generation_defaults=_generation_defaults(model_dir),
         notes=notes + plan.notes,
     )
+    check_plausible(facts, source)
     if limits.yarn_factor and limits.yarn_original and limits.yarn_extended:
         yarn = YarnOption(
             enabled=limits.yarn_enabled,

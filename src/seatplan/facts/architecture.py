@@ -29,6 +29,9 @@ KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query
 ATTENTION_HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads")
 HIDDEN_KEYS = ("hidden_size", "d_model", "n_embd")
 MAX_LAYERS = 10_000  # no real model comes close; guards against building a list from a damaged count
+# Any count in a config (heads, sizes, experts, vocabulary, positions) above this is damage: a tensor of that many
+# elements of one byte would not fit in any machine's memory, and vLLM indexes with 32-bit integers.
+MAX_CONFIG_COUNT = (1 << 31) - 1
 
 
 @dataclass(frozen=True)
@@ -138,12 +141,21 @@ def _require_int(config: dict[str, Any], keys: tuple[str, ...], source: str, wha
             where=f"{source}: {keys[0]}",
             fix="point seatplan at the model's original config.json; unknown architectures need these keys",
         )
+    key = next(key for key in keys if config.get(key) is not None)
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise SeatplanError(
             f"{what} must be a positive integer, got {value!r}",
-            where=f"{source}: {keys[0]}",
+            where=f"{source}: {key}",
             fix="check the config.json for a damaged value",
         )
+    return plausible_count(value, key, source)
+
+
+def plausible_count(value: int, key: str, source: str) -> int:
+    """``value``, unless no hardware could hold a model with that many of anything (MAX_CONFIG_COUNT)."""
+    if value > MAX_CONFIG_COUNT:
+        raise SeatplanError(f"{key} = {value} is beyond any model (limit {MAX_CONFIG_COUNT:,})", where=f"{source}: {key}",
+                            fix="check the config.json for a damaged value")
     return value
 
 
@@ -156,7 +168,7 @@ def count_field(config: dict[str, Any], keys: tuple[str, ...], source: str, defa
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise SeatplanError(f"{key} must be a non-negative integer, got {value!r}", where=f"{source}: {key}",
                                 fix="check the config.json for a damaged value")
-        return value
+        return plausible_count(value, key, source)
     return default
 
 
@@ -167,7 +179,7 @@ def _optional_int(config: dict[str, Any], key: str, source: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise SeatplanError(f"{key} must be a non-negative integer, got {value!r}", where=f"{source}: {key}",
                             fix="check the config.json for a damaged value")
-    return value
+    return plausible_count(value, key, source)
 
 
 def total_kv_heads(text: dict[str, Any], source: str) -> int:
@@ -176,7 +188,7 @@ def total_kv_heads(text: dict[str, Any], source: str) -> int:
         return 1
     attn_config = text.get("attn_config")
     if isinstance(attn_config, dict) and attn_config.get("kv_n_heads"):
-        return int(attn_config["kv_n_heads"])
+        return plausible_count(int(attn_config["kv_n_heads"]), "attn_config.kv_n_heads", source)
     value = first_key(text, KV_HEAD_KEYS)
     if value is not None:
         return _require_int(text, KV_HEAD_KEYS, source, "number of KV heads")
@@ -385,6 +397,30 @@ def describe(config: dict[str, Any], source: str) -> ModelLayout:
         head_size=head_size,
         multimodal=multimodal,
     )
+
+
+def check_tensor_parallel(layout: ModelLayout, tp: int) -> None:
+    """Refuse a tensor-parallel size vLLM refuses, with vLLM's own reason.
+
+    ``ModelConfig.verify_with_parallel_config``: the attention heads must divide by TP. The attention layers'
+    ``QKVParallelLinear`` (e.g. ``models/llama.py``): KV heads at least TP must divide by it, fewer must divide it
+    (each rank then holds one replicated head). MLA keeps one latent, never sharded by head.
+    """
+    attention_heads = count_field(layout.text_config, ATTENTION_HEAD_KEYS, layout.source)
+    if attention_heads and attention_heads % tp:
+        raise SeatplanError(
+            f"vLLM refuses tensor_parallel_size {tp}: Total number of attention heads ({attention_heads}) must be "
+            f"divisible by tensor parallel size ({tp}).", where=f"{layout.source}: num_attention_heads",
+            fix=f"use a tensor-parallel size that divides {attention_heads}")
+    kv_heads = layout.num_kv_heads
+    if layout.is_mla or not kv_heads:
+        return
+    if (kv_heads >= tp and kv_heads % tp) or (kv_heads < tp and tp % kv_heads):
+        numerator, denominator = (kv_heads, tp) if kv_heads >= tp else (tp, kv_heads)
+        raise SeatplanError(
+            f"vLLM refuses tensor_parallel_size {tp}: its attention layers split {kv_heads} KV heads over {tp} ranks "
+            f"({numerator} is not divisible by {denominator})", where=f"{layout.source}: num_key_value_heads",
+            fix=f"use a tensor-parallel size that divides {kv_heads} KV heads, or a multiple of them")
 
 
 def kv_heads_per_rank(total_heads: int, tp: int) -> int:

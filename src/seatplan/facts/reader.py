@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
+from seatplan.jsontext import JsonTooDeep, loads_bounded
 
 MAX_JSON_BYTES = 64 << 20  # configs are kilobytes; a shard index a few MB
 
@@ -79,18 +80,21 @@ def read_json(path: Path) -> dict[str, Any]:
         raise SeatplanError(f"{path.name} is {size} bytes, too large for a config file", where=str(path),
                             fix="check that this is the right file")
     try:
-        document = json.loads(path.read_bytes().decode("utf-8"))
+        document = loads_bounded(path.read_bytes().decode("utf-8"))
     except OSError as problem:
         raise SeatplanError(f"cannot read {path.name}: {problem.strerror}", where=str(path),
                             fix="check the file's permissions") from None
     except UnicodeDecodeError as problem:
         raise SeatplanError(f"{path.name} is not UTF-8 text ({problem.reason})", where=str(path),
                             fix="replace it with the original file") from None
-    except RecursionError:
+    except JsonTooDeep:
         raise SeatplanError(f"{path.name} nests too deeply to be a config file", where=str(path),
                             fix="replace it with the original file from the model's repository") from None
     except json.JSONDecodeError as problem:
         raise SeatplanError(f"{path.name} is not valid JSON: {problem.msg}", where=f"{path}:{problem.lineno}:{problem.colno}",
+                            fix="replace it with the original file from the model's repository") from None
+    except ValueError as problem:  # NaN, Infinity, 1e400: no config value is meant to be one
+        raise SeatplanError(f"{path.name} holds a number that is not finite ({problem})", where=str(path),
                             fix="replace it with the original file from the model's repository") from None
     if not isinstance(document, dict):
         raise SeatplanError(f"{path.name} must hold a JSON object, found {type(document).__name__}", where=str(path),

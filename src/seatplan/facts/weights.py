@@ -30,7 +30,8 @@ from typing import Any
 
 from seatplan.errors import SeatplanError
 from seatplan.facts.architecture import AttentionLayer, ModelLayout, StateLayer, count_field
-from seatplan.units import cdiv
+from seatplan.jsontext import JsonTooDeep, loads_bounded
+from seatplan.units import MAX_PLAUSIBLE_BYTES, cdiv
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
 VOCAB_PADDING = 64  # vLLM's pad_vocab_size
@@ -99,9 +100,10 @@ def _read_header(path: Path) -> list[TensorInfo]:
             )
         raw = stream.read(declared)
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise SeatplanError(f"{path.name} has a header that is not JSON", where=f"{path}: header",
+        header = loads_bounded(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, JsonTooDeep, ValueError) as problem:
+        reason = f" ({problem})" if isinstance(problem, JsonTooDeep) else ""
+        raise SeatplanError(f"{path.name} has a header that is not a safetensors JSON header{reason}", where=f"{path}: header",
                             fix="the file is damaged; download it again") from None
     if not isinstance(header, dict):
         raise SeatplanError(f"{path.name} header is not a JSON object", where=f"{path}: header", fix="download it again")
@@ -121,7 +123,12 @@ def _tensor(path: Path, name: str, entry: Any, data_bytes: int) -> TensorInfo:
             or not 0 <= offsets[0] <= offsets[1] <= data_bytes):
         raise SeatplanError(f"data_offsets {offsets!r} fall outside the file's {data_bytes} data bytes", where=where,
                             fix="the file is truncated or damaged; download it again")
-    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), nbytes=offsets[1] - offsets[0])
+    nbytes = offsets[1] - offsets[0]
+    # safetensors' own validation: the byte range holds exactly the shape's elements (known dtypes only).
+    if dtype in DTYPE_BYTES and math.prod(shape) * DTYPE_BYTES[dtype] != nbytes:
+        raise SeatplanError(f"shape {shape} of {dtype} needs {math.prod(shape) * DTYPE_BYTES[dtype]} bytes but its data_offsets "
+                            f"hold {nbytes}", where=where, fix="the file is damaged; download it again")
+    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), nbytes=nbytes)
 
 
 def tensor_bytes_on_rank(tensor: TensorInfo, layout: ModelLayout, tp: int) -> float:
@@ -169,6 +176,9 @@ def weights(model_dir: Path, layout: ModelLayout, tp: int, model_dtype_bytes: in
                          layout, tp, mxfp4_backend)
     estimate = estimate_weights(layout, tp, model_dtype_bytes)
     total_size = (index or {}).get("metadata", {}).get("total_size") if isinstance((index or {}).get("metadata"), dict) else None
+    if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size > MAX_PLAUSIBLE_BYTES:
+        raise SeatplanError(f"metadata.total_size {total_size} bytes is beyond any hardware (limit {MAX_PLAUSIBLE_BYTES:,})",
+                            where=f"{index_path}: metadata.total_size", fix="the index is damaged; download it again")
     if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size > 0:
         share = estimate.stored_per_rank_bytes / estimate.total_bytes if estimate.total_bytes else 1 / tp
         stored = round(total_size * share)

@@ -18,8 +18,10 @@ from seatplan.observe.calibrate import PlanGpu, PlanSeat, PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
 from seatplan.observe.sources import (
-    parse_exposition,
+    Rejections,
+    number_of_lines,
     read_beszel,
+    read_exposition_file,
     read_nvidia_smi,
     read_prometheus,
     read_prometheus_text,
@@ -66,6 +68,10 @@ def read_vllm_logs(specs: list[str], *, year: int | None, utc_offset_s: int = 0)
                                 fix="pass a log file (docker logs NAME > file; journalctl -u UNIT > file)") from None
         file_year = year or datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).year
         parsed = parse_log(text.splitlines(), source=str(path), year=file_year, utc_offset_s=utc_offset_s, seat=seat or None)
+        if not parsed.boots and not parsed.stats:
+            raise SeatplanError(f"no vLLM startup or stats line in {number_of_lines(text)} lines", where=str(path),
+                                fix="expected a vLLM server's log (vLLM's own lines: 'Using max model len', 'Available KV cache "
+                                    "memory', 'Running: N reqs'; plain, docker logs or journalctl text/json)")
         boots.extend(parsed.boots)
         stats.extend(parsed.stats)
     return boots, stats
@@ -94,15 +100,16 @@ def name_hosts(series: list[GpuSeries], names: dict[str, str]) -> None:
 
 
 def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_smi: list[str], prometheus: str | None,
-                     since: str, step_seconds: int, utc_offset_s: int = 0) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
+                     since: str, step_seconds: int, utc_offset_s: int = 0,
+                     rejected: Rejections | None = None) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
     series: list[GpuSeries] = []
     processes: list[ProcessSample] = []
     stats: list[EngineStats] = []
     if beszel is not None:
-        series.extend(read_beszel(beszel, system=beszel_system))
+        series.extend(read_beszel(beszel, system=beszel_system, rejected=rejected))
     for spec in nvidia_smi:
         host, _, path_text = spec.partition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
-        gpu, apps = read_nvidia_smi(Path(path_text), utc_offset_s=utc_offset_s)
+        gpu, apps = read_nvidia_smi(Path(path_text), utc_offset_s=utc_offset_s, rejected=rejected)
         for one in gpu:
             one.host = host or one.host
         series.extend(gpu)
@@ -112,24 +119,25 @@ def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_s
             end = time.time()
             gpu, engine = read_prometheus(prometheus, start=end - duration_seconds(since), end=end, step_seconds=step_seconds)
         else:
-            gpu, engine = read_prometheus_text(prometheus)
+            gpu, engine = read_prometheus_text(prometheus, rejected=rejected)
         series.extend(gpu)
         stats.extend(engine)
     return series, processes, stats
 
 
-def read_vllm_metrics(specs: list[str]) -> list[EngineStats]:
+def read_vllm_metrics(specs: list[str], rejected: Rejections | None = None) -> list[EngineStats]:
     stats: list[EngineStats] = []
     for spec in specs:
         if spec.startswith(("http://", "https://")):
             stats.extend(read_vllm_metrics_url(spec))
             continue
         path = Path(spec)
-        try:
-            lines = path.read_text(errors="replace").splitlines()
-        except OSError as problem:
-            raise SeatplanError(f"cannot read ({problem.strerror})", where=str(path), fix="pass saved /metrics text or a URL") from None
-        stats.extend(vllm_stats(parse_exposition(lines), source=str(path), default_time=path.stat().st_mtime))
+        samples, modified = read_exposition_file(path, rejected if rejected is not None else Rejections(), "vllm:* gauges")
+        found = vllm_stats(samples, source=str(path), default_time=modified)
+        if not found:
+            raise SeatplanError("no vllm:* gauges in the file", where=str(path),
+                                fix="expected a saved scrape of a vLLM server's /metrics (vllm:num_requests_running, ...)")
+        stats.extend(found)
     return stats
 
 
@@ -187,4 +195,5 @@ def read_plan(plan: Path | None, fleet: Path | None) -> PlanView | None:
     """The plan (GPUs, spares, seat footprints and places); a fleet file alone tells which seat is on which GPU."""
     if plan is None:
         return _fleet_view(fleet) if fleet is not None else None
-    return read_document(plan, PlanView, "plan", "pass a plan written by seatplan plan -o (gpus[].index, seats[].name/gpus)")
+    return read_document(plan, PlanView, "plan", "pass a plan written by seatplan plan -o (gpus[].index, seats[].name/gpus)",
+                         "seatplan.plan")

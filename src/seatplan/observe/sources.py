@@ -7,7 +7,6 @@ Every reader returns MiB as nvidia-smi counts them and turns unreadable input in
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 import sqlite3
@@ -19,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-from seatplan.documents.observed import EngineStats, ProcessSample
+from seatplan.documents.observed import EngineStats, ProcessSample, RejectedInput
 from seatplan.errors import SeatplanError
+from seatplan.jsontext import loads_bounded
 from seatplan.observe.detect import GpuSeries
 
 # Beszel's NVIDIA collectors store nvidia-smi MiB divided by 1.024 (agent/gpu.go mebibytesInAMegabyte).
@@ -29,6 +29,31 @@ BESZEL_MIB_FACTOR = 1.024
 BESZEL_RECORD_TYPES = ("1m", "10m", "20m", "120m", "480m")
 # Each record averages the shorter ones created in (created − window, created] (internal/records/records.go).
 BESZEL_WINDOW_S = {"1m": 60, "10m": 600, "20m": 1200, "120m": 7200, "480m": 28800}
+
+
+# The instants a reading may carry: 1970 to 9999 (datetime's range). A timestamp outside is damage, not a time.
+LATEST_EPOCH_S = 253_402_300_799
+
+
+class Rejections:
+    """Lines or rows a reader left out, counted per source and reason, with where the first one was."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str], list] = {}
+
+    def add(self, source: str, reason: str, where: str) -> None:
+        entry = self._seen.setdefault((source, reason), [where, 0])
+        entry[1] += 1
+
+    def count(self, source: str) -> int:
+        return sum(count for (seen_source, _), (_, count) in self._seen.items() if seen_source == source)
+
+    def as_list(self) -> list[RejectedInput]:
+        return [RejectedInput(where=where, reason=reason, count=count) for (_, reason), (where, count) in self._seen.items()]
+
+
+def plausible_time(seconds: float) -> bool:
+    return math.isfinite(seconds) and 0 <= seconds <= LATEST_EPOCH_S
 
 
 def _series(index: int, host: str | None, points: list[tuple[float, float]], total: float | None,
@@ -47,16 +72,23 @@ def _pocketbase_time(text: str) -> float:
 
 # --------------------------------------------------------------------------------------------- Beszel
 
-def read_beszel(path: str | Path, *, system: str | None = None) -> list[GpuSeries]:
-    """GPU used-memory series from a Beszel hub database (``beszel_data/data.db``)."""
+def read_beszel(path: str | Path, *, system: str | None = None, rejected: Rejections | None = None) -> list[GpuSeries]:
+    """GPU used-memory series from a Beszel hub database (``beszel_data/data.db``).
+
+    A row whose stats are not JSON, whose time is not PocketBase's, or whose GPU readings are not finite numbers
+    is left out and counted in ``rejected``; the other rows still count.
+    """
     db_path = Path(path)
+    rejected = rejected if rejected is not None else Rejections()
     if not db_path.is_file():
         raise SeatplanError("no such file", where=str(db_path), fix="pass the hub's data.db (Docker volume /beszel_data/data.db)")
     connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         systems = dict(connection.execute("SELECT id, name FROM systems").fetchall())
+        # json_valid first: json_extract on one malformed row would fail the whole query.
         rows = connection.execute(
-            "SELECT system, type, created, json_extract(stats, '$.g') FROM system_stats WHERE json_extract(stats, '$.g') IS NOT NULL"
+            "SELECT rowid, system, type, created, CASE WHEN json_valid(stats) THEN json_extract(stats, '$.g') ELSE NULL END, "
+            "json_valid(stats) FROM system_stats"
         ).fetchall()
     except sqlite3.DatabaseError as problem:
         raise SeatplanError(f"not a Beszel hub database ({problem})", where=str(db_path),
@@ -66,17 +98,54 @@ def read_beszel(path: str | Path, *, system: str | None = None) -> list[GpuSerie
     if system is not None:
         wanted = {key for key, name in systems.items() if system in (key, name)}
         if not wanted:
-            raise SeatplanError(f"no system named {system!r}", where=str(db_path), fix=f"use one of: {', '.join(sorted(systems.values()))}")
-        rows = [row for row in rows if row[0] in wanted]
+            raise SeatplanError(f"no system named {system!r}", where=str(db_path), fix=f"use one of: {', '.join(sorted(map(str, systems.values())))}")
+        rows = [row for row in rows if row[1] in wanted]
     by_type: dict[tuple[str, str], list[tuple[float, dict]]] = defaultdict(list)
-    for system_id, record_type, created, gpus in rows:
-        if record_type in BESZEL_RECORD_TYPES:
-            by_type[(system_id, record_type)].append((_pocketbase_time(created), json.loads(gpus)))
+    for rowid, system_id, record_type, created, gpus, valid in rows:
+        if not valid:
+            rejected.add(str(db_path), "system_stats.stats is not JSON", f"{db_path}: system_stats rowid {rowid}")
+        elif gpus is not None and record_type in BESZEL_RECORD_TYPES:
+            record = _beszel_record(created, gpus)
+            if record is None:
+                rejected.add(str(db_path), "a GPU record that is not finite MiB readings at a PocketBase time",
+                             f"{db_path}: system_stats rowid {rowid}")
+            else:
+                by_type[(system_id, record_type)].append(record)
     series: list[GpuSeries] = []
     for system_id in sorted({key[0] for key in by_type}):
         records_by_type = [by_type.get((system_id, t), []) for t in BESZEL_RECORD_TYPES]
         series.extend(_beszel_system(systems.get(system_id, system_id), _effective_ends(records_by_type), str(db_path)))
+    if not series:
+        left_out = f", {rejected.count(str(db_path))} rejected" if rejected.count(str(db_path)) else ""
+        raise SeatplanError(f"the Beszel database holds no GPU readings ({len(rows)} system_stats rows{left_out})",
+                            where=str(db_path), fix="expected a hub whose agents report NVIDIA GPUs (system_stats.stats.g); "
+                            "check the system name and that the agents run with GPU monitoring")
     return series
+
+
+def _beszel_record(created: object, gpus_json: object) -> tuple[float, dict[int, tuple[float, float | None]]] | None:
+    """(time, {gpu: (used MiB, total MiB or None)}) of one row, or None when any part of it is unreadable."""
+    try:
+        at = _pocketbase_time(str(created))
+        gpus = loads_bounded(str(gpus_json))
+    except ValueError:
+        return None
+    if not plausible_time(at) or not isinstance(gpus, dict):
+        return None
+    readings: dict[int, tuple[float, float | None]] = {}
+    for gpu_id, data in gpus.items():
+        if not str(gpu_id).isdigit() or not isinstance(data, dict):
+            continue
+        # mu is omitted when it is 0 (Go omitempty): a GPU present without mu used nothing.
+        used, total = data.get("mu", 0), data.get("mt")
+        if not _finite_number(used) or (total is not None and not _finite_number(total)):
+            return None
+        readings[int(gpu_id)] = (float(used) * BESZEL_MIB_FACTOR, float(total) * BESZEL_MIB_FACTOR if total else None)
+    return at, readings
+
+
+def _finite_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
 _CRON_S = 600  # the hub's */10 cron makes every longer record
@@ -114,7 +183,8 @@ def _effective_ends(records_by_type: list[list[tuple[float, dict]]]) -> list[lis
     return [one, ten, twenty, [(c - shift120(c), g) for c, g in long], [(c - shift480(c), g) for c, g in longest]]
 
 
-def _beszel_system(host: str, records_by_type: list[list[tuple[float, dict]]], source: str) -> list[GpuSeries]:
+def _beszel_system(host: str, records_by_type: list[list[tuple[float, dict[int, tuple[float, float | None]]]]],
+                   source: str) -> list[GpuSeries]:
     """Per GPU, each stretch of time from the finest record type that covers it, every record kept as the
     mean over its own window (never re-read as points of one series: see observe/averaged.py)."""
     points: dict[int, list[tuple[float, float, float, str]]] = defaultdict(list)
@@ -128,13 +198,10 @@ def _beszel_system(host: str, records_by_type: list[list[tuple[float, dict]]], s
             if created > covered_from + BESZEL_WINDOW_S["1m"] / 2:
                 continue
             earliest = min(earliest, created - window_s)
-            for gpu_id, data in gpus.items():
-                if not str(gpu_id).isdigit() or not isinstance(data, dict):
-                    continue
-                # mu is omitted when it is 0 (Go omitempty): a GPU present without mu used nothing.
-                points[int(gpu_id)].append((created, float(data.get("mu", 0)) * BESZEL_MIB_FACTOR, window_s, record_type))
-                if data.get("mt"):
-                    totals[int(gpu_id)] = float(data["mt"]) * BESZEL_MIB_FACTOR
+            for gpu, (used, total) in gpus.items():
+                points[gpu].append((created, used, window_s, record_type))
+                if total:
+                    totals[gpu] = total
         covered_from = earliest
     series = []
     for index, pts in sorted(points.items()):
@@ -165,22 +232,27 @@ def _mib(cell: str) -> float:
 
 
 _SMI_TIME_FIX = str.maketrans({"/": "-", " ": "T"})
+SMI_FIX = "log with --query-gpu=timestamp,index,memory.used,memory.total --format=csv -l 60"
 
 
-def _smi_times(cells: list[str], lines: list[int], source: str, utc_offset_s: int = 0) -> np.ndarray:
-    """nvidia-smi timestamps (``YYYY/MM/DD HH:MM:SS.mmm``, host time) → UTC epoch seconds, vectorised."""
+def _smi_times(cells: list[str], utc_offset_s: int = 0) -> np.ndarray:
+    """nvidia-smi timestamps (``YYYY/MM/DD HH:MM:SS.mmm``, host time) → UTC epoch seconds, NaN where unreadable."""
     fixed = [cell.strip().translate(_SMI_TIME_FIX) for cell in cells]
     try:
         stamps = np.array(fixed, dtype="datetime64[ms]")
+    except ValueError:  # one bad cell: read them one by one (rare), so the others still count
+        stamps = np.array([_one_time(cell) for cell in fixed], dtype="datetime64[ms]")
+    seconds = stamps.astype(np.int64) / 1000.0 - utc_offset_s
+    seconds[np.isnat(stamps)] = math.nan
+    seconds[(seconds < 0) | (seconds > LATEST_EPOCH_S)] = math.nan
+    return seconds
+
+
+def _one_time(cell: str) -> np.datetime64:
+    try:
+        return np.datetime64(cell, "ms")
     except ValueError:
-        for cell, line in zip(fixed, lines):
-            try:
-                np.datetime64(cell, "ms")
-            except ValueError:
-                raise SeatplanError(f"cannot read timestamp {cell!r}", where=f"{source}:{line}",
-                                    fix="log with --query-gpu=timestamp,... --format=csv (YYYY/MM/DD HH:MM:SS.mmm)") from None
-        raise
-    return stamps.astype(np.int64) / 1000.0 - utc_offset_s
+        return np.datetime64("NaT")
 
 
 @dataclass
@@ -195,13 +267,20 @@ class _SmiColumns:
     reserved: dict[str, str]
 
 
-def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0) -> tuple[list[GpuSeries], list[ProcessSample]]:
-    """An ``nvidia-smi --query-gpu=... --format=csv`` log, or a ``--query-compute-apps`` one (host time + offset → UTC)."""
+def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0,
+                    rejected: Rejections | None = None) -> tuple[list[GpuSeries], list[ProcessSample]]:
+    """An ``nvidia-smi --query-gpu=... --format=csv`` log, or a ``--query-compute-apps`` one (host time + offset → UTC).
+
+    A line cut short, or with a timestamp, GPU index or memory reading that cannot be read, is left out and
+    counted in ``rejected``; a file with no readable line at all is an error.
+    """
     file_path = Path(path)
+    source = str(file_path)
+    rejected = rejected if rejected is not None else Rejections()
     try:
         text = file_path.read_text(errors="replace")
     except OSError as problem:
-        raise SeatplanError(f"cannot read ({problem.strerror})", where=str(file_path), fix="pass a readable nvidia-smi CSV log") from None
+        raise SeatplanError(f"cannot read ({problem.strerror})", where=source, fix="pass a readable nvidia-smi CSV log") from None
     header: list[str] | None = None
     columns = _SmiColumns([], [], [], [], {}, {})
     processes: list[ProcessSample] = []
@@ -216,13 +295,13 @@ def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0) -> tuple[list[Gp
             raise SeatplanError("no CSV header", where=where,
                                 fix="log with --format=csv (not noheader) so the columns are named, e.g. --query-gpu=timestamp,index,memory.used,memory.total")
         if len(row) != len(header):
-            continue  # a line cut by a crash or a log rotation
+            rejected.add(source, "a line whose fields do not match the header (cut by a crash or a log rotation?)", where)
+            continue
         if "pid" in header:
-            processes.extend(_process(dict(zip(header, row)), where, utc_offset_s))
+            processes.extend(_process(dict(zip(header, row)), where, utc_offset_s, source, rejected))
             continue
         if not {"memory.used", "index", "timestamp"} <= set(header):
-            raise SeatplanError("the CSV lacks timestamp, index or memory.used", where=where,
-                                fix="log with --query-gpu=timestamp,index,memory.used,memory.total --format=csv -l 60")
+            raise SeatplanError("the CSV lacks timestamp, index or memory.used", where=where, fix=SMI_FIX)
         at, gpu, used = header.index("timestamp"), header.index("index"), header.index("memory.used")
         columns.times.append(row[at])
         columns.lines.append(number)
@@ -231,37 +310,65 @@ def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0) -> tuple[list[Gp
         for name, latest in (("memory.total", columns.total), ("memory.reserved", columns.reserved)):
             if name in header:
                 latest[row[gpu]] = row[header.index(name)]
-    return _smi_series(columns, str(file_path), utc_offset_s), processes
+    series = _smi_series(columns, source, utc_offset_s, rejected)
+    if not series and not processes:
+        raise SeatplanError(f"no nvidia-smi readings in {number_of_lines(text)} lines"
+                            + (f" ({rejected.count(source)} rejected)" if rejected.count(source) else ""), where=source,
+                            fix=f"expected nvidia-smi CSV: a header, then readings; {SMI_FIX}")
+    return series, processes
 
 
-def _process(cells: dict[str, str], where: str, utc_offset_s: int) -> list[ProcessSample]:
+def number_of_lines(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def _process(cells: dict[str, str], where: str, utc_offset_s: int, source: str, rejected: Rejections) -> list[ProcessSample]:
     used = _mib(cells.get("used_gpu_memory", cells.get("used_memory", "")))
     if math.isnan(used) or not cells["pid"].strip().isdigit():
-        return []
+        return []  # [N/A] or [Not Supported]: nvidia-smi says it does not know
     at = None
     if "timestamp" in cells:
-        at = datetime.fromtimestamp(float(_smi_times([cells["timestamp"]], [0], where, utc_offset_s)[0]), tz=UTC)
+        seconds = float(_smi_times([cells["timestamp"]], utc_offset_s)[0])
+        if math.isnan(seconds):
+            rejected.add(source, "a timestamp nvidia-smi does not write (YYYY/MM/DD HH:MM:SS.mmm)", where)
+            return []
+        at = datetime.fromtimestamp(seconds, tz=UTC)
+    if not math.isfinite(used) or used < 0:
+        rejected.add(source, "a memory reading that is not a finite MiB count", where)
+        return []
     return [ProcessSample(at=at, pid=int(cells["pid"]), process_name=cells.get("process_name", "").strip(), used_mib=used,
                           gpu_uuid=cells.get("gpu_uuid", "").strip() or None,
                           gpu_index=int(cells["index"]) if cells.get("index", "").strip().isdigit() else None)]
 
 
-def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int) -> list[GpuSeries]:
+def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int, rejected: Rejections) -> list[GpuSeries]:
     if not columns.times:
         return []
-    times = _smi_times(columns.times, columns.lines, source, utc_offset_s)
-    index = np.array([int(cell) for cell in columns.index])
+    times = _smi_times(columns.times, utc_offset_s)
+    index = np.array([int(cell) if cell.strip().isdigit() else -1 for cell in columns.index])
     used = np.array([_mib(cell) for cell in columns.used])
+    # [N/A] / [Not Supported] stay as NaN (nvidia-smi did not know; detect skips them); NaN or inf written as a number,
+    # or a negative reading, is damage.
+    unknown = np.array(["N/A" in cell or "Not Supported" in cell for cell in columns.used])
+    readable = ~np.isnan(times) & (index >= 0) & ((np.isfinite(used) & (used >= 0)) | unknown)
+    for position in np.flatnonzero(~readable).tolist():
+        where = f"{source}:{columns.lines[position]}"
+        if math.isnan(times[position]):
+            rejected.add(source, "a timestamp nvidia-smi does not write (YYYY/MM/DD HH:MM:SS.mmm)", where)
+        elif index[position] < 0:
+            rejected.add(source, "a GPU index that is not a number", where)
+        else:
+            rejected.add(source, "a memory.used reading that is not a finite MiB count", where)
     series = []
-    totals = {int(key): _mib(cell) for key, cell in columns.total.items()}
-    reserved_by_gpu = {int(key): _mib(cell) for key, cell in columns.reserved.items()}
-    for gpu in np.unique(index):
-        mine = index == gpu
+    totals = {int(key): _mib(cell) for key, cell in columns.total.items() if key.strip().isdigit()}
+    reserved_by_gpu = {int(key): _mib(cell) for key, cell in columns.reserved.items() if key.strip().isdigit()}
+    for gpu in np.unique(index[readable]):
+        mine = readable & (index == gpu)
         total = totals.get(int(gpu), math.nan)
         reserved = reserved_by_gpu.get(int(gpu), math.nan)
         series.append(GpuSeries(index=int(gpu), times_s=times[mine].astype(np.int64), used_mib=used[mine],
-                                total_mib=None if math.isnan(total) else total,
-                                reserved_mib=None if math.isnan(reserved) else reserved, source=source))
+                                total_mib=total if math.isfinite(total) else None,
+                                reserved_mib=reserved if math.isfinite(reserved) else None, source=source))
     return series
 
 
@@ -279,10 +386,13 @@ class Sample:
     at: float | None
 
 
-def parse_exposition(lines: Iterable[str]) -> list[Sample]:
-    """Prometheus / OpenMetrics text: one or many scrapes, with or without timestamps (ms; OpenMetrics: s)."""
+def parse_exposition(lines: Iterable[str], *, source: str = "text", rejected: Rejections | None = None) -> list[Sample]:
+    """Prometheus / OpenMetrics text: one or many scrapes, with or without timestamps (ms; OpenMetrics: s).
+
+    A sample whose timestamp is no instant between 1970 and 9999 is left out and counted in ``rejected``.
+    """
     samples: list[Sample] = []
-    for line in lines:
+    for number, line in enumerate(lines, start=1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue
@@ -296,8 +406,45 @@ def parse_exposition(lines: Iterable[str]) -> list[Sample]:
         stamp = float(match["ts"]) if match["ts"] else None
         if stamp is not None and stamp > 1e11:
             stamp /= 1000.0  # Prometheus text carries milliseconds, OpenMetrics seconds
+        if stamp is not None and not plausible_time(stamp):
+            if rejected is not None:
+                rejected.add(source, "a sample timestamp that is no instant between 1970 and 9999", f"{source}:{number}")
+            continue
+        if not math.isfinite(value) and _ours(match["name"]):
+            if rejected is not None:
+                rejected.add(source, "a memory or engine reading that is not a finite number", f"{source}:{number}")
+            continue
         samples.append(Sample(match["name"], dict(_LABEL.findall(match["labels"] or "")), value, stamp))
     return samples
+
+
+def _ours(name: str) -> bool:
+    """The metric families seatplan reads: DCGM's framebuffer and vLLM's gauges."""
+    return name.startswith("DCGM_FI_DEV_FB_") or name in _VLLM_GAUGES
+
+
+EXPOSITION_FIX = ("expected Prometheus exposition text (NAME{LABELS} VALUE [TIMESTAMP] per line), e.g. a saved "
+                  "curl http://HOST:PORT/metrics of a vLLM server or a DCGM exporter")
+
+
+def read_exposition_file(path: Path, rejected: Rejections, wanted: str) -> tuple[list[Sample], float]:
+    """The samples of a saved exposition-text file, and its modification time (the scrape time of untimed samples).
+
+    A file with no sample line at all, or none of the ``wanted`` metric families, is an error saying what was expected.
+    """
+    try:
+        text = path.read_text(errors="replace")
+        modified = path.stat().st_mtime
+    except OSError as problem:
+        raise SeatplanError(f"cannot read ({problem.strerror})", where=str(path), fix="pass a Prometheus text file") from None
+    samples = parse_exposition(text.splitlines(), source=str(path), rejected=rejected)
+    ours = [sample for sample in samples if _ours(sample.name)]
+    if not ours:
+        found = f"{len(samples)} samples, none of them {wanted}" if samples else "no sample line"
+        raise SeatplanError(f"{found} in {number_of_lines(text)} lines"
+                            + (f" ({rejected.count(str(path))} rejected)" if rejected.count(str(path)) else ""),
+                            where=str(path), fix=EXPOSITION_FIX + f" with {wanted}")
+    return samples, modified
 
 
 def _label(labels: dict[str, str], *names: str) -> str | None:
@@ -313,7 +460,7 @@ def _dcgm_series(points: Iterable[tuple[str, dict[str, str], float, float]], sou
     by_gpu: dict[tuple[str | None, int], dict[str, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     for name, labels, at, value in points:
         gpu = _label(labels, "gpu")
-        if gpu is None or not gpu.isdigit() or not name.startswith("DCGM_FI_DEV_FB_"):
+        if gpu is None or not gpu.isdigit() or not name.startswith("DCGM_FI_DEV_FB_") or not math.isfinite(value):
             continue
         key = (_label(labels, "hostname", "instance"), int(gpu))
         by_gpu[key][name.removeprefix("DCGM_FI_DEV_FB_")][at] = value
@@ -329,18 +476,19 @@ def _dcgm_series(points: Iterable[tuple[str, dict[str, str], float, float]], sou
     return series
 
 
-def read_prometheus_text(path: str | Path, *, default_time: float | None = None) -> tuple[list[GpuSeries], list[EngineStats]]:
+def read_prometheus_text(path: str | Path, *, default_time: float | None = None,
+                         rejected: Rejections | None = None) -> tuple[list[GpuSeries], list[EngineStats]]:
     """DCGM and vLLM samples from exposition text (saved scrapes, or a backfill file)."""
     file_path = Path(path)
-    try:
-        lines = file_path.read_text(errors="replace").splitlines()
-    except OSError as problem:
-        raise SeatplanError(f"cannot read ({problem.strerror})", where=str(file_path), fix="pass a Prometheus text file") from None
-    when = default_time if default_time is not None else file_path.stat().st_mtime
-    samples = parse_exposition(lines)
+    samples, modified = read_exposition_file(file_path, rejected if rejected is not None else Rejections(),
+                                             "DCGM_FI_DEV_FB_* or vllm:* gauges")
+    when = default_time if default_time is not None else modified
     gpu = _dcgm_series(((s.name, s.labels, s.at if s.at is not None else when, s.value) for s in samples
                         if s.name.startswith("DCGM_FI_DEV_FB_")), str(file_path))
     stats = vllm_stats(samples, source=str(file_path), default_time=when)
+    if not gpu and not stats:
+        raise SeatplanError("no GPU memory series (DCGM_FI_DEV_FB_USED) and no vllm:* gauge in the file", where=str(file_path),
+                            fix=EXPOSITION_FIX + " with DCGM_FI_DEV_FB_USED or vllm:* gauges")
     return gpu, stats
 
 
@@ -359,7 +507,7 @@ def vllm_stats(samples: Iterable[Sample], *, source: str, default_time: float | 
     grouped: dict[tuple[str, float | None], dict[str, float]] = defaultdict(dict)
     for sample in samples:
         field_name = _VLLM_GAUGES.get(sample.name)
-        if field_name is None:
+        if field_name is None or not math.isfinite(sample.value) or (sample.at is not None and not plausible_time(sample.at)):
             continue
         seat = sample.labels.get("model_name", "vllm")
         at = sample.at if sample.at is not None else default_time
@@ -382,14 +530,20 @@ def vllm_stats(samples: Iterable[Sample], *, source: str, default_time: float | 
 
 def series_from_query_range(document: dict, *, source: str) -> list[tuple[str, dict[str, str], list[tuple[float, float]]]]:
     """(metric name, labels, [(time, value)]) from a ``/api/v1/query_range`` matrix response."""
-    if document.get("status") != "success" or document.get("data", {}).get("resultType") != "matrix":
-        raise SeatplanError(f"Prometheus answered {document.get('status')!r}: {document.get('error', 'not a matrix')}",
-                            where=source, fix="check the URL and that the DCGM exporter is scraped")
+    if (not isinstance(document, dict) or document.get("status") != "success" or not isinstance(document.get("data"), dict)
+            or document["data"].get("resultType") != "matrix"):
+        said = document if not isinstance(document, dict) else f"{document.get('status')!r}: {document.get('error', 'not a matrix')}"
+        raise SeatplanError(f"Prometheus answered {str(said)[:200]}", where=source,
+                            fix="check the URL and that the DCGM exporter is scraped")
     out = []
-    for result in document["data"]["result"]:
-        labels = dict(result.get("metric", {}))
-        name = labels.pop("__name__", "")
-        out.append((name, labels, [(float(t), float(v)) for t, v in result.get("values", [])]))
+    try:
+        for result in document["data"]["result"]:
+            labels = {str(key): str(value) for key, value in dict(result.get("metric", {})).items()}
+            name = labels.pop("__name__", "")
+            out.append((name, labels, [(float(t), float(v)) for t, v in result.get("values", [])]))
+    except (AttributeError, TypeError, ValueError, KeyError) as problem:
+        raise SeatplanError(f"Prometheus answered a matrix seatplan cannot read ({type(problem).__name__}: {problem})",
+                            where=source, fix="check the URL points at Prometheus' HTTP API") from None
     return out
 
 

@@ -29,6 +29,9 @@ def plan_command(
     observed: Path | None = typer.Option(None, "--observed", help="observed footprints from `seatplan diagnose`"),
     output: Path | None = typer.Option(None, "-o", "--output", help="save the plan document here (atomic write)"),
     time_limit_s: float = typer.Option(30.0, "--time-limit", min=0.1, help="seconds the placement search may take"),
+    max_moves: int | None = typer.Option(
+        None, "--max-moves", min=0, help="move at most this many running seats (current_layout): a point on the spare-versus-moves frontier"
+    ),
     json_output: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
 ) -> None:
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
@@ -47,6 +50,7 @@ def plan_command(
         observed=observations,
         observed_path=str(observed) if observed else None,
         time_limit_s=time_limit_s,
+        max_moves=max_moves,
     )
     placed = plan.worst_case_spare_bytes is not None
     if output is not None and placed:

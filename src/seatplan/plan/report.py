@@ -25,8 +25,28 @@ def headline(plan: Plan) -> str:
         return "the fleet does not fit"
     if plan.worst_case_spare_bytes is None:
         return "no layout found within the time limit"
-    proof = "proven optimal" if plan.optimal else f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)})"
+    proof = "proven optimal" if plan.optimal else f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)}, gap {gap(plan)})"
     return f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s, {plan.moves} move(s))"
+
+
+def gap(plan: Plan) -> str:
+    """How far the worst-case spare can at most be from the optimum: bound − spare, and as a share of the bound."""
+    if plan.bound_bytes is None or plan.worst_case_spare_bytes is None:
+        return "unknown"
+    missing = max(0, plan.bound_bytes - plan.worst_case_spare_bytes)
+    share = f" = {100 * missing / plan.bound_bytes:.2f} %" if plan.bound_bytes > 0 else ""
+    return f"≤ {human_bytes(missing)}{share}"
+
+
+def frontier_table(plan: Plan) -> Table:
+    table = Table(title="Spare against moves from current_layout (each move restarts that seat elsewhere)", title_justify="left")
+    for column in ("at most", "moves", "worst spare GiB", "proven", "seats that move"):
+        table.add_column(column, justify="left" if column == "seats that move" else "right")
+    taken = plan.moves
+    for point in plan.frontier:
+        mark = " ←" if point.moves == taken and point.worst_case_spare_bytes == plan.worst_case_spare_bytes else ""
+        table.add_row(str(point.max_moves), f"{point.moves}{mark}", gib(point.worst_case_spare_bytes), "yes" if point.proven else "no", ", ".join(point.moved) or "-")
+    return table
 
 
 def gpu_table(plan: Plan) -> Table:
@@ -127,6 +147,10 @@ def print_plan(console: Console, plan: Plan) -> None:
             console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(command_line(seat)), soft_wrap=True)
         else:
             console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(f"fixed seat, {gib(seat.footprint_bytes)} GiB on {', '.join(seat.gpus)}"))
+    if len(plan.frontier) > 1:
+        console.print(frontier_table(plan))
+    if plan.chosen_because:
+        console.print(Text(f"layout taken from the frontier: {plan.chosen_because}", style="bold"), soft_wrap=True)
     if plan.runner_ups:
         table = Table(title="Runner-up layouts", title_justify="left")
         for column in ("#", "worst spare GiB", "moves", "why it lost"):
@@ -147,6 +171,11 @@ def print_infeasible(console: Console, plan: Plan) -> None:
     for seat in plan.infeasible.seats:
         table.add_row(seat.name, gib(seat.footprint_bytes), seat.best_gpu or "-", gib(seat.short_by_bytes), seat.reason)
     console.print(table)
+    for seat in plan.infeasible.seats:
+        if seat.rejections:
+            console.print(Text(f"{seat.name}, GPU by GPU:", style="bold"))
+            for verdict in seat.rejections:
+                console.print(Text(f"  {verdict.gpu}: {verdict.reason}"), soft_wrap=True)
 
 
 def explanation_renderable(seat: PlannedSeat) -> Group:

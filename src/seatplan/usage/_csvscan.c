@@ -510,6 +510,23 @@ static const uint8_t *read_metadata(const uint8_t *at, const uint8_t *end, const
     return object_end && json_space(&text, object_end) == field.end ? after : NULL;
 }
 
+/* ------------------------------------------------------------------------------------------- identity */
+
+/* csvscan.py calls these two before anything else and refuses a library whose answers differ from what it
+ * was written for: a stale .so left by an older build must not be called with a newer argument list. Bump
+ * the ABI version with any change to seatplan_scan_lines' arguments, statuses, slots or limits. */
+#define SEATPLAN_CSVSCAN_ABI 2
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+int32_t seatplan_csvscan_abi(void) { return SEATPLAN_CSVSCAN_ABI; }
+
+const char *seatplan_csvscan_signature(void) {
+    return "abi=" STR(SEATPLAN_CSVSCAN_ABI)
+           " int seatplan_scan_lines(u8*,i64,i64,i64,i32*,i32,u8**,i32*,i32,i64*,i64*,i64*,i64*,u64*,i64*,i64,i64*,i64*,i64*)"
+           " slots=" STR(MAX_SLOTS) " keys=" STR(MAX_KEYS) " statuses=8 missing=INT64_MIN";
+}
+
 /* --------------------------------------------------------------------------------------------- lines */
 
 /* Reads the lines of buffer[position, size) that start before stop, at most capacity of them, into the

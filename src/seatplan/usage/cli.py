@@ -22,6 +22,9 @@ def parse_moment(text: str, option: str) -> datetime:
     return moment
 
 
+MAX_WINDOW_DAYS = 36_525
+
+
 def resolve_window(since: str | None, until: str | None, days: float | None, now: datetime):
     from seatplan.errors import SeatplanError
     from seatplan.usage.queries import Window
@@ -31,10 +34,16 @@ def resolve_window(since: str | None, until: str | None, days: float | None, now
     if days is not None:
         if since_moment is not None:
             raise SeatplanError("--days and --since both set the window's start", where="--days", fix="give one of them")
-        if days <= 0:
-            raise SeatplanError(f"--days must be positive, got {days:g}", where="--days")
+        # NaN passes every comparison, and a window reaching before the year 1 is no window: both are refused here.
+        if not 0 < days <= MAX_WINDOW_DAYS:
+            raise SeatplanError(f"--days must be more than 0 and at most {MAX_WINDOW_DAYS:,} (100 years), got {days:g}",
+                                where="--days", fix="give the number of days to look back, e.g. --days 14")
         until_moment = until_moment or now
-        since_moment = until_moment - timedelta(days=days)
+        try:
+            since_moment = until_moment - timedelta(days=days)
+        except OverflowError:
+            raise SeatplanError(f"--days {days:g} before {until_moment} is before the year 1", where="--days",
+                                fix="give fewer days, or --since") from None
     if since_moment is not None and until_moment is not None and since_moment >= until_moment:
         raise SeatplanError(f"the window is empty: {since_moment} is not before {until_moment}", where="--since/--until",
                             fix="put --since before --until")
@@ -58,14 +67,17 @@ def usage_command(
     """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
     from seatplan.fileio import atomic_write_json
     from seatplan.output import console, emit_json
-    from seatplan.usage.report import usage_report
+    from seatplan.usage.report import require_calls, usage_report
     from seatplan.usage.seats import SeatMap, load_seat_map
-    from seatplan.usage.sources import resolve_source
+    from seatplan.usage.sources import require_records, resolve_source
     from seatplan.usage.sweep import default_runaway_rule
 
     window = resolve_window(since, until, days, datetime.now(UTC).replace(tzinfo=None))
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
-    report = usage_report(resolve_source(source), window, seat_map, default_runaway_rule(runaway_tokens))
+    resolved = resolve_source(source)
+    require_records(resolved)
+    report = usage_report(resolved, window, seat_map, default_runaway_rule(runaway_tokens))
+    require_calls(report)
     if output is not None:
         atomic_write_json(output, report.model_dump(mode="json"))
     if as_json:

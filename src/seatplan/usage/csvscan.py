@@ -46,19 +46,56 @@ SAMPLE_BYTES = 1 << 20  # the start of the file, for the rows to expect per byte
 MAX_PARTS = 8
 
 
+# What this binding was written for; _csvscan.c answers the same from seatplan_csvscan_abi/_signature.
+ABI_VERSION = 2
+SIGNATURE = ("abi=2 int seatplan_scan_lines(u8*,i64,i64,i64,i32*,i32,u8**,i32*,i32,i64*,i64*,i64*,i64*,u64*,i64*,i64,"
+             "i64*,i64*,i64*) slots=64 keys=16 statuses=8 missing=INT64_MIN")
+
+
+class StaleLibrary(Exception):
+    """The compiled library on disk is not the one this binding was written for (a stale build)."""
+
+
+def check_identity(library: Any, path: Path) -> None:
+    """Refuse a library that does not say, through its own functions, that it is the one this binding calls."""
+    try:
+        abi, signature = library.seatplan_csvscan_abi, library.seatplan_csvscan_signature
+    except AttributeError:
+        raise StaleLibrary(f"{path} has no seatplan_csvscan_abi (built before the ABI check)") from None
+    abi.restype, abi.argtypes = ctypes.c_int32, []
+    signature.restype, signature.argtypes = ctypes.c_char_p, []
+    found_abi, found_signature = abi(), (signature() or b"").decode("ascii", "replace")
+    if found_abi != ABI_VERSION or found_signature != SIGNATURE:
+        raise StaleLibrary(f"{path} is ABI {found_abi} ({found_signature!r}); this seatplan calls ABI {ABI_VERSION}")
+
+
 @cache
-def _library() -> Any | None:
+def _load() -> tuple[Any | None, str | None]:
+    """(library, None), or (None, why not): not built, not loadable, or stale."""
     here = Path(__file__).parent
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         path = here / f"_csvscan{suffix}"
         if path.exists():
-            library = ctypes.CDLL(str(path))
+            try:
+                library = ctypes.CDLL(str(path))
+                check_identity(library, path)
+            except (OSError, StaleLibrary) as problem:
+                return None, f"refused: {problem}; reinstall seatplan (pip install -e .) to rebuild it"
             pointer, int64, int32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
             library.seatplan_scan_lines.restype = ctypes.c_int
             library.seatplan_scan_lines.argtypes = [pointer, int64, int64, int64, pointer, int32, pointer, pointer, int32,
                                                     *[pointer] * 6, int64, pointer, pointer, pointer]
-            return library
-    return None
+            return library, None
+    return None, "not installed: it needs a C compiler when pip installs seatplan"
+
+
+def _library() -> Any | None:
+    return _load()[0]
+
+
+def unavailable_reason() -> str | None:
+    """Why the compiled reader is not used (None when it is)."""
+    return _load()[1]
 
 
 def available() -> bool:
@@ -114,6 +151,15 @@ class _Part:
     stopped: Stopped | None = None
 
 
+def slots_of(columns: list[str]) -> list[int]:
+    """What _csvscan.c does with each field of a line with these columns (its slot_of_field argument)."""
+    slots = [SLOT_OF_COLUMN.get(name, -1) for name in columns]
+    for offset, name in enumerate(HASHED_COLUMNS):
+        if name in columns:
+            slots[columns.index(name)] = FIRST_HASHED_SLOT + offset
+    return slots
+
+
 class CsvScanner:
     """One mapped CSV file, read in parts by the C scanner; keep it open while its lines are looked up."""
 
@@ -127,11 +173,7 @@ class CsvScanner:
         self.header_end = header_end
         self._view = np.frombuffer(mapped, dtype=np.uint8)
         self.base = self._view.ctypes.data
-        slots = [SLOT_OF_COLUMN.get(name, -1) for name in columns]
-        for offset, name in enumerate(HASHED_COLUMNS):
-            if name in columns:
-                slots[columns.index(name)] = FIRST_HASHED_SLOT + offset
-        self.slots = np.array(slots, dtype=np.int32)
+        self.slots = np.array(slots_of(columns), dtype=np.int32)
         self.field_count = len(columns)
         self._keys = [name.encode() for name in METADATA_KEYS]
         self._key_pointers = (ctypes.c_char_p * len(self._keys))(*self._keys)

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from seatplan.errors import SeatplanError
+from seatplan.secrets import dsn_password, redact_dsn, scrub
 from seatplan.usage.queries import (
     CLIENT_COLUMNS,
     MODEL_COLUMNS,
@@ -303,7 +304,7 @@ class PostgresSource:
             yield
         except psycopg.Error as problem:
             raise SeatplanError(
-                f"PostgreSQL refused the usage query: {str(problem).strip().splitlines()[0]}",
+                scrub(f"PostgreSQL refused the usage query: {str(problem).strip().splitlines()[0]}", dsn_password(self.dsn)),
                 where=self.description,
                 fix="check that the DSN points at LiteLLM's database and the role may SELECT from \"LiteLLM_SpendLogs\"",
             ) from None
@@ -341,8 +342,10 @@ def postgres_source(dsn: str, description: str) -> Iterator[PostgresSource]:
     try:
         connection = psycopg.connect(dsn, connect_timeout=10, application_name="seatplan-usage")
     except psycopg.Error as problem:
+        said = str(problem).strip().splitlines()[-1] if str(problem).strip() else str(problem)
+        # libpq echoes parts of a connection string it cannot parse: never let the password through.
         raise SeatplanError(
-            f"cannot connect to PostgreSQL: {str(problem).strip().splitlines()[-1] if str(problem).strip() else problem}",
+            f"cannot connect to PostgreSQL: {redact_dsn(scrub(said, dsn_password(dsn)))}",
             where=description,
             fix="check host, port, user, password and database in the DSN (the role needs only SELECT)",
         ) from None

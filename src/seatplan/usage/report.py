@@ -4,13 +4,14 @@ percentiles, runaway thresholds and in-flight peaks from the request arrays (``l
 from __future__ import annotations
 
 from seatplan.documents.usage import KvReplay, ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
+from seatplan.errors import SeatplanError
 from seatplan.usage.loads import Peaks, RequestRows, peak_loads, runaway_mask, seat_percentiles
 from seatplan.usage.queries import Window
 from seatplan.usage.replay import BlockRule, default_block_rule, replay_seats
 from seatplan.usage.rows import judge, runaway_rows, summarize
 from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds
 from seatplan.usage.seats import SeatMap
-from seatplan.usage.sources import open_source
+from seatplan.usage.sources import SOURCE_FIX, open_source
 from seatplan.usage.sweep import group_runaways, lowest_runaway_threshold_tokens, runaway_threshold_tokens, summarize_keys
 
 
@@ -130,3 +131,11 @@ def _model_usage(
         runaways=runaways,
         rejected_rows=counts.rejected_rows,
     )
+
+
+def require_calls(report: UsageReport) -> None:
+    """Refuse a report in which every row the window holds was rejected: that is an unreadable file, not a quiet week."""
+    if report.overall.calls == 0 and report.rejected_rows > 0:
+        reasons = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in report.rejected_by_reason.items() if count)
+        raise SeatplanError(f"no call could be read: all {report.rejected_rows} rows were rejected ({reasons})",
+                            where=report.source, fix=SOURCE_FIX)

@@ -8,8 +8,8 @@ row, strings once per distinct value); every figure is then computed the same wa
 
 from __future__ import annotations
 
+import itertools
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
+from seatplan.secrets import dsn_password, redact_dsn
 from seatplan.usage import csvscan
 from seatplan.usage.csvscan import CsvScanner, Stopped
 from seatplan.usage.queries import (
     CLIENT_COLUMNS,
     GROUP_COLUMNS,
     MODEL_COLUMNS,
+    REQUIRED_COLUMNS,
     TIME_COLUMNS,
     SourceFormat,
     SourceShape,
@@ -47,17 +49,22 @@ def is_dsn(text: str) -> bool:
     return text.startswith(("postgresql://", "postgres://"))
 
 
-def redact_dsn(dsn: str) -> str:
-    """The DSN as it may be printed: the password (in the URL or as a parameter) replaced by ***."""
-    hidden = re.sub(r"^(\w+://[^:/@?]*:)[^@]*@", r"\1***@", dsn)
-    return re.sub(r"(password=)[^&\s]*", r"\1***", hidden)
-
-
 def resolve_source(source: str | None) -> str:
+    """The spend-log source: ``--from`` (a file, or a DSN without a password), else the DSN in the environment."""
     if source:
+        if dsn_password(source):
+            raise SeatplanError(
+                "a password in --from would land in shell history and in the process list",
+                where=f"--from {redact_dsn(source)}",
+                fix=f"put the whole DSN in ${DSN_ENVIRONMENT[0]}, or keep the password in $PGPASSWORD or ~/.pgpass "
+                    "(libpq reads both) and pass --from without it",
+            )
         return source
     for name in DSN_ENVIRONMENT:
         if os.environ.get(name):
+            if not is_dsn(os.environ[name]):
+                raise SeatplanError(f"${name} is not a postgresql:// URL: {redact_dsn(os.environ[name])}", where=f"${name}",
+                                    fix="set it to postgresql://USER:PASSWORD@HOST:PORT/DATABASE (LiteLLM's DATABASE_URL)")
             return os.environ[name]
     raise SeatplanError(
         "no spend logs given",
@@ -228,7 +235,7 @@ class DuckDBFileSource:
         if stopped is not None:
             return f"DuckDB, as the compiled CSV reader stopped at the line at byte {stopped.line_offset}: {stopped.reason}"
         if self.source_format == "csv" and not csvscan.available():
-            return "DuckDB (seatplan's compiled CSV reader is not installed: it needs a C compiler when pip installs seatplan)"
+            return f"DuckDB (seatplan's compiled CSV reader is {csvscan.unavailable_reason() or 'not installed'})"
         return "DuckDB"
 
     def unreadable_lines(self) -> int:
@@ -321,6 +328,51 @@ def _file_source(path: Path, request_id_from_tokens: int | None, fast_csv: bool)
     finally:
         connection.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+RECORDS_LOOKED_AT = 1000
+
+
+def require_records(source: str) -> None:
+    """Refuse a file with no spend-log record at all (a header alone, nothing, or JSON of other keys).
+
+    An empty window of a real export is a report with no calls; a file with nothing to read is a mistake
+    (the wrong file, an export that failed), and must not pass for a quiet week. A DSN or a missing file is
+    left to :func:`open_source`.
+    """
+    import csv
+    import json
+
+    path = Path(source)
+    if is_dsn(source) or not path.is_file():
+        return
+    source_format = detect_file_format(path)
+    if source_format == "csv":
+        _csv_header(path)
+    with _open_text(path) as stream:
+        if source_format == "csv":
+            rows = csv.reader(stream)
+            next(rows, None)
+            if not any(any(cell.strip() for cell in row) for row in itertools.islice(rows, 1)):
+                raise SeatplanError("the CSV has a header but no rows", where=str(path), fix=SOURCE_FIX)
+            return
+        keys_seen: set[str] = set()
+        for line in itertools.islice((line for line in stream if line.strip()), RECORDS_LOOKED_AT):
+            if line.lstrip().startswith("["):
+                if line.strip().replace(" ", "") in ("[]", "[]\n"):
+                    break
+                return  # one JSON array: DuckDB reads its elements
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # a broken line is counted as an unreadable row later
+            if isinstance(record, dict):
+                if not missing_required(record.keys()):
+                    return
+                keys_seen.update(record.keys())
+    found = f"records with keys {', '.join(sorted(keys_seen)[:8])}" if keys_seen else "no JSON record"
+    raise SeatplanError(f"no LiteLLM spend-log record in the first {RECORDS_LOOKED_AT} lines ({found})", where=str(path),
+                        fix="expected one JSON object per line with " + ", ".join(REQUIRED_COLUMNS) + "; " + SOURCE_FIX)
 
 
 def _csv_header(path: Path) -> list[str]:

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from seatplan.plan.placement_search import GpuSet, Problem, Solved, root_bound
+from seatplan.plan.placement.bounds import root_bound
+from seatplan.plan.placement.local import fewer_moves
+from seatplan.plan.placement.problem import GpuSet, Problem, Solved
+
+if TYPE_CHECKING:
+    from ortools.sat.python.cp_model import IntVar
 
 WORKERS = 2  # the machines this runs on have two cores
 PASS1_SHARE = 0.75  # of a solve's time, when there is a current layout to prefer (pass 2 gets the rest)
-
-if TYPE_CHECKING:  # imported lazily at run time (OR-Tools is slow to import)
-    from ortools.sat.python.cp_model import IntVar, LinearExprT
 
 
 class _Model:
@@ -40,13 +42,12 @@ class _Model:
             self.seat_gpus.append(gpus)
             for g in gpus:
                 self.x[seat, g] = model.new_bool_var(f"x_{seat}_{g}")
-            placed: IntVar | int = 1
             if optional:
-                placed = self.placed[seat] = model.new_bool_var(f"placed_{seat}")
-            self._one_gpu_set(seat, gpus, placed)
+                self.placed[seat] = model.new_bool_var(f"placed_{seat}")
+            self._one_gpu_set(seat, gpus, self.placed[seat] if optional else 1)
         for group in problem.apart:
             self.forbid_together(group)
-        self.load: dict[int, LinearExprT] = {}
+        self.load = {}
         for g in range(len(problem.gpu_keys)):
             terms = [(problem.footprint_bytes[s] // self.unit, self.x[s, g]) for s in range(len(problem.seat_names)) if (s, g) in self.x]
             load = sum(coef * var for coef, var in terms) if terms else 0
@@ -54,7 +55,7 @@ class _Model:
             if terms:
                 model.add(load <= problem.usable_bytes(g) // self.unit)
 
-    def _one_gpu_set(self, seat: int, gpus: list[int], placed: IntVar | int) -> None:
+    def _one_gpu_set(self, seat: int, gpus: list[int], placed) -> None:
         problem, model = self.problem, self.model
         count = problem.gpu_count[seat]
         if count == 1:
@@ -70,10 +71,10 @@ class _Model:
             else:
                 model.add(sum(on_host) == 0)
 
-    def add_worst(self):
+    def add_worst(self, bound_bytes: int):
         problem, unit = self.problem, self.unit
         low = min((problem.headroom_bytes[g] // unit for g in problem.open_gpus), default=0)
-        high = max(low, root_bound(problem) // unit)
+        high = max(low, bound_bytes // unit)
         worst = self.model.new_int_var(low, high, "worst")
         for g in problem.open_gpus:
             self.model.add(worst <= problem.capacity_bytes[g] // unit - self.load[g])
@@ -81,7 +82,7 @@ class _Model:
 
     def moves(self):
         problem = self.problem
-        terms: list[LinearExprT] = []
+        terms: list[Any] = []  # 1 for a seat that must move, else 1 − stay
         for seat, now in enumerate(problem.current):
             if now is None:
                 continue
@@ -107,7 +108,7 @@ class _Model:
 
     def assignment(self, solver) -> tuple[GpuSet, ...]:
         return tuple(
-            tuple(g for g in self.seat_gpus[s] if solver.BooleanValue(self.x[s, g])) for s in range(len(self.problem.seat_names))
+            tuple(g for g in self.seat_gpus[s] if solver.boolean_value(self.x[s, g])) for s in range(len(self.problem.seat_names))
         )
 
 
@@ -130,49 +131,67 @@ def _solver(time_limit_s: float):
     return solver
 
 
-def solve(problem: Problem, *, time_limit_s: float, start: tuple[GpuSet, ...] | None) -> Solved:
-    """The best layout CP-SAT finds in the time, never worse than ``start`` (a valid layout, also the solver's hint)."""
+def solve(
+    problem: Problem,
+    *,
+    time_limit_s: float,
+    start: tuple[GpuSet, ...] | None,
+    bound_bytes: int | None = None,
+    max_moves: int | None = None,
+) -> Solved:
+    """The best layout CP-SAT finds in the time, never worse than ``start`` (a valid layout, also the solver's hint).
+
+    ``bound_bytes``: an upper bound on the worst-case spare proven elsewhere (the LP relaxation);
+    ``max_moves``: only layouts with at most that many moves count.
+    """
     from ortools.sat.python import cp_model
 
     deadline = time.perf_counter() + time_limit_s  # building a fleet-sized model takes a while too
+    proven_bytes = root_bound(problem) if bound_bytes is None else min(bound_bytes, root_bound(problem))
     built = _Model(problem)
-    worst = built.add_worst()
+    worst = built.add_worst(proven_bytes)
     built.model.maximize(worst)
     if start is not None:
         built.hint(start)
     moves = built.moves()
-    first = _solver((deadline - time.perf_counter()) * (1.0 if isinstance(moves, int) else PASS1_SHARE))
-    status = first.Solve(built.model)
-    if status == cp_model.INFEASIBLE:
-        return Solved(layout=None, optimal=True, bound_bytes=None, proven_infeasible=True)
+    if max_moves is not None:
+        if isinstance(moves, int):
+            if moves > max_moves:
+                return Solved(layout=None, optimal=True, bound_bytes=None, proven_infeasible=True)
+        else:
+            built.model.add(moves <= max_moves)
     found = [start] if start is not None else []
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        found.append(built.assignment(first))
-    bound_bytes = root_bound(problem)
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        # Only then is the solver's bound defined; otherwise the water level is all that is proven.
-        bound_bytes = min(bound_bytes, int(math.floor(first.BestObjectiveBound())) * built.unit)
+    status = cp_model.UNKNOWN
+    if start is None or problem.layout(start).worst_spare_bytes < proven_bytes:
+        first = _solver((deadline - time.perf_counter()) * (1.0 if isinstance(moves, int) else PASS1_SHARE))
+        status = first.solve(built.model)
+        if status == cp_model.INFEASIBLE:
+            return Solved(layout=None, optimal=True, bound_bytes=None, proven_infeasible=True)
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            found.append(built.assignment(first))
+            # Only then is the solver's bound defined; otherwise the bounds given are all that is proven.
+            proven_bytes = min(proven_bytes, math.floor(first.best_objective_bound) * built.unit)
     if not found:
-        return Solved(layout=None, optimal=False, bound_bytes=bound_bytes, proven_infeasible=False)
+        return Solved(layout=None, optimal=False, bound_bytes=proven_bytes, proven_infeasible=False)
     best = min(problem.layout(assignment) for assignment in found)
-    worst_proven = status == cp_model.OPTIMAL or best.worst_spare_bytes >= bound_bytes
+    worst_proven = status == cp_model.OPTIMAL or best.worst_spare_bytes >= proven_bytes
     moves_proven = True
-    if not isinstance(moves, int):
+    if not isinstance(moves, int) and time.perf_counter() < deadline:
         # Pass 2: keep the worst-case spare reached so far, fewest moves, starting from local trades
         # that send seats home (the solver alone rarely gets far on a fleet in the time).
-        from seatplan.plan.placement_local import fewer_moves
-
         now = time.perf_counter()
         best = min(best, problem.layout(fewer_moves(problem, best.assignment, deadline=now + (deadline - now) / 2)))
         built.model.add(worst >= best.worst_spare_bytes // built.unit)
         built.model.minimize(moves)
         built.hint(best.assignment)
         second = _solver(deadline - time.perf_counter())
-        status2 = second.Solve(built.model)
+        status2 = second.solve(built.model)
         moves_proven = status2 == cp_model.OPTIMAL
         if status2 in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             best = min(best, problem.layout(built.assignment(second)))
-    return Solved(layout=best, optimal=worst_proven and moves_proven, bound_bytes=bound_bytes, proven_infeasible=False)
+    elif not isinstance(moves, int):
+        moves_proven = False
+    return Solved(layout=best, optimal=worst_proven and moves_proven, bound_bytes=proven_bytes, proven_infeasible=False)
 
 
 def fewest_dropped(problem: Problem, *, time_limit_s: float) -> tuple[set[int], list[GpuSet], bool]:
@@ -184,14 +203,14 @@ def fewest_dropped(problem: Problem, *, time_limit_s: float) -> tuple[set[int], 
     dropped_count = sum(1 - built.placed[s] for s in seats)
     built.model.minimize(dropped_count)
     first = _solver(time_limit_s / 2)
-    status = first.Solve(built.model)
+    status = first.solve(built.model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         # Dropping every seat always fits; only a time-out gets here.
         return set(seats), [() for _ in seats], False
-    built.model.add(dropped_count <= round(first.ObjectiveValue()))
+    built.model.add(dropped_count <= round(first.objective_value))
     built.model.minimize(sum(problem.demand_bytes(s) // built.unit * (1 - built.placed[s]) for s in seats))
     second = _solver(time_limit_s / 2)
-    chosen = second if second.Solve(built.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first
+    chosen = second if second.solve(built.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE) else first
     assignment = list(built.assignment(chosen))
-    dropped = {s for s in seats if not chosen.BooleanValue(built.placed[s])}
+    dropped = {s for s in seats if not chosen.boolean_value(built.placed[s])}
     return dropped, [() if s in dropped else assignment[s] for s in seats], status == cp_model.OPTIMAL

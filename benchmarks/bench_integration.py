@@ -56,7 +56,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as log_dir:
         for plan in chosen:
             model_dir = tiny_model_dir(plan.model, python)
-            result, seconds = timed(lambda: boot_engine(python, plan.engine_config(model_dir), Path(log_dir)))
+            result, seconds = timed(lambda plan=plan, model_dir=model_dir: boot_engine(python, plan.engine_config(model_dir), Path(log_dir)))
             total_boot_s += seconds
             labels = result.cache_config_labels
             rows.append((f"boot {plan.name}", seconds,

@@ -96,7 +96,7 @@ def main() -> None:
     cli_s, cli_status = time_cli(DEMO, max(1, runs // 2))
     for label, median_s, facts in rows:
         print(f"{label}: median {median_s:.3f} s; " + ", ".join(f"{key}={value}" for key, value in facts.items()))
-    print(f"seatplan plan examples/demo/fleet.yaml --json (fresh process): " + (f"median {cli_s:.3f} s" if cli_s is not None else f"failed: {cli_status}"))
+    print("seatplan plan examples/demo/fleet.yaml --json (fresh process): " + (f"median {cli_s:.3f} s" if cli_s is not None else f"failed: {cli_status}"))
     print()
     print("| case | median wall time | fits | proven optimal | placement time | worst-case spare |")
     print("|---|---|---|---|---|---|")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ from seatplan.jsontext import dumps_strict
 
 def backup_name(path: Path, now: datetime | None = None, tag: str = "seatplan") -> Path:
     """``FILE.bak-YYYYMMDD-HHMMSS-TAG``: sorts by time and says who made it."""
-    stamp = (now or datetime.now(timezone.utc)).strftime("%Y%m%d-%H%M%S")
+    stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
     return path.with_name(f"{path.name}.bak-{stamp}-{tag}")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 MAX_JSON_DEPTH = 64  # seatplan's own documents nest about 6 deep; configs and headers fewer than 10
@@ -49,7 +50,7 @@ def _check_depth(document: Any, max_depth: int) -> None:
     while stack:
         value, depth = stack.pop()
         if isinstance(value, dict):
-            children = value.values()
+            children: Iterable[Any] = value.values()
         elif isinstance(value, list):
             children = value
         else:

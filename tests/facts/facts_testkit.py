@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from conftest import MODEL_FIXTURES
-
 from seatplan.facts.api import load_model_facts
 from seatplan.facts.models import EngineSettings, ModelFacts
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import MODEL_FIXTURES, REPO_ROOT
 from facts_testkit import facts
+
+from conftest import MODEL_FIXTURES, REPO_ROOT
 
 DEMO_MODELS = REPO_ROOT / "examples" / "demo" / "models"
 DEMO_DIRS = sorted(path for path in DEMO_MODELS.iterdir() if path.is_dir())

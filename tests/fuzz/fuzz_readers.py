@@ -17,14 +17,14 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 with atheris.instrument_imports(include=["seatplan"]):
+    import seatplan.documents.fleet_file  # noqa: F401
+    import seatplan.documents.io  # noqa: F401
     import seatplan.facts.api  # noqa: F401
     import seatplan.facts.weights  # noqa: F401
     import seatplan.jsontext  # noqa: F401
     import seatplan.observe.inputs  # noqa: F401
     import seatplan.observe.logparse  # noqa: F401
     import seatplan.observe.sources  # noqa: F401
-    import seatplan.documents.fleet_file  # noqa: F401
-    import seatplan.documents.io  # noqa: F401
     import seatplan.usage.csvscan  # noqa: F401
     import seatplan.usage.report  # noqa: F401
     import seatplan.usage.sources  # noqa: F401

@@ -21,9 +21,9 @@ import shutil
 import sqlite3
 import tempfile
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from seatplan.errors import SeatplanError
 from seatplan.units import MAX_PLAUSIBLE_BYTES

@@ -7,7 +7,7 @@ and a step's placement margin.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -52,8 +52,8 @@ def test_chunked_local_attention_counts_a_partial_block(in_flight: int, max_mode
 
 
 def test_kv_rule_takes_the_ceiling_of_request_times_factor_exactly() -> None:
-    from seatplan.facts.api import load_model_facts
     from seatplan.documents.fleet import Policy, SeatSpec
+    from seatplan.facts.api import load_model_facts
     from seatplan.plan.sizing import choose_kv_bytes
 
     llama = load_model_facts(MODEL_FIXTURES / "meta-llama--Llama-3.1-8B-Instruct")
@@ -103,7 +103,7 @@ def test_creep_plateau_time_is_where_the_ramp_comes_within_tolerance() -> None:
     # Exactly: bin j's level is its 5th reading (the lower median of 10), 30,000 + 12,000 (10j + 4 - 720) / 1,440, which
     # reaches 41,400 first at j = 209; the 7-bin rolling median starting at bin 206 is bin 209's level, and centring the
     # window (+ 7 // 2) puts the plateau at bin 209: 209 x 600 s after the start.
-    assert creep.plateau_at == datetime.fromtimestamp(T0 + 209 * 600, tz=timezone.utc)
+    assert creep.plateau_at == datetime.fromtimestamp(T0 + 209 * 600, tz=UTC)
     assert creep.hours_to_plateau == round(209 * 600 / 3600, 2) == 34.83
 
 
@@ -115,17 +115,17 @@ def test_step_threshold_is_inclusive_and_the_step_exact(delta_mib: float, found:
     if found:
         step = analysis.steps[0]
         assert (step.before_mib, step.after_mib, step.delta_mib) == (60_000.0, 60_000.0 + delta_mib, delta_mib)
-        assert step.at == datetime.fromtimestamp(T0 + 12 * 60 * 60, tz=timezone.utc)
+        assert step.at == datetime.fromtimestamp(T0 + 12 * 60 * 60, tz=UTC)
 
 
 def test_a_step_is_placed_at_the_first_reading_half_a_step_off_the_old_level() -> None:
     # The restart: 150 MiB off (more than half of min_step_mib 256) one minute before the new level.
     levels = [50_000.0] * (12 * 60) + [50_150.0, 50_100.0] + [58_000.0] * (12 * 60)
     step = analyse(series(levels)).steps[0]
-    assert step.at == datetime.fromtimestamp(T0 + 12 * 60 * 60, tz=timezone.utc)
+    assert step.at == datetime.fromtimestamp(T0 + 12 * 60 * 60, tz=UTC)
     levels = [50_000.0] * (12 * 60) + [50_120.0, 50_100.0] + [58_000.0] * (12 * 60)  # 120 MiB: not yet off
     step = analyse(series(levels)).steps[0]
-    assert step.at == datetime.fromtimestamp(T0 + (12 * 60 + 2) * 60, tz=timezone.utc)
+    assert step.at == datetime.fromtimestamp(T0 + (12 * 60 + 2) * 60, tz=UTC)
 
 
 def test_hybrid_block_size_on_gpu_is_a_multiple_of_the_kernel_block() -> None:
@@ -139,9 +139,9 @@ def test_hybrid_block_size_on_gpu_is_a_multiple_of_the_kernel_block() -> None:
 
 
 def test_kv_rule_without_a_step_and_its_explanation_are_exact() -> None:
+    from seatplan.documents.fleet import Policy, SeatSpec
     from seatplan.errors import SeatplanError
     from seatplan.facts.api import load_model_facts
-    from seatplan.documents.fleet import Policy, SeatSpec
     from seatplan.plan.sizing import choose_kv_bytes
 
     llama = load_model_facts(MODEL_FIXTURES / "meta-llama--Llama-3.1-8B-Instruct")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +21,7 @@ import numpy as np
 from observe.series import hub_database
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
-NOW = int(datetime(2026, 12, 1, 0, 3, tzinfo=timezone.utc).timestamp())
+NOW = int(datetime(2026, 12, 1, 0, 3, tzinfo=UTC).timestamp())
 LONGER = [("1m", 9, "10m", 10), ("10m", 2, "20m", 20), ("20m", 6, "120m", 120), ("120m", 4, "480m", 480)]
 RETENTION_S = {"1m": HOUR, "10m": 12 * HOUR, "20m": DAY, "120m": 7 * DAY, "480m": 30 * DAY}
 STORED_PER_MIB = 1 / 1.024
@@ -123,7 +123,7 @@ class Hub:
         connection = hub_database(path, "sys000000000003", system, "10.0.0.3")
         rows = []
         for number, (kind, created, gpus) in enumerate(self.records()):
-            stamp = datetime.fromtimestamp(created, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.000Z")
+            stamp = datetime.fromtimestamp(created, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.000Z")
             rows.append((stamp, f"r{number:014d}", json.dumps({"cpu": 1.0, "g": gpus}), "sys000000000003", kind, stamp))
         connection.executemany("INSERT INTO system_stats VALUES (?, ?, ?, ?, ?, ?)", rows)
         connection.commit()

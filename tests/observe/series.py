@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
-T0 = int(datetime(2026, 11, 20, tzinfo=timezone.utc).timestamp())
+T0 = int(datetime(2026, 11, 20, tzinfo=UTC).timestamp())
 MINUTE = 60
 HOUR = 3600
 DAY = 86400
@@ -67,7 +67,7 @@ def write_nvidia_smi(path: Path, gpus: dict[int, tuple[np.ndarray, np.ndarray]],
     for number, (t, index, used) in enumerate(rows):
         if number == len(rows) // 2:
             lines.append("timestamp, index, memory.used [MiB], memory.total [MiB]")  # the logging loop restarted
-        stamp = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y/%m/%d %H:%M:%S.000")
+        stamp = datetime.fromtimestamp(t, tz=UTC).strftime("%Y/%m/%d %H:%M:%S.000")
         lines.append(f"{stamp}, {index}, {int(round(used))} MiB, {total_mib} MiB")
     path.write_text("\n".join(lines) + "\n")
 
@@ -97,7 +97,7 @@ def write_beszel(path: Path, gpus: dict[int, tuple[np.ndarray, np.ndarray]], tot
             by_time.setdefault(int(t), {})[str(index)] = gpu
     rows = []
     for number, (t, gpus_at) in enumerate(sorted(by_time.items())):
-        created = datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.000Z")
+        created = datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.000Z")
         rows.append((created, f"r{number:014d}", json.dumps({"cpu": 1.0, "mu": 96.3, "g": gpus_at}), "sys000000000001", "10m", created))
     connection.executemany("INSERT INTO system_stats VALUES (?, ?, ?, ?, ?, ?)", rows)
     connection.commit()

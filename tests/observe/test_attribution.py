@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def clock(offset_s: int) -> str:
-    return datetime.fromtimestamp(T0 + offset_s, tz=timezone.utc).strftime("%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(T0 + offset_s, tz=UTC).strftime("%m-%d %H:%M:%S")
 
 
 def three_seat_gpu() -> GpuSeries:

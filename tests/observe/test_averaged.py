@@ -9,7 +9,7 @@ wherever the history resolves it.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -90,7 +90,7 @@ def test_reboot_and_creep_in_averaged_history(tmp_path, kind, boot_h, creep, hou
 
 def test_the_operators_week(tmp_path):
     """Issue 13's GPU 0: rebooted at midnight, crept about 2.7 GB over ~36 h to 60 MiB free, 7-day hub database."""
-    midnight = int(datetime(2026, 11, 28, tzinfo=timezone.utc).timestamp())
+    midnight = int(datetime(2026, 11, 28, tzinfo=UTC).timestamp())
     gpu = Gpu(lives=[Life(8 * DAY, 95_111, creep_mib=0), Life(NOW - midnight, 95_111 - 2_700, creep_mib=2_700, creep_hours=36)],
               total_mib=95_171 + 551)
     hub = Hub([gpu], days=7.5, seed=5)

@@ -6,11 +6,12 @@ step size within 2 % or 50 MiB, plateau within 50 MiB, plateau time within 10 % 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from observe.series import DAY, HOUR, MINUTE, T0, Boot, Scenario, seed_scenarios
 from seatplan.observe.detect import GpuSeries, analyse
@@ -22,7 +23,7 @@ def series_of(scenario: Scenario, index: int = 0) -> GpuSeries:
 
 
 def at(offset_s: float) -> datetime:
-    return datetime.fromtimestamp(T0 + offset_s, tz=timezone.utc)
+    return datetime.fromtimestamp(T0 + offset_s, tz=UTC)
 
 
 def close_in_time(found: datetime, expected_s: float, tolerance_s: float) -> bool:

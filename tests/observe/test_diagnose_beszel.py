@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from observe.beszel_hub import DAY, NOW, Gpu, Hub, Life
 from observe.test_logparse import boot_lines
 
-MIDNIGHT = int(datetime(2026, 11, 28, tzinfo=timezone.utc).timestamp())
+MIDNIGHT = int(datetime(2026, 11, 28, tzinfo=UTC).timestamp())
 TOTAL_MIB = 95_722
 
 
@@ -44,7 +44,7 @@ def scene(tmp_path_factory):
                    total_mib=TOTAL_MIB)
     steady = Gpu(lives=[Life(8 * DAY, 70_000)], total_mib=TOTAL_MIB)
     Hub([creeping, steady], days=7.5, seed=5).write(root / "data.db", system="gpu-node-03")
-    clock = datetime.fromtimestamp(MIDNIGHT + 30, tz=timezone.utc).strftime("%m-%d %H:%M:%S")
+    clock = datetime.fromtimestamp(MIDNIGHT + 30, tz=UTC).strftime("%m-%d %H:%M:%S")
     (root / "gen-small.log").write_text("\n".join(boot_lines(1, 2, "gen-small", clock=clock, kv_gib=30.0)) + "\n")
     return root
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -15,7 +15,7 @@ from seatplan.units import GiB, MiB
 
 
 def clock(offset_s: int) -> str:
-    return datetime.fromtimestamp(T0 + offset_s, tz=timezone.utc).strftime("%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(T0 + offset_s, tz=UTC).strftime("%m-%d %H:%M:%S")
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
@@ -34,7 +34,7 @@ def scene(tmp_path_factory):
     (root / "engines.log").write_text("\n".join(log) + "\n")
     apps = ["timestamp, gpu_uuid, pid, process_name, used_gpu_memory [MiB]"]
     for minute, used in enumerate([30_500, 31_200, 31_900, 32_000, 32_010, 31_990]):
-        stamp = datetime.fromtimestamp(T0 + 5 * DAY + minute * MINUTE, tz=timezone.utc).strftime("%Y/%m/%d %H:%M:%S.000")
+        stamp = datetime.fromtimestamp(T0 + 5 * DAY + minute * MINUTE, tz=UTC).strftime("%Y/%m/%d %H:%M:%S.000")
         apps.append(f"{stamp}, GPU-1, 42, VLLM::EngineCore, {used} MiB")
     (root / "apps.csv").write_text("\n".join(apps) + "\n")
     plan = {

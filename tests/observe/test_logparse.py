@@ -263,7 +263,7 @@ def test_thirteen_unrelated_excerpts_are_thirteen_engines_and_no_race():
 
     lines = (FIXTURES / "vllm-startup-logs.txt").read_text().splitlines()
     boots = [boot for boot in parse_log(lines, source="vllm-startup-logs.txt", year=2025).boots
-             if not boot.source.split(":")[1].split("-")[0] in {str(n) for n, line in enumerate(lines, 1) if line.startswith("#|")}]
+             if boot.source.split(":")[1].split("-")[0] not in {str(n) for n, line in enumerate(lines, 1) if line.startswith("#|")}]
     first_lines = {name: next(n for n, line in enumerate(lines, 1) if line.startswith(f"### {name}")) for name in EXPECTED}
     owners = sorted({max((n for n in first_lines.values() if n < int(boot.source.split(":")[1].split("-")[0])), default=0) for boot in boots})
     assert len(owners) == len(EXPECTED) - 0  # every excerpt has its own boot(s) ...

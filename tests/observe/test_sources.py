@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -13,12 +13,17 @@ from observe.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios, write_bes
 from seatplan.errors import SeatplanError
 from seatplan.observe.detect import analyse
 from seatplan.observe.sources import (
-    parse_exposition, read_beszel, read_nvidia_smi, read_prometheus_text, series_from_query_range, vllm_stats,
+    parse_exposition,
+    read_beszel,
+    read_nvidia_smi,
+    read_prometheus_text,
+    series_from_query_range,
+    vllm_stats,
 )
 
 
 def utc(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
 # ------------------------------------------------------------------ the faithful samples

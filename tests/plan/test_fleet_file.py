@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from plan_testkit import GiB, LLAMA_8B, one_host, write_fleet
+from plan_testkit import LLAMA_8B, GiB, one_host, write_fleet
 
-from seatplan.errors import SeatplanError
 from seatplan.documents.fleet_file import load_fleet, parse_fleet
+from seatplan.errors import SeatplanError
 
 
 def _error(tmp_path, text: str) -> SeatplanError:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from plan_testkit import GiB, LLAMA_8B, MiB, MODELS
+from plan_testkit import LLAMA_8B, MODELS, GiB, MiB
 
+from seatplan.documents.observed import ObservedSeat
 from seatplan.facts.api import load_model_facts
 from seatplan.facts.models import EngineSettings
 from seatplan.plan import footprint as fp
-from seatplan.documents.observed import ObservedSeat
 
 LARGE = fp.EngineLimits(1024, 8192, "test")
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from plan_testkit import GiB, LLAMA_8B, MiB, one_host, run_cli, write_fleet
+from plan_testkit import LLAMA_8B, GiB, MiB, one_host, run_cli, write_fleet
 
 from seatplan.documents.plan import Plan
 
@@ -131,7 +131,8 @@ def test_demo_with_the_usage_stage_output_flags_the_runaways(capsys, monkeypatch
 
 def test_observed_file_from_the_observe_stage_replaces_estimates(capsys, monkeypatch, tmp_path):
     observed = tmp_path / "observed.json"
-    observed.write_text(json.dumps({"kind": "seatplan.observed", "version": 1, "generated_at": "2026-11-30T10:00:00Z", "seats": {"qwen3-8b": {"footprint_bytes": 25 * GiB, "source": "beszel", "samples": 2016}}, "gpus": []}))
+    observed.write_text(json.dumps({"kind": "seatplan.observed", "version": 1, "generated_at": "2026-11-30T10:00:00Z",
+        "seats": {"qwen3-8b": {"footprint_bytes": 25 * GiB, "source": "beszel", "samples": 2016}}, "gpus": []}))
     result = run_cli(capsys, monkeypatch, "plan", str(DEMO), "--observed", str(observed), "--json")
     assert result.exit_code == 0, result.stderr
     seat = next(seat for seat in json.loads(result.stdout)["seats"] if seat["name"] == "qwen3-8b")

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from plan_testkit import GiB, LLAMA_8B, PHI_35, MiB, one_host, write_fleet
+from plan_testkit import LLAMA_8B, PHI_35, GiB, MiB, one_host, write_fleet
 
-from seatplan.fileio import atomic_write_text
+from documents_kit import model_usage, runaway, usage_report
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.documents.plan import Plan
-from documents_kit import model_usage, runaway, usage_report
+from seatplan.fileio import atomic_write_text
 from seatplan.plan.planner import build_plan
 
 CONTEXT_BYTES = round(0.76 * GiB)  # the v0.19 profile's single-GPU CUDA context

@@ -3,7 +3,6 @@ definitions on the walkthrough's week and on hand-made cases."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timedelta
 
 import numpy as np

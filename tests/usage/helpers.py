@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.documents.usage import UsageReport
-from seatplan.usage.queries import Window
 from seatplan.usage import report
+from seatplan.usage.queries import Window
 from seatplan.usage.seats import SeatMap, load_seat_map
 from seatplan.usage.sweep import default_runaway_rule
 

@@ -10,8 +10,8 @@ from seatplan.errors import SeatplanError
 from seatplan.usage.queries import Window
 from seatplan.usage.sources import open_source
 
-from .pg_cluster import SPENDLOGS_SQL
 from .helpers import figures, usage_report
+from .pg_cluster import SPENDLOGS_SQL
 from .scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, UNTIL, export_csv, export_jsonl, insert_calls
 
 pytestmark = pytest.mark.postgres
@@ -195,6 +195,7 @@ def test_helper_connection_reads_the_same_snapshot(new_spend_database, monkeypat
     import psycopg
 
     import seatplan.usage.postgres as postgres
+
     from .scenario import Call
 
     dsn = _busy_table(new_spend_database)

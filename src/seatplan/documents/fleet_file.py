@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
-from seatplan.errors import SeatplanError
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
+from seatplan.errors import SeatplanError
 
 PathKey = tuple[str | int, ...]
 
@@ -224,7 +225,7 @@ def _problems_from_validation(error: ValidationError, data: Any) -> list[FleetPr
     return problems
 
 
-def _word_problem(detail: dict[str, Any], path: PathKey) -> FleetProblem:
+def _word_problem(detail: ErrorDetails, path: PathKey) -> FleetProblem:
     kind = detail["type"]
     if kind == "extra_forbidden" and path:
         parent = _model_at(path[:-1])
@@ -359,7 +360,9 @@ def _check_seat_parallelism(path: PathKey, seat: SeatSpec, largest_host: int) ->
     if tp & (tp - 1):
         return [FleetProblem(path + ("tensor_parallel_size",), f"tensor_parallel_size {tp} is not a power of two", "use 1, 2, 4 or 8")]
     if tp > largest_host:
-        return [FleetProblem(path + ("tensor_parallel_size",), f"tensor_parallel_size {tp} is more than the {largest_host} GPUs of the largest host", f"use at most {largest_host}")]
+        return [FleetProblem(path + ("tensor_parallel_size",),
+            f"tensor_parallel_size {tp} is more than the {largest_host} GPUs of the largest host",
+            f"use at most {largest_host}")]
     return []
 
 

@@ -13,10 +13,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from seatplan.errors import SeatplanError
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.documents.plan import Plan
 from seatplan.documents.usage import UsageReport
+from seatplan.errors import SeatplanError
 from seatplan.jsontext import JsonTooDeep, loads_bounded
 
 Document = TypeVar("Document", bound=BaseModel)
@@ -32,7 +32,8 @@ def check_kind(data: object, kind: str, what: str, where: str, fix: str) -> None
     if found != kind:
         said = f"a {found} document" if isinstance(found, str) and found else "a document without a seatplan kind"
         raise SeatplanError(f"this is {said}, not a {what} (kind {kind})", where=where, fix=fix)
-    version = data.get("version")  # type: ignore[union-attr]
+    assert isinstance(data, dict)  # found == kind, and only a dict has a kind
+    version = data.get("version")
     newest = KIND_VERSIONS[kind]
     if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= newest:
         raise SeatplanError(f"{kind} version {version!r} is not one this seatplan reads (1 to {newest})", where=where,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seatplan.errors import SeatplanError
+
 # transformers fills these in when a config omits them; vLLM sees the filled-in values.
 TEXT_CONFIG_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {

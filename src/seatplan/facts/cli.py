@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from seatplan.versions import DEFAULT_VLLM_VERSION
@@ -18,26 +16,26 @@ def model_command(
     tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", help="Tensor-parallel size (GPUs per engine)."),
     dtype: str = typer.Option("auto", "--dtype", help="Model dtype: auto, bfloat16, float16, float32."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (model dtype) or fp8."),
-    kv_cache_memory_bytes: Optional[str] = typer.Option(
+    kv_cache_memory_bytes: str | None = typer.Option(
         None, "--kv-cache-memory-bytes", help="KV budget per GPU as vLLM means it: 22GiB, 5.5G (2**30), 20g (10**9), bytes."
     ),
-    max_model_len: Optional[str] = typer.Option(None, "--max-model-len", help="Context length: 32768, 32K (=32,768), 32k (=32,000)."),
+    max_model_len: str | None = typer.Option(None, "--max-model-len", help="Context length: 32768, 32K (=32,768), 32k (=32,000)."),
     device: str = typer.Option("cuda", "--device", help="cuda (plan for GPUs) or cpu (check against the real CPU engine)."),
-    block_size: Optional[int] = typer.Option(None, "--block-size", help="Override vLLM's block size."),
+    block_size: int | None = typer.Option(None, "--block-size", help="Override vLLM's block size."),
     vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version", help="vLLM release whose formulas to use (0.8 ... 0.32)."),
     no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="As vLLM's --no-enable-prefix-caching."),
     disable_hybrid_kv_cache_manager: bool = typer.Option(
         False, "--disable-hybrid-kv-cache-manager", help="As vLLM's flag: sliding-window layers then keep full KV."
     ),
-    max_num_batched_tokens: Optional[int] = typer.Option(
+    max_num_batched_tokens: int | None = typer.Option(
         None, "--max-num-batched-tokens", help="Sizes the sliding-window term. Default: 8192 cuda (>= 70 GiB GPUs), 2048 cpu."
     ),
-    async_scheduling: Optional[bool] = typer.Option(None, "--async-scheduling/--no-async-scheduling",
+    async_scheduling: bool | None = typer.Option(None, "--async-scheduling/--no-async-scheduling",
                                                     help="Default: on for cuda, off for cpu."),
     enable_yarn: bool = typer.Option(False, "--enable-yarn", help="Assume YaRN rope scaling is switched on."),
-    attention_backend: Optional[str] = typer.Option(None, "--attention-backend",
+    attention_backend: str | None = typer.Option(None, "--attention-backend",
                                                     help="As vLLM's flag; fixes MLA block sizes (FLASHMLA 64, CPU_MLA 16, ...)."),
-    cpu_amx: Optional[bool] = typer.Option(None, "--cpu-amx/--no-cpu-amx",
+    cpu_amx: bool | None = typer.Option(None, "--cpu-amx/--no-cpu-amx",
                                            help="cpu only: AMX CPU (MLA block 128) or not (16); default: this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
 ) -> None:

@@ -7,7 +7,7 @@ Each spec knows the bytes of one page (one block of one layer) and how many bloc
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,10 +33,10 @@ class _Spec(BaseModel, ABC):
     def page_size_bytes(self) -> int:
         return self.page_size_padded or self.raw_page_bytes
 
-    def with_block_size(self, block_size: int) -> "_Spec":
+    def with_block_size(self, block_size: int) -> Self:
         return self.model_copy(update={"block_size": block_size})
 
-    def with_padded_page(self, page_bytes: int) -> "_Spec":
+    def with_padded_page(self, page_bytes: int) -> Self:
         return self.model_copy(update={"page_size_padded": page_bytes})
 
 
@@ -133,7 +133,7 @@ class MambaSpec(_Spec):
 
 
 KvSpec = Annotated[
-    Union[FullAttentionSpec, SlidingWindowSpec, ChunkedLocalAttentionSpec, MLAAttentionSpec, MambaSpec],
+    FullAttentionSpec | SlidingWindowSpec | ChunkedLocalAttentionSpec | MLAAttentionSpec | MambaSpec,
     Field(discriminator="kind"),
 ]
 

@@ -370,7 +370,7 @@ def _quantized_bytes_per_param(quant: dict[str, Any] | None, model_dtype_bytes: 
     if method in ("fp8", "modelopt", "compressed-tensors", "fbgemm_fp8"):
         block = quant.get("weight_block_size")
         valid_block = isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)
-        scale = 4 / (block[0] * block[1]) if valid_block else 0.0  # fp32 scale per block
+        scale = 4 / (block[0] * block[1]) if valid_block and block is not None else 0.0  # fp32 scale per block
         return 1 + scale, False
     return model_dtype_bytes, False
 

@@ -30,8 +30,9 @@ is resolved (with the boot line from the log; without it at 120m and finer).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -103,11 +104,11 @@ class Analysis:
 
 
 def when_utc(seconds: float) -> datetime:
-    return datetime.fromtimestamp(float(seconds), tz=timezone.utc)
+    return datetime.fromtimestamp(float(seconds), tz=UTC)
 
 
-def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: list[float] = (),
-                 boots_here_s: list[float] = ()) -> list[Reboot]:
+def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequence[float] = (),
+                 boots_here_s: Sequence[float] = ()) -> list[Reboot]:
     """Reboot spans: falls, dips and near-zero records (see the module docstring); neighbouring hits are one reboot.
 
     ``boot_times_s`` pin a found reboot's time; ``boots_here_s`` (boots of seats known to run on this GPU) are
@@ -162,7 +163,7 @@ def _ramp_integral(t: np.ndarray, start: np.ndarray, ramp: np.ndarray) -> np.nda
     return inside * inside / (2 * ramp) + np.maximum(x - ramp, 0.0)
 
 
-def _overlap(a: np.ndarray, b: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _overlap(a: np.ndarray, b: np.ndarray, lo: np.ndarray | float, hi: np.ndarray | float) -> np.ndarray:
     return np.clip(np.minimum(b, hi) - np.maximum(a, lo), 0.0, None)
 
 
@@ -235,7 +236,7 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
 
 
 def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_mib: float = 256.0,
-                    boot_times_s: list[float] = (), boots_here_s: list[float] = ()) -> Analysis:
+                    boot_times_s: Sequence[float] = (), boots_here_s: Sequence[float] = ()) -> Analysis:
     valid = ~np.isnan(records.used_mib)
     records = records.part(valid)
     order = np.argsort(records.end_s, kind="stable")

@@ -15,10 +15,17 @@ from datetime import datetime, timedelta
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries
 from seatplan.documents.observed import (
-    Boot, Finding, GpuCorrection, GpuReport, GpuVerdict, ObservedSeat, PlanCheck, ProcessSample,
+    Boot,
+    Finding,
+    GpuCorrection,
+    GpuReport,
+    GpuVerdict,
+    ObservedSeat,
+    PlanCheck,
+    ProcessSample,
 )
+from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries
 from seatplan.units import MiB
 
 # A restart's step must start this close to a boot the seat's log shows (log clocks are minutes apart at most).
@@ -64,8 +71,8 @@ class PlanSeat(_Loose):
             elif isinstance(ref, str) and ref.rsplit(":", 1)[-1].isdigit():
                 host, _, index = ref.rpartition(":")
                 out.append((host or None, int(index)))
-            elif isinstance(ref, dict) and isinstance(ref.get("index", ref.get("gpu")), int):
-                out.append((ref.get("host"), int(ref.get("index", ref.get("gpu")))))
+            elif isinstance(ref, dict) and isinstance(index_value := ref.get("index", ref.get("gpu")), int):
+                out.append((ref.get("host"), int(index_value)))
             else:
                 raise ValueError(f"cannot read GPU {ref!r}: write an index, 'host:index' or {{host, index}}")
         return out
@@ -109,6 +116,7 @@ def verdicts(plan: PlanView, reports: list[GpuReport]) -> list[GpuVerdict]:
                                          "name the host's monitor names in the fleet (hosts[].monitor_names) or pass --host-name MONITOR=HOST"))
             continue
         check = matched[0].plan
+        assert check is not None  # matched keeps only reports with a plan check
         # Pass: the plateau left the spare the plan promised (within the footprint tolerance).
         short_mib = check.planned_spare_mib - check.observed_spare_mib
         held = short_mib <= FOOTPRINT_TOLERANCE_MIB
@@ -209,7 +217,8 @@ def gpu_corrections(reports: list[GpuReport], plan: PlanView, observed: dict[str
         seats = plan.seats_on(report.host, report.index)
         if plan_gpu is None or not seats or any(seat.footprint_bytes is None and seat.name not in observed for seat in seats):
             continue
-        accounted = sum(observed[seat.name].footprint_bytes if seat.name in observed else seat.footprint_bytes for seat in seats)
+        # `or 0` never applies: the guard above skipped seats with neither an observed nor a planned footprint
+        accounted = sum(observed[seat.name].footprint_bytes if seat.name in observed else seat.footprint_bytes or 0 for seat in seats)
         extra = int(round(report.plateau_used_mib * MiB)) - (plan_gpu.reserved_bytes or 0) - accounted
         if abs(extra) / MiB <= FOOTPRINT_TOLERANCE_MIB:
             continue
@@ -233,7 +242,7 @@ def gpu_report(series: GpuSeries, analysis: Analysis) -> GpuReport:
         plateau_used_mib=last.plateau_used_mib,
         plateau_free_mib=round(plateau_free, 1) if plateau_free is not None else None,
         free_after_boot_mib=round(free_after_boot, 1) if free_after_boot is not None else None,
-        free_drop_after_boot_mib=round(free_after_boot - plateau_free, 1) if plateau_free is not None else None,
+        free_drop_after_boot_mib=round(free_after_boot - plateau_free, 1) if plateau_free is not None and free_after_boot is not None else None,
     )
 
 

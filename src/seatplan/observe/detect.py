@@ -28,6 +28,7 @@ plateau level within 50 MiB, plateau time within 10 % of the creep's duration.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,8 +90,8 @@ def rolling_median(values: np.ndarray, width: int) -> np.ndarray:
     return np.r_[head, tail]
 
 
-def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot_times_s: list[float] = (),
-            boots_here_s: list[float] = ()) -> Analysis:
+def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot_times_s: Sequence[float] = (),
+            boots_here_s: Sequence[float] = ()) -> Analysis:
     """Steps, segments and creep; averaged history (Beszel) goes to observe/averaged.py, readings are binned here.
 
     Boot times (from the engines' logs) matter to averages only: ``boot_times_s`` pin a reboot the records show,
@@ -120,7 +121,8 @@ def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot
                     steps=steps, segments=segments)
 
 
-def _averaged(series: GpuSeries, settings: DetectSettings, boot_times_s: list[float], boots_here_s: list[float]) -> Analysis:
+def _averaged(series: GpuSeries, settings: DetectSettings, boot_times_s: Sequence[float], boots_here_s: Sequence[float]) -> Analysis:
+    assert series.window_s is not None  # analyse() sends only averaged (windowed) series here
     records = Records(end_s=series.times_s, window_s=series.window_s, used_mib=series.used_mib,
                       record_types=series.record_types if series.record_types is not None else np.full(len(series.times_s), "?"))
     result = analyse_records(records, min_step_mib=settings.min_step_mib, min_creep_mib=settings.min_creep_mib,

@@ -3,15 +3,27 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
 from seatplan.documents.observed import (
-    Boot, DiagnoseReport, EngineStats, ObservedFootprints, ProcessSample, SeatReport, StatsSummary,
+    Boot,
+    DiagnoseReport,
+    EngineStats,
+    ObservedFootprints,
+    ProcessSample,
+    SeatReport,
+    StatsSummary,
 )
 from seatplan.observe.calibrate import (
-    PlanView, check_plan, footprints_from_processes, footprints_from_steps, gpu_corrections, gpu_report, verdicts,
+    PlanView,
+    check_plan,
+    footprints_from_processes,
+    footprints_from_steps,
+    gpu_corrections,
+    gpu_report,
+    verdicts,
 )
 from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries, analyse
 from seatplan.observe.findings import seat_findings
@@ -114,7 +126,7 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
         report.seats.append(seat)
     report.findings = [f for f in report.findings if f.seat is None] + [f for seat in report.seats for f in seat.findings]
     footprints = ObservedFootprints(
-        generated_at=datetime.now(timezone.utc),
+        generated_at=datetime.now(UTC),
         seats=observed,
         gpus=[{"host": gpu.host, "index": gpu.index, "plateau_used_mib": gpu.plateau_used_mib,
                "plateau_free_mib": gpu.plateau_free_mib, "total_mib": gpu.total_mib} for gpu in gpus],

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
 from seatplan import versions as vllm_versions
@@ -38,7 +39,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 
 def seat_findings(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None = None,
-                  rule_pin: tuple[int, str] | None = None, neighbours: list[Boot] = (),
+                  rule_pin: tuple[int, str] | None = None, neighbours: Sequence[Boot] = (),
                   neighbours_basis: str = "") -> list[Finding]:
     findings: list[Finding] = []
     if race := co_boot_race(seat, boots, planned_kv_bytes=planned_kv_bytes, rule_pin=rule_pin, neighbours=neighbours,
@@ -67,7 +68,7 @@ def overlapping(mine: Boot, other: Boot) -> bool:
 
 
 def co_boot_race(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None = None,
-                 rule_pin: tuple[int, str] | None = None, neighbours: list[Boot] = (),
+                 rule_pin: tuple[int, str] | None = None, neighbours: Sequence[Boot] = (),
                  neighbours_basis: str = "") -> Finding | None:
     """A race needs evidence: this seat's util-sized boot overlapping a boot of another engine on its GPU.
 
@@ -77,16 +78,16 @@ def co_boot_race(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None =
     sized = [boot for boot in boots if boot.sized_by == "utilization" and boot.available_kv_bytes is not None
              and not boot.fragment]
     races = [(mine, other) for mine in sized for other in neighbours if other.seat != seat and overlapping(mine, other)]
-    kv = [boot.available_kv_bytes for boot in sized]
+    kv = [boot.available_kv_bytes for boot in sized if boot.available_kv_bytes is not None]  # all of them: sized filtered
     non_torch = [boot.non_torch_bytes for boot in sized if boot.non_torch_bytes is not None]
     kv_spread = max(kv) - min(kv) if kv else 0
     non_torch_spread = max(non_torch) - min(non_torch) if len(non_torch) >= 2 else 0
     moved_between_boots = len(sized) >= 2 and (kv_spread >= RACE_SPREAD_BYTES or non_torch_spread >= RACE_SPREAD_BYTES)
     if not races and not moved_between_boots:
         return None
-    evidence = [f"{boot.source}: KV {format_gib(boot.available_kv_bytes)} GiB"
+    evidence = [f"{boot.source}: KV {format_gib(kv_bytes)} GiB"
                 + (f", non-torch {format_gib(boot.non_torch_bytes)} GiB" if boot.non_torch_bytes is not None else "")
-                for boot in sized]
+                for boot, kv_bytes in zip(sized, kv)]
     evidence += [f"{mine.source} booted while {other.seat} booted ({other.source}, {other.engine}){neighbours_basis}"
                  for mine, other in races]
     if planned_kv_bytes is not None:

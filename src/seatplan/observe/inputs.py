@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from seatplan.documents.fleet import Policy, SeatSpec
@@ -18,8 +18,15 @@ from seatplan.observe.calibrate import PlanGpu, PlanSeat, PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
 from seatplan.observe.sources import (
-    Rejections, number_of_lines, read_beszel, read_exposition_file, read_nvidia_smi, read_prometheus, read_prometheus_text,
-    read_vllm_metrics_url, vllm_stats,
+    Rejections,
+    number_of_lines,
+    read_beszel,
+    read_exposition_file,
+    read_nvidia_smi,
+    read_prometheus,
+    read_prometheus_text,
+    read_vllm_metrics_url,
+    vllm_stats,
 )
 from seatplan.units import human_bytes
 
@@ -59,7 +66,7 @@ def read_vllm_logs(specs: list[str], *, year: int | None, utc_offset_s: int = 0)
         except OSError as problem:
             raise SeatplanError(f"cannot read the vLLM log ({problem.strerror})", where=str(path),
                                 fix="pass a log file (docker logs NAME > file; journalctl -u UNIT > file)") from None
-        file_year = year or datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc).year
+        file_year = year or datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).year
         parsed = parse_log(text.splitlines(), source=str(path), year=file_year, utc_offset_s=utc_offset_s, seat=seat or None)
         if not parsed.boots and not parsed.stats:
             raise SeatplanError(f"no vLLM startup or stats line in {number_of_lines(text)} lines", where=str(path),
@@ -79,10 +86,10 @@ def host_names(specs: list[str], fleet: Path | None) -> dict[str, str]:
         for host in load_fleet(fleet).fleet.hosts:
             names.update({monitor: host.name for monitor in host.monitor_names})
     for spec in specs:
-        monitor, sep, host = spec.partition("=")
-        if not sep or not monitor.strip() or not host.strip():
+        monitor, sep, host_name = spec.partition("=")
+        if not sep or not monitor.strip() or not host_name.strip():
             raise SeatplanError(f"cannot read {spec!r}", where="--host-name", fix="write MONITOR=HOST, e.g. --host-name gpu-node-01=gpu-box")
-        names[monitor.strip()] = host.strip()
+        names[monitor.strip()] = host_name.strip()
     return names
 
 
@@ -140,9 +147,9 @@ def _fleet_view(path: Path) -> PlanView:
     seats = []
     for seat in fleet.seats:
         refs = gpu_refs(fleet.current_layout.get(seat.name, seat.pin))
-        gpus = [key for key in (resolve_gpu_ref(fleet, ref) for ref in refs) if key is not None]
+        seat_gpus = [key for key in (resolve_gpu_ref(fleet, ref) for ref in refs) if key is not None]
         seats.append(PlanSeat(name=seat.name, served_model_name=seat.served_model_name or seat.name,
-                              gpus=[{"host": host, "index": index} for host, index in gpus]))
+                              gpus=[{"host": host, "index": index} for host, index in seat_gpus]))
     gpus = [PlanGpu(host=host.name, index=gpu.index) for host in fleet.hosts for gpu in host.gpus]
     return PlanView(gpus=gpus, seats=seats)
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 
 from seatplan.documents.observed import Boot, BootError, EngineStats
 from seatplan.units import GiB
@@ -62,18 +62,27 @@ PATTERNS: dict[str, re.Pattern[str]] = {
         "cg_estimate": rf"Estimated CUDA graph memory: (?P<gib>{_F}) GiB total",
         "cg_pool": rf"CUDA graph pool memory: (?P<actual>{_F}) GiB \(actual\), (?P<est>{_F}) GiB \(estimated\)",
         "cg_util_equiv": r"--gpu-memory-utilization=(?P<cur>[\d.]+) is equivalent to --gpu-memory-utilization=(?P<equiv>[\d.]+)",
-        "sizing_hint": r"Free memory on device \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\. Desired GPU memory utilization is \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)\.(?P<rest>.*)",
+        "sizing_hint": (r"Free memory on device \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup\."
+            r" Desired GPU memory utilization is \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)\.(?P<rest>.*)"),
         "kv_suggestion": r"Replace gpu_memory_utilization config with `--kv-cache-memory=(?P<req>-?\d+)`.*?`--kv-cache-memory=(?P<full>-?\d+)`",
-        "profile_summary": rf"Total non KV cache memory: (?P<nonkv>{_F}) ?GiB; torch peak memory increase: (?P<peak>{_F}) ?GiB; (?P<kind>non-torch forward increase memory|total consumed \(from mem_get_info\)): (?P<other>{_F}) ?GiB; weights memory: (?P<weights>{_F}) ?GiB",
-        "v0_profile": rf"model weights take (?P<weights>{_F}) ?GiB; non_torch_memory takes (?P<nontorch>{_F}) ?GiB; PyTorch activation peak memory takes (?P<peak>{_F}) ?GiB; the rest of the memory reserved for KV Cache is (?P<kv>{_F}) ?GiB",
-        "v0_profile_results": rf"Memory profiling results: total_gpu_memory=(?P<total>[\d.]+)GiB .*?non_torch_memory=(?P<nontorch>{_F})GiB kv_cache_size=(?P<kv>{_F})GiB gpu_memory_utilization=(?P<util>[\d.]+)",
+        "profile_summary": (rf"Total non KV cache memory: (?P<nonkv>{_F}) ?GiB; torch peak memory increase: (?P<peak>{_F}) ?GiB;"
+            rf" (?P<kind>non-torch forward increase memory|total consumed \(from mem_get_info\)): (?P<other>{_F}) ?GiB;"
+            rf" weights memory: (?P<weights>{_F}) ?GiB"),
+        "v0_profile": (rf"model weights take (?P<weights>{_F}) ?GiB; non_torch_memory takes (?P<nontorch>{_F}) ?GiB;"
+            rf" PyTorch activation peak memory takes (?P<peak>{_F}) ?GiB; the rest of the memory reserved for KV Cache is (?P<kv>{_F}) ?GiB"),
+        "v0_profile_results": (rf"Memory profiling results: total_gpu_memory=(?P<total>[\d.]+)GiB .*?non_torch_memory=(?P<nontorch>{_F})GiB"
+            rf" kv_cache_size=(?P<kv>{_F})GiB gpu_memory_utilization=(?P<util>[\d.]+)"),
         "auto_fit": r"Auto-fit max_model_len: reduced from (?P<old>\d+) to (?P<new>\d+)",
         "init_engine": r"init engine \(profile, create kv cache, warmup model\) took (?P<secs>[\d.]+) s",
-        "err_not_enough_kv": r"To serve at least one request with the models?'s max seq len \((?P<mml>\d+)\), \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory \((?P<avail>-?[\d.]+) GiB\)\.(?: Based on the available memory, the estimated maximum model length is (?P<est>\d+)\.)?",
+        "err_not_enough_kv": (r"To serve at least one request with the models?'s max seq len \((?P<mml>\d+)\), \((?P<need>[\d.]+) GiB KV cache is needed"
+            r", which is larger than the available KV cache memory \((?P<avail>-?[\d.]+) GiB\)\."
+            r"(?: Based on the available memory, the estimated maximum model length is (?P<est>\d+)\.)?"),
         "err_no_kv_memory": r"No available memory for the cache blocks",
         "err_v0_not_enough_kv": r"The model's max seq len \((?P<mml>\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((?P<tokens>\d+)\)",
-        "err_max_model_len": r"User-specified max_model_len \((?P<user>\d+)\) is greater than the derived max_model_len \((?P<key>\w+)=(?P<derived>[\d.]+) or model_max_length=(?P<model_max_length>\w+)",
-        "err_free_memory": r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on startup is less than desired GPU memory utilization \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)",
+        "err_max_model_len": (r"User-specified max_model_len \((?P<user>\d+)\) is greater than the derived max_model_len \((?P<key>\w+)=(?P<derived>[\d.]+)"
+            r" or model_max_length=(?P<model_max_length>\w+)"),
+        "err_free_memory": (r"Free memory on device (?:\S+ )?\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\)"
+            r" on startup is less than desired GPU memory utilization \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)"),
         "err_profiling_assert": r"Error in memory profiling\. Initial free memory (?P<init>[\d.]+) GiB, current free memory (?P<cur>[\d.]+) GiB",
         "err_engine_failed": r"EngineCore failed to start|Engine core initialization failed",
         "stats": r"Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput: [\d.]+ tokens/s, Running: (?P<running>\d+) reqs",
@@ -127,9 +136,10 @@ class LocalClock:
     utc_offset_s: int = 0  # the host's offset from UTC (+3600 for UTC+01:00)
 
     def at(self, month: int, day: int, hms: str) -> datetime | None:
-        year = self.year if self.year is not None else datetime.now(timezone.utc).year
+        year = self.year if self.year is not None else datetime.now(UTC).year
         try:
-            local = datetime(year, month, day, *map(int, hms.split(":")), tzinfo=timezone.utc)
+            hour, minute, second = map(int, hms.split(":"))  # HH:MM:SS, as the line patterns match it
+            local = datetime(year, month, day, hour, minute, second, tzinfo=UTC)
         except ValueError:
             return None
         return local - timedelta(seconds=self.utc_offset_s)
@@ -174,7 +184,7 @@ def _parse_iso(text: str) -> datetime | None:
         parsed = datetime.fromisoformat(cleaned)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def read_lines(lines: Iterable[str], *, clock: LocalClock = LocalClock()) -> Iterator[LogLine]:
@@ -216,7 +226,7 @@ def _journal_fields(record: dict) -> dict:
     stamp = record.get("__REALTIME_TIMESTAMP")
     at = None
     if stamp and str(stamp).isdigit():
-        at = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=int(stamp))
+        at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(stamp))
     pid = record.get("_PID")
     return {
         "stream": str(record.get("SYSLOG_IDENTIFIER") or record.get("_SYSTEMD_UNIT") or ""),
@@ -333,10 +343,8 @@ CLOCK_SLACK_S = 60
 
 
 def _same_clock(draft: _Draft, line: LogLine, window_s: float) -> bool:
-    if (draft.last_at is None) != (line.at is None):
-        return False
-    if line.at is None:
-        return True
+    if draft.last_at is None or line.at is None:
+        return draft.last_at is None and line.at is None  # both without a clock: same; only one: not
     gap = (line.at - draft.last_at).total_seconds()
     return -CLOCK_SLACK_S <= gap <= window_s
 
@@ -390,8 +398,8 @@ def _parse_args(text: str) -> dict:
                 pass
     pinned = args.get("kv_cache_memory_bytes")
     if isinstance(pinned, (int, str)) and not isinstance(pinned, bool):
-        from seatplan.units import parse_bytes
         from seatplan.errors import SeatplanError
+        from seatplan.units import parse_bytes
 
         try:
             found["kv_cache_memory_bytes_pinned"] = parse_bytes(pinned)
@@ -465,6 +473,7 @@ def _apply_engine(values: dict, match: re.Match[str]) -> None:
 def _apply_available(values: dict, match: re.Match[str]) -> None:
     # Each tensor-parallel rank prints its own figure; vLLM sizes the cache by the smallest.
     size = _gib(match["gib"])
+    assert size is not None  # the available_kv pattern's gib group is not optional
     values["available_kv_bytes"] = min(values.get("available_kv_bytes", size), size)
 
 

@@ -7,15 +7,14 @@ Every reader returns MiB as nvidia-smi counts them and turns unreadable input in
 from __future__ import annotations
 
 import csv
-import json
 import math
 import re
 import sqlite3
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -67,7 +66,7 @@ def _series(index: int, host: str | None, points: list[tuple[float, float]], tot
 
 
 def _pocketbase_time(text: str) -> float:
-    return datetime.strptime(text[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp() + (
+    return datetime.strptime(text[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp() + (
         float("0" + text[19:].rstrip("Z")) if len(text) > 19 else 0.0)
 
 
@@ -264,8 +263,8 @@ class _SmiColumns:
     lines: list[int]
     index: list[str]
     used: list[str]
-    total: dict[int, str]
-    reserved: dict[int, str]
+    total: dict[str, str]  # GPU index as logged → latest cell
+    reserved: dict[str, str]
 
 
 def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0,
@@ -333,7 +332,7 @@ def _process(cells: dict[str, str], where: str, utc_offset_s: int, source: str, 
         if math.isnan(seconds):
             rejected.add(source, "a timestamp nvidia-smi does not write (YYYY/MM/DD HH:MM:SS.mmm)", where)
             return []
-        at = datetime.fromtimestamp(seconds, tz=timezone.utc)
+        at = datetime.fromtimestamp(seconds, tz=UTC)
     if not math.isfinite(used) or used < 0:
         rejected.add(source, "a memory reading that is not a finite MiB count", where)
         return []
@@ -519,7 +518,7 @@ def vllm_stats(samples: Iterable[Sample], *, source: str, default_time: float | 
     for (seat, at), values in sorted(grouped.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
         records.append(EngineStats(
             seat=seat,
-            at=datetime.fromtimestamp(at, tz=timezone.utc) if at is not None else None,
+            at=datetime.fromtimestamp(at, tz=UTC) if at is not None else None,
             where=source,
             running_requests=int(values["running_requests"]) if "running_requests" in values else None,
             waiting_requests=int(values["waiting_requests"]) if "waiting_requests" in values else None,
@@ -591,5 +590,5 @@ def read_vllm_metrics_url(url: str, *, timeout_s: float = 10.0) -> list[EngineSt
         response.raise_for_status()
     except httpx.HTTPError as problem:
         raise SeatplanError(f"cannot read vLLM metrics ({problem})", where=url, fix="pass http://HOST:PORT/metrics of a running vLLM") from None
-    now = datetime.now(timezone.utc).timestamp()
+    now = datetime.now(UTC).timestamp()
     return vllm_stats(parse_exposition(response.text.splitlines()), source=url, default_time=now)

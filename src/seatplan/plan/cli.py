@@ -7,7 +7,6 @@ inside the commands so ``seatplan --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -26,20 +25,20 @@ def register(app: typer.Typer) -> None:
 
 def plan_command(
     fleet: Path = typer.Argument(..., help="the fleet file (YAML)"),
-    usage: Optional[Path] = typer.Option(None, "--usage", help="usage summary from `seatplan usage --json`"),
-    observed: Optional[Path] = typer.Option(None, "--observed", help="observed footprints from `seatplan diagnose`"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="save the plan document here (atomic write)"),
+    usage: Path | None = typer.Option(None, "--usage", help="usage summary from `seatplan usage --json`"),
+    observed: Path | None = typer.Option(None, "--observed", help="observed footprints from `seatplan diagnose`"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="save the plan document here (atomic write)"),
     time_limit_s: float = typer.Option(30.0, "--time-limit", min=0.1, help="seconds the placement search may take"),
-    max_moves: Optional[int] = typer.Option(
+    max_moves: int | None = typer.Option(
         None, "--max-moves", min=0, help="move at most this many running seats (current_layout): a point on the spare-versus-moves frontier"
     ),
     json_output: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
 ) -> None:
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
-    from seatplan.fileio import atomic_write_text
     from seatplan.documents.fleet_file import load_fleet
-    from seatplan.plan.planner import build_plan
     from seatplan.documents.io import read_observed, read_usage
+    from seatplan.fileio import atomic_write_text
+    from seatplan.plan.planner import build_plan
 
     loaded = load_fleet(fleet)
     usage_summary = read_usage(usage) if usage else None
@@ -88,8 +87,8 @@ def explain_command(
     """Every rule behind one seat's numbers: inputs, results, footprint parts and command line."""
     import difflib
 
-    from seatplan.errors import SeatplanError
     from seatplan.documents.io import read_plan
+    from seatplan.errors import SeatplanError
 
     plan = read_plan(plan_file)
     entry = plan.seat(seat)
@@ -120,20 +119,20 @@ def fit_command(
     dtype: str = typer.Option("auto", "--dtype"),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
     vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version"),
-    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", min=1),
-    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", min=1),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", min=1),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", min=1),
     headroom: str = typer.Option("0", "--headroom", help="memory to keep free on the GPU"),
     kv_factor: float = typer.Option(DEFAULT_KV_FACTOR, "--kv-factor", min=0.01, help="the plan's KV factor, for the sized-by-rule answer"),
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
     json_output: bool = typer.Option(False, "--json", help="print the fit report as JSON"),
 ) -> None:
     """The longest context, and the concurrency at the published context, that fit beside the weights and overhead."""
+    from seatplan.documents.fleet import Policy
     from seatplan.errors import SeatplanError
     from seatplan.facts.api import load_model_facts
     from seatplan.facts.models import EngineSettings, parse_vllm_version
     from seatplan.plan import footprint as fp
     from seatplan.plan.fit import fit_model
-    from seatplan.documents.fleet import Policy
     from seatplan.units import parse_bytes
 
     gpu_memory_bytes = parse_bytes(gpu_memory, field="--gpu-memory")
@@ -168,8 +167,8 @@ def schema_command(
     json_output: bool = typer.Option(False, "--json", help="(the schema is JSON either way)"),
 ) -> None:
     """Print the fleet file's JSON Schema (point your editor's YAML language server at it)."""
-    from seatplan.output import emit_json
     from seatplan.documents.fleet import Fleet
+    from seatplan.output import emit_json
 
     schema = Fleet.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

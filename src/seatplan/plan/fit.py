@@ -7,13 +7,11 @@ on that budget.
 
 from __future__ import annotations
 
-import math
-
-from seatplan.facts.models import ModelFacts
-from seatplan.plan import footprint as fp
 from seatplan.documents.fleet import Policy
 from seatplan.documents.plan import ExplanationLine, FitReport
-from seatplan.units import human_bytes, round_up
+from seatplan.facts.models import ModelFacts
+from seatplan.plan import footprint as fp
+from seatplan.units import human_bytes
 
 
 def largest_len_with_factor(facts: ModelFacts, kv_budget_bytes: int, upper_len: int, policy: Policy) -> int:

@@ -17,9 +17,9 @@ from importlib import resources
 from pydantic import BaseModel
 
 from seatplan import versions
-from seatplan.facts.models import ModelShape
 from seatplan.documents.observed import ObservedSeat
 from seatplan.documents.plan import Basis, FootprintPart
+from seatplan.facts.models import ModelShape
 from seatplan.units import GiB
 
 
@@ -99,7 +99,7 @@ class SeatFootprint:
         bases = {part.basis for part in self.parts}
         for basis in ("observed", "declared", "estimate"):
             if basis in bases:
-                return basis  # type: ignore[return-value]
+                return basis
         return "exact"
 
 

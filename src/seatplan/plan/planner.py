@@ -291,10 +291,12 @@ def size_fixed_seat(seat: SeatSpec, allowed: list[GpuKey] | None, seen: Observed
     assert seat.memory_cap_bytes is not None  # fleet checks guarantee it
     sized = SizedSeat(seat, allowed, fp.fixed_footprint(seat.memory_cap_bytes))
     sized.lines.append(
-        ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU", note="not a vLLM engine: it costs its declared cap")
+        ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU",
+            note="not a vLLM engine: it costs its declared cap")
     )
     if seen is not None:
-        sized.warnings.append(f"{seat.name}: observed {human_bytes(seen.footprint_bytes)} against a declared cap of {human_bytes(seat.memory_cap_bytes)}; the plan uses the declared cap")
+        sized.warnings.append(f"{seat.name}: observed {human_bytes(seen.footprint_bytes)} against a declared cap of {human_bytes(seat.memory_cap_bytes)};"
+                              " the plan uses the declared cap")
     return sized
 
 
@@ -411,7 +413,7 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
     # ---
     planned: dict[str, PlannedSeat] = {}
     for seat in boot_sequence(sized):
-        keys = [tuple(key) for key in assignment.get(seat.spec.name, [])]
+        keys = [(host, index) for host, index in assignment.get(seat.spec.name, [])]
         planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, plateau_free_bytes, order[seat.spec.name], fleet, placed=best is not None)
         for key in keys:
             free_bytes[key] -= seat.footprint.footprint_bytes
@@ -455,7 +457,9 @@ def plan_seat(
     if keys and (host is None or host.device == "cuda"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for _, index in keys)
     if keys:
-        lines.append(ExplanationLine(rule="placement", inputs={"gpus": ",".join(gpu_label(key) for key in keys), "boot_order": boot_order}, result=f"on GPU {', '.join(gpu_label(key) for key in keys)}, boots {_ordinal(boot_order)}", note="the layout with the largest worst-case spare at plateau"))
+        lines.append(ExplanationLine(rule="placement", inputs={"gpus": ",".join(gpu_label(key) for key in keys), "boot_order": boot_order},
+            result=f"on GPU {', '.join(gpu_label(key) for key in keys)}, boots {_ordinal(boot_order)}",
+            note="the layout with the largest worst-case spare at plateau"))
     if spec.engine == "vllm" and keys:
         at_start = [
             utilisation.GpuAtStart(gpu_label(key), gpus[key].total_bytes, free_bytes[key], plateau_free_bytes[key] + seat.footprint.footprint_bytes)
@@ -532,7 +536,7 @@ def plan_gpu(key: GpuKey, gpu: GpuSpec, seats: list[PlannedSeat], headroom_bytes
 
 def runner_up(placement: Placement, why_lost: str) -> RunnerUp:
     return RunnerUp(
-        assignment={name: [gpu_label(tuple(key)) for key in keys] for name, keys in placement.assignment.items()},
+        assignment={name: [gpu_label((host, index)) for host, index in keys] for name, keys in placement.assignment.items()},
         worst_case_spare_bytes=placement.worst_case_spare_bytes,
         moves=placement.moves,
         moved=placement.moved,

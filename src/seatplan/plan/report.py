@@ -18,7 +18,8 @@ PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", 
 GPU_DROP = ("headroom", "reserved", "name")
 FOOTPRINT_DROP = ("basis", "NCCL", "ctx", "obs. non-KV", "creep", "graphs", "activ.")
 SEAT_DROP = ("util", "conc.", "boot", "KV GiB", "KV tokens")
-PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.", "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "declared"}
+PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.",
+    "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "declared"}
 
 
 def gib(num_bytes: int | None) -> str:

@@ -11,12 +11,12 @@ import math
 from dataclasses import dataclass, field
 
 from seatplan import versions
-from seatplan.errors import SeatplanError
-from seatplan.facts.models import KvCapacity, ModelFacts, YarnOption
 from seatplan.documents.fleet import Policy, SeatSpec
 from seatplan.documents.plan import ExplanationLine
 from seatplan.documents.usage import ModelUsage
-from seatplan.units import human_bytes, round_up
+from seatplan.errors import SeatplanError
+from seatplan.facts.models import KvCapacity, ModelFacts, YarnOption
+from seatplan.units import human_bytes
 
 
 @dataclass
@@ -84,21 +84,25 @@ def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> Conte
     derived = facts.max_context_derived
     inputs = {"requested": target, "source": source, "derived_max_model_len": derived}
     if target <= derived:
-        return ContextChoice(target, None, [ExplanationLine(rule="context", inputs=inputs, result=f"max_model_len {target:,}", note=f"{source}, within what vLLM derives from the config")])
+        return ContextChoice(target, None, [ExplanationLine(rule="context", inputs=inputs, result=f"max_model_len {target:,}",
+            note=f"{source}, within what vLLM derives from the config")])
     yarn = facts.yarn
     reachable = yarn is not None and target <= yarn.extended_max_model_len
     if reachable and seat.allow_yarn:
+        assert yarn is not None  # reachable implies it
         return ContextChoice(
             target,
             yarn,
-            [ExplanationLine(rule="context", inputs=inputs | {"yarn_factor": yarn.factor}, result=f"max_model_len {target:,} with YaRN", note=f"{source} is beyond {derived:,}; allow_yarn is set, so YaRN is switched on")],
+            [ExplanationLine(rule="context", inputs=inputs | {"yarn_factor": yarn.factor}, result=f"max_model_len {target:,} with YaRN",
+                note=f"{source} is beyond {derived:,}; allow_yarn is set, so YaRN is switched on")],
         )
     if seat.max_model_len == "published":
         why = "allow_yarn is off" if reachable else "no YaRN option reaches it"
         return ContextChoice(
             derived,
             None,
-            [ExplanationLine(rule="context", inputs=inputs, result=f"max_model_len {derived:,}", note=f"the published {target:,} needs YaRN and {why}; staying at the derived maximum")],
+            [ExplanationLine(rule="context", inputs=inputs, result=f"max_model_len {derived:,}",
+                note=f"the published {target:,} needs YaRN and {why}; staying at the derived maximum")],
             [f"{seat.name}: published context {target:,} needs YaRN ({why}); planned at {derived:,}"],
         )
     fix = "set allow_yarn: true for this seat" if reachable else f"lower max_model_len to at most {derived:,}"
@@ -264,16 +268,19 @@ def choose_output_cap(seat: SeatSpec, max_model_len: int, usage: ModelUsage | No
             )
         )
     if seat.max_new_tokens is not None:
-        choice.lines.append(ExplanationLine(rule="output_cap", inputs={"declared": seat.max_new_tokens}, result=f"cap {seat.max_new_tokens:,} tokens (declared)", note="emitted as --override-generation-config; it is the default and the ceiling of every reply"))
+        choice.lines.append(ExplanationLine(rule="output_cap", inputs={"declared": seat.max_new_tokens}, result=f"cap {seat.max_new_tokens:,} tokens (declared)",
+            note="emitted as --override-generation-config; it is the default and the ceiling of every reply"))
         if tail is not None and seat.max_new_tokens < tail[0]:
             choice.warnings.append(f"{seat.name}: declared cap {seat.max_new_tokens:,} is below the {tail[1]} completion {tail[0]:,.0f}: ordinary replies would be cut")
         if seat.max_new_tokens > max_model_len:
             choice.warnings.append(f"{seat.name}: cap {seat.max_new_tokens:,} is above max_model_len {max_model_len:,}; vLLM clamps replies to the context anyway")
     elif proposal is not None:
         choice.max_new_tokens = proposal
-        choice.lines.append(ExplanationLine(rule="output_cap", inputs={"proposed": proposal}, result=f"cap {proposal:,} tokens (from usage)", note="no declared cap; the proposal from the completion tail is applied"))
+        choice.lines.append(ExplanationLine(rule="output_cap", inputs={"proposed": proposal}, result=f"cap {proposal:,} tokens (from usage)",
+            note="no declared cap; the proposal from the completion tail is applied"))
     else:
-        choice.lines.append(ExplanationLine(rule="output_cap", inputs={}, result="no cap", note="none declared and no usage data: a request without max_tokens may fill the whole context"))
+        choice.lines.append(ExplanationLine(rule="output_cap", inputs={}, result="no cap",
+            note="none declared and no usage data: a request without max_tokens may fill the whole context"))
     choice.warnings += runaway_warnings(seat.name, choice.max_new_tokens, usage)
     return choice
 
@@ -300,8 +307,10 @@ def inflight_check(seat_name: str, capacity: KvCapacity, usage: ModelUsage | Non
     kv_tokens = capacity.kv_cache_tokens
     line = ExplanationLine(
         rule="inflight",
-        inputs={"kv_cache_tokens": kv_tokens, "peak_inflight_tokens": usage.peak_inflight_tokens, "peak_inflight_tokens_without_runaways": normal_peak, "peak_inflight_requests": usage.peak_inflight_requests},
-        result="holds the observed peak" if kv_tokens >= usage.peak_inflight_tokens else ("holds the peak without runaways" if kv_tokens >= normal_peak else "too small for the observed peak"),
+        inputs={"kv_cache_tokens": kv_tokens, "peak_inflight_tokens": usage.peak_inflight_tokens,
+            "peak_inflight_tokens_without_runaways": normal_peak, "peak_inflight_requests": usage.peak_inflight_requests},
+        result="holds the observed peak" if kv_tokens >= usage.peak_inflight_tokens
+            else ("holds the peak without runaways" if kv_tokens >= normal_peak else "too small for the observed peak"),
         note="KV tokens as vLLM reports them (concurrency × max_model_len), against the peak of prompt + completion tokens in flight",
     )
     warnings = []

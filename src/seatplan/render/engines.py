@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from seatplan.documents.plan import Plan, PlannedSeat
-from seatplan.errors import SeatplanError
 from seatplan.engine_command import check_flags, engine_command
+from seatplan.errors import SeatplanError
 from seatplan.render.settings import RenderSettings
 
 

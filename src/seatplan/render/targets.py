@@ -13,8 +13,8 @@ import yaml
 
 from seatplan import versions
 from seatplan.documents.plan import Plan
-from seatplan.errors import SeatplanError
 from seatplan.engine_command import shell_line
+from seatplan.errors import SeatplanError
 from seatplan.render.engines import Engine
 from seatplan.render.settings import RenderSettings
 from seatplan.units import MiB, human_bytes

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -19,7 +18,7 @@ def parse_moment(text: str, option: str) -> datetime:
         raise SeatplanError(f"cannot read {text!r} as a date or time", where=option,
                             fix="write e.g. 2026-11-23, 2026-11-23T08:00 or 2026-11-23T08:00:00Z (UTC)") from None
     if moment.tzinfo is not None:
-        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
     return moment
 
 
@@ -52,17 +51,17 @@ def resolve_window(since: str | None, until: str | None, days: float | None, now
 
 
 def usage_command(
-    source: Optional[str] = typer.Option(
+    source: str | None = typer.Option(
         None, "--from", help="postgresql://… DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
         "or a CSV / JSON Lines / JSON export of LiteLLM_SpendLogs"),
-    days: Optional[float] = typer.Option(None, "--days", help="the last N days (up to --until, else now)"),
-    since: Optional[str] = typer.Option(None, "--since", help="first instant counted, ISO, UTC unless a zone is given"),
-    until: Optional[str] = typer.Option(None, "--until", help="end of the window (exclusive), ISO, UTC unless a zone is given"),
-    fleet: Optional[Path] = typer.Option(None, "--fleet", help="fleet file: maps LiteLLM model names to seats by served_model_name"),
-    runaway_tokens: Optional[int] = typer.Option(
+    days: float | None = typer.Option(None, "--days", help="the last N days (up to --until, else now)"),
+    since: str | None = typer.Option(None, "--since", help="first instant counted, ISO, UTC unless a zone is given"),
+    until: str | None = typer.Option(None, "--until", help="end of the window (exclusive), ISO, UTC unless a zone is given"),
+    fleet: Path | None = typer.Option(None, "--fleet", help="fleet file: maps LiteLLM model names to seats by served_model_name"),
+    runaway_tokens: int | None = typer.Option(
         None, "--runaway-tokens", min=1, help="a reply of at least this many completion tokens is a runaway (default: "
         "32 x the seat's median completion, at least 16384, at most 0.9 x max_model_len)"),
-    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write the usage JSON here (for `seatplan plan --usage`)"),
+    output: Path | None = typer.Option(None, "-o", "--output", help="write the usage JSON here (for `seatplan plan --usage`)"),
     as_json: bool = typer.Option(False, "--json", help="print the usage report as one JSON document"),
 ) -> None:
     """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
@@ -73,7 +72,7 @@ def usage_command(
     from seatplan.usage.sources import require_records, resolve_source
     from seatplan.usage.sweep import default_runaway_rule
 
-    window = resolve_window(since, until, days, datetime.now(timezone.utc).replace(tzinfo=None))
+    window = resolve_window(since, until, days, datetime.now(UTC).replace(tzinfo=None))
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
     resolved = resolve_source(source)
     require_records(resolved)

@@ -225,7 +225,7 @@ class _Events:
         seat, or one track of all seats together."""
         entering = {name: np.cumsum(net, axis=1) - net for name, (_, net) in tracks.items()}  # load entering each bucket
         known = {name: np.maximum(entering[name].max(axis=1), 0) for name in tracks}
-        track_open = np.zeros(next(iter(tracks.values()))[0].shape, dtype=bool)
+        track_open: np.ndarray = np.zeros(next(iter(tracks.values()))[0].shape, dtype=bool)
         for name, (started, _) in tracks.items():
             track_open |= entering[name] + started > known[name][:, None]
         peaks = {name: [int(peak) for peak in known[name]] for name in tracks}

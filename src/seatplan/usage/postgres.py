@@ -29,6 +29,7 @@ from seatplan.secrets import dsn_password, redact_dsn, scrub
 from seatplan.usage.queries import (
     CLIENT_COLUMNS,
     MODEL_COLUMNS,
+    SourceFormat,
     SourceShape,
     Window,
     cache_hit_text,
@@ -144,11 +145,13 @@ class RowColumns:
 
     def append(self, values: Sequence[np.ndarray | None]) -> None:
         """One range's arrays, in COLUMNS' order (None where the range had no rows)."""
-        if values[0] is None:
-            return
         ctid, *numbers = values
-        sources = {"block": ctid["block"], "offset": ctid["offset"],
-                   **{name: value["value"] for name, value in zip(COLUMNS[1:], numbers)}}
+        if ctid is None:
+            return
+        sources = {"block": ctid["block"], "offset": ctid["offset"]}
+        for name, value in zip(COLUMNS[1:], numbers):
+            assert value is not None  # a range with rows has every column
+            sources[name] = value["value"]
         with self.appending:
             first, last = self.count, self.count + len(ctid)
             if last > len(self.arrays["block"]):
@@ -168,7 +171,7 @@ def _grown(array: np.ndarray, used: int, size: int) -> np.ndarray:
 
 
 class PostgresSource:
-    source_format = "postgresql"
+    source_format: SourceFormat = "postgresql"
 
     def __init__(self, connection: Any, dsn: str, description: str, shape: SourceShape) -> None:
         self.connection = connection

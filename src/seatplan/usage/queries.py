@@ -14,7 +14,7 @@ names quoted by :func:`sql_string`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -252,6 +252,6 @@ def row_values_sql(shape: SourceShape, names: Sequence[str]) -> str:
     return f"SELECT {', '.join(f'{columns[name]} AS {name}' for name in names)} FROM {_Reader(shape).from_clause()}"
 
 
-def missing_required(columns: Sequence[str] | frozenset[str]) -> list[str]:
+def missing_required(columns: Collection[str]) -> list[str]:
     present = set(columns)
     return [name for name in REQUIRED_COLUMNS if name not in present]

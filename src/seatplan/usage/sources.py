@@ -23,9 +23,9 @@ from seatplan.usage import csvscan
 from seatplan.usage.csvscan import CsvScanner, Stopped
 from seatplan.usage.queries import (
     CLIENT_COLUMNS,
-    REQUIRED_COLUMNS,
     GROUP_COLUMNS,
     MODEL_COLUMNS,
+    REQUIRED_COLUMNS,
     TIME_COLUMNS,
     SourceFormat,
     SourceShape,
@@ -151,9 +151,9 @@ class DuckDBFileSource:
         if needed is not None:
             numbers = [values[needed] for values in numbers]
         del scanned
-        *counts, key, self._line_offset = numbers
+        start_us, end_us, prompt_tokens, completion_tokens, key, self._line_offset = numbers
         self.reader = "fast"
-        return rows_by_key(*counts, key, lambda picked: self._line_values(
+        return rows_by_key(start_us, end_us, prompt_tokens, completion_tokens, key, lambda picked: self._line_values(
             self._line_offset[picked], (*MODEL_COLUMNS, *CLIENT_COLUMNS)))
 
     def _line_values(self, offsets: Any, names: tuple[str, ...]) -> list[tuple[Any, ...]]:

@@ -136,7 +136,7 @@ def client_tags(tags: Iterable[str]) -> list[str]:
 @dataclass(frozen=True)
 class RunawayRow:
     seat: str
-    request_id: str
+    request_id: str | None  # None where the row has none (an empty CSV cell)
     completion_tokens: int
     key_alias: str
     team: str | None
@@ -153,7 +153,7 @@ class _RunawayAccumulator:
     max_completion_tokens: int = 0
     total_completion_tokens: int = 0
     tags: set[str] = field(default_factory=set)
-    largest: list[tuple[int, str]] = field(default_factory=list)
+    largest: list[tuple[int, str | None]] = field(default_factory=list)
 
     def add(self, row: RunawayRow) -> None:
         self.count += 1
@@ -161,7 +161,7 @@ class _RunawayAccumulator:
         self.total_completion_tokens += row.completion_tokens
         self.tags.update(parse_tags(row.tags_json))
         self.largest.append((row.completion_tokens, row.request_id))
-        self.largest.sort(key=lambda item: (-item[0], item[1]))
+        self.largest.sort(key=lambda item: (-item[0], item[1] or ""))  # a missing id sorts first among equals
         del self.largest[EXAMPLE_IDS_PER_GROUP:]
 
     def result(self) -> RunawayGroup:
@@ -173,7 +173,7 @@ class _RunawayAccumulator:
             max_completion_tokens=self.max_completion_tokens,
             total_completion_tokens=self.total_completion_tokens,
             request_tags=sorted(self.tags),
-            example_request_ids=[request_id for _, request_id in self.largest],
+            example_request_ids=[request_id for _, request_id in self.largest if request_id is not None],
         )
 
 

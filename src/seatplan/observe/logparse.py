@@ -41,7 +41,8 @@ _CORE = re.compile(
 )
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
 
-_F = r"-?[\d.]+"
+# A decimal as vLLM prints one; "2..7" (a garbled line) must not match, or float() would raise.
+_F = r"-?(?:\d+(?:\.\d*)?|\.\d+)"
 
 # The regexes of VLLM.md §3.1 (checked against vLLM's format strings), plus the lines that start a boot,
 # the 0.10.2+ sizing hint, and the periodic stats line.
@@ -284,7 +285,10 @@ def parse_log(lines: Iterable[str], *, source: str = "log", year: int | None = N
                 continue
             if kind in _ONCE:
                 draft.seen.add((line.pid, kind))
-            _apply(draft, kind, match, line, source)
+            try:
+                _apply(draft, kind, match, line, source)
+            except ValueError:
+                continue  # a garbled figure ("93.35.82 GiB"): the line tells nothing, the rest of the boot still counts
     boots = [_finish(draft, source, seat) for draft in drafts]
     stats = [
         _stats_record(boot.seat, line, match, source)

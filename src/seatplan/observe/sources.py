@@ -338,14 +338,14 @@ def _process(cells: dict[str, str], where: str, utc_offset_s: int, source: str, 
         return []
     return [ProcessSample(at=at, pid=int(cells["pid"]), process_name=cells.get("process_name", "").strip(), used_mib=used,
                           gpu_uuid=cells.get("gpu_uuid", "").strip() or None,
-                          gpu_index=int(cells["index"]) if cells.get("index", "").strip().isdigit() else None)]
+                          gpu_index=int(cells["index"].strip()) if cells.get("index", "").strip().isdecimal() else None)]
 
 
 def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int, rejected: Rejections) -> list[GpuSeries]:
     if not columns.times:
         return []
     times = _smi_times(columns.times, utc_offset_s)
-    index = np.array([int(cell) if cell.strip().isdigit() else -1 for cell in columns.index])
+    index = np.array([int(cell.strip()) if cell.strip().isdecimal() else -1 for cell in columns.index])
     used = np.array([_mib(cell) for cell in columns.used])
     # [N/A] / [Not Supported] stay as NaN (nvidia-smi did not know; detect skips them); NaN or inf written as a number,
     # or a negative reading, is damage.
@@ -360,8 +360,8 @@ def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int, rejected: 
         else:
             rejected.add(source, "a memory.used reading that is not a finite MiB count", where)
     series = []
-    totals = {int(key): _mib(cell) for key, cell in columns.total.items() if key.strip().isdigit()}
-    reserved_by_gpu = {int(key): _mib(cell) for key, cell in columns.reserved.items() if key.strip().isdigit()}
+    totals = {int(key.strip()): _mib(cell) for key, cell in columns.total.items() if key.strip().isdecimal()}
+    reserved_by_gpu = {int(key.strip()): _mib(cell) for key, cell in columns.reserved.items() if key.strip().isdecimal()}
     for gpu in np.unique(index[readable]):
         mine = readable & (index == gpu)
         total = totals.get(int(gpu), math.nan)

@@ -198,6 +198,9 @@ class _Events:
         seats = max(len(rows.seat_names), 1)
         if bucket_us is None:
             bucket_us = max(1, (last - first + 1) * seats * STARTS_PER_BUCKET // max(len(start), 1))
+        # A bucket wider than the whole span puts everything in bucket 0 as the span itself does, and keeps the
+        # width within int64 when the times span millennia (fuzzed exports).
+        bucket_us = min(bucket_us, last - first + 1)
         buckets = (last - first) // bucket_us + 2
         seat = (rows.seat if live is None else rows.seat[live]).astype(np.int64)
         np.multiply(seat, buckets, out=seat)

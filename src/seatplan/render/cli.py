@@ -57,8 +57,12 @@ def build_settings(
 
     from seatplan.errors import SeatplanError
     from seatplan.render.settings import RenderSettings
+    from seatplan.secrets import check_environment_name
     from seatplan.units import parse_bytes
 
+    check_environment_name(gateway_key_env, "--gateway-key-env")
+    if engine_key_env is not None:
+        check_environment_name(engine_key_env, "--engine-key-env")
     if restart == "script" and not restart_script:
         raise SeatplanError("--restart script needs --restart-script PATH", where="--restart-script", fix="name the script each host runs as SCRIPT SEAT ENV_FILE")
     try:

@@ -11,7 +11,7 @@ from seatplan.documents.io import read_plan
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
-from seatplan.secrets import read_secret
+from seatplan.secrets import check_environment_name, read_secret
 from seatplan.verify.expect import FactsLoader, HostInfo
 
 
@@ -47,6 +47,8 @@ def gateway_key(variable: str, key_file: Path | None = None) -> str | None:
     gateway needs none). Never from a flag's value: that lands in shell history and ``ps``."""
     if not variable and key_file is None:
         return None
+    if variable:
+        check_environment_name(variable, "--key-env")
     key = read_secret(variable, key_file)
     if not key:
         source = f"the environment variable {variable}" + (f" and the file {key_file}" if key_file else "")

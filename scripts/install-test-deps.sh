@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine, idempotently:
-#   - Debian packages: PostgreSQL (spend-log tests), Prometheus (observe tests), a C compiler (the fast CSV reader)
+#   - Debian packages: PostgreSQL (spend-log tests), Prometheus (observe tests), a C compiler (the fast CSV reader),
+#     Chromium (the report is opened headless; driven over its DevTools pipe, no browser download)
 #   - .venv with seatplan and its test extras
 #   - a separate virtualenv with the real vLLM CPU engine (never imported by seatplan itself)
 #   - a separate virtualenv with the LiteLLM proxy (the gateway `seatplan verify` checks through)
@@ -26,6 +27,7 @@ need_apt=()
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 # A C compiler builds seatplan's fast CSV reader (optional for users, tested here).
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 # clang with libFuzzer and the sanitizers' runtimes: the compiled CSV reader is fuzzed under ASan+UBSan (tests/fuzz).
 command -v clang >/dev/null 2>&1 && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 \
   || need_apt+=(clang libclang-rt-dev)

@@ -26,3 +26,12 @@ class SeatplanError(Exception):
         if self.fix:
             parts.append(f"fix: {self.fix}")
         return "\n".join(parts)
+
+
+class FieldValueError(ValueError):
+    """A ValueError raised inside a pydantic validator that knows its fix; readers that turn validation
+    errors into :class:`SeatplanError` find it as ``ctx["error"]`` and keep the fix."""
+
+    def __init__(self, message: str, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.fix = fix

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import BaseModel
@@ -33,3 +35,99 @@ def error_console():
     from rich.console import Console
 
     return Console(stderr=True, highlight=False)
+
+
+@contextmanager
+def progress(description: str, *, enabled: bool = True, on: Any = None) -> Iterator[None]:
+    """A pulsing bar with the elapsed time on stderr while a step that may take seconds runs (reading a big
+    spend-log table, a year of GPU series, placing a fleet). Shown only on a terminal, never with --json
+    (stdout stays one document), and gone when the step ends; ``on`` is the console (stderr by default)."""
+    out = on if on is not None else error_console()
+    if not enabled or not out.is_terminal:
+        yield
+        return
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=out, transient=True) as bar:
+        bar.add_task(description, total=None)
+        yield
+
+
+def _words(cell: Any) -> list[str]:
+    from rich.text import Text
+
+    if isinstance(cell, str):
+        plain = Text.from_markup(cell).plain
+    elif isinstance(cell, Text):
+        plain = cell.plain
+    else:
+        return []
+    return plain.split()
+
+
+def _cell_width(cell: Any) -> int:
+    from rich.cells import cell_len
+
+    lines = [" ".join(_words(line)) for line in (cell.splitlines() if isinstance(cell, str) else [cell])]
+    return max((cell_len(line) for line in lines), default=0)
+
+
+MIN_FOLDED_WIDTH = 8  # a column folded to fit is never narrower than this
+
+
+def fit_table(table: Any, width: int, drop: tuple[str, ...] = ()) -> Any:
+    """Fit a Rich table into ``width`` columns without cutting a word: no name, model, byte figure or token
+    count is truncated or split while dropping columns can avoid it. Columns in ``drop`` (least important first) are left out while the
+    narrowest layout (each column as wide as its longest word, header words included) does not fit; the rest
+    wrap between words. Only when nothing is left to drop may a header fold: the cells carry the figures."""
+    from rich.cells import cell_len
+
+    def needs(column) -> tuple[int, int, int]:
+        """(longest word of the cells, the same with the header's words, the widest line)."""
+        cells = list(column._cells)
+        longest_word = max((cell_len(word) for cell in cells for word in _words(cell)), default=1)
+        with_header = max([longest_word] + [cell_len(word) for word in _words(str(column.header))])
+        widest = max([_cell_width(cell) for cell in cells] + [cell_len(str(column.header))])
+        return longest_word, with_header, max(widest, with_header)
+
+    def room(count: int) -> int:
+        edges = 2 if table.show_edge and table.box else 0
+        separators = max(count - 1, 0) if table.box else 0
+        return width - count * (table.padding[1] + table.padding[3]) - separators - edges
+
+    droppable = [header for header in drop if any(column.header == header for column in table.columns)]
+    measured = [needs(column) for column in table.columns]
+    while sum(headed for _, headed, _ in measured) > room(len(table.columns)) and droppable:
+        header = droppable.pop(0)
+        table.columns[:] = [column for column in table.columns if column.header != header]
+        for index, column in enumerate(table.columns):
+            column._index = index
+        measured = [needs(column) for column in table.columns]
+    space = room(len(table.columns))
+    if sum(widest for _, _, widest in measured) <= space:
+        return table
+    headed_fits = sum(headed for _, headed, _ in measured) <= space
+    base = [headed if headed_fits else low for low, headed, _ in measured]
+    for column in table.columns:
+        # Where even one word per line cannot fit (nothing left to drop), a word folds onto the next line: its
+        # characters all stay, never an ellipsis.
+        column.overflow = "fold"
+    excess = sum(base) - space
+    while excess > 0:
+        # Fold the column with the longest word first (prose, a long identifier), so that short names and
+        # figures in the other columns stay whole; the first column names the row and folds last.
+        foldable = [index for index in range(1, len(base)) if base[index] > MIN_FOLDED_WIDTH] or [0]
+        widest = max(foldable, key=base.__getitem__)
+        cut = min(excess, base[widest] - MIN_FOLDED_WIDTH)
+        if cut <= 0:
+            break
+        base[widest] -= cut
+        excess -= cut
+    # Every column gets its base; what is left goes to the columns in proportion to what they lack.
+    spare = max(space - sum(base), 0)
+    lacking = [widest - low for low, (_, _, widest) in zip(base, measured)]
+    total_lacking = max(sum(lacking), 1)
+    for column, low, lack in zip(table.columns, base, lacking):
+        column.width = low + spare * lack // total_lacking
+    return table

@@ -23,6 +23,9 @@ _BINARY = {"k": KiB, "m": MiB, "g": GiB, "t": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
+SIZE_FIX = "write a number of bytes or a size with a unit: 22GiB, 5.5G (2**30), 20g or 20GB (10**9), 512MiB"
+
+
 def parse_bytes(text: str | int | float, *, field: str = "size") -> int:
     """Parse ``22GiB``, ``5.5G``, ``20g``, ``512MiB``, ``1.5 GB`` or a plain integer into bytes.
 
@@ -31,7 +34,7 @@ def parse_bytes(text: str | int | float, *, field: str = "size") -> int:
     from seatplan.errors import SeatplanError
 
     if isinstance(text, bool):
-        raise SeatplanError(f"{field}: expected a size such as 22GiB, got {text!r}")
+        raise SeatplanError(f"{field}: expected a size such as 22GiB, got {text!r}", fix=SIZE_FIX)
     if isinstance(text, int):
         value = text
     elif isinstance(text, float):
@@ -41,13 +44,10 @@ def parse_bytes(text: str | int | float, *, field: str = "size") -> int:
     else:
         match = _SIZE.match(str(text))
         if not match:
-            raise SeatplanError(
-                f"{field}: cannot read {text!r} as a size",
-                fix="write a number of bytes or a size with a unit: 22GiB, 5.5G (2**30), 20g or 20GB (10**9), 512MiB",
-            )
+            raise SeatplanError(f"{field}: cannot read {text!r} as a size", fix=SIZE_FIX)
         value = _scale(float(match["num"]), match["unit"], text, field)
     if value < 0:
-        raise SeatplanError(f"{field}: size {text!r} is negative")
+        raise SeatplanError(f"{field}: size {text!r} is negative", fix="sizes are 0 or more")
     return value
 
 

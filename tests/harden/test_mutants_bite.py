@@ -176,7 +176,7 @@ def test_runaway_threshold_rounds_a_fractional_multiple_up() -> None:
 
 def test_a_seat_that_fills_a_gpu_exactly_fits() -> None:
     from seatplan.plan.placement import GpuSlot, SeatDemand
-    from seatplan.plan.placement_search import compile_problem
+    from seatplan.plan.placement.problem import compile_problem
 
     problem = compile_problem([GpuSlot(host="h", index=0, capacity_bytes=1000, headroom_bytes=100)],
                               [SeatDemand(name="s", footprint_bytes=900)])
@@ -199,7 +199,7 @@ def test_a_creep_still_rising_reports_its_rise_to_the_latest_level() -> None:
 
 def test_with_every_gpu_kept_clear_the_worst_spare_is_zero() -> None:
     from seatplan.plan.placement import GpuSlot
-    from seatplan.plan.placement_search import compile_problem
+    from seatplan.plan.placement.problem import compile_problem
 
     problem = compile_problem([GpuSlot(host="h", index=0, capacity_bytes=1000, keep_clear=True)], [])
     assert problem.worst_spare(problem.loads([])) == 0

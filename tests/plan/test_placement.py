@@ -7,8 +7,8 @@ import random
 import pytest
 
 from seatplan.errors import SeatplanError
-from seatplan.plan.baselines import best_fit, most_free_first
 from seatplan.plan.placement import GpuSlot, SeatDemand, place
+from seatplan.plan.placement.greedy import best_fit, most_free_first
 
 GiB = 1 << 30
 
@@ -267,3 +267,46 @@ def test_duplicate_names_and_unknown_gpus_are_user_errors():
 def test_no_seats_is_a_trivial_optimum():
     result = place(gpus_of(2), [])
     assert result.optimal and result.best.assignment == {} and result.best.worst_case_spare_bytes == 80 * GiB
+
+
+def test_each_gpu_gives_its_own_reason_for_not_taking_a_seat():
+    # h:0 keep-clear; h:1 avoided; h:2 only 40 GiB; h:3 80 GiB but 30 GiB headroom (50 usable): a 60 GiB seat fits nowhere.
+    slots = [
+        GpuSlot(host="h", index=0, capacity_bytes=80 * GiB, keep_clear=True),
+        GpuSlot(host="h", index=1, capacity_bytes=80 * GiB),
+        GpuSlot(host="h", index=2, capacity_bytes=40 * GiB),
+        GpuSlot(host="h", index=3, capacity_bytes=80 * GiB, headroom_bytes=30 * GiB),
+    ]
+    result = place(slots, [seat("big", 60, allowed=[("h", 0), ("h", 2), ("h", 3)])])
+    (short,) = result.infeasible.seats
+    verdicts = [(item.gpu, item.filter, item.short_by_bytes) for item in short.rejections]
+    assert verdicts == [("h:0", "keep_clear", None), ("h:1", "pin_or_avoid", None), ("h:2", "too_small", 20 * GiB), ("h:3", "too_small", 10 * GiB)]
+    assert short.rejections[3].reason == "offers 50.00 GiB (80.00 GiB less 30.00 GiB headroom), needs 60.00 GiB"
+    assert "0/4 GPUs can take it: 1 keep-clear, 1 excluded by pin/avoid, 2 too small" in short.reason
+
+
+def test_a_tensor_parallel_seat_hears_which_hosts_have_too_few_gpus():
+    slots = [
+        GpuSlot(host="a", index=0, capacity_bytes=80 * GiB),
+        GpuSlot(host="a", index=1, capacity_bytes=80 * GiB, keep_clear=True),
+        GpuSlot(host="b", index=0, capacity_bytes=40 * GiB),
+        GpuSlot(host="b", index=1, capacity_bytes=80 * GiB),
+        GpuSlot(host="b", index=2, capacity_bytes=80 * GiB, keep_clear=True),
+    ]
+    result = place(slots, [seat("tp", 50, gpu_count=2)])
+    (short,) = result.infeasible.seats
+    assert [(item.gpu, item.filter) for item in short.rejections] == [
+        ("a:0", "too_few_gpus"), ("a:1", "keep_clear"), ("b:0", "too_small"), ("b:1", "too_few_gpus"), ("b:2", "keep_clear"),
+    ]
+    assert short.rejections[0].reason == "host a has 1 GPU(s) that could take it, tensor parallelism needs 2"
+
+
+def test_a_seat_dropped_for_room_hears_what_fills_each_gpu():
+    # a (50) must stay on h:0 and b (50) on h:1; c (40) fits either alone but beside them only 30 GiB is left.
+    result = place(gpus_of(2), [seat("a", 50, allowed=[("h", 0)]), seat("b", 50, allowed=[("h", 1)]), seat("c", 40)])
+    (short,) = result.infeasible.seats
+    assert short.name == "c"
+    assert [(item.gpu, item.filter, item.short_by_bytes, item.reason) for item in short.rejections] == [
+        ("h:0", "full", 10 * GiB, "30.00 GiB left beside a, needs 40.00 GiB"),
+        ("h:1", "full", 10 * GiB, "30.00 GiB left beside b, needs 40.00 GiB"),
+    ]

@@ -11,16 +11,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seatplan.plan.baselines import best_fit, most_free_first
 from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place
+from seatplan.plan.placement.greedy import best_fit, greedy, most_free_first
+from seatplan.plan.placement.local import construct, fewer_moves, improve
+from seatplan.plan.placement.local import search as local_search
+from seatplan.plan.placement.problem import compile_problem
 
 GiB = 1 << 30
 
 
-def brute_force(gpus: list[GpuSlot], seats: list[SeatDemand], apart: list[set[str]] = ()) -> tuple[int, int] | None:
+def brute_force(
+    gpus: list[GpuSlot], seats: list[SeatDemand], apart: list[set[str]] = (), max_moves: int | None = None
+) -> tuple[int, int] | None:
     """(best worst-case spare, fewest moves among those) over every assignment, or None when nothing fits.
 
-    ``apart``: groups of seat names that may not all share one GPU.
+    ``apart``: groups of seat names that may not all share one GPU; ``max_moves``: only assignments with at most that many moves.
     """
     keys = [(g.host, g.index) for g in gpus]
     slot = {(g.host, g.index): g for g in gpus}
@@ -48,6 +53,8 @@ def brute_force(gpus: list[GpuSlot], seats: list[SeatDemand], apart: list[set[st
         spares = [slot[k].capacity_bytes - used[k] for k in keys if not slot[k].keep_clear]
         worst = min(spares) if spares else 0
         moves = sum(1 for s, gpu_set in zip(seats, choice) if s.current and gpu_set != frozenset(map(tuple, s.current)))
+        if max_moves is not None and moves > max_moves:
+            continue
         if best is None or (worst, -moves) > (best[0], -best[1]):
             best = (worst, moves)
     return best
@@ -201,21 +208,18 @@ def test_cp_sat_matches_brute_force(fleet):
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets(), st.randoms(use_true_random=False))
 def test_local_trades_keep_layouts_valid_and_never_lose_spare(fleet, rng):
-    from seatplan.plan import placement_local, placement_search
-    from seatplan.plan.baselines import greedy
-
     gpus, seats = fleet
-    problem = placement_search.compile_problem(gpus, seats)
+    problem = compile_problem(gpus, seats)
     if seats and rng.random() < 0.5:
         problem = replace(problem, apart=(tuple(sorted(rng.sample(range(len(seats)), min(2, len(seats))))),))
     start = greedy(problem, rng.choice(["best-fit", "most-free-first"]))
     if start is None:
         return
-    improved = placement_local.improve(problem, start, deadline=time.perf_counter() + 5)
+    improved = improve(problem, start, deadline=time.perf_counter() + 5)
     assert problem.fits(list(improved)) and problem.keeps_apart(improved)
     assert all(gpu_set in problem.candidates[s] for s, gpu_set in enumerate(improved))
     assert problem.worst_spare(problem.loads(improved)) >= problem.worst_spare(problem.loads(start))
-    homebound = placement_local.fewer_moves(problem, improved, deadline=time.perf_counter() + 5)
+    homebound = fewer_moves(problem, improved, deadline=time.perf_counter() + 5)
     assert problem.fits(list(homebound)) and problem.keeps_apart(homebound)
     assert all(gpu_set in problem.candidates[s] for s, gpu_set in enumerate(homebound))
     assert problem.worst_spare(problem.loads(homebound)) >= problem.worst_spare(problem.loads(improved))
@@ -223,16 +227,14 @@ def test_local_trades_keep_layouts_valid_and_never_lose_spare(fleet, rng):
 
 
 def test_fewer_moves_sends_a_seat_home_when_the_worst_spare_allows():
-    from seatplan.plan import placement_local, placement_search
-
     # Two 80 GiB GPUs; a (40) runs on GPU 0 and b (30) on GPU 1. The layout a→1, b→0 has the same worst
     # spare (40) but two moves; swapping both home keeps 40 and needs none.
     gpus = [GpuSlot(host="h", index=i, capacity_bytes=80 * GiB) for i in range(2)]
     seats = [SeatDemand(name="a", footprint_bytes=40 * GiB, current=[("h", 0)]), SeatDemand(name="b", footprint_bytes=30 * GiB, current=[("h", 1)])]
-    problem = placement_search.compile_problem(gpus, seats)
+    problem = compile_problem(gpus, seats)
     crossed = tuple((1,) if now == (0,) else (0,) for now in problem.current)
     assert problem.moves(crossed) == 2
-    home = placement_local.fewer_moves(problem, crossed, deadline=time.perf_counter() + 5)
+    home = fewer_moves(problem, crossed, deadline=time.perf_counter() + 5)
     assert problem.moves(home) == 0 and problem.worst_spare(problem.loads(home)) == 40 * GiB
 
 
@@ -295,3 +297,38 @@ def test_cp_sat_agrees_with_exhaustive_on_mid_size_fleets(seed):
     for alternative in solver.runner_ups:
         assert_valid(gpus, seats, alternative.placement)
         assert alternative.placement.worst_case_spare_bytes <= solver.best.worst_case_spare_bytes
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_every_frontier_point_is_the_best_within_its_move_budget(fleet):
+    gpus, seats = fleet
+    result = place(gpus, seats, method="exhaustive", runner_ups=0)
+    if result.best is None:
+        return
+    previous = None
+    for point in result.frontier:
+        assert point.proven and point.placement.moves <= max(point.max_moves, result.frontier[0].placement.moves)
+        assert_valid(gpus, seats, point.placement)
+        expected = brute_force(gpus, seats, max_moves=point.max_moves)
+        assert (point.placement.worst_case_spare_bytes, point.placement.moves) == expected
+        assert previous is None or point.placement.worst_case_spare_bytes >= previous
+        previous = point.placement.worst_case_spare_bytes
+    if result.frontier:
+        last = result.frontier[-1].placement
+        assert (last.worst_case_spare_bytes, last.moves) == (result.best.worst_case_spare_bytes, result.best.moves)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets(), st.integers(0, 3), st.integers(0, 50))
+def test_local_search_stays_valid_and_within_its_move_budget(fleet, budget, seed):
+    gpus, seats = fleet
+    problem = compile_problem(gpus, seats)
+    found = local_search(problem, deadline=time.perf_counter() + 2, max_moves=budget, seed=seed)
+    if found is None:
+        return
+    assert problem.fits(list(found)) and all(gpu_set in problem.candidates[s] for s, gpu_set in enumerate(found))
+    start = construct(problem, None, max_moves=budget)
+    assert start is None or problem.moves(found) <= max(budget, problem.moves(start))
+    expected = brute_force(gpus, seats)
+    assert expected is not None and problem.worst_spare(problem.loads(found)) <= expected[0]

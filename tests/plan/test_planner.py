@@ -70,7 +70,9 @@ def test_utilisation_passes_the_startup_check_beside_earlier_seats(small_plan):
     assert small_plan.seat("llama-a").gpu_memory_utilization == 0.984
     assert small_plan.seat("llama-b").gpu_memory_utilization == 0.909
     line = next(line for line in small_plan.seat("llama-b").explanation if line.rule == "gpu_memory_utilization")
-    assert line.inputs["free_at_boot_bytes"] == 74 * GiB
+    # both see the same memory at a rolling restart (speech is llama-b's only neighbour), so nothing changes
+    assert line.inputs["free_at_cold_boot_bytes"] == line.inputs["free_at_rolling_restart_bytes"] == 74 * GiB
+    assert small_plan.seat("llama-b").gpu_memory_utilization_rolling_restart == small_plan.seat("llama-b").gpu_memory_utilization_cold_boot == 0.909
 
 
 def test_command_line_carries_every_pinned_number(small_plan):

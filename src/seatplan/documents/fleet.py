@@ -12,8 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
-from seatplan.errors import SeatplanError
-from seatplan.units import GiB, MiB, parse_bytes, parse_tokens, round_up
+from seatplan.errors import FieldValueError, SeatplanError
+from seatplan.units import SIZE_FIX, GiB, MiB, parse_bytes, parse_tokens, round_up
 from seatplan.versions import DEFAULT_VLLM_VERSION
 from seatplan.versions import modelled as parse_vllm_version
 
@@ -28,11 +28,11 @@ def _size_to_bytes(value: Any) -> Any:
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value < 0):
         return value  # let the type check / the ``ge=0`` bound word the error
     if isinstance(value, str) and value.strip().startswith("-"):
-        raise ValueError(f"{value!r} is negative; sizes are 0 or more")
+        raise FieldValueError(f"{value!r} is negative; sizes are 0 or more", SIZE_FIX)
     try:
         return parse_bytes(value)
     except SeatplanError as problem:
-        raise ValueError(problem.message.split(": ", 1)[-1]) from None
+        raise FieldValueError(problem.message.split(": ", 1)[-1], problem.fix) from None
 
 
 Bytes = Annotated[
@@ -76,15 +76,19 @@ Device = Literal["cuda", "cpu"]
 
 
 class HostSpec(_Strict):
-    name: str = Field(min_length=1)
-    gpus: list[GpuSpec] = Field(min_length=1)
-    monitor_names: list[str] = Field(default_factory=list, description="the names monitors give this host (Beszel system, nvidia-smi/DCGM hostname), for seatplan diagnose")
+    name: str = Field(min_length=1, description="host name; GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
+    gpus: list[GpuSpec] = Field(min_length=1, description="the host's GPUs")
+    monitor_names: list[str] = Field(
+        default_factory=list, description="the names monitors give this host (a Beszel system, a DCGM `hostname`, an nvidia-smi "
+        "`HOST=`), so `seatplan diagnose --plan` checks its GPUs")
     device: Device = Field(
         "cuda",
-        description="what the host's engines run on: `cuda` (GPUs) or `cpu` (vLLM's CPU build; block size and "
-        "attention backend follow it, each `gpus` entry is then a memory budget)",
+        description="what the host's engines run on: `cuda` (GPUs) or `cpu` for vLLM's CPU build: the KV block size (128) "
+        "and attention backend follow it, so the plan's blocks and tokens are exact there; each `gpus` entry is then a "
+        "memory budget and no `CUDA_VISIBLE_DEVICES` is set. A seat that could land on both kinds must be pinned to one",
     )
-    address: str | None = Field(None, description="how engines on this host are reached (defaults to `name`)")
+    address: str | None = Field(None, description="how engines on the host are reached (default: `name`): health checks, "
+                                "LiteLLM's `api_base`, Prometheus' `instance`, `seatplan verify` ([render.md](render.md))")
 
     @property
     def reachable_at(self) -> str:
@@ -94,17 +98,17 @@ class HostSpec(_Strict):
 class SeatSpec(_Strict):
     """One engine ("seat"): a vLLM server, or a fixed non-vLLM process with a known memory cap."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    engine: Literal["vllm", "fixed"] = "vllm"
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$", description="seat name (letters, digits, `.`, `_`, `-`)")
+    engine: Literal["vllm", "fixed"] = Field("vllm", description="`vllm`, or `fixed` for a non-vLLM process with a known memory cap")
     model: str | None = Field(None, description="model directory (relative to the fleet file) or Hugging Face id")
     model_path_on_host: str | None = Field(
         None, description="what --model says on the GPU host, when it differs from `model` (defaults to `model`)"
     )
-    served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`)")
-    port: int | None = Field(None, ge=1, le=65535)
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    tensor_parallel_size: int = Field(1, ge=1)
+    served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`); usage data are matched on it")
+    port: int | None = Field(None, ge=1, le=65535, description="`--port`; two seats on one host may not share one")
+    dtype: str = Field("auto", description="vLLM's `--dtype`")
+    kv_cache_dtype: str = Field("auto", description="vLLM's `--kv-cache-dtype`; `fp8` halves the KV bytes of a 16-bit model")
+    tensor_parallel_size: int = Field(1, ge=1, description="a power of two, at most the GPUs of one host")
     max_model_len: Annotated[
         int | Literal["published"] | None,
         WithJsonSchema(
@@ -123,19 +127,24 @@ class SeatSpec(_Strict):
         "unset = the length vLLM derives from the config",
     )
     kv_factor: float | None = Field(
-        None, gt=0, description=f"KV bytes = one max-length request × this factor (policy default {DEFAULT_KV_FACTOR:g})"
+        None, gt=0, description=f"KV bytes = one max-length request × this factor, rounded up to `policy.rounding_step_bytes` (policy default {DEFAULT_KV_FACTOR:g})"
     )
-    kv_cache_memory_bytes: Bytes | None = Field(None, description="operator-pinned KV size; wins over kv_factor")
-    max_new_tokens: int | None = Field(None, ge=1, description="default output cap (and ceiling) for replies")
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    enforce_eager: bool = Field(False, description="no CUDA graphs (saves their memory, costs speed)")
-    pin: GpuRef | list[GpuRef] | None = Field(None, description="GPU(s) this seat must run on")
+    kv_cache_memory_bytes: Bytes | None = Field(None, description="an operator's pinned KV size; wins over `kv_factor` (the plan shows what the rule would give)")
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="default output cap, emitted as `--override-generation-config '{\"max_new_tokens\": N}'` "
+        "(a ceiling too since vLLM 0.17); with `--usage` and no cap, a cap is proposed from the completion tail")
+    max_num_seqs: int | None = Field(
+        None, ge=1, description="passed to vLLM explicitly (default: vLLM's server default for the GPU size); the activation estimate depends on it")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="passed to vLLM explicitly (default: vLLM's server default for the GPU size); the activation estimate depends on it")
+    enforce_eager: bool = Field(False, description="no CUDA graphs (their memory drops out of the footprint; costs speed)")
+    pin: GpuRef | list[GpuRef] | None = Field(None, description="GPU (or list of GPUs, one per tensor-parallel rank) this seat must run on")
     avoid: list[GpuRef] = Field(default_factory=list, description="GPUs this seat must not run on")
-    allow_yarn: bool = Field(False, description="YaRN context extension may be enabled for this seat")
+    allow_yarn: bool = Field(False, description="YaRN context extension may be switched on for this seat (static YaRN costs "
+                             "quality on short prompts; the plan always shows what it would cost)")
     memory_cap_bytes: Bytes | None = Field(None, description="a fixed seat's declared memory per GPU")
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES)")
 
     @field_validator("max_model_len", mode="before")
     @classmethod
@@ -161,6 +170,9 @@ class Policy(_Strict):
     )
     vllm_version: str = Field(DEFAULT_VLLM_VERSION, description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
     output_cap_margin: float = Field(1.25, ge=1.0, description="a proposed cap is at least p99 completion × this")
+    move_cost_bytes: Bytes = Field(
+        0, description="a seat moves from where it runs only where the move buys at least this much worst-case spare"
+    )
 
     def rule_kv_bytes(self, request_kv_bytes: int, min_kv_cache_bytes: int, factor: float | None = None) -> int:
         """The KV rule, the one place it is written: one max-length request × the factor, never below what
@@ -176,9 +188,9 @@ class Policy(_Strict):
 
 
 class Fleet(_Strict):
-    hosts: list[HostSpec] = Field(min_length=1)
-    seats: list[SeatSpec] = Field(min_length=1)
-    policy: Policy = Field(default_factory=Policy)
+    hosts: list[HostSpec] = Field(min_length=1, description="the machines and their GPUs")
+    seats: list[SeatSpec] = Field(min_length=1, description="the engines to place")
+    policy: Policy = Field(default_factory=Policy, description="the rules every seat follows unless it says otherwise")
     current_layout: dict[str, GpuRef | list[GpuRef]] = Field(
         default_factory=dict, description="where each seat runs now (seat name → GPU or GPUs)"
     )

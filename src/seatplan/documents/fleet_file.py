@@ -232,11 +232,20 @@ def _word_problem(detail: dict[str, Any], path: PathKey) -> FleetProblem:
         close = difflib.get_close_matches(str(path[-1]), known, n=1, cutoff=0.5)
         if close:
             return FleetProblem(path, f"unknown key; did you mean {close[0]}?", f"rename it to {close[0]}")
-        return FleetProblem(path, "unknown key", f"known keys here: {', '.join(known)}" if known else None)
+        return FleetProblem(path, "unknown key", f"known keys here: {', '.join(known)}" if known else "remove it (docs/fleet.md lists the keys)")
     if kind == "missing":
-        return FleetProblem(path, "required key is missing", f"add {path[-1]}:" if path else None)
+        return FleetProblem(path, "required key is missing", f"add {path[-1]}:" if path else "declare hosts: and seats: (docs/fleet.md)")
     message = str(detail["msg"]).removeprefix("Value error, ")
-    return FleetProblem(path, message, None)
+    return FleetProblem(path, message, getattr(detail.get("ctx", {}).get("error"), "fix", None) or _field_fix(path))
+
+
+def _field_fix(path: PathKey) -> str:
+    """What the key takes, from the fleet schema's own description of it (docs/fleet.md lists them all)."""
+    parent = _model_at(path[:-1]) if path else None
+    field = parent.model_fields.get(str(path[-1])) if parent is not None else None
+    if field is not None and field.description:
+        return f"{path[-1]}: {field.description} (docs/fleet.md)"
+    return "see docs/fleet.md for what this key takes"
 
 
 # ----------------------------------------------------------------------------- checks pydantic cannot do
@@ -381,7 +390,8 @@ def _check_layout(fleet: Fleet) -> list[FleetProblem]:
         path: PathKey = ("current_layout", seat_name)
         if seat_name not in names:
             close = difflib.get_close_matches(seat_name, sorted(names), n=1)
-            problems.append(FleetProblem(path, f"current_layout names seat {seat_name!r}, which is not declared" + (f"; did you mean {close[0]}?" if close else ""), None))
+            problems.append(FleetProblem(path, f"current_layout names seat {seat_name!r}, which is not declared" + (f"; did you mean {close[0]}?" if close else ""),
+                                         f"rename it to {close[0]}" if close else "remove it, or declare the seat under seats:"))
         for ref in gpu_refs(value):
             if resolve_gpu_ref(fleet, ref) is None:
                 problems.append(FleetProblem(path, f"current_layout puts {seat_name} on GPU {ref!r}, which the fleet does not declare", _gpu_ref_fix(fleet)))

@@ -23,7 +23,7 @@ Document = TypeVar("Document", bound=BaseModel)
 
 MAX_DOCUMENT_BYTES = 256 << 20  # a usage report of thousands of models and keys is a few MB
 # The kinds seatplan writes, and the newest version of each this seatplan reads.
-KIND_VERSIONS = {"seatplan.plan": 1, "seatplan.usage": 1, "seatplan.observed": 1}
+KIND_VERSIONS = {"seatplan.plan": 2, "seatplan.usage": 1, "seatplan.observed": 1}
 
 
 def check_kind(data: object, kind: str, what: str, where: str, fix: str) -> None:

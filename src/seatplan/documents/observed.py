@@ -168,6 +168,16 @@ class PlanCheck(_Model):
     seats_to_correct: list[str] = []
 
 
+class UsedSeries(_Model):
+    """Used memory for pictures: evenly spaced bins (at most 400) with the lowest, median and highest reading."""
+
+    bin_seconds: int
+    starts: list[datetime]
+    min_mib: list[float]
+    median_mib: list[float]
+    max_mib: list[float]
+
+
 class GpuReport(_Model):
     host: str | None = None
     index: int
@@ -185,6 +195,7 @@ class GpuReport(_Model):
     free_after_boot_mib: float | None = None
     free_drop_after_boot_mib: float | None = Field(None, description="free just after the last boot minus free at plateau")
     plan: PlanCheck | None = None
+    series: UsedSeries | None = Field(None, description="used memory over time, reduced for pictures")
 
 
 class ObservedSeat(_Model):

@@ -64,6 +64,11 @@ class PlannedSeat(BaseModel):
     vllm_args: list[str]
     env: dict[str, str]
     gpu_memory_utilization: float | None
+    # the highest value that passes vLLM's start-up check in each situation the engine starts in
+    gpu_memory_utilization_cold_boot: float | None = Field(None, description="at a cold boot of the host, in boot order")
+    gpu_memory_utilization_rolling_restart: float | None = Field(
+        None, description="restarted alone beside its neighbours at plateau (what apply does)"
+    )
     boot_order: int
     explanation: list[ExplanationLine]
     warnings: list[str]
@@ -93,7 +98,24 @@ class RunnerUp(BaseModel):
     assignment: dict[str, list[str]]
     worst_case_spare_bytes: int
     moves: int
+    moved: list[str] = Field(default_factory=list, description="the seats that would restart elsewhere")
     why_lost: str
+
+
+class PlannedFrontierPoint(BaseModel):
+    max_moves: int = Field(description="the budget: at most this many moves from current_layout")
+    moves: int
+    worst_case_spare_bytes: int
+    proven: bool = Field(description="no layout within the budget has a larger worst-case spare")
+    moved: list[str] = Field(default_factory=list)
+
+
+class GpuVerdict(BaseModel):
+    gpu: str
+    filter: str = Field(description="keep_clear, pin_or_avoid, too_small, too_few_gpus or full")
+    reason: str
+    short_by_bytes: int | None = None
+
 
 
 class ShortSeat(BaseModel):
@@ -102,6 +124,7 @@ class ShortSeat(BaseModel):
     best_gpu: str | None
     short_by_bytes: int | None
     reason: str
+    rejections: list[GpuVerdict] = Field(default_factory=list)
 
 
 class PlanInfeasibility(BaseModel):
@@ -123,7 +146,9 @@ class PlanInputs(BaseModel):
 
 class Plan(BaseModel):
     kind: Literal["seatplan.plan"] = "seatplan.plan"
-    version: int = 1
+    # 2 added the spare-versus-moves frontier, both utilisation figures and each GPU's rejections; a version 1
+    # plan reads as one without them.
+    version: int = 2
     seats: list[PlannedSeat]
     gpus: list[PlannedGpu]
     worst_case_spare_bytes: int | None
@@ -134,6 +159,8 @@ class Plan(BaseModel):
     solve_seconds: float
     moves: int | None
     runner_ups: list[RunnerUp]
+    frontier: list[PlannedFrontierPoint] = Field(default_factory=list, description="best worst-case spare per move budget")
+    chosen_because: str | None = Field(None, description="why the layout is not the one with the largest spare (--max-moves, move_cost_bytes)")
     infeasible: PlanInfeasibility | None
     warnings: list[str]
     inputs: PlanInputs

@@ -43,6 +43,23 @@ class TokenPercentiles(BaseModel):
     max: int | None
 
 
+class TokenHistogram(BaseModel):
+    """Calls counted by length in half-octave bins (``usage/timeline.py``): bin i holds
+    [edges_tokens[i], edges_tokens[i+1]) tokens; the last bin holds edges_tokens[-1] and above."""
+
+    edges_tokens: list[int]
+    prompt_calls: list[int]
+    completion_calls: list[int]
+
+
+class InflightTimeline(BaseModel):
+    """Tokens (prompt + completion) in flight per seat at evenly spaced instants of the window (at most 240).
+    Each figure is the load at that instant; the exact peak between instants is ``peak_inflight_tokens``."""
+
+    instants: list[datetime]
+    tokens_by_seat: dict[str, list[int]]
+
+
 REPLAY_METHOD = (
     "each request in flight (as for the peaks) holds its prompt from its start and its completion tokens arrive at an "
     "even rate until its end; each KV group that grows with tokens holds (tokens + block_size - 1) / block_size blocks "
@@ -99,6 +116,7 @@ class ModelUsage(BaseModel):
     rejected_rows: int
     kv_replay: KvReplay | None = Field(None, description="the requests replayed against KV blocks (per seat; "
                                        "not over all seats, whose blocks are not one pool)")
+    length_histogram: TokenHistogram | None = Field(None, description="prompt and completion lengths, for pictures")
 
 
 class KeyClients(BaseModel):
@@ -151,3 +169,4 @@ class UsageReport(BaseModel):
     rejected_rows: int = Field(description="rows with impossible values, counted here and left out of every figure")
     rejected_by_reason: dict[str, int]
     rejected_example_request_ids: dict[str, list[str | None]]
+    inflight_timeline: InflightTimeline | None = Field(None, description="in-flight tokens over the window, for pictures")

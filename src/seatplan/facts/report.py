@@ -64,7 +64,7 @@ def print_breakdown(facts: ModelFacts, document: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from seatplan.output import console
+    from seatplan.output import console, fit_table
 
     out = console()
     settings = facts.settings
@@ -82,7 +82,8 @@ def print_breakdown(facts: ModelFacts, document: dict[str, Any]) -> None:
         table.add_row(group.kind, layer_list(group.layers), str(len(group.layers)), str(group.padding_layers),
                       str(group.block_size), f"{group.page_bytes:,}",
                       str(group.spec.blocks_per_request(length, settings.in_flight_tokens)))
-    out.print(table)
+    # The block size is printed below the table too; padding is the least telling column.
+    out.print(fit_table(table, out.width, ("padding", "block size")))
     out.print(f"  KV bytes per token      {facts.kv_bytes_per_token:,} B ({human_bytes(facts.kv_bytes_per_token)})")
     if facts.state_bytes_per_request:
         out.print(f"  recurrent state/request {facts.state_bytes_per_request:,} B ({human_bytes(facts.state_bytes_per_request)})")

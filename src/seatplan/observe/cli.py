@@ -38,27 +38,28 @@ def diagnose_command(
     from seatplan.observe.detect import DetectSettings
     from seatplan.observe.diagnose import diagnose
     from seatplan.observe.sources import Rejections
-    from seatplan.output import emit_json, to_jsonable
+    from seatplan.output import emit_json, progress, to_jsonable
 
     if not (vllm_log or beszel or nvidia_smi or prometheus or vllm_metrics):
         raise SeatplanError("nothing to read", where="diagnose",
                             fix="pass at least one of --vllm-log, --beszel, --nvidia-smi, --prometheus, --vllm-metrics")
     offset_s = inputs.utc_offset_seconds(utc_offset)
-    rejected = Rejections()
-    boots, stats = inputs.read_vllm_logs(vllm_log, year=log_year, utc_offset_s=offset_s)
-    series, processes, gpu_side_stats = inputs.read_gpu_sources(
-        beszel=beszel, beszel_system=beszel_system, nvidia_smi=nvidia_smi, prometheus=prometheus,
-        since=since, step_seconds=step_seconds, utc_offset_s=offset_s, rejected=rejected)
-    inputs.name_hosts(series, inputs.host_names(host_name, fleet))
-    stats.extend(gpu_side_stats)
-    stats.extend(inputs.read_vllm_metrics(vllm_metrics, rejected))
-    report_rejections(rejected.as_list())
-    plan_view = inputs.read_plan(plan, fleet)
-    settings = DetectSettings(min_step_mib=min_step_mib, min_creep_mib=min_creep_mib)
-    rule_pins = inputs.kv_rule_pins(boots, fleet) if boots else {}
-    report, observed = diagnose(boots=boots, stats=stats, series=series, processes=processes, plan=plan_view,
-                                rule_pins=rule_pins, settings=settings, checking_plan=plan is not None)
-    report = report.model_copy(update={"rejected_inputs": rejected.as_list()})
+    with progress("reading logs and GPU memory history", enabled=not json_output):
+        rejected = Rejections()
+        boots, stats = inputs.read_vllm_logs(vllm_log, year=log_year, utc_offset_s=offset_s)
+        series, processes, gpu_side_stats = inputs.read_gpu_sources(
+            beszel=beszel, beszel_system=beszel_system, nvidia_smi=nvidia_smi, prometheus=prometheus,
+            since=since, step_seconds=step_seconds, utc_offset_s=offset_s, rejected=rejected)
+        inputs.name_hosts(series, inputs.host_names(host_name, fleet))
+        stats.extend(gpu_side_stats)
+        stats.extend(inputs.read_vllm_metrics(vllm_metrics, rejected))
+        report_rejections(rejected.as_list())
+        plan_view = inputs.read_plan(plan, fleet)
+        settings = DetectSettings(min_step_mib=min_step_mib, min_creep_mib=min_creep_mib)
+        rule_pins = inputs.kv_rule_pins(boots, fleet) if boots else {}
+        report, observed = diagnose(boots=boots, stats=stats, series=series, processes=processes, plan=plan_view,
+                                    rule_pins=rule_pins, settings=settings, checking_plan=plan is not None)
+        report = report.model_copy(update={"rejected_inputs": rejected.as_list()})
     if output is not None:
         atomic_write_json(output, to_jsonable(observed))
     if json_output:

@@ -7,14 +7,15 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from seatplan.documents.observed import (
+    Boot, DiagnoseReport, EngineStats, ObservedFootprints, ProcessSample, SeatReport, StatsSummary,
+)
 from seatplan.observe.calibrate import (
     PlanView, check_plan, footprints_from_processes, footprints_from_steps, gpu_corrections, gpu_report, verdicts,
 )
 from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries, analyse
 from seatplan.observe.findings import seat_findings
-from seatplan.documents.observed import (
-    Boot, DiagnoseReport, EngineStats, ObservedFootprints, ProcessSample, SeatReport, StatsSummary,
-)
+from seatplan.observe.series import compact_series
 
 
 def summarise_stats(stats: list[EngineStats]) -> StatsSummary:
@@ -78,7 +79,7 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
         stats = [record.model_copy(update={"seat": plan.seat_name(record.seat)}) for record in stats]
     # A GPU with no readings at all (every value [N/A]) has nothing to analyse.
     analysed = [(one, analyse_with_boots(one, boots, plan, settings)) for one in series if np.any(~np.isnan(one.used_mib))]
-    gpus = [gpu_report(one, analysis) for one, analysis in analysed]
+    gpus = [gpu_report(one, analysis).model_copy(update={"series": compact_series(one)}) for one, analysis in analysed]
     observed = footprints_from_steps(boots, analysed, plan, settings)
     observed.update(footprints_from_processes(boots, processes))
     report = DiagnoseReport(gpus=gpus)

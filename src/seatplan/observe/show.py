@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seatplan.documents.observed import DiagnoseReport
-from seatplan.output import console
+from seatplan.output import console, fit_table
 from seatplan.units import format_gib, human_bytes
 
 
@@ -33,7 +33,7 @@ def show_report(report: DiagnoseReport, written: Path | None) -> None:
                 plan = f"{gpu.plan.miss_mib:+,.0f} MiB vs plan" + ("" if gpu.plan.spare_held else " [red](GPU overran)[/]")
             name = f"{gpu.host}:{gpu.index}" if gpu.host else str(gpu.index)
             table.add_row(name, str(gpu.samples), steps, creep, _mib(gpu.plateau_used_mib), _mib(gpu.plateau_free_mib), plan)
-        out.print(table)
+        out.print(fit_table(table, out.width, ("samples",)))
     if report.seats:
         table = Table(title="Seats", title_justify="left")
         for column in ("seat", "boots", "KV per boot (GiB)", "engine peak KV use", "observed footprint"):
@@ -44,7 +44,7 @@ def show_report(report: DiagnoseReport, written: Path | None) -> None:
             peak = f"{seat.stats.peak_kv_cache_usage_pct:.1f} %" if seat.stats and seat.stats.peak_kv_cache_usage_pct is not None else "–"
             observed = f"{human_bytes(seat.observed.footprint_bytes)} ({seat.observed.source})" if seat.observed else "–"
             table.add_row(seat.name, str(len(seat.boots)), kv, peak, observed)
-        out.print(table)
+        out.print(fit_table(table, out.width, ("engine peak KV use", "boots")))
     if report.verdicts:
         table = Table(title="Plateau check", title_justify="left")
         for column in ("GPU", "verdict", "planned spare MiB", "observed spare MiB", "why"):
@@ -54,7 +54,7 @@ def show_report(report: DiagnoseReport, written: Path | None) -> None:
             table.add_row(f"{verdict.host}:{verdict.index}" if verdict.host else str(verdict.index),
                           f"[{colour[verdict.status]}]{verdict.status}[/]", _mib(verdict.planned_spare_mib),
                           _mib(verdict.observed_spare_mib), verdict.reason)
-        out.print(table)
+        out.print(fit_table(table, out.width))
     for correction in report.gpu_corrections:
         out.print(f"GPU {correction.host or ''}:{correction.index}: {correction.extra_bytes / 2**20:+,.0f} MiB at plateau beyond its seats' "
                   f"footprints, kept at GPU level ({correction.source}); plan --observed reserves it on that GPU")

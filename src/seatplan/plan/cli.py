@@ -30,6 +30,9 @@ def plan_command(
     observed: Optional[Path] = typer.Option(None, "--observed", help="observed footprints from `seatplan diagnose`"),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="save the plan document here (atomic write)"),
     time_limit_s: float = typer.Option(30.0, "--time-limit", min=0.1, help="seconds the placement search may take"),
+    max_moves: Optional[int] = typer.Option(
+        None, "--max-moves", min=0, help="move at most this many running seats (current_layout): a point on the spare-versus-moves frontier"
+    ),
     json_output: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
 ) -> None:
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
@@ -41,14 +44,18 @@ def plan_command(
     loaded = load_fleet(fleet)
     usage_summary = read_usage(usage) if usage else None
     observations = read_observed(observed) if observed else None
-    plan = build_plan(
-        loaded,
-        usage=usage_summary,
-        usage_path=str(usage) if usage else None,
-        observed=observations,
-        observed_path=str(observed) if observed else None,
-        time_limit_s=time_limit_s,
-    )
+    from seatplan.output import progress
+
+    with progress("sizing and placing the seats", enabled=not json_output):
+        plan = build_plan(
+            loaded,
+            usage=usage_summary,
+            usage_path=str(usage) if usage else None,
+            observed=observations,
+            observed_path=str(observed) if observed else None,
+            time_limit_s=time_limit_s,
+            max_moves=max_moves,
+        )
     placed = plan.worst_case_spare_bytes is not None
     if output is not None and placed:
         atomic_write_text(output, plan.model_dump_json(indent=2) + "\n")
@@ -100,9 +107,10 @@ def explain_command(
         emit_json(entry)
         return
     from seatplan.output import console
-    from seatplan.plan.report import explanation_renderable, widen
+    from seatplan.plan.report import explanation_renderable
 
-    widen(console()).print(explanation_renderable(entry), soft_wrap=True)
+    out = console()
+    out.print(explanation_renderable(entry, out.width), soft_wrap=True)
 
 
 def fit_command(

@@ -6,25 +6,37 @@ the boot order and each engine's ``--gpu-memory-utilization`` depend on who shar
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import seatplan
 from seatplan.documents.fleet import Device, Fleet, GpuSpec, HostSpec, SeatSpec
 from seatplan.documents.fleet_file import LoadedFleet, gpu_refs, resolve_gpu_ref, resolve_model
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
-from seatplan.documents.plan import ExplanationLine, Plan, PlanInfeasibility, PlanInputs, PlannedGpu, PlannedSeat, RunnerUp, ShortSeat, VllmSettings
+from seatplan.documents.plan import (
+    ExplanationLine,
+    GpuVerdict,
+    Plan,
+    PlanInfeasibility,
+    PlanInputs,
+    PlannedFrontierPoint,
+    PlannedGpu,
+    PlannedSeat,
+    RunnerUp,
+    ShortSeat,
+    VllmSettings,
+)
 from seatplan.documents.usage import ModelUsage, UsageReport
+from seatplan.engine_command import engine_command, unsupported_flags
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import model_files_sha256
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
-from seatplan.plan import sizing
+from seatplan.plan import sizing, utilisation
 from seatplan.plan.kv_replay import replay_check
-from seatplan.plan.placement import GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
-from seatplan.engine_command import engine_command, unsupported_flags
+from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label, place
 from seatplan.units import human_bytes
 
 GpuKey = tuple[str, int]
@@ -70,6 +82,7 @@ def build_plan(
     observed_path: str | None = None,
     facts_loader: FactsLoader = default_facts_loader,
     time_limit_s: float = 30.0,
+    max_moves: int | None = None,
 ) -> Plan:
     fleet, corrected = with_gpu_corrections(loaded.fleet, observed)
     gpus = gpu_table(fleet)
@@ -81,9 +94,13 @@ def build_plan(
             raise SeatplanError(f"seats[{position}] ({spec.name}): {problem.message}", where=loaded.where(("seats", position)), fix=problem.fix) from None
 
     sized = [size(position, spec) for position, spec in enumerate(fleet.seats)]
-    result = place(gpu_slots(fleet), [seat_demand(fleet, seat) for seat in sized], time_limit_s=time_limit_s)
+    # issue 12: a move budget (--max-moves) or a price per move (policy) picks a point of the spare-versus-moves frontier
+    place_seats = partial(
+        place, gpu_slots(fleet), time_limit_s=time_limit_s, max_moves=max_moves, move_cost_bytes=fleet.policy.move_cost_bytes
+    )
+    result = place_seats([seat_demand(fleet, seat) for seat in sized])
     if result.infeasible is not None:
-        sized, result = lower_raised_contexts(fleet, sized, size, result, time_limit_s)
+        sized, result = lower_raised_contexts(fleet, sized, size, result, place_seats)
     inputs = PlanInputs(
         fleet_path=str(loaded.path),
         fleet_sha256=loaded.sha256,
@@ -138,24 +155,27 @@ def raised_seats(sized: list[SizedSeat]) -> list[int]:
 
 
 def lower_raised_contexts(
-    fleet: Fleet, sized: list[SizedSeat], size: Callable[[int, SeatSpec], SizedSeat], result: PlacementResult, time_limit_s: float
+    fleet: Fleet,
+    sized: list[SizedSeat],
+    size: Callable[[int, SeatSpec], SizedSeat],
+    result: PlacementResult,
+    place_seats: Callable[[list[SeatDemand]], PlacementResult],
 ) -> tuple[list[SizedSeat], PlacementResult]:
     """``published`` raises a context *where it fits*: when the fleet does not fit, seats go back to vLLM's
     default length, then each raise is restored (cheapest first) as long as the fleet still fits."""
     raised = raised_seats(sized)
-    slots = gpu_slots(fleet)
     if not raised:
         return sized, result
     lowered = {position: size(position, sized[position].spec.model_copy(update={"max_model_len": None})) for position in raised}
     current = [lowered.get(position, seat) for position, seat in enumerate(sized)]
-    attempt = place(slots, [seat_demand(fleet, seat) for seat in current], time_limit_s=time_limit_s)
+    attempt = place_seats([seat_demand(fleet, seat) for seat in current])
     if attempt.infeasible is not None:
         return sized, result
     result = attempt
     for position in reversed(raised):
         trial = list(current)
         trial[position] = sized[position]
-        attempt = place(slots, [seat_demand(fleet, seat) for seat in trial], time_limit_s=time_limit_s)
+        attempt = place_seats([seat_demand(fleet, seat) for seat in trial])
         if attempt.infeasible is None and attempt.best is not None:
             current, result = trial, attempt
     for position in raised:
@@ -359,41 +379,11 @@ def boot_sequence(sized: list[SizedSeat]) -> list[SizedSeat]:
     return sorted(sized, key=lambda seat: (seat.spec.engine != "fixed", -seat.footprint.footprint_bytes, seat.spec.name))
 
 
-@dataclass(frozen=True)
-class Utilisation:
-    value: float
-    line: ExplanationLine
-    warning: str | None
-
-
-def choose_utilisation(seat: SizedSeat, gpu_states: list[tuple[str, int, int]], margin_bytes: int) -> Utilisation:
-    """``--gpu-memory-utilization`` that passes vLLM's start-up check on every GPU of the seat.
-
-    vLLM refuses to start unless free memory ≥ ceil(total × util). ``gpu_states`` holds, per GPU,
-    (label, total bytes, free bytes when this engine boots: total − reserved − the plateaus of the
-    seats booted before it). The engine's own CUDA context is taken before the check, so it is
-    subtracted too; ``margin_bytes`` absorbs what moves in the meantime. With the KV cache pinned in
-    bytes the value sizes nothing, so the highest passing value is taken, and it must still cover
-    what the engine allocates inside its budget (weights, activations, KV, graphs).
-    """
+def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int) -> utilisation.Utilisation:
+    """``--gpu-memory-utilization`` for a cold boot in boot order and a rolling restart (see :mod:`seatplan.plan.utilisation`)."""
     own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
     inside_budget = sum(part.bytes for part in seat.footprint.parts if part.name not in PRE_CHECK_PARTS and part.name != "creep_allowance")
-    label, total, free = min(gpu_states, key=lambda state: (state[2] - own_context - margin_bytes) / state[1])
-    usable = free - own_context - margin_bytes
-    highest = math.floor(usable / total * 1000) / 1000
-    needed = math.ceil(inside_budget / total * 1000) / 1000
-    inputs = {"gpu": label, "total_bytes": total, "free_at_boot_bytes": free, "own_context_bytes": own_context, "margin_bytes": margin_bytes, "inside_budget_bytes": inside_budget}
-    if highest >= needed:
-        return Utilisation(
-            highest,
-            ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{highest:.3f}", note=f"({human_bytes(free)} free at boot − {human_bytes(own_context)} own context − {human_bytes(margin_bytes)} margin) / {human_bytes(total)}, rounded down; covers the {human_bytes(inside_budget)} it allocates ({needed:.3f})"),
-            None,
-        )
-    return Utilisation(
-        needed,
-        ExplanationLine(rule="gpu_memory_utilization", inputs=inputs, result=f"{needed:.3f} (start-up check at risk)", note=f"only {human_bytes(usable)} is free for it at boot on GPU {label}, less than the {human_bytes(inside_budget)} it allocates"),
-        f"{seat.spec.name}: GPU {label} has {human_bytes(usable)} free when it boots but it allocates {human_bytes(inside_budget)}; vLLM's start-up check may refuse it",
-    )
+    return utilisation.choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
 
 
 # ----------------------------------------------------------------------------- what render needs
@@ -422,10 +412,16 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
     assignment = best.assignment if best else {}
     order = {seat.spec.name: position for position, seat in enumerate(boot_sequence(sized), start=1)}
     free_bytes = {key: gpu.total_bytes - gpu.reserved_bytes for key, gpu in gpus.items()}
+    # --- utilisation (issue 12): what every seat leaves free at plateau, for the rolling-restart figure
+    plateau_free_bytes = dict(free_bytes)
+    for seat in sized:
+        for key in assignment.get(seat.spec.name, []):
+            plateau_free_bytes[key] -= seat.footprint.footprint_bytes
+    # ---
     planned: dict[str, PlannedSeat] = {}
     for seat in boot_sequence(sized):
         keys = [tuple(key) for key in assignment.get(seat.spec.name, [])]
-        planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, order[seat.spec.name], fleet, placed=best is not None)
+        planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, plateau_free_bytes, order[seat.spec.name], fleet, placed=best is not None)
         for key in keys:
             free_bytes[key] -= seat.footprint.footprint_bytes
     seats = [planned[seat.spec.name] for seat in sized]
@@ -446,16 +442,22 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
         solve_seconds=round(result.solve_seconds, 4),
         moves=best.moves if best else None,
         runner_ups=[runner_up(alternative.placement, alternative.why_lost) for alternative in result.runner_ups],
+        frontier=[frontier_point(point) for point in result.frontier],
+        chosen_because=result.chosen_because,
         infeasible=infeasibility(result),
         warnings=warnings,
         inputs=inputs,
     )
 
 
-def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], free_bytes: dict[GpuKey, int], boot_order: int, fleet: Fleet, *, placed: bool) -> PlannedSeat:
+def plan_seat(
+    seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], free_bytes: dict[GpuKey, int], plateau_free_bytes: dict[GpuKey, int],
+    boot_order: int, fleet: Fleet, *, placed: bool,
+) -> PlannedSeat:
     spec = seat.spec
     lines, warnings = list(seat.lines), list(seat.warnings)
     util: float | None = None
+    util_situations: tuple[float | None, float | None] = (None, None)
     settings: VllmSettings | None = None
     env = dict(spec.env)
     host: HostSpec | None = next((host for host in fleet.hosts if keys and host.name == keys[0][0]), None)
@@ -464,10 +466,14 @@ def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], 
     if keys:
         lines.append(ExplanationLine(rule="placement", inputs={"gpus": ",".join(gpu_label(key) for key in keys), "boot_order": boot_order}, result=f"on GPU {', '.join(gpu_label(key) for key in keys)}, boots {_ordinal(boot_order)}", note="the layout with the largest worst-case spare at plateau"))
     if spec.engine == "vllm" and keys:
-        chosen = choose_utilisation(seat, [(gpu_label(key), gpus[key].total_bytes, free_bytes[key]) for key in keys], fleet.policy.boot_margin_bytes)
-        util = chosen.value
-        lines.append(chosen.line)
-        warnings += [chosen.warning] if chosen.warning else []
+        at_start = [
+            utilisation.GpuAtStart(gpu_label(key), gpus[key].total_bytes, free_bytes[key], plateau_free_bytes[key] + seat.footprint.footprint_bytes)
+            for key in keys
+        ]
+        chosen = choose_utilisation(seat, at_start, fleet.policy.boot_margin_bytes)
+        util, util_situations = chosen.value, (chosen.cold_boot, chosen.rolling_restart)
+        lines.append(ExplanationLine(rule="gpu_memory_utilization", inputs=chosen.inputs, result=chosen.result, note=chosen.note))
+        warnings += [f"{spec.name}: {chosen.warning}"] if chosen.warning else []
         settings = vllm_settings(seat)
         env |= seat.extra_env
     elif not placed:
@@ -491,6 +497,8 @@ def plan_seat(seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], 
         vllm_args=[],
         env=env,
         gpu_memory_utilization=util,
+        gpu_memory_utilization_cold_boot=util_situations[0],
+        gpu_memory_utilization_rolling_restart=util_situations[1],
         boot_order=boot_order,
         explanation=lines,
         warnings=warnings,
@@ -536,7 +544,15 @@ def runner_up(placement: Placement, why_lost: str) -> RunnerUp:
         assignment={name: [gpu_label(tuple(key)) for key in keys] for name, keys in placement.assignment.items()},
         worst_case_spare_bytes=placement.worst_case_spare_bytes,
         moves=placement.moves,
+        moved=placement.moved,
         why_lost=why_lost,
+    )
+
+
+def frontier_point(point: FrontierPoint) -> PlannedFrontierPoint:
+    return PlannedFrontierPoint(
+        max_moves=point.max_moves, moves=point.placement.moves, worst_case_spare_bytes=point.placement.worst_case_spare_bytes,
+        proven=point.proven, moved=point.placement.moved,
     )
 
 
@@ -545,5 +561,8 @@ def infeasibility(result: PlacementResult) -> PlanInfeasibility | None:
         return None
     return PlanInfeasibility(
         summary=result.infeasible.summary,
-        seats=[ShortSeat(name=item.name, footprint_bytes=item.footprint_bytes, best_gpu=item.best_gpu, short_by_bytes=item.short_by_bytes, reason=item.reason) for item in result.infeasible.seats],
+        seats=[ShortSeat(
+            name=item.name, footprint_bytes=item.footprint_bytes, best_gpu=item.best_gpu, short_by_bytes=item.short_by_bytes, reason=item.reason,
+            rejections=[GpuVerdict(gpu=r.gpu, filter=r.filter, reason=r.reason, short_by_bytes=r.short_by_bytes) for r in item.rejections],
+        ) for item in result.infeasible.seats],
     )

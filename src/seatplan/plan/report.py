@@ -9,9 +9,15 @@ from rich.table import Table
 from rich.text import Text
 
 from seatplan.documents.plan import FitReport, Plan, PlannedSeat
+from seatplan.output import fit_table
 from seatplan.units import GiB, human_bytes
 
 PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
+# Columns left out first when a table does not fit the terminal (least important first); names and figures that
+# remain are never cut (output.fit_table).
+GPU_DROP = ("headroom", "reserved", "name")
+FOOTPRINT_DROP = ("basis", "NCCL", "ctx", "obs. non-KV", "creep", "graphs", "activ.")
+SEAT_DROP = ("util", "conc.", "boot", "KV GiB", "KV tokens")
 PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.", "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "declared"}
 
 
@@ -24,8 +30,28 @@ def headline(plan: Plan) -> str:
         return "the fleet does not fit"
     if plan.worst_case_spare_bytes is None:
         return "no layout found within the time limit"
-    proof = "proven optimal" if plan.optimal else f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)})"
+    proof = "proven optimal" if plan.optimal else f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)}, gap {gap(plan)})"
     return f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s, {plan.moves} move(s))"
+
+
+def gap(plan: Plan) -> str:
+    """How far the worst-case spare can at most be from the optimum: bound − spare, and as a share of the bound."""
+    if plan.bound_bytes is None or plan.worst_case_spare_bytes is None:
+        return "unknown"
+    missing = max(0, plan.bound_bytes - plan.worst_case_spare_bytes)
+    share = f" = {100 * missing / plan.bound_bytes:.2f} %" if plan.bound_bytes > 0 else ""
+    return f"≤ {human_bytes(missing)}{share}"
+
+
+def frontier_table(plan: Plan) -> Table:
+    table = Table(title="Spare against moves from current_layout (each move restarts that seat elsewhere)", title_justify="left")
+    for column in ("at most", "moves", "worst spare GiB", "proven", "seats that move"):
+        table.add_column(column, justify="left" if column == "seats that move" else "right")
+    taken = plan.moves
+    for point in plan.frontier:
+        mark = " ←" if point.moves == taken and point.worst_case_spare_bytes == plan.worst_case_spare_bytes else ""
+        table.add_row(str(point.max_moves), f"{point.moves}{mark}", gib(point.worst_case_spare_bytes), "yes" if point.proven else "no", ", ".join(point.moved) or "-")
+    return table
 
 
 def gpu_table(plan: Plan) -> Table:
@@ -107,32 +133,35 @@ def command_line(seat: PlannedSeat) -> str:
 
 
 def print_plan(console: Console, plan: Plan) -> None:
-    widen(console)
     console.print(Text(headline(plan), style="bold green" if plan.infeasible is None and plan.optimal else "bold yellow"))
     if plan.infeasible is not None:
         print_infeasible(console, plan)
         return
     if plan.worst_case_spare_bytes is None:
         return
-    console.print(gpu_table(plan))
-    console.print(footprint_table(plan))
-    console.print(seat_table(plan))
+    console.print(fit_table(gpu_table(plan), console.width, GPU_DROP))
+    console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP))
+    console.print(fit_table(seat_table(plan), console.width, SEAT_DROP))
     replayed = replay_table(plan)
     if replayed is not None:
-        console.print(replayed)
+        console.print(fit_table(replayed, console.width))
     console.print(Text("Command lines (in boot order; start each when the one before it is ready)", style="bold"))
     for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
         if seat.vllm_args:
             console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(command_line(seat)), soft_wrap=True)
         else:
             console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(f"fixed seat, {gib(seat.footprint_bytes)} GiB on {', '.join(seat.gpus)}"))
+    if len(plan.frontier) > 1:
+        console.print(frontier_table(plan))
+    if plan.chosen_because:
+        console.print(Text(f"layout taken from the frontier: {plan.chosen_because}", style="bold"), soft_wrap=True)
     if plan.runner_ups:
         table = Table(title="Runner-up layouts", title_justify="left")
         for column in ("#", "worst spare GiB", "moves", "why it lost"):
             table.add_column(column)
         for rank, alternative in enumerate(plan.runner_ups, start=2):
             table.add_row(str(rank), gib(alternative.worst_case_spare_bytes), str(alternative.moves), alternative.why_lost)
-        console.print(table)
+        console.print(fit_table(table, console.width))
     for warning in plan.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
 
@@ -145,10 +174,15 @@ def print_infeasible(console: Console, plan: Plan) -> None:
         table.add_column(column)
     for seat in plan.infeasible.seats:
         table.add_row(seat.name, gib(seat.footprint_bytes), seat.best_gpu or "-", gib(seat.short_by_bytes), seat.reason)
-    console.print(table)
+    console.print(fit_table(table, console.width))
+    for seat in plan.infeasible.seats:
+        if seat.rejections:
+            console.print(Text(f"{seat.name}, GPU by GPU:", style="bold"))
+            for verdict in seat.rejections:
+                console.print(Text(f"  {verdict.gpu}: {verdict.reason}"), soft_wrap=True)
 
 
-def explanation_renderable(seat: PlannedSeat) -> Group:
+def explanation_renderable(seat: PlannedSeat, width: int = 80) -> Group:
     """Each rule as a short paragraph: result, why, and the numbers it used."""
     items: list = [Text(f"{seat.name}: why these numbers", style="bold")]
     for line in seat.explanation:
@@ -162,18 +196,11 @@ def explanation_renderable(seat: PlannedSeat) -> Group:
         parts.add_column(column, overflow="fold")
     for part in seat.footprint_parts:
         parts.add_row(part.name, f"{part.bytes:,}", gib(part.bytes), part.basis, part.note)
-    items.append(parts)
+    items.append(fit_table(parts, width, ("GiB", "basis")))
     if seat.vllm_args:
         items.append(Text("command line: " + command_line(seat)))
     items += [Text(f"warning: {warning}", style="yellow") for warning in seat.warnings]
     return Group(*items)
-
-
-def widen(console: Console, columns: int = 160) -> Console:
-    """Tables piped to a file or a pager keep their columns instead of wrapping at 80."""
-    if not console.is_terminal and console.width < columns:
-        console.width = columns
-    return console
 
 
 def _value(value: object) -> str:
@@ -183,7 +210,6 @@ def _value(value: object) -> str:
 
 
 def print_fit(console: Console, report: FitReport) -> None:
-    widen(console)
     console.print(
         Text(
             f"{report.model}: on {human_bytes(report.gpu_memory_bytes)} per GPU (TP {report.tensor_parallel_size}), "
@@ -199,6 +225,6 @@ def print_fit(console: Console, report: FitReport) -> None:
         table.add_column(column, overflow="fold")
     for part in report.footprint_parts:
         table.add_row(part.name, gib(part.bytes), part.basis, part.note)
-    console.print(table)
+    console.print(fit_table(table, console.width))
     for line in report.explanation:
         console.print(Text(f"{line.rule}: {line.result}  ({line.note})"), soft_wrap=True)

@@ -41,9 +41,11 @@ class Engine:
 def rolling_restart_utilisation(seat: PlannedSeat) -> float | None:
     """The ``--gpu-memory-utilization`` that passes vLLM's start-up check with the neighbours at plateau.
 
-    The plan's value is chosen for a cold boot in boot order; issue 12 adds the restart-safe one to the
-    plan (``gpu_memory_utilization_rolling_restart``): once merged, it is returned here instead.
+    Apply restarts one engine at a time beside running neighbours, so it starts with the plan's
+    rolling-restart value; plans saved before that figure existed fall back to the one chosen value.
     """
+    if seat.gpu_memory_utilization_rolling_restart is not None:
+        return seat.gpu_memory_utilization_rolling_restart
     return seat.gpu_memory_utilization
 
 

@@ -67,7 +67,7 @@ def usage_command(
 ) -> None:
     """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
     from seatplan.fileio import atomic_write_json
-    from seatplan.output import console, emit_json
+    from seatplan.output import console, emit_json, progress
     from seatplan.usage.report import require_calls, usage_report
     from seatplan.usage.seats import SeatMap, load_seat_map
     from seatplan.usage.sources import require_records, resolve_source
@@ -77,7 +77,8 @@ def usage_command(
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
     resolved = resolve_source(source)
     require_records(resolved)
-    report = usage_report(resolved, window, seat_map, default_runaway_rule(runaway_tokens))
+    with progress("reading the spend logs", enabled=not as_json):
+        report = usage_report(resolved, window, seat_map, default_runaway_rule(runaway_tokens))
     require_calls(report)
     if output is not None:
         atomic_write_json(output, report.model_dump(mode="json"))

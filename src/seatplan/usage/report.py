@@ -13,6 +13,7 @@ from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds
 from seatplan.usage.seats import SeatMap
 from seatplan.usage.sources import SOURCE_FIX, open_source
 from seatplan.usage.sweep import group_runaways, lowest_runaway_threshold_tokens, runaway_threshold_tokens, summarize_keys
+from seatplan.usage.timeline import inflight_timeline, token_histograms
 
 
 def usage_report(source: str, window: Window, seat_map: SeatMap, rule: RunawayRule, fast_csv: bool = True) -> UsageReport:
@@ -56,6 +57,10 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
     }
     overall = _model_usage(None, seat_map, overall_counts, prompt_overall, completion_overall, peaks_overall, None,
                            runaways_by_key)
+    histograms = token_histograms(rows)
+    for name, histogram in histograms.items():
+        if name in models:
+            models[name].length_histogram = histogram
     served_names = {seat.served_name for seat in seat_map.seats}
     return UsageReport(
         source=source.description,
@@ -72,6 +77,7 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
         rejected_rows=sum(scan.rejected_by_reason.values()),
         rejected_by_reason=dict(sorted(scan.rejected_by_reason.items())),
         rejected_example_request_ids=scan.rejected_examples,
+        inflight_timeline=inflight_timeline(rows, microseconds(window.since), microseconds(window.until)),
     )
 
 

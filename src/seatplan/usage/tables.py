@@ -5,6 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from seatplan.documents.usage import UsageReport
+from seatplan.output import fit_table
+
+# Columns left out first on a narrow terminal (least important first); the rest are never cut.
+SEAT_DROP = ("cache hits", "errors", "peak in-flight requests (w/o)", "prompt p50 / p90 / p99 / max", "KV replay: peak blocks")
+RUNAWAY_DROP = ("request tags", "user", "team")
+SHARED_DROP = ("tag sets", "addresses", "team")
 
 
 def _number(value: int | None) -> str:
@@ -20,8 +26,8 @@ def render_report(report: UsageReport, console: Any) -> None:
 
     window = f"{report.window.since or 'start'} .. {report.window.until or 'end'}"
     seats = Table(title=f"Usage by seat ({report.source_format}: {report.source}; {window})")
-    for header in ("seat / model", "calls", "errors", "cache hits", "prompt p50/p90/p99/max",
-                   "completion p50/p90/p99/max", "peak in-flight tokens (w/o runaways)", "peak in-flight requests (w/o)",
+    for header in ("seat / model", "calls", "errors", "cache hits", "prompt p50 / p90 / p99 / max",
+                   "completion p50 / p90 / p99 / max", "peak in-flight tokens (w/o runaways)", "peak in-flight requests (w/o)",
                    "runaways (>= tokens)", "KV replay: peak blocks"):
         seats.add_column(header, justify="left" if header == "seat / model" else "right")
     rows = [(name, usage) for name, usage in report.models.items()] + [("(all seats)", report.overall)]
@@ -37,7 +43,7 @@ def render_report(report: UsageReport, console: Any) -> None:
             f"{usage.runaway_count:,}{threshold}",
             "-" if usage.kv_replay is None else f"{usage.kv_replay.peak_blocks:,} x {usage.kv_replay.block_size_tokens} tokens",
         )
-    console.print(seats)
+    console.print(fit_table(seats, console.width, SEAT_DROP))
     if report.reader:
         console.print(f"read by {report.reader}")
 
@@ -49,7 +55,7 @@ def render_report(report: UsageReport, console: Any) -> None:
             runaways.add_row(group.key_alias, group.team or "-", group.user or "-", _number(group.count),
                              _number(group.max_completion_tokens), ", ".join(group.request_tags) or "-",
                              "\n".join(group.example_request_ids))
-        console.print(runaways)
+        console.print(fit_table(runaways, console.width, RUNAWAY_DROP))
 
     shared = [key for key in report.keys if key.shared]
     if shared:
@@ -61,7 +67,7 @@ def render_report(report: UsageReport, console: Any) -> None:
                          f"{key.distinct_user_agents}: " + ", ".join(key.user_agents),
                          f"{key.distinct_client_ips}: " + ", ".join(key.client_ips),
                          f"{key.distinct_request_tag_sets}: " + "; ".join(",".join(tags) or "(none)" for tags in key.request_tag_sets))
-        console.print(keys)
+        console.print(fit_table(keys, console.width, SHARED_DROP))
 
     if report.rejected_rows:
         reasons = ", ".join(f"{reason} {count:,}" for reason, count in report.rejected_by_reason.items())

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from seatplan.output import fit_table
 from seatplan.verify.models import UpgradeReport, Value, VerifyReport
 
 
@@ -22,7 +23,7 @@ def print_verify(out: Console, report: VerifyReport) -> None:
     for check in report.checks:
         mark = "[green]ok[/]" if check.ok else "[bold red]FAIL[/]"
         table.add_row(check.seat, check.check, _cell(check.expected), _cell(check.seen), mark)
-    out.print(table)
+    out.print(fit_table(table, out.width))
     failed = sum(not check.ok for check in report.checks)
     if report.ok:
         out.print(f"[green]all {len(report.checks)} checks pass[/]")
@@ -36,6 +37,6 @@ def print_upgrade(out: Console, report: UpgradeReport) -> None:
         table.add_column(column, overflow="fold")
     for change in report.changes:
         table.add_row(change.seat, change.what, _cell(change.now), _cell(change.after), escape(change.note))
-    out.print(table)
+    out.print(fit_table(table, out.width, ("note",)))
     if report.unchanged_seats:
         out.print(f"unchanged KV figures, context and flags: {', '.join(report.unchanged_seats)}")

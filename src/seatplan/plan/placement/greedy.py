@@ -13,10 +13,10 @@ Ties go to the first GPU set by host and index.
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from collections.abc import Callable
+from typing import Literal
 
-from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, to_placement
-from seatplan.plan.placement_search import GpuSet, Problem, compile_problem
+from seatplan.plan.placement.problem import GpuSet, GpuSlot, Placement, Problem, SeatDemand, compile_problem, to_placement
 
 Rule = Literal["best-fit", "most-free-first"]
 

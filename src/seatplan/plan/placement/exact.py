@@ -1,154 +1,14 @@
-"""The placement problem in index form, and the exhaustive branch-and-bound search over it.
+"""The exhaustive branch-and-bound search: proven optimal layouts for host-sized problems.
 
-Pure logic, no I/O. :mod:`seatplan.plan.placement` turns the pydantic inputs into a
-:class:`Problem` and the search's answers back into documents; the CP-SAT path and the greedy
-baselines work on the same :class:`Problem`, so all three agree on what a seat may take.
+Pure logic, no I/O; works on the :class:`~seatplan.plan.placement.problem.Problem` every method shares.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
-from itertools import combinations
-from typing import TYPE_CHECKING, Iterable
+from dataclasses import dataclass, replace
 
-if TYPE_CHECKING:
-    from seatplan.plan.placement import GpuSlot, SeatDemand
-
-GpuSet = tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Problem:
-    """GPUs sorted by (host, index); seats in search order (largest total demand first)."""
-
-    gpu_keys: tuple[tuple[str, int], ...]
-    capacity_bytes: tuple[int, ...]
-    headroom_bytes: tuple[int, ...]
-    keep_clear: tuple[bool, ...]
-    seat_names: tuple[str, ...]
-    footprint_bytes: tuple[int, ...]
-    gpu_count: tuple[int, ...]
-    allowed: tuple[frozenset[int], ...]
-    # Each seat's GPU sets that fit it with nothing else on them, in (host, index) order.
-    candidates: tuple[tuple[GpuSet, ...], ...]
-    # Where each seat runs now; None for a seat that does not run yet (starting it is not a move).
-    current: tuple[GpuSet | None, ...]
-    # Groups of seats that may not all share one GPU (how runner-up layouts are made to differ).
-    apart: tuple[tuple[int, ...], ...] = ()
-
-    def keeps_apart(self, assignment: Iterable[GpuSet]) -> bool:
-        """No apart group shares a GPU; ``assignment`` may cover only the first seats (groups not yet placed pass)."""
-        sets = list(assignment)
-        return all(
-            max(group) >= len(sets) or not set.intersection(*(set(sets[s]) for s in group)) for group in self.apart
-        )
-
-    @property
-    def open_gpus(self) -> tuple[int, ...]:
-        return tuple(g for g, clear in enumerate(self.keep_clear) if not clear)
-
-    def usable_bytes(self, gpu: int) -> int:
-        return self.capacity_bytes[gpu] - self.headroom_bytes[gpu]
-
-    def host_of(self, gpu: int) -> str:
-        return self.gpu_keys[gpu][0]
-
-    def demand_bytes(self, seat: int) -> int:
-        return self.footprint_bytes[seat] * self.gpu_count[seat]
-
-    def is_move(self, seat: int, gpu_set: GpuSet) -> bool:
-        now = self.current[seat]
-        return now is not None and now != gpu_set
-
-    def loads(self, assignment: Iterable[GpuSet]) -> list[int]:
-        load_bytes = [0] * len(self.gpu_keys)
-        for seat, gpu_set in enumerate(assignment):
-            for gpu in gpu_set:
-                load_bytes[gpu] += self.footprint_bytes[seat]
-        return load_bytes
-
-    def worst_spare(self, load_bytes: list[int]) -> int:
-        spares = [self.capacity_bytes[g] - load_bytes[g] for g in self.open_gpus]
-        return min(spares) if spares else 0
-
-    def moves(self, assignment: Iterable[GpuSet]) -> int:
-        return sum(self.is_move(seat, gpu_set) for seat, gpu_set in enumerate(assignment))
-
-    def fits(self, assignment: list[GpuSet]) -> bool:
-        load_bytes = self.loads(assignment)
-        return all(load_bytes[g] <= self.usable_bytes(g) for g in range(len(load_bytes)))
-
-    def layout(self, assignment: tuple[GpuSet, ...]) -> Layout:
-        return Layout((-self.worst_spare(self.loads(assignment)), self.moves(assignment)), assignment)
-
-
-def compile_problem(gpus: list[GpuSlot], seats: list[SeatDemand]) -> Problem:
-    from seatplan.errors import SeatplanError
-
-    ordered_gpus = sorted(gpus, key=lambda slot: (slot.host, slot.index))
-    gpu_keys = tuple((slot.host, slot.index) for slot in ordered_gpus)
-    if len(set(gpu_keys)) != len(gpu_keys):
-        twice = sorted({f"{h}:{i}" for h, i in gpu_keys if gpu_keys.count((h, i)) > 1})
-        raise SeatplanError(f"GPU {', '.join(twice)} is listed twice", where="hosts", fix="give each GPU of a host its own index")
-    names = [seat.name for seat in seats]
-    if len(set(names)) != len(names):
-        twice = sorted({name for name in names if names.count(name) > 1})
-        raise SeatplanError(f"seat {', '.join(twice)} is declared twice", where="seats", fix="give every seat its own name")
-    position = {key: g for g, key in enumerate(gpu_keys)}
-    ordered_seats = sorted(seats, key=lambda s: (-s.footprint_bytes * s.gpu_count, -s.gpu_count, s.name))
-    capacity = tuple(slot.capacity_bytes for slot in ordered_gpus)
-    headroom = tuple(slot.headroom_bytes for slot in ordered_gpus)
-    keep_clear = tuple(slot.keep_clear for slot in ordered_gpus)
-
-    allowed_sets = []
-    for seat in ordered_seats:
-        if seat.allowed is None:
-            allowed_sets.append(frozenset(range(len(gpu_keys))))
-            continue
-        unknown = [f"{h}:{i}" for h, i in seat.allowed if (h, i) not in position]
-        if unknown:
-            raise SeatplanError(
-                f"seat {seat.name} may use GPU {', '.join(unknown)}, which the fleet does not have",
-                where=f"seats.{seat.name}",
-                fix="pin or avoid only GPUs declared under hosts",
-            )
-        allowed_sets.append(frozenset(position[(h, i)] for h, i in seat.allowed))
-
-    def current_set(seat: SeatDemand) -> GpuSet | None:
-        if not seat.current:
-            return None
-        # A GPU that left the fleet maps to -1: no candidate equals it, so the seat counts as moved.
-        return tuple(sorted(position.get((h, i), -1) for h, i in seat.current))
-
-    usable = [c - h for c, h in zip(capacity, headroom)]
-    candidates = tuple(
-        _gpu_sets(gpu_keys, keep_clear, usable, allowed, seat.footprint_bytes, seat.gpu_count)
-        for seat, allowed in zip(ordered_seats, allowed_sets)
-    )
-    return Problem(
-        gpu_keys=gpu_keys,
-        capacity_bytes=capacity,
-        headroom_bytes=headroom,
-        keep_clear=keep_clear,
-        seat_names=tuple(seat.name for seat in ordered_seats),
-        footprint_bytes=tuple(seat.footprint_bytes for seat in ordered_seats),
-        gpu_count=tuple(seat.gpu_count for seat in ordered_seats),
-        allowed=tuple(allowed_sets),
-        candidates=candidates,
-        current=tuple(current_set(seat) for seat in ordered_seats),
-    )
-
-
-def _gpu_sets(gpu_keys, keep_clear, usable, allowed, footprint_bytes: int, gpu_count: int) -> tuple[GpuSet, ...]:
-    fitting = [g for g in sorted(allowed) if not keep_clear[g] and footprint_bytes <= usable[g]]
-    by_host: dict[str, list[int]] = {}
-    for g in fitting:
-        by_host.setdefault(gpu_keys[g][0], []).append(g)
-    sets: list[GpuSet] = []
-    for host in sorted(by_host):
-        sets.extend(combinations(by_host[host], gpu_count))
-    return tuple(sorted(sets))
+from seatplan.plan.placement.problem import GpuSet, Layout, Problem
 
 
 def _seat_kinds(problem: Problem) -> list[int]:
@@ -162,60 +22,6 @@ def _seat_kinds(problem: Problem) -> list[int]:
         )
         for s in range(len(problem.seat_names))
     ]
-
-
-def water_level_bound(problem: Problem, load_bytes: list[int], remaining_demand_bytes: int) -> int:
-    """No layout's worst-case spare can beat this: spares only shrink, and the rest of the demand must land somewhere.
-
-    With the remaining demand poured like water over the open GPUs, the lowest spare is at most the
-    current lowest spare and at most the average spare once everything is poured.
-    """
-    spares = [problem.capacity_bytes[g] - load_bytes[g] for g in problem.open_gpus]
-    if not spares:
-        return 0
-    return min(min(spares), (sum(spares) - remaining_demand_bytes) // len(spares))
-
-
-def root_bound(problem: Problem) -> int:
-    """The water-level bound before anything is placed: a proven upper bound on any layout's worst-case spare."""
-    demand = sum(problem.demand_bytes(s) for s in range(len(problem.seat_names)))
-    return water_level_bound(problem, [0] * len(problem.gpu_keys), demand)
-
-
-@dataclass(order=True)
-class Layout:
-    """One complete assignment; orders best first (higher worst-case spare, then fewer moves)."""
-
-    rank: tuple[int, int]  # (-worst_spare_bytes, moves)
-    assignment: tuple[GpuSet, ...] = field(compare=False)
-
-    @property
-    def worst_spare_bytes(self) -> int:
-        return -self.rank[0]
-
-    @property
-    def moves(self) -> int:
-        return self.rank[1]
-
-
-@dataclass
-class Solved:
-    """What either method answers for one problem."""
-
-    layout: Layout | None
-    optimal: bool  # worst-case spare, then moves, proven optimal (or proven infeasible when layout is None)
-    bound_bytes: int | None  # proven upper bound on the worst-case spare
-    proven_infeasible: bool
-
-
-def bottleneck_group(problem: Problem, assignment: tuple[GpuSet, ...]) -> tuple[int, ...] | None:
-    """The seats on the lowest-spare open GPU that holds two or more seats (what a runner-up must split up)."""
-    load_bytes = problem.loads(assignment)
-    for g in sorted(problem.open_gpus, key=lambda g: (problem.capacity_bytes[g] - load_bytes[g], g)):
-        seats = tuple(s for s, gpu_set in enumerate(assignment) if g in gpu_set)
-        if len(seats) >= 2:
-            return seats
-    return None
 
 
 @dataclass
@@ -257,6 +63,7 @@ def exhaustive(
     deadline: float | None = None,
     floor_bytes: int | None = None,
     ceiling_bytes: int | None = None,
+    max_moves: int | None = None,
 ) -> SearchOutcome:
     """Branch and bound over every seat's GPU sets for the best layout; ties go to the first found.
 
@@ -268,7 +75,8 @@ def exhaustive(
     a seat tries only one GPU (set) among GPUs in the same state (same host, capacity, headroom,
     the same standing with every seat still to place, the same load so far and the same seats of
     apart groups on them), and a seat identical to the one before it never takes an earlier GPU
-    set than that one did. A branch is cut when :class:`_Bound` shows it cannot beat the best so far.
+    set than that one did. A branch is cut when :class:`_Bound` shows it cannot beat the best so far,
+    or when, with ``max_moves``, the seats still to place that must move would take it over budget.
     """
     seat_count = len(problem.seat_names)
     footprint = problem.footprint_bytes
@@ -337,7 +145,8 @@ def exhaustive(
                 if tagged:
                     tags[g] = tags[g] + (seat,)
             step_moves = moves + moving[seat][option]
-            if bound.may_beat(seat + 1, spare, step_moves, no_layout_rank if best is None else best.rank):
+            within_budget = max_moves is None or step_moves + bound.surely_moving[seat + 1] <= max_moves
+            if within_budget and bound.may_beat(seat + 1, spare, step_moves, no_layout_rank if best is None else best.rank):
                 chosen[seat] = option
                 visit(seat + 1, step_moves)
             for g in gpu_set:
@@ -444,8 +253,7 @@ class _Bound:
                         kept = left
             if kept < need:
                 return False
-            if kept < bound:
-                bound = kept
+            bound = min(bound, kept)
         if bound > need:
             return True
         return self.fewest_moves(depth, spare, moves_so_far, need) < rank[1]
@@ -483,7 +291,7 @@ def _gpu_classes(problem: Problem) -> list[list[int]]:
         row = []
         for g, (host, _index) in enumerate(problem.gpu_keys):
             standing = tuple(
-                (g in problem.allowed[s], problem.current[s] is not None and g in problem.current[s])
+                (g in problem.allowed[s], g in (problem.current[s] or ()))
                 for s in range(depth, seat_count)
             )
             signature = (host, problem.capacity_bytes[g], problem.headroom_bytes[g], problem.keep_clear[g], standing)

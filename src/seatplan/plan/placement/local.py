@@ -1,0 +1,491 @@
+"""Local search: randomized largest-first starts, then trades that relieve the tightest GPU.
+
+Fleet-sized problems are solved here first (CP-SAT then closes what is left and proves bounds).
+Each round builds a layout largest seat first onto the GPU (set) left with the most spare, in an
+order jittered by a seeded random generator, or kicks a few seats off the tightest GPUs of the best
+layout so far; then trades seats between the lowest-spare GPU and the others until no trade helps.
+A trade moves one or two seats off a GPU, possibly taking one or two back (a swap), or moves a
+tensor-parallel seat to another GPU set, each GPU it takes sending a group of single-GPU seats
+back to one it leaves. Under a move budget only the worst GPUs are relieved. Every trade keeps the layout valid (allowed GPU
+sets, headroom, apart groups, the move budget) and raises the lower of the spares it touches,
+which makes the sorted list of all spares lexicographically larger, so every descent ends.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from bisect import bisect_left
+from itertools import combinations
+
+from seatplan.plan.placement.problem import GpuSet, Problem
+
+Trade = list[tuple[int, GpuSet]]  # (seat, its new GPU set)
+
+ORDER_JITTER = 0.25  # a seat's demand is scaled by up to this much either way when ordering a randomized start
+KICKED_SEATS = 3  # seats a kick moves off the tightest GPUs
+STALL_ROUNDS_PER_SEAT = 20  # rounds in a row without a better layout (or any layout), per seat, before giving up early
+ROUNDS_PER_RESTART = 6  # kicks from the best layout between two fresh randomized starts
+ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tries only some groups of them
+
+
+def search(
+    problem: Problem,
+    *,
+    deadline: float,
+    start: tuple[GpuSet, ...] | None = None,
+    max_moves: int | None = None,
+    target_bytes: int | None = None,
+    seed: int = 1,
+) -> tuple[GpuSet, ...] | None:
+    """The best layout found by the deadline (``start`` first, if given and valid), or None when no start could be built.
+
+    With ``max_moves`` no trade takes the layout past that many seats away from where they run.
+    It stops early on reaching ``target_bytes`` (a proven bound: nothing better exists).
+    """
+    rng = random.Random(seed)
+    best: _State | None = None
+    round_number = stalled = 0
+    while True:
+        fresh = round_number - (start is not None)  # rounds since the given start: 0 is the plain largest-first start
+        if start is not None and fresh < 0:
+            candidate: _State | None = _State(problem, start, max_moves)
+        elif best is None or fresh % (ROUNDS_PER_RESTART + 1) == 0:
+            layout = construct(problem, rng if fresh else None, max_moves=max_moves)
+            candidate = None if layout is None else _State(problem, layout, max_moves)
+        else:
+            candidate = best.copy()
+            candidate.kick(rng)
+        if candidate is not None:
+            candidate.descend(deadline)
+            if best is None or candidate.rank() > best.rank():
+                best, stalled = candidate, -1
+        round_number += 1
+        stalled += 1
+        # Small problems give up early; a fleet's rounds are many and each may still find something, so it uses its time.
+        if time.perf_counter() >= deadline or stalled > STALL_ROUNDS_PER_SEAT * len(problem.seat_names):
+            break
+        if best is not None and target_bytes is not None and best.rank()[0] >= target_bytes:
+            break
+    return None if best is None else tuple(best.assignment)
+
+
+def improve(problem: Problem, assignment: tuple[GpuSet, ...], *, deadline: float, max_moves: int | None = None) -> tuple[GpuSet, ...]:
+    """One descent from ``assignment`` (which must be valid): a layout at least as good."""
+    state = _State(problem, assignment, max_moves)
+    state.descend(deadline)
+    return tuple(state.assignment)
+
+
+def construct(problem: Problem, rng: random.Random | None, *, max_moves: int | None = None) -> tuple[GpuSet, ...] | None:
+    """Largest seat first onto the GPU set left with the most spare; None when a seat finds no room.
+
+    Seats that could stay where they run do so first when there is a move budget, so the start
+    spends none of it. With ``rng`` the order is jittered and ties broken at random.
+    """
+    seat_count = len(problem.seat_names)
+    load = [0] * len(problem.gpu_keys)
+    chosen: list[GpuSet | None] = [None] * seat_count
+
+    groups_of = _groups_of(problem)
+
+    def breaks_apart(seat: int, gpu_set: GpuSet) -> bool:
+        for group in groups_of.get(seat, ()):
+            others = [chosen[member] for member in group if member != seat]
+            if all(other is not None for other in others) and set(gpu_set).intersection(*(set(other) for other in others if other)):
+                return True
+        return False
+
+    def take(seat: int, gpu_set: GpuSet) -> None:
+        chosen[seat] = gpu_set
+        for g in gpu_set:
+            load[g] += problem.footprint_bytes[seat]
+
+    if max_moves is not None:
+        for seat, now in enumerate(problem.current):
+            if now is not None and now in problem.candidates[seat] and all(
+                load[g] + problem.footprint_bytes[seat] <= problem.usable_bytes(g) for g in now
+            ):
+                take(seat, now)
+
+    def weight(seat: int) -> float:
+        jitter = 1.0 if rng is None else rng.uniform(1.0 - ORDER_JITTER, 1.0 + ORDER_JITTER)
+        # Seats with few GPU sets to choose from go first: later they might find them taken.
+        return -problem.demand_bytes(seat) * jitter * (4.0 if len(problem.candidates[seat]) <= 2 else 1.0)
+
+    for seat in sorted((s for s in range(seat_count) if chosen[s] is None), key=weight):
+        size = problem.footprint_bytes[seat]
+        best_set, best_left = None, None
+        for gpu_set in problem.candidates[seat]:
+            if any(load[g] + size > problem.usable_bytes(g) for g in gpu_set) or breaks_apart(seat, gpu_set):
+                continue
+            left = min(problem.capacity_bytes[g] - load[g] - size for g in gpu_set)
+            if rng is not None:
+                left += rng.randrange(1 << 20)  # random tie-break among sets within a MiB of each other
+            if best_left is None or left > best_left:
+                best_set, best_left = gpu_set, left
+        if best_set is None:
+            return None
+        take(seat, best_set)
+    assignment = tuple(gpu_set for gpu_set in chosen if gpu_set is not None)
+    return assignment if len(assignment) == seat_count else None
+
+
+def fewer_moves(problem: Problem, assignment: tuple[GpuSet, ...], *, deadline: float) -> tuple[GpuSet, ...]:
+    """Send seats back where they run now, directly or by swapping with a seat that is away from home too.
+
+    Every step keeps each GPU it fills at or above the layout's worst-case spare (and its
+    headroom), so the worst-case spare never drops, and takes at least one move away.
+    """
+    state = _State(problem, assignment)
+    floor = problem.worst_spare(problem.loads(assignment))
+    while time.perf_counter() < deadline and state.send_one_home(floor):
+        pass
+    return tuple(state.assignment)
+
+
+def homeward(problem: Problem, assignment: tuple[GpuSet, ...], budgets: list[int], *, deadline: float) -> dict[int, tuple[GpuSet, ...]]:
+    """From a layout with many moves, send seats home one step at a time, each step the one that costs the least
+    worst-case spare; the layout at each budget on the way down (the frontier seen from the top)."""
+    state = _State(problem, assignment)
+    found: dict[int, tuple[GpuSet, ...]] = {}
+    for budget in sorted(budgets, reverse=True):
+        while state.moves > budget and time.perf_counter() < deadline and state.send_cheapest_home():
+            pass
+        if state.moves <= budget:
+            found[budget] = tuple(state.assignment)
+    return found
+
+
+def _subsets(seats: list[int], size: tuple[int, ...]) -> list[tuple[list[int], int]]:
+    """Every group of ``seats`` (the empty one included) with its bytes."""
+    groups: list[tuple[list[int], int]] = [([], 0)]
+    for seat in seats:
+        groups += [(members + [seat], total + size[seat]) for members, total in groups]
+    return groups
+
+
+def _groups_of(problem: Problem) -> dict[int, list[tuple[int, ...]]]:
+    groups_of: dict[int, list[tuple[int, ...]]] = {}
+    for group in problem.apart:
+        for seat in group:
+            groups_of.setdefault(seat, []).append(group)
+    return groups_of
+
+
+class _State:
+    """A layout being improved: its assignment, each GPU's spare and seats, and its moves."""
+
+    def __init__(self, problem: Problem, assignment: tuple[GpuSet, ...], max_moves: int | None = None) -> None:
+        self.problem = problem
+        self.max_moves = max_moves
+        self.assignment = list(assignment)
+        load = problem.loads(assignment)
+        self.spare = [c - used for c, used in zip(problem.capacity_bytes, load)]
+        self.on_gpu: list[set[int]] = [set() for _ in problem.gpu_keys]
+        for seat, gpu_set in enumerate(assignment):
+            for g in gpu_set:
+                self.on_gpu[g].add(seat)
+        self.moves = problem.moves(assignment)
+        self.open = problem.open_gpus
+        self.single_gpus = [
+            frozenset(gpu_set[0] for gpu_set in options) if problem.gpu_count[s] == 1 else frozenset()
+            for s, options in enumerate(problem.candidates)
+        ]
+        self.groups_of = _groups_of(problem)
+
+    def copy(self) -> _State:
+        twin = _State.__new__(_State)
+        twin.__dict__.update(self.__dict__)
+        twin.assignment = list(self.assignment)
+        twin.spare = list(self.spare)
+        twin.on_gpu = [set(seats) for seats in self.on_gpu]
+        return twin
+
+    def rank(self) -> tuple[int, int]:
+        """Larger is better: the worst-case spare, then fewer moves."""
+        return (min((self.spare[g] for g in self.open), default=0), -self.moves)
+
+    def descend(self, deadline: float) -> None:
+        while time.perf_counter() < deadline and self.relieve_lowest():
+            pass
+
+    def kick(self, rng: random.Random) -> None:
+        """Move a few seats off the tightest GPUs to random GPUs that take them (the worst-case spare may drop)."""
+        problem = self.problem
+        tight = sorted(self.open, key=lambda g: self.spare[g])[: max(2, len(self.open) // 8)]
+        seats = sorted({s for g in tight for s in self.on_gpu[g] if problem.gpu_count[s] == 1})
+        for seat in rng.sample(seats, min(KICKED_SEATS, len(seats))):
+            targets = sorted(g for g in self.single_gpus[seat] if (g,) != self.assignment[seat])
+            rng.shuffle(targets)
+            for g in targets:
+                trade: Trade = [(seat, (g,))]
+                if self.spare[g] - problem.footprint_bytes[seat] >= problem.headroom_bytes[g] and self._allowed(trade):
+                    self._apply(trade)
+                    break
+
+    def relieve_lowest(self) -> bool:
+        """Apply the best trade for the lowest-spare GPU that has one; False when none of the lowest quarter has.
+
+        Under a move budget only the GPUs at the worst-case spare are relieved: a move spent on a GPU
+        above it buys no spare and may be the one the worst GPU needs later.
+        """
+        lowest = sorted(self.open, key=lambda g: (self.spare[g], g))[: max(8, len(self.open) // 4)]
+        if self.max_moves is not None and lowest:
+            lowest = [g for g in lowest if self.spare[g] == self.spare[lowest[0]]]
+        for gpu in lowest:
+            trade = self._best_trade(gpu)
+            if trade is not None:
+                self._apply(trade)
+                return True
+        return False
+
+    def _best_trade(self, gpu: int) -> Trade | None:
+        """The trade that leaves the most spare on the lower of ``gpu`` and its partner, if that beats ``gpu``'s spare now.
+
+        The cheap trades first: single seats moved or swapped one for one, then tensor-parallel seats
+        traded against groups, then pairs of seats; the first kind that helps is taken.
+        """
+        problem = self.problem
+        floor = self.spare[gpu]
+        best_gain, best = self._best_exchange(gpu, floor, None, pairs=False)
+        if best is not None:
+            return best
+        for seat in sorted(self.on_gpu[gpu]):
+            if problem.gpu_count[seat] > 1:
+                best_gain, best = self._best_tensor_parallel_move(seat, best_gain, best)
+        if best is not None:
+            return best
+        best = self._best_exchange(gpu, floor, None, pairs=True)[1]
+        return best if best is not None else self._best_subset_exchange(gpu)
+
+    def _best_subset_exchange(self, gpu: int) -> Trade | None:
+        """Any group of ``gpu``'s single-GPU seats for any group of a partner's, the two groups' sizes differing by as
+        close to half the partners' spare difference as there is: on a nearly full fleet only such exact trades help.
+
+        Each partner's group sizes are sorted once, so every group of ``gpu``'s finds its best counterpart by bisection.
+        """
+        problem, spare = self.problem, self.spare
+        size = problem.footprint_bytes
+        floor = spare[gpu]
+        best_gain, best = floor, None
+        ours = [s for s in self.on_gpu[gpu] if problem.gpu_count[s] == 1][:ALL_SUBSETS_UP_TO]
+        for partner in self.open:
+            if partner == gpu or spare[partner] <= best_gain:
+                continue
+            leaving = _subsets([s for s in ours if partner in self.single_gpus[s]], size)
+            arriving = sorted(
+                _subsets([s for s in self.on_gpu[partner] if problem.gpu_count[s] == 1 and gpu in self.single_gpus[s]][:ALL_SUBSETS_UP_TO], size),
+                key=lambda group: group[1],
+            )
+            arriving_bytes = [group_bytes for _, group_bytes in arriving]
+            ideal = (spare[partner] - floor) // 2
+            for out_seats, out_bytes in leaving:
+                at = bisect_left(arriving_bytes, out_bytes - ideal)
+                for in_seats, in_bytes in arriving[max(0, at - 1) : at + 1]:
+                    shift = out_bytes - in_bytes
+                    gain = min(floor + shift, spare[partner] - shift)
+                    if shift <= 0 or gain <= best_gain or spare[partner] - shift < problem.headroom_bytes[partner]:
+                        continue
+                    trade: Trade = [(s, (partner,)) for s in out_seats]
+                    trade += [(s, (gpu,)) for s in in_seats]
+                    if self._allowed(trade):
+                        best_gain, best = gain, trade
+        return best
+
+    def _best_tensor_parallel_move(self, seat: int, best_gain: int, best: Trade | None) -> tuple[int, Trade | None]:
+        """Move a tensor-parallel seat to another GPU set, each GPU it takes sending a group of single-GPU seats to one it leaves.
+
+        On a busy fleet no GPU has room for a large tensor-parallel seat on top of what it holds;
+        trading it against small seats going the other way is what moves it at all.
+        """
+        spare = self.spare
+        size = self.problem.footprint_bytes[seat]
+        here = self.assignment[seat]
+        sent_back: dict[tuple[int, int], tuple[list[int], int] | None] = {}  # (GPU left, GPU taken) → its best group
+        for target in self.problem.candidates[seat]:
+            leaving = [g for g in here if g not in target]
+            arriving = [g for g in target if g not in here]
+            # Balanced, a pair of GPUs keeps at best the average of their spares: skip targets that cannot help.
+            if not arriving or any(spare[left] + spare[taken] <= 2 * best_gain for left, taken in zip(leaving, arriving)):
+                continue
+            trade: Trade = [(seat, target)]
+            for left, taken in zip(leaving, arriving):
+                if (left, taken) not in sent_back:
+                    sent_back[left, taken] = self._best_group_back(size, left, taken)
+                group = sent_back[left, taken]
+                if group is None or group[1] <= best_gain:
+                    break
+                trade += [(s, (left,)) for s in group[0]]
+            else:
+                gain = self._gain(trade)
+                if gain > best_gain:
+                    best_gain, best = gain, trade
+        return best_gain, best
+
+    def _best_group_back(self, size: int, left: int, taken: int) -> tuple[list[int], int] | None:
+        """The group of seats ``taken`` sends to ``left`` when a seat of ``size`` goes the other way: the one leaving the
+        most spare on the lower of the two, with that spare; None when no group keeps both within their headroom."""
+        headroom = self.problem.headroom_bytes
+        room_left, room_taken = self.spare[left] + size, self.spare[taken] - size
+        best: tuple[list[int], int] | None = None
+        for group, group_bytes in self._shedding(taken, left, (room_left - room_taken) // 2):
+            after_left, after_taken = room_left - group_bytes, room_taken + group_bytes
+            if after_left < headroom[left] or after_taken < headroom[taken]:
+                continue
+            if best is None or min(after_left, after_taken) > best[1]:
+                best = (group, min(after_left, after_taken))
+        return best
+
+    def _shedding(self, gpu: int, to: int, ideal_bytes: int) -> list[tuple[list[int], int]]:
+        """Groups of single-GPU seats ``gpu`` could send to ``to``: every subset when there are few, else none, any
+        one or two, and largest first up to ``ideal_bytes``. A large seat often fits only for a narrow range of bytes
+        sent back, which only an exact subset hits."""
+        size = self.problem.footprint_bytes
+        may_go = [s for s in sorted(self.on_gpu[gpu], key=lambda s: -size[s]) if to in self.single_gpus[s]]
+        if len(may_go) <= ALL_SUBSETS_UP_TO:
+            return _subsets(may_go, size)
+        filled, filled_bytes = [], 0
+        for seat in may_go:
+            if filled_bytes + size[seat] <= ideal_bytes:
+                filled.append(seat)
+                filled_bytes += size[seat]
+        return [([], 0), (filled, filled_bytes)] + self._bundles(gpu, lambda s: to in self.single_gpus[s], pairs=True)
+
+    def _best_exchange(self, gpu: int, best_gain: int, best: Trade | None, *, pairs: bool) -> tuple[int, Trade | None]:
+        problem, spare = self.problem, self.spare
+        floor = spare[gpu]
+        leaving = self._bundles(gpu, lambda s: True, pairs=pairs)
+        for partner in self.open:
+            room = spare[partner]
+            if partner == gpu or room <= best_gain:
+                continue  # giving it anything would leave it below what we already have
+            arriving: list[tuple[list[int], int]] = [([], 0)] + self._bundles(partner, lambda s: gpu in self.single_gpus[s], pairs=pairs)
+            for out_seats, out_bytes in leaving:
+                if any(partner not in self.single_gpus[s] for s in out_seats):
+                    continue
+                for in_seats, in_bytes in arriving:
+                    shift = out_bytes - in_bytes
+                    if shift <= 0:
+                        continue
+                    gain = min(floor + shift, room - shift)
+                    if gain <= best_gain or room - shift < problem.headroom_bytes[partner]:
+                        continue
+                    trade: Trade = [(s, (partner,)) for s in out_seats]
+                    trade += [(s, (gpu,)) for s in in_seats]
+                    if self._allowed(trade):
+                        best_gain, best = gain, trade
+        return best_gain, best
+
+    def _bundles(self, gpu: int, may_leave, *, pairs: bool) -> list[tuple[list[int], int]]:
+        """Single-GPU seats on ``gpu`` (that ``may_leave``), one at a time, or two at a time with ``pairs``, with their bytes."""
+        seats = [s for s in sorted(self.on_gpu[gpu]) if self.problem.gpu_count[s] == 1 and may_leave(s)]
+        size = self.problem.footprint_bytes
+        singles = [([s], size[s]) for s in seats]
+        if not pairs:
+            return singles
+        return [([a, b], size[a] + size[b]) for a, b in combinations(seats, 2)] + singles
+
+    def _gain(self, trade: Trade) -> int:
+        """The lowest spare among the open GPUs ``trade`` touches, after it; -1 when it breaks a rule."""
+        problem = self.problem
+        after = {g: self.spare[g] + change for g, change in self._delta(trade).items()}
+        if any(after[g] < problem.headroom_bytes[g] for g in after) or not self._allowed(trade):
+            return -1
+        return min((after[g] for g in after if not problem.keep_clear[g]), default=-1)
+
+    def _moves_after(self, trade: Trade) -> int:
+        problem = self.problem
+        return self.moves + sum(problem.is_move(seat, gpu_set) - problem.is_move(seat, self.assignment[seat]) for seat, gpu_set in trade)
+
+    def _allowed(self, trade: Trade) -> bool:
+        """Apart groups stay apart, and the move budget holds (or is not exceeded further)."""
+        if self.max_moves is not None:
+            after = self._moves_after(trade)
+            if after > self.max_moves and after > self.moves:
+                return False
+        return self._apart_ok(trade)
+
+    def send_one_home(self, floor: int) -> bool:
+        problem = self.problem
+        for seat, home in enumerate(problem.current):
+            if home is None or home == self.assignment[seat] or home not in problem.candidates[seat]:
+                continue
+            for trade in self._homecomings(seat, home):
+                if self._keeps_floor(trade, floor):
+                    self._apply(trade)
+                    return True
+        return False
+
+    def send_cheapest_home(self) -> bool:
+        """The homecoming that leaves the largest worst-case spare (ties: the one that saves more moves); False when none fits."""
+        problem = self.problem
+        lowest = sorted(self.open, key=lambda g: self.spare[g])[:8]
+        best_key, best_trade = None, None
+        for seat, home in enumerate(problem.current):
+            if home is None or home == self.assignment[seat] or home not in problem.candidates[seat]:
+                continue
+            for trade in self._homecomings(seat, home):
+                delta = self._delta(trade)
+                if any(self.spare[g] + change < problem.headroom_bytes[g] for g, change in delta.items()) or not self._apart_ok(trade):
+                    continue
+                untouched = next((self.spare[g] for g in lowest if g not in delta), None)
+                touched = [self.spare[g] + change for g, change in delta.items() if not problem.keep_clear[g]]
+                worst = min(touched + ([] if untouched is None else [untouched]), default=0)
+                key = (worst, self.moves - self._moves_after(trade))
+                if best_key is None or key > best_key:
+                    best_key, best_trade = key, trade
+        if best_trade is None:
+            return False
+        self._apply(best_trade)
+        return True
+
+    def _homecomings(self, seat: int, home: GpuSet) -> list[Trade]:
+        """Going straight home, or (single-GPU seats) swapping places with a seat on the home GPU that is away from its own home."""
+        problem = self.problem
+        trades: list[Trade] = [[(seat, home)]]
+        here = self.assignment[seat]
+        if len(home) == 1 and len(here) == 1:
+            for other in sorted(self.on_gpu[home[0]]):
+                if problem.gpu_count[other] == 1 and problem.current[other] != (home[0],) and here[0] in self.single_gpus[other]:
+                    trades.append([(seat, home), (other, here)])
+        return trades
+
+    def _keeps_floor(self, trade: Trade, floor: int) -> bool:
+        problem = self.problem
+        for g, change in self._delta(trade).items():
+            after = self.spare[g] + change
+            if after < problem.headroom_bytes[g] or (change < 0 and not problem.keep_clear[g] and after < floor):
+                return False
+        return self._apart_ok(trade)
+
+    def _delta(self, trade: Trade) -> dict[int, int]:
+        """How each GPU's spare changes if ``trade`` happens."""
+        size = self.problem.footprint_bytes
+        delta: dict[int, int] = {}
+        for seat, gpu_set in trade:
+            for g in self.assignment[seat]:
+                delta[g] = delta.get(g, 0) + size[seat]
+            for g in gpu_set:
+                delta[g] = delta.get(g, 0) - size[seat]
+        return delta
+
+    def _apart_ok(self, trade: Trade) -> bool:
+        moved = dict(trade)
+        for seat in moved:
+            for group in self.groups_of.get(seat, ()):
+                if set.intersection(*(set(moved.get(member, self.assignment[member])) for member in group)):
+                    return False
+        return True
+
+    def _apply(self, trade: Trade) -> None:
+        self.moves = self._moves_after(trade)
+        size = self.problem.footprint_bytes
+        for seat, gpu_set in trade:
+            for g in self.assignment[seat]:
+                self.spare[g] += size[seat]
+                self.on_gpu[g].discard(seat)
+            for g in gpu_set:
+                self.spare[g] -= size[seat]
+                self.on_gpu[g].add(seat)
+            self.assignment[seat] = gpu_set

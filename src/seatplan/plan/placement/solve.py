@@ -1,0 +1,215 @@
+"""Which seats go on which GPUs: the layout with the largest worst-case spare memory at plateau.
+
+The objective is the smallest spare (capacity − Σ plateau footprints) over the GPUs that are not
+keep-clear; every GPU must keep its headroom free; pins and avoids arrive here already resolved
+into each seat's allowed GPU set; a tensor-parallel seat takes ``gpu_count`` distinct GPUs of one
+host. Among layouts with the same worst-case spare the one with fewer moves from the current
+layout wins, then the first in search order (seats largest first, GPUs by host and index).
+
+Host-sized problems go to the exhaustive search (:mod:`.exact`), which proves its answer. Fleets go
+to the local search (:mod:`.local`: randomized largest-first starts, trades on the tightest GPU)
+and then to CP-SAT (:mod:`.cpsat`), hinted with the local search's layout, to close the rest and to
+prove what it can; the LP relaxation (:mod:`.bounds`) caps the bound either way, so an answer that
+is not proven says how far from optimal it can at most be. When seats run somewhere already, the
+spare-versus-moves frontier (:mod:`.frontier`) shows what each budget of moves buys, and a move
+budget or a price per move picks the layout from it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Literal
+
+from seatplan.plan.placement import cpsat, exact, frontier, local, rejections
+from seatplan.plan.placement.bounds import lp_bound, root_bound
+from seatplan.plan.placement.problem import (
+    Alternative,
+    GpuSet,
+    GpuSlot,
+    Layout,
+    Method,
+    Placement,
+    PlacementResult,
+    Problem,
+    SeatDemand,
+    Solved,
+    bottleneck_group,
+    compile_problem,
+    gpu_label,
+    seats_on,
+    to_placement,
+)
+from seatplan.units import human_bytes
+
+# Problems up to this size try the exhaustive search first; it proves optimality in well under a
+# second there. Larger ones, or ones whose search runs out of its share of time, go to the local
+# search and CP-SAT.
+EXHAUSTIVE_MAX_OPEN_GPUS = 8
+EXHAUSTIVE_MAX_SEATS = 16
+EXHAUSTIVE_TIME_SHARE = 0.25
+LP_TIME_SHARE = 0.2  # at most, of a fleet-sized solve's time, for the LP bound (it takes about a second on 64 GPUs)
+LOCAL_SEARCH_SHARE = 0.85  # of a fleet-sized solve's time; CP-SAT, hinted with its layout, gets the rest
+# Of the time limit: the best layout, then the frontier (when seats run somewhere), then runner-ups.
+BEST_TIME_SHARE = 0.6
+FRONTIER_TIME_SHARE = 0.25
+
+
+def place(
+    gpus: list[GpuSlot],
+    seats: list[SeatDemand],
+    *,
+    runner_ups: int = 3,
+    time_limit_s: float = 30.0,
+    method: Literal["auto", "exhaustive", "cp-sat"] = "auto",
+    max_moves: int | None = None,
+    move_cost_bytes: int = 0,
+) -> PlacementResult:
+    """The best layout, whether it is proven optimal, up to ``runner_ups`` next-best layouts, or why none fits.
+
+    Runner-up *n* is the best layout that also splits up the seats sharing the bottleneck GPU of
+    layout *n − 1* (the lowest-spare GPU holding two or more seats), so each shows what the plan
+    would look like if the pairing that limits the one before it were avoided. When ``max_moves``
+    or ``move_cost_bytes`` picks another point of the frontier, the other points are the runner-ups.
+    """
+    started = time.perf_counter()
+    problem = compile_problem(gpus, seats)
+    chosen: Method = "cp-sat" if method == "cp-sat" or (method == "auto" and not _host_sized(problem)) else "exhaustive"
+
+    alone = rejections.seats_that_never_fit(problem)
+    if alone:
+        return _infeasible(rejections.alone_infeasibility(alone), chosen, started)
+
+    running = any(now is not None for now in problem.current)
+    shares = _time_shares(runner_ups > 0, running)
+    until = started + time_limit_s * shares[0]
+    solved, chosen = _solve(problem, chosen, fallback=method == "auto", until=until)
+    if solved.proven_infeasible:
+        return _infeasible(rejections.together_infeasibility(problem, time_limit_s), chosen, started)
+    if solved.layout is None:
+        return PlacementResult(
+            best=None, optimal=False, method=chosen, bound_bytes=solved.bound_bytes, runner_ups=[],
+            infeasible=None, solve_seconds=time.perf_counter() - started,
+        )
+    points = []
+    if running:
+        until += time_limit_s * shares[1]
+        budgets = [max_moves] if max_moves is not None else []
+        points = frontier.frontier(problem, solved, host_sized=chosen == "exhaustive", until=until, extra_budgets=budgets)
+    pick, because = frontier.choose(points, max_moves=max_moves, move_cost_bytes=move_cost_bytes)
+    if pick is None or pick.placement.worst_case_spare_bytes == solved.layout.worst_spare_bytes and pick.placement.moves == solved.layout.moves:
+        best = to_placement(problem, solved.layout.assignment)
+        alternatives = _runner_ups(
+            problem, chosen, solved.layout, best, runner_ups, until=started + time_limit_s, bound_bytes=solved.bound_bytes
+        )
+        optimal, because = solved.optimal, None
+    else:
+        best = pick.placement
+        alternatives = frontier.other_points(points, pick, move_cost_bytes=move_cost_bytes, max_moves=max_moves)[:runner_ups]
+        optimal = pick.proven
+    return PlacementResult(
+        best=best, optimal=optimal, method=chosen, bound_bytes=solved.bound_bytes, runner_ups=alternatives,
+        infeasible=None, solve_seconds=time.perf_counter() - started, frontier=points, chosen_because=because,
+    )
+
+
+def _time_shares(runner_ups: bool, running: bool) -> tuple[float, float]:
+    """(best layout, frontier) shares of the time limit; runner-ups get what is left."""
+    frontier_share = FRONTIER_TIME_SHARE if running else 0.0
+    if not runner_ups:
+        return 1.0 - frontier_share, frontier_share
+    return BEST_TIME_SHARE, frontier_share
+
+
+def _infeasible(infeasible, method: Method, started: float) -> PlacementResult:
+    return PlacementResult(
+        best=None, optimal=True, method=method, bound_bytes=None, runner_ups=[], infeasible=infeasible,
+        solve_seconds=time.perf_counter() - started,
+    )
+
+
+def _solve(problem: Problem, method: Method, *, fallback: bool, until: float, bound_bytes: int | None = None) -> tuple[Solved, Method]:
+    """Solve with ``method``; with ``fallback`` an exhaustive search that runs out of its share of time hands over to the fleet path.
+
+    ``bound_bytes``: a bound already proven for this problem or a less constrained one (the fleet path then skips the LP).
+    """
+    start: tuple[GpuSet, ...] | None = None
+    if method == "exhaustive":
+        now = time.perf_counter()
+        stop = now + (until - now) * EXHAUSTIVE_TIME_SHARE if fallback else until
+        outcome = exact.search(problem, deadline=stop)
+        layout = outcome.layout
+        if outcome.complete:
+            bound = None if layout is None else layout.worst_spare_bytes
+            return Solved(layout=layout, optimal=True, bound_bytes=bound, proven_infeasible=layout is None), "exhaustive"
+        if not fallback:
+            bound = outcome.bound_bytes if outcome.bound_bytes is not None else root_bound(problem)
+            return Solved(layout=layout, optimal=False, bound_bytes=bound, proven_infeasible=False), "exhaustive"
+        start = None if layout is None else layout.assignment
+    return solve_fleet(problem, until=until, start=start, bound_bytes=bound_bytes), "cp-sat"
+
+
+def solve_fleet(problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, bound_bytes: int | None = None) -> Solved:
+    """The fleet path: the LP bound, the local search for most of the time, then CP-SAT hinted with its layout."""
+    if bound_bytes is None:
+        bound_bytes = lp_bound(problem, time_limit_s=(until - time.perf_counter()) * LP_TIME_SHARE)
+    now = time.perf_counter()
+    found = local.search(problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, target_bytes=bound_bytes)
+    return cpsat.solve(problem, time_limit_s=max(0.5, until - time.perf_counter()), start=found, bound_bytes=bound_bytes)
+
+
+def _runner_ups(
+    problem: Problem, method: Method, best_layout: Layout, best: Placement, count: int, *, until: float, bound_bytes: int | None
+) -> list[Alternative]:
+    alternatives: list[Alternative] = []
+    previous, constrained = best_layout, problem
+    for position in range(count):
+        group = bottleneck_group(problem, previous.assignment)
+        if group is None:
+            break
+        constrained = replace(constrained, apart=constrained.apart + (group,))
+        share = (until - time.perf_counter()) / (count - position)
+        solved, _ = _solve(constrained, method, fallback=False, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes)
+        if solved.layout is None:
+            break
+        placement = to_placement(problem, solved.layout.assignment)
+        names = [problem.seat_names[s] for s in group]
+        alternatives.append(Alternative(placement=placement, why_lost=f"{_apart_words(names)}: {why_lost(problem, best, placement)}"))
+        previous = solved.layout
+    return alternatives
+
+
+def _apart_words(names: list[str]) -> str:
+    listed = _listing(names)
+    return f"with {listed} not all on one GPU" if len(names) > 2 else f"with {listed} on different GPUs"
+
+
+def _listing(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c`` (sorted)."""
+    ordered = sorted(names)
+    return ordered[0] if len(ordered) == 1 else ", ".join(ordered[:-1]) + " and " + ordered[-1]
+
+
+def _host_sized(problem: Problem) -> bool:
+    return len(problem.open_gpus) <= EXHAUSTIVE_MAX_OPEN_GPUS and len(problem.seat_names) <= EXHAUSTIVE_MAX_SEATS
+
+
+def _worst_gpu(problem: Problem, placement: Placement) -> str:
+    open_labels = [gpu_label(problem.gpu_keys[g]) for g in problem.open_gpus]
+    return min(open_labels, key=lambda label: (placement.spare_bytes[label], open_labels.index(label)))
+
+
+def why_lost(problem: Problem, best: Placement, alternative: Placement) -> str:
+    """One line: what makes ``alternative`` worse than ``best``."""
+    lower_bytes = best.worst_case_spare_bytes - alternative.worst_case_spare_bytes
+    if lower_bytes > 0:
+        label = _worst_gpu(problem, alternative)
+        holds = _listing(seats_on(alternative, label)) if seats_on(alternative, label) else "nothing"
+        return (
+            f"worst-case spare {human_bytes(lower_bytes)} lower: GPU {label} would hold {holds}, "
+            f"leaving {human_bytes(alternative.spare_bytes[label])}"
+        )
+    extra_moves = alternative.moves - best.moves
+    if extra_moves > 0:
+        return f"same worst-case spare, {extra_moves} more move{'s' if extra_moves > 1 else ''}"
+    return "same worst-case spare and moves; the plan keeps the first such layout in search order (largest seats first, GPUs by host and index)"

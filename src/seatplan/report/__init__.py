@@ -1,0 +1,1 @@
+"""``seatplan report``: one self-contained HTML page of the plan, the week's usage and the GPUs' history."""

@@ -1,0 +1,162 @@
+"""``seatplan report`` end to end: the page is self-contained and keeps secrets out, and headless Chromium
+(Debian's, driven over the DevTools pipe) draws every chart with the expected traces and no console error.
+The screenshot is kept as a test artefact (``$SEATPLAN_TEST_ARTIFACTS``, default ``test-artifacts/``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, require
+from report.browser import open_page
+from report.night import NightDocuments, seatplan
+
+ARTIFACTS = Path(os.environ.get("SEATPLAN_TEST_ARTIFACTS", REPO_ROOT / "test-artifacts"))
+EXPECTED_FIGURES = ["memory", "frontier", "kv", "history", "lengths", "inflight", "runaways"]
+
+# What every chart div reports once plotly has drawn it: its traces, the ones drawn, and the SVG's size.
+CHART_STATE = """
+new Promise(resolve => {
+  const settle = () => {
+    const charts = [...document.querySelectorAll('div.chart')];
+    const plots = charts.map(chart => chart.querySelector('.js-plotly-plot'));
+    if (!plots.every(plot => plot && plot._fullLayout && plot.querySelector('svg.main-svg'))) { setTimeout(settle, 100); return; }
+    resolve(charts.map((chart, i) => {
+      const plot = plots[i];
+      const svg = plot.querySelector('svg.main-svg').getBoundingClientRect();
+      const drawn = plot.querySelectorAll('.barlayer .trace, .scatterlayer .trace, .heatmaplayer .hm').length;
+      return {section: chart.closest('section').id, declared: Number(chart.dataset.traces), traces: plot.data.length,
+              visible: plot._fullData.filter(trace => trace.visible === true).length, drawn,
+              width: svg.width, height: svg.height,
+              names: plot._fullData.map(trace => trace.name)};
+    }));
+  };
+  settle();
+})
+"""
+
+
+@pytest.fixture(scope="module")
+def report_page(night: NightDocuments) -> Path:
+    page = night.folder / "report.html"
+    done = seatplan("report", str(night.plan), "--usage", str(night.usage), "--diagnose", str(night.diagnose),
+                    "--observed", str(night.observed), "-o", str(page), "--json")
+    assert done.returncode == 0, done.stderr
+    written = json.loads(done.stdout)
+    assert [figure["key"] for figure in written["figures"]] == EXPECTED_FIGURES
+    return page
+
+
+def test_report_is_self_contained_and_names_no_secrets(report_page: Path, night: NightDocuments):
+    text = report_page.read_text()
+    assert not re.search(r"<script[^>]+src=|<link[^>]+href=|@import|url\(http", text)
+    assert "cdn.plot.ly" not in text.split("</script>", 1)[1]  # plotly.js is inline; nothing after it loads a CDN
+    usage = json.loads(night.usage.read_text())
+    spend = (REPO_ROOT / "examples" / "night" / "spend-logs.csv").read_text()
+    key_hashes = set(re.findall(r"\b[0-9a-f]{64}\b", spend))
+    addresses = {address for key in usage["keys"] for address in key["client_ips"]}
+    assert key_hashes and addresses
+    for secret in key_hashes | addresses | {"http://gpu-box:", "postgresql://", str(night.folder)}:
+        assert secret not in text
+
+
+def test_report_draws_every_chart_in_headless_chromium(report_page: Path, night: NightDocuments):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    require(chromium is not None, "Debian's chromium (headless)")
+    page = open_page(chromium, report_page.as_uri())
+    try:
+        charts = page.evaluate(CHART_STATE)
+        errors = page.console_errors()
+        requested = page.requested_urls()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(ARTIFACTS / "report.png", width=1400)
+    finally:
+        page.close()
+    assert errors == []
+    # Works offline: the page asks for nothing but itself (inline data: URLs are not fetches).
+    assert [url for url in requested if not url.startswith(("data:", "blob:"))] == [report_page.as_uri()]
+    assert [chart["section"] for chart in charts] == EXPECTED_FIGURES
+    plan = json.loads(night.plan.read_text())
+    for chart in charts:
+        assert chart["traces"] == chart["declared"] > 0, chart
+        assert chart["drawn"] == chart["visible"], chart
+        assert chart["width"] > 300 and chart["height"] > 200, chart
+    by_key = {chart["section"]: chart for chart in charts}
+    # Memory: per panel one trace per footprint part in use, the spare and the headroom line; the chosen panel
+    # also marks the observed plateaus.
+    parts = {part["name"] for seat in plan["seats"] if seat["gpus"] for part in seat["footprint_parts"]}
+    assert by_key["memory"]["traces"] == 2 * (len(parts) + 2) + 1
+    # History: one panel per GPU of the nvidia-smi log (4), each with at least its band, line, total and plan level.
+    assert by_key["history"]["traces"] >= 4 * 5
+    assert {"step (restart)", "creep to plateau", "engine boot (vLLM log)"} <= set(by_key["history"]["names"])
+    assert (ARTIFACTS / "report.png").stat().st_size > 50_000
+
+
+def test_report_from_the_plan_alone_and_bad_documents(night: NightDocuments, tmp_path: Path):
+    page = tmp_path / "plan-only.html"
+    done = seatplan("report", str(night.plan), "-o", str(page), "--json")
+    assert done.returncode == 0, done.stderr
+    assert [figure["key"] for figure in json.loads(done.stdout)["figures"]] == ["memory", "frontier", "kv"]
+    # A usage report given as the plan: a located error with its fix, exit 2, nothing written.
+    wrong = tmp_path / "wrong.html"
+    done = seatplan("report", str(night.usage), "-o", str(wrong))
+    assert done.returncode == 2 and "this is not a plan" in done.stderr and "\nfix: " in done.stderr
+    assert not wrong.exists()
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"seats": [')
+    done = seatplan("report", str(night.plan), "--diagnose", str(broken), "-o", str(wrong))
+    assert done.returncode == 2 and f"{broken}:1" in done.stderr and "\nfix: " in done.stderr
+    assert not wrong.exists()
+
+
+BIG_MODELS = (("Qwen--Qwen3-4B-Instruct-2507", 32768), ("meta-llama--Llama-3.2-3B-Instruct", 16384), ("Qwen--Qwen3-8B", 16384),
+              ("mistralai--Mistral-7B-v0.1", 8192), ("openai--gpt-oss-20b", 32768))
+
+# Tick labels each chart shows on its category axis (plotly drops some when they crowd).
+CATEGORY_TICKS = """
+Object.fromEntries([...document.querySelectorAll('div.chart')].map(chart => [chart.closest('section').id,
+  [...chart.querySelectorAll('.yaxislayer-above .ytick text, .yaxislayer-above .y2tick text')].map(t => t.textContent)]))
+"""
+
+
+def big_fleet(folder: Path) -> Path:
+    """8 GPUs over 2 hosts and 40 seats: the size the report must stay readable at."""
+    lines = ["hosts:"]
+    for host in ("node-a", "node-b"):
+        lines += [f"  - name: {host}", "    gpus:"] + [f"      - {{index: {index}, name: H200, total_bytes: 139GiB}}" for index in range(4)]
+    lines += ["policy:", "  headroom_bytes: 1GiB", "seats:"]
+    for number in range(40):
+        model, context = BIG_MODELS[number % len(BIG_MODELS)]
+        lines += [f"  - name: team{number:02d}-{model.split('--')[1].lower()}", f"    model: {REPO_ROOT / 'examples' / 'demo' / 'models' / model}",
+                  f"    max_model_len: {context}", f"    port: {8000 + number}"]
+    fleet = folder / "fleet.yaml"
+    fleet.write_text("\n".join(lines) + "\n")
+    return fleet
+
+
+def test_report_stays_readable_with_8_gpus_and_40_seats(tmp_path: Path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    require(chromium is not None, "Debian's chromium (headless)")
+    plan = tmp_path / "plan.json"
+    done = seatplan("plan", str(big_fleet(tmp_path)), "-o", str(plan), "--time-limit", "10", "--json")
+    assert done.returncode == 0, done.stderr
+    seats = [seat["name"] for seat in json.loads(plan.read_text())["seats"]]
+    page_path = tmp_path / "big.html"
+    assert seatplan("report", str(plan), "-o", str(page_path)).returncode == 0
+    page = open_page(chromium, page_path.as_uri())
+    try:
+        page.evaluate(CHART_STATE)
+        ticks = page.evaluate(CATEGORY_TICKS)
+        errors = page.console_errors()
+        page.screenshot(ARTIFACTS / "report-8-gpus-40-seats.png", width=1400)
+    finally:
+        page.close()
+    assert errors == []
+    # Every GPU and every seat keeps its own labelled row.
+    assert sorted(set(ticks["memory"])) == [f"{host}:{index}" for host in ("node-a", "node-b") for index in range(4)]
+    assert sorted(ticks["kv"]) == sorted(seats) and len(seats) == 40

@@ -1,0 +1,146 @@
+"""The report's figures and the compact shapes the usage and diagnose documents carry for them, held to their
+definitions on the walkthrough's week and on hand-made cases."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+from report.night import NightDocuments
+from seatplan.observe.detect import GpuSeries
+from seatplan.observe.series import SERIES_BINS, compact_series
+from seatplan.report.figures import (
+    all_figures,
+    frontier_figure,
+    frontier_points,
+    memory_figure,
+    replay_peak_tokens,
+    runner_up_seats,
+    stack_segments,
+)
+from seatplan.report.inputs import read_inputs
+from seatplan.units import GiB
+from seatplan.usage.loads import RequestRows
+from seatplan.usage.timeline import TOKEN_BIN_EDGES, inflight_timeline, token_histograms
+
+
+def rows_of(starts, ends, prompts, completions, seats=None, names=("a",)) -> RequestRows:
+    count = len(starts)
+    return RequestRows(
+        seat_names=tuple(names), seat=np.asarray(seats if seats is not None else [0] * count, dtype=np.int32),
+        start_us=np.asarray(starts, dtype=np.int64), end_us=np.asarray(ends, dtype=np.int64),
+        prompt_tokens=np.asarray(prompts, dtype=np.int64), completion_tokens=np.asarray(completions, dtype=np.int64),
+        starts_in_window=np.ones(count, dtype=bool), included=np.ones(count, dtype=bool))
+
+
+def test_inflight_timeline_is_the_load_at_each_instant():
+    rng = np.random.default_rng(3)
+    starts = rng.integers(0, 10_000_000, 400)
+    ends = starts + rng.integers(0, 2_000_000, 400)
+    prompts, completions = rng.integers(1, 5000, 400), rng.integers(0, 3000, 400)
+    seats = rng.integers(0, 3, 400)
+    timeline = inflight_timeline(rows_of(starts, ends, prompts, completions, seats, ("a", "b", "c")), 0, 12_000_000, instants=50)
+    origin = datetime(1970, 1, 1)
+    for name, seat in (("a", 0), ("b", 1), ("c", 2)):
+        for instant, load in zip(timeline.instants, timeline.tokens_by_seat[name]):
+            at_us = (instant - origin) // timedelta(microseconds=1)
+            mine = seats == seat
+            live = mine & (starts <= at_us) & (at_us < ends)
+            assert load == int((prompts[live] + completions[live]).sum())
+    assert len(timeline.instants) <= 50
+
+
+def test_token_histograms_count_every_call_in_half_octave_bins():
+    rows = rows_of([0, 1, 2, 3], [5, 5, 5, 5], [0, 1, 1000, 3_000_000], [7, 8, 16, 262_000])
+    histogram = token_histograms(rows)["a"]
+    assert sum(histogram.prompt_calls) == 4 and sum(histogram.completion_calls) == 4
+    edges = list(TOKEN_BIN_EDGES)
+    assert histogram.prompt_calls[edges.index(0)] == 1 and histogram.prompt_calls[edges.index(1)] == 1
+    assert histogram.prompt_calls[-1] == 1  # above the last edge: the open-ended bin
+    assert histogram.completion_calls[edges.index(6)] == 1  # 7 is in [6, 8)
+    assert histogram.completion_calls[edges.index(8)] == 1 and histogram.completion_calls[edges.index(16)] == 1
+
+
+def test_compact_series_is_bounded_and_keeps_the_extremes():
+    times = np.arange(0, 365 * 86400, 60, dtype=np.float64)  # a year of 1-minute samples
+    used = np.full(len(times), 50_000.0)
+    used[123_456] = 0.0  # a restart
+    used[300_000] = 90_000.0  # a spike
+    series = compact_series(GpuSeries(index=0, times_s=times, used_mib=used))
+    assert len(series.starts) <= SERIES_BINS
+    assert min(series.min_mib) == 0.0 and max(series.max_mib) == 90_000.0
+    assert set(series.median_mib) == {50_000.0}
+
+
+def test_memory_bars_stack_every_part_of_every_seat_to_the_plans_use(night: NightDocuments):
+    inputs = read_inputs(night.plan)
+    plan = inputs.plan
+    chosen = {f"{gpu.host}:{gpu.index}": gpu.seats for gpu in plan.gpus}
+    segments = stack_segments(plan, chosen)
+    for gpu in plan.gpus:
+        label = f"{gpu.host}:{gpu.index}"
+        assert sum(segment.part.bytes for segment in segments if segment.gpu == label) == gpu.used_bytes
+    expected_parts = sum(len(plan.seat(name).footprint_parts) for seats in chosen.values() for name in seats)
+    assert len(segments) == expected_parts
+    figure = memory_figure(plan).figure
+    spare = next(trace for trace in figure.data if trace.name == "spare at plateau" and trace.xaxis == "x")
+    assert [round(value * GiB) for value in spare.x] == pytest.approx([gpu.spare_bytes for gpu in plan.gpus], abs=2)
+    # Estimates are hatched, exact parts solid.
+    kv = next(trace for trace in figure.data if trace.name == "KV cache" and trace.xaxis == "x")
+    assert set(kv.marker.pattern.shape) == {""}
+    weights = next(trace for trace in figure.data if trace.name == "weights" and trace.xaxis == "x")
+    assert set(weights.marker.pattern.shape) == {"/"}
+    assert runner_up_seats(plan) is not None and len({trace.xaxis for trace in figure.data}) == 2
+
+
+def test_frontier_drawn_when_the_plan_has_one_and_said_missing_otherwise(night: NightDocuments):
+    inputs = read_inputs(night.plan)
+    older = {key: value for key, value in inputs.plan_raw.items() if key != "frontier"}  # plans before the frontier
+    without = frontier_figure(inputs.plan, older)
+    assert "no spare-versus-moves frontier" in without.caption
+    assert [trace.name for trace in without.figure.data] == ["runner-up layouts", "chosen plan"]
+    raw = {**older, "frontier": [{"max_moves": 0, "moves": 0, "worst_case_spare_bytes": 3 * GiB},
+                                 {"max_moves": 2, "moves": 1, "worst_case_spare_bytes": 5 * GiB}]}
+    assert frontier_points(raw) == [(0, 3 * GiB), (2, 5 * GiB)]
+    drawn = frontier_figure(inputs.plan, raw)
+    assert drawn.figure.data[0].name.startswith("best spare") and list(drawn.figure.data[0].y) == [3.0, 5.0]
+    # The plan's own frontier, as seatplan plan writes it.
+    own = frontier_points(inputs.plan_raw)
+    assert own and own == sorted((point["max_moves"], point["worst_case_spare_bytes"]) for point in inputs.plan_raw["frontier"])
+
+
+def test_every_figure_has_its_numbers_in_a_table_or_on_hover(night: NightDocuments):
+    inputs = read_inputs(night.plan, night.usage, night.diagnose, night.observed)
+    figures = all_figures(inputs.plan, inputs.plan_raw, inputs.usage, inputs.diagnose, inputs.observed)
+    assert [figure.key for figure in figures] == ["memory", "frontier", "kv", "history", "lengths", "inflight", "runaways"]
+    for figure in figures:
+        if figure.figure is None:
+            continue
+        for trace in figure.figure.data:
+            assert trace.hovertemplate or trace.hoverinfo == "skip", (figure.key, trace.name)
+    kv_table = next(figure for figure in figures if figure.key == "kv").tables[0]
+    by_seat = {row[0]: row for row in kv_table.rows}
+    assert by_seat["qwen3-30b-a3b"][3] == f"{inputs.usage.models['Qwen/Qwen3-30B-A3B-Instruct-2507'].peak_inflight_tokens:,}"
+    runaway_table = next(figure for figure in figures if figure.key == "runaways").tables[0]
+    assert runaway_table.rows[0][0] == "ci-evals" and runaway_table.rows[0][3] == "9"
+
+
+def test_replayed_peak_read_where_the_usage_document_has_one():
+    from types import SimpleNamespace
+
+    assert replay_peak_tokens(SimpleNamespace()) is None  # usage documents without a replay
+    replay = SimpleNamespace(peak_blocks=1_200, block_size_tokens=16, token_groups=1)
+    assert replay_peak_tokens(SimpleNamespace(kv_replay=replay)) == 19_200
+
+
+def test_rows_left_out_never_reach_the_shapes():
+    """Rejected rows keep placeholders (the smallest int64) in the arrays; they are neither counted nor drawn."""
+    low = np.iinfo(np.int64).min
+    rows = rows_of([0, low], [10, low], [5, low], [3, low])
+    rows = RequestRows(**{**rows.__dict__, "starts_in_window": np.array([True, False]), "included": np.array([True, False])})
+    assert sum(token_histograms(rows)["a"].prompt_calls) == 1
+    timeline = inflight_timeline(rows, None, None, instants=5)
+    assert max(timeline.tokens_by_seat["a"]) == 8

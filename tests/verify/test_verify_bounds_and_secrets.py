@@ -12,14 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import MODEL_FIXTURES, TEST_SECRETS
-from plan.plan_testkit import run_cli
+from plan.plan_testkit import one_host, run_cli, write_fleet
 from verify.standin_server import StandIn
 
 QWEN3_8B = MODEL_FIXTURES / "Qwen--Qwen3-8B"
@@ -33,16 +32,9 @@ WALL_BUDGET_S = (MAX_ENGINE_REQUESTS + 2) * TIMEOUT_S + 20
 
 
 def plan_for(tmp_path: Path, port: int, capsys, monkeypatch) -> Path:
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(textwrap.dedent(f"""
-        hosts:
-          - name: box
-            address: 127.0.0.1
-            gpus:
-              - {{index: 0, name: H100, total_bytes: 80GiB}}
-        seats:
-          - {{name: qwen, model: {QWEN3_8B}, port: {port}, max_model_len: 8192, max_new_tokens: 1024}}
-        """))
+    """One seat on an 80 GiB GPU of a host reached at 127.0.0.1:PORT."""
+    host = one_host(gpus=1).replace("  - name: box\n", "  - name: box\n    address: 127.0.0.1\n")
+    fleet = write_fleet(tmp_path, host + f"seats:\n  - {{name: qwen, model: {QWEN3_8B}, port: {port}, max_model_len: 8192, max_new_tokens: 1024}}\n")
     plan = tmp_path / "plan.json"
     result = run_cli(capsys, monkeypatch, "plan", str(fleet), "-o", str(plan), "--json")
     assert result.exit_code == 0, result.stderr

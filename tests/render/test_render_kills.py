@@ -1,6 +1,6 @@
 """A crash at any point leaves the target as it was or as the new write, never half-written.
 
-`seatplan render` (a subprocess) and a loop of `seatplan.fileio.atomic_write_text` are sent SIGKILL after a random
+`seatplan render` (a subprocess), `seatplan rollback` and a loop of `seatplan.fileio.atomic_write_text` are sent SIGKILL after a random
 delay, many times; after each kill the target must be byte for byte the old or the new content. The number of
 kills is ``SEATPLAN_KILLS`` (default 25 each), the random seed ``SEATPLAN_KILL_SEED``; the figures
 (docs/reliability.md) are printed and, with ``SEATPLAN_RELIABILITY_JSON``, kept with the other reliability figures.
@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port, require
 from fuzz.targets import TALLY
+from integration.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, fake_launcher, localhost_inventory, render_args, run_seatplan, stop_engines
+from render.render_testkit import QWEN3_8B
 from seatplan.render import writer
 
 KILLS = int(os.environ.get("SEATPLAN_KILLS", "25"))
@@ -141,3 +144,40 @@ def test_two_renders_in_one_second_keep_both_backups(tmp_path):
         backups.append(writer.swap_in(staging, directory))
     assert backups[0] is None and backups[1] != backups[2]
     assert sorted((backup / "file").read_text() for backup in backups[1:]) == ["one", "two"]
+
+
+ROLLBACK_KILLS = max(3, KILLS // 5)  # each one is a whole ansible-playbook run
+
+
+@pytest.mark.ansible
+def test_rollback_killed_at_random_points_leaves_each_env_file_old_or_new(tmp_path, capsys, monkeypatch):
+    """Rollback puts a tagged backup back with Ansible's copy on the host; killed (with its ansible-playbook) at
+    random points, the host's env file is whole: the rolled-out one or the backup. Engines are not restarted
+    (``seatplan_restart_command=true``): the stand-ins started by the first apply keep answering /health."""
+    require(ansible_installed(), "ansible-playbook (pip install ansible-core)")
+    seats = {name: (QWEN3_8B, free_port()) for name in ("alpha", "beta")}
+    plan = build_plan_file(cpu_fleet(tmp_path, seats, kv="256MiB", total="64GiB"), tmp_path / "plan.json")
+    changed = build_plan_file(cpu_fleet(tmp_path, seats, kv="256MiB", total="64GiB", caps={"beta": 32}, name="fleet2.yaml"), tmp_path / "plan2.json")
+    env_file = tmp_path / "host" / "env" / "beta.env"
+    try:
+        assert run_seatplan(capsys, monkeypatch, *render_args(tmp_path, plan, fake_launcher()))[0] == 0
+        assert run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, "first"))[0] == 0
+        old = env_file.read_bytes()
+        no_restart = ("-e", "seatplan_restart_command=true")
+        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "two", *no_restart, "--fleet", str(tmp_path / "fleet2.yaml")))
+        assert code == 0, out + err
+        new = env_file.read_bytes()
+        rollback = [sys.executable, "-m", "seatplan.cli", "rollback", str(tmp_path / "rendered"), "--to", "two", "--inventory",
+                    str(localhost_inventory(tmp_path)), "-e", "seatplan_run_verify=false", *no_restart]
+        duration_s = timed(rollback)
+        assert env_file.read_bytes() == old
+        rng, killed = random.Random(SEED), 0
+        for index in range(ROLLBACK_KILLS):
+            env_file.write_bytes(new)  # as the rollout left it
+            killed += killed_after(rollback, rng.uniform(0.3, 1.0) * duration_s)
+            assert env_file.read_bytes() in (old, new), f"half-written env file (seed {SEED})"
+        TALLY[("kills during rollback", "killed while running")] += killed
+        print(f"rollback: {killed} of {ROLLBACK_KILLS} kills landed while it ran (seed {SEED})")
+        assert killed >= ROLLBACK_KILLS // 2
+    finally:
+        stop_engines(tmp_path)

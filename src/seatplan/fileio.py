@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import shutil
 import tempfile
@@ -18,6 +20,37 @@ def backup_name(path: Path, now: datetime | None = None, tag: str = "seatplan") 
     return path.with_name(f"{path.name}.bak-{stamp}-{tag}")
 
 
+def free_backup_name(path: Path, now: datetime | None = None) -> Path:
+    """:func:`backup_name`, with ``-2``, ``-3``, … when a backup of the same second exists (two runs in one second)."""
+    first = backup_name(path, now)
+    candidate, number = first, 1
+    while candidate.exists():
+        number += 1
+        candidate = first.with_name(f"{first.name}-{number}")
+    return candidate
+
+
+# renameat2(2)'s flag: swap two paths in one step (Linux 3.15+, most local file systems).
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def exchange_paths(first: Path, second: Path) -> bool:
+    """Swap two existing paths atomically, so no moment has neither in place; False where the system cannot
+    (not Linux, an old kernel or C library, a file system without it), and the caller renames twice instead."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(first), None, str(second))
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, backup: bool = True, mode: int | None = None) -> Path | None:
     """Write ``text`` to ``path`` via a temporary file and rename; return the backup path if one was made.
 
@@ -31,7 +64,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, backup: bool =
         if target.read_text(errors="replace") == text:
             return None
         if backup:
-            backup_path = backup_name(target)
+            backup_path = free_backup_name(target)
             shutil.copy2(target, backup_path)
     handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:

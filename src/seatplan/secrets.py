@@ -16,6 +16,15 @@ from seatplan.errors import SeatplanError
 
 HIDDEN = "***"
 MAX_SECRET_FILE_BYTES = 64 << 10
+_ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_environment_name(name: str, where: str) -> None:
+    """A flag that names the variable holding a secret must hold a variable's name: a key pasted there instead
+    would land in shell history and in rendered files, so it is refused without being quoted."""
+    if not _ENVIRONMENT_NAME.fullmatch(name):
+        raise SeatplanError(f"{where} takes the name of an environment variable (letters, digits and _), not this value",
+                            where=where, fix=f"export the key as a variable (export LITELLM_MASTER_KEY=...) and pass {where} LITELLM_MASTER_KEY")
 
 
 def read_secret(environment_name: str, file_path: str | Path | None = None) -> str | None:

@@ -135,6 +135,9 @@ class PlanInfeasibility(BaseModel):
 class PlanInputs(BaseModel):
     fleet_path: str
     fleet_sha256: str
+    # seat → {file: SHA-256} of the model files its facts were read from (facts.api.model_files_sha256); None in
+    # plans made before it was recorded. apply refuses a plan whose fleet file or model files changed since.
+    model_facts_sha256: dict[str, dict[str, str]] | None = None
     usage_path: str | None = None
     observed_path: str | None = None
     seatplan_version: str

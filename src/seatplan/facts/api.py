@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,9 @@ from seatplan.units import MAX_PLAUSIBLE_BYTES
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 DTYPE_NAMES = {"half": "float16", "float": "float32"}
+# The files a model's facts are read from (besides the safetensors headers); a plan records their hashes.
+FACT_FILES = ("config.json", "generation_config.json", "hf_quant_config.json", "model.safetensors.index.json")
+ABSENT = "absent"
 # vLLM keeps only these keys of generation_config.json as the server's default sampling params.
 GENERATION_KEYS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "temperature", "top_k", "top_p",
                    "min_p", "max_new_tokens")
@@ -188,3 +192,38 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
         )
         facts = facts.model_copy(update={"yarn": yarn})
     return facts
+
+
+def model_files_sha256(model_dir: str | Path) -> dict[str, str]:
+    """SHA-256 of each file a model's facts come from: the configs, and each safetensors file's header (not its
+    tensors, which a plan never reads). A missing file is ``absent``, so adding one is a change too."""
+    directory = Path(model_dir)
+    digests = {name: _file_sha256(directory / name) for name in FACT_FILES}
+    for path in sorted(directory.glob("*.safetensors")):
+        digests[path.name] = _header_sha256(path)
+    return digests
+
+
+def located_model_files_sha256(model: str | Path) -> dict[str, str]:
+    """:func:`model_files_sha256` of a model given as the fleet names it (a directory or a cached Hugging Face id)."""
+    return model_files_sha256(reader.locate_model(str(model)))
+
+
+def _file_sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return ABSENT
+    except OSError as problem:
+        return f"unreadable ({problem.strerror})"
+
+
+def _header_sha256(path: Path) -> str:
+    """The 8-byte length and the JSON header it announces, read no further than the header limit."""
+    try:
+        with path.open("rb") as stream:
+            length = stream.read(8)
+            header = stream.read(min(int.from_bytes(length, "little"), weights.MAX_HEADER_BYTES))
+    except OSError as problem:
+        return f"unreadable ({problem.strerror})"
+    return hashlib.sha256(length + header).hexdigest()

@@ -31,6 +31,7 @@ from seatplan.documents.plan import (
 from seatplan.documents.usage import ModelUsage, UsageReport
 from seatplan.engine_command import engine_command, unsupported_flags
 from seatplan.errors import SeatplanError
+from seatplan.facts.api import model_files_sha256
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing, utilisation
@@ -61,6 +62,7 @@ class SizedSeat:
     limits: fp.EngineLimits | None = None
     hf_overrides: dict[str, object] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    model_files_sha256: dict[str, str] = field(default_factory=dict)
     lines: list[ExplanationLine] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -102,6 +104,7 @@ def build_plan(
     inputs = PlanInputs(
         fleet_path=str(loaded.path),
         fleet_sha256=loaded.sha256,
+        model_facts_sha256=model_facts_sha256(sized),
         usage_path=usage_path,
         observed_path=observed_path,
         seatplan_version=seatplan.__version__,
@@ -115,6 +118,11 @@ def build_plan(
     if result.best is None and result.infeasible is None:
         plan.warnings.append(f"no layout found within the {time_limit_s:g} s time limit (the fleet is not proven infeasible); raise --time-limit")
     return plan
+
+
+def model_facts_sha256(sized: list[SizedSeat]) -> dict[str, dict[str, str]]:
+    """What each vLLM seat was sized from, for apply to see whether a model changed since the plan was made."""
+    return {seat.spec.name: seat.model_files_sha256 for seat in sized if seat.spec.engine == "vllm"}
 
 
 def with_gpu_corrections(fleet: Fleet, observed: ObservedFootprints | None) -> tuple[Fleet, list[str]]:
@@ -277,6 +285,7 @@ def size_seat(
         num_gpu_blocks=kv.capacity.num_blocks,
         block_size=facts.block_size,
         limits=limits,
+        model_files_sha256=model_files_sha256(facts.model_dir),
     )
     if context.yarn is not None:
         sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
+    from seatplan.documents.plan import Plan
     from seatplan.render.runner import PlaybookRun
     from seatplan.render.settings import RenderSettings
 
@@ -56,8 +57,12 @@ def build_settings(
 
     from seatplan.errors import SeatplanError
     from seatplan.render.settings import RenderSettings
+    from seatplan.secrets import check_environment_name
     from seatplan.units import parse_bytes
 
+    check_environment_name(gateway_key_env, "--gateway-key-env")
+    if engine_key_env is not None:
+        check_environment_name(engine_key_env, "--engine-key-env")
     if restart == "script" and not restart_script:
         raise SeatplanError("--restart script needs --restart-script PATH", where="--restart-script", fix="name the script each host runs as SCRIPT SEAT ENV_FILE")
     try:
@@ -148,6 +153,8 @@ def apply_command(
     tag: str | None = typer.Option(None, "--tag", help="names the backups (<file>.bak-YYYYMMDD-TAG); default: the time, HHMMSS"),
     output: Path | None = typer.Option(None, "-o", "--output", help="the rendered directory (default: PLAN's directory/rendered), rendered again with its own settings"),
     extra: list[str] = typer.Option([], "-e", "--extra-vars", help="KEY=VALUE passed to ansible-playbook; repeatable"),
+    fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file the plan's inputs are checked against (default: the one it was made from)"),
+    force: bool = typer.Option(False, "--force", help="apply even a plan whose inputs changed, that no longer fits, or that names other hosts (says what it overrode)"),
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Render PLAN again into DIR, then roll it out with ansible-playbook: changed seats only, one engine at a time, then verify."""
@@ -155,12 +162,29 @@ def apply_command(
     from seatplan.render.settings import TARGETS, RenderSettings
 
     loaded = load_plan(plan_file)
+    overridden = guard_apply(loaded.plan, plan_file, fleet, inventory, force=force)
     directory = output or plan_file.resolve().parent / "rendered"
     # `seatplan render` chose the launcher, restart command and the rest; apply keeps them
     settings = (settings_of(directory) or RenderSettings()).model_copy(update={"plan_path": str(plan_file.resolve())})
     render_to(loaded, settings, list(TARGETS), directory)
     run = apply(directory, inventory, tag=tag or default_tag(), check=check, extra=extra, echo=None if json_output else sys.stdout)
-    finish(run, json_output)
+    finish(run, json_output, overridden)
+
+
+def guard_apply(plan: Plan, plan_file: Path, fleet: Path | None, inventory: Path, *, force: bool) -> list[str]:
+    """Refuse a stale plan, a plan that no longer fits or one for other hosts (exit 2, nothing written);
+    with ``--force``, say on stderr what is overridden and return it."""
+    from seatplan.errors import SeatplanError
+    from seatplan.output import error_console
+    from seatplan.render.guard import apply_problems
+
+    problems = apply_problems(plan, plan_file, fleet, inventory)
+    if problems and not force:
+        raise SeatplanError("the plan is not safe to apply: " + "; ".join(problems), where=str(plan_file),
+                            fix="plan again from the current fleet (seatplan plan FLEET -o PLAN) and apply that, or pass --force to apply this plan anyway")
+    for problem in problems:
+        error_console().print(f"[bold yellow]warning:[/] --force overrides: {problem}", markup=True, soft_wrap=True, highlight=False)
+    return problems
 
 
 def rollback_command(
@@ -178,11 +202,13 @@ def rollback_command(
     finish(run, json_output)
 
 
-def finish(run: PlaybookRun, json_output: bool) -> None:
+def finish(run: PlaybookRun, json_output: bool, overridden: list[str] | None = None) -> None:
+    """``overridden``: what apply's --force overrode (None for rollback, which checks nothing)."""
     if json_output:
         from seatplan.output import emit_json
 
-        emit_json({"ok": run.returncode == 0, "returncode": run.returncode, "command": run.command, "output": run.output})
+        document = {"ok": run.returncode == 0, "returncode": run.returncode, "command": run.command, "output": run.output}
+        emit_json(document | ({"overridden": overridden} if overridden is not None else {}))
     if run.returncode != 0:
         if not json_output:
             from seatplan.output import error_console

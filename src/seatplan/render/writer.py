@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seatplan.errors import SeatplanError
-from seatplan.fileio import backup_name
+from seatplan.fileio import exchange_paths, free_backup_name
 from seatplan.render.bundle import MANIFEST
 from seatplan.render.settings import Target
 from seatplan.render.targets import Files
@@ -82,11 +82,18 @@ def write_render(directory: Path, new: Files, targets: Iterable[Target], manifes
 
 
 def swap_in(staging: Path, directory: Path) -> Path | None:
-    """Put ``staging`` where ``directory`` is; the old one becomes the backup (restored if the swap fails)."""
+    """Put ``staging`` where ``directory`` is; the old one becomes the backup.
+
+    The two are exchanged in one step where the system can (a kill at any moment leaves DIR whole, old or
+    new); elsewhere DIR is renamed aside first and put back if the second rename fails.
+    """
     if not directory.exists():
         os.replace(staging, directory)
         return None
-    backup = backup_name(directory)
+    backup = free_backup_name(directory)
+    if exchange_paths(staging, directory):
+        os.replace(staging, backup)  # staging now holds the previous render
+        return backup
     os.replace(directory, backup)
     try:
         os.replace(staging, directory)

@@ -22,6 +22,7 @@ def verify_command(
     plan: Path = typer.Argument(..., help="a plan saved with `seatplan plan FLEET -o plan.json`"),
     gateway: str | None = typer.Option(None, "--gateway", help="LiteLLM gateway URL: every seat's served name must be listed and answer"),
     key_env: str = typer.Option(DEFAULT_KEY_ENV, "--key-env", help="environment variable holding the gateway key (never printed); '' for none"),
+    key_file: Path | None = typer.Option(None, "--key-file", help="a file (chmod 600) whose first line is the gateway key, read when the variable is unset"),
     fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
     timeout_s: float = typer.Option(30.0, "--timeout", min=0.1, help="seconds each request may take"),
     json_output: bool = typer.Option(False, "--json", help="print {ok, checks: [{seat, check, expected, seen, ok}]}"),
@@ -33,7 +34,7 @@ def verify_command(
     from seatplan.verify.run import verify_fleet
 
     context = load_context(plan, fleet)
-    key = gateway_key(key_env) if gateway else None
+    key = gateway_key(key_env, key_file) if gateway else None
     expectations = seat_expectations(context.plan, context.hosts, context.fleet_dir, context.facts_loader)
     report = verify_fleet(expectations, context.plan.inputs.vllm_version, gateway_url=gateway, gateway_key=key,
                           settings=ProbeSettings(timeout_s=timeout_s))

@@ -1,9 +1,8 @@
 """Read what verify and upgrade-check need: the plan, its fleet file (host addresses and devices) and
-the gateway key (from the environment only)."""
+the gateway key (from the environment or a file)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from seatplan.documents.io import read_plan
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
+from seatplan.secrets import check_environment_name, read_secret
 from seatplan.verify.expect import FactsLoader, HostInfo
 
 
@@ -42,12 +42,16 @@ def load_context(plan_path: Path, fleet: Path | None) -> VerifyContext:
     return VerifyContext(plan=plan, hosts=hosts, fleet_dir=loaded.base_dir, facts_loader=load_model_facts)
 
 
-def gateway_key(variable: str) -> str | None:
-    """The gateway key from the environment variable ``variable`` ('' = the gateway needs none)."""
-    if not variable:
+def gateway_key(variable: str, key_file: Path | None = None) -> str | None:
+    """The gateway key from the environment variable ``variable``, else from ``key_file`` ('' and no file = the
+    gateway needs none). Never from a flag's value: that lands in shell history and ``ps``."""
+    if not variable and key_file is None:
         return None
-    key = os.environ.get(variable)
+    if variable:
+        check_environment_name(variable, "--key-env")
+    key = read_secret(variable, key_file)
     if not key:
-        raise SeatplanError(f"the environment variable {variable} holding the gateway key is not set",
-                            where="--key-env", fix=f"export {variable}=... (or pass --key-env '' for a gateway without keys)")
+        source = f"the environment variable {variable}" + (f" and the file {key_file}" if key_file else "")
+        raise SeatplanError(f"{source} hold no gateway key", where="--key-file" if key_file and not variable else "--key-env",
+                            fix=f"export {variable or 'LITELLM_MASTER_KEY'}=... or pass --key-file FILE (chmod 600); --key-env '' for a gateway without keys")
     return key

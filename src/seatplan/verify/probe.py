@@ -2,12 +2,15 @@
 
 Per engine: ``/version``, ``/v1/models``, ``/metrics`` (three times), one short completion and two
 one-token requests that measure the output cap. Through the gateway: ``/v1/models`` and one short
-completion per served name. Every request has a timeout; nothing retries except the cap probe, which
-repeats (a few times at most) when other traffic finished between its two ``/metrics`` reads.
+completion per served name. Every request has a timeout, on the whole answer and not only between bytes
+(a server trickling an endless body cannot hold verify), and an answer longer than ``MAX_ANSWER_BYTES`` is
+dropped; nothing retries except the cap probe, which repeats (a few times at most) when other traffic
+finished between its two ``/metrics`` reads.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import httpx
@@ -30,6 +33,8 @@ CAP_PROBE_ATTEMPTS = 3
 # The cap probes force their first token and stop on it: one generated token, whatever the cap.
 PROBE_TOKEN_ID = 0
 ERROR_TEXT_CHARS = 300
+# The largest answer verify reads: a /metrics page of a busy engine is a few hundred KiB.
+MAX_ANSWER_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,21 @@ def _problem(error: Exception) -> str:
 _ANSWER_ERRORS = (httpx.HTTPError, ValueError, KeyError, TypeError)
 
 
+def fetch(client: httpx.Client, method: str, path: str, **request: object) -> httpx.Response:
+    """One request, given the client's read timeout for the whole answer, and no more than MAX_ANSWER_BYTES of it."""
+    limit_s = client.timeout.read or 30.0
+    deadline = time.monotonic() + limit_s
+    body = bytearray()
+    with client.stream(method, path, **request) as response:  # type: ignore[arg-type]
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > MAX_ANSWER_BYTES:
+                raise ValueError(f"{path} answered more than {MAX_ANSWER_BYTES:,} bytes")
+            if time.monotonic() > deadline:
+                raise httpx.ReadTimeout(f"{path} did not finish its answer within {limit_s:g} s", request=response.request)
+    return httpx.Response(response.status_code, content=bytes(body), request=response.request)
+
+
 class Endpoint:
     """An OpenAI-style server (a vLLM engine or the gateway) with chat, falling back to text completions."""
 
@@ -58,30 +78,30 @@ class Endpoint:
     def complete(self, model: str, extra: dict) -> dict:
         body = {"model": model, "temperature": 0, **extra}
         if self.chat:
-            reply = self.client.post("/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": PROMPT}]})
+            reply = fetch(self.client, "POST", "/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": PROMPT}]})
             if reply.status_code != 400 or "chat template" not in reply.text.lower():
                 return reply.raise_for_status().json()
             self.chat = False  # a model without a chat template still answers text completions
-        return self.client.post("/v1/completions", json={**body, "prompt": PROMPT}).raise_for_status().json()
+        return fetch(self.client, "POST", "/v1/completions", json={**body, "prompt": PROMPT}).raise_for_status().json()
 
 
 def observe_engine(expectation: SeatExpectation, settings: ProbeSettings) -> EngineObservation:
     seen = EngineObservation()
     with httpx.Client(base_url=expectation.base_url, timeout=settings.timeout_s, trust_env=False) as client:
         try:
-            seen.version = str(client.get("/version").raise_for_status().json()["version"])
+            seen.version = str(fetch(client, "GET", "/version").raise_for_status().json()["version"])
         except httpx.TransportError as error:
             seen.unreachable = _problem(error)
             return seen
         except _ANSWER_ERRORS as error:
             seen.version = _problem(error)
         try:
-            cards = client.get("/v1/models").raise_for_status().json()["data"]
+            cards = fetch(client, "GET", "/v1/models").raise_for_status().json()["data"]
             seen.served_max_model_len = {str(card["id"]): int(card["max_model_len"]) for card in cards}
         except _ANSWER_ERRORS as error:
             seen.models_problem = _problem(error)
         try:
-            seen.cache_labels = cache_config_labels(parse_exposition(client.get("/metrics").raise_for_status().text.splitlines()))
+            seen.cache_labels = cache_config_labels(parse_exposition(fetch(client, "GET", "/metrics").raise_for_status().text.splitlines()))
         except _ANSWER_ERRORS as error:
             seen.metrics_problem = _problem(error)
         endpoint = Endpoint(client)
@@ -122,7 +142,7 @@ def cap_probe(endpoint: Endpoint, model: str, max_tokens: int | None) -> CapProb
 
 
 def _max_tokens_totals(client: httpx.Client, model: str) -> tuple[float, float]:
-    samples = parse_exposition(client.get("/metrics").raise_for_status().text.splitlines())
+    samples = parse_exposition(fetch(client, "GET", "/metrics").raise_for_status().text.splitlines())
     count = sample_total(samples, f"{MAX_TOKENS_METRIC}_count", model)
     total = sample_total(samples, f"{MAX_TOKENS_METRIC}_sum", model)
     if count == 0 and not any(sample.name == f"{MAX_TOKENS_METRIC}_count" for sample in samples):
@@ -135,7 +155,7 @@ def observe_gateway(url: str, key: str | None, served_names: list[str], settings
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=settings.timeout_s, trust_env=False) as client:
         try:
-            seen.listed = [str(card["id"]) for card in client.get("/v1/models").raise_for_status().json()["data"]]
+            seen.listed = [str(card["id"]) for card in fetch(client, "GET", "/v1/models").raise_for_status().json()["data"]]
         except _ANSWER_ERRORS as error:
             seen.list_problem = _problem(error)
         endpoint = Endpoint(client)

@@ -172,7 +172,7 @@ def test_rollback_killed_at_random_points_leaves_each_env_file_old_or_new(tmp_pa
         duration_s = timed(rollback)
         assert env_file.read_bytes() == old
         rng, killed = random.Random(SEED), 0
-        for index in range(ROLLBACK_KILLS):
+        for _ in range(ROLLBACK_KILLS):
             env_file.write_bytes(new)  # as the rollout left it
             killed += killed_after(rollback, rng.uniform(0.3, 1.0) * duration_s)
             assert env_file.read_bytes() in (old, new), f"half-written env file (seed {SEED})"

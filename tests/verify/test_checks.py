@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from seatplan.errors import SeatplanError
-from seatplan.observe.sources import parse_exposition
+from seatplan.exposition import parse_exposition
 from seatplan.verify.checks import (
     CapProbe,
     EngineObservation,

@@ -20,6 +20,7 @@ import numpy as np
 
 from seatplan.documents.observed import EngineStats, ProcessSample, RejectedInput
 from seatplan.errors import SeatplanError
+from seatplan.exposition import LATEST_EPOCH_S, Sample, parse_exposition, plausible_time
 from seatplan.jsontext import loads_bounded
 from seatplan.observe.detect import GpuSeries
 
@@ -30,9 +31,6 @@ BESZEL_RECORD_TYPES = ("1m", "10m", "20m", "120m", "480m")
 # Each record averages the shorter ones created in (created − window, created] (internal/records/records.go).
 BESZEL_WINDOW_S = {"1m": 60, "10m": 600, "20m": 1200, "120m": 7200, "480m": 28800}
 
-
-# The instants a reading may carry: 1970 to 9999 (datetime's range). A timestamp outside is damage, not a time.
-LATEST_EPOCH_S = 253_402_300_799
 
 
 class Rejections:
@@ -50,10 +48,6 @@ class Rejections:
 
     def as_list(self) -> list[RejectedInput]:
         return [RejectedInput(where=where, reason=reason, count=count) for (_, reason), (where, count) in self._seen.items()]
-
-
-def plausible_time(seconds: float) -> bool:
-    return math.isfinite(seconds) and 0 <= seconds <= LATEST_EPOCH_S
 
 
 def _series(index: int, host: str | None, points: list[tuple[float, float]], total: float | None,
@@ -374,51 +368,7 @@ def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int, rejected: 
 
 # --------------------------------------------------------------------------------------------- Prometheus
 
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+(?:\.\d+)?))?\s*$")
-_LABEL = re.compile(r'([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"')
-
-
-@dataclass(frozen=True)
-class Sample:
-    name: str
-    labels: dict[str, str]
-    value: float
-    at: float | None
-
-
-def parse_exposition(lines: Iterable[str], *, source: str = "text", rejected: Rejections | None = None) -> list[Sample]:
-    """Prometheus / OpenMetrics text: one or many scrapes, with or without timestamps (ms; OpenMetrics: s).
-
-    A sample whose timestamp is no instant between 1970 and 9999 is left out and counted in ``rejected``.
-    """
-    samples: list[Sample] = []
-    for number, line in enumerate(lines, start=1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        match = _SAMPLE.match(text)
-        if not match:
-            continue
-        try:
-            value = float(match["value"])
-        except ValueError:
-            continue
-        stamp = float(match["ts"]) if match["ts"] else None
-        if stamp is not None and stamp > 1e11:
-            stamp /= 1000.0  # Prometheus text carries milliseconds, OpenMetrics seconds
-        if stamp is not None and not plausible_time(stamp):
-            if rejected is not None:
-                rejected.add(source, "a sample timestamp that is no instant between 1970 and 9999", f"{source}:{number}")
-            continue
-        if not math.isfinite(value) and _ours(match["name"]):
-            if rejected is not None:
-                rejected.add(source, "a memory or engine reading that is not a finite number", f"{source}:{number}")
-            continue
-        samples.append(Sample(match["name"], dict(_LABEL.findall(match["labels"] or "")), value, stamp))
-    return samples
-
-
-def _ours(name: str) -> bool:
+def is_reading(name: str) -> bool:
     """The metric families seatplan reads: DCGM's framebuffer and vLLM's gauges."""
     return name.startswith("DCGM_FI_DEV_FB_") or name in _VLLM_GAUGES
 
@@ -437,8 +387,8 @@ def read_exposition_file(path: Path, rejected: Rejections, wanted: str) -> tuple
         modified = path.stat().st_mtime
     except OSError as problem:
         raise SeatplanError(f"cannot read ({problem.strerror})", where=str(path), fix="pass a Prometheus text file") from None
-    samples = parse_exposition(text.splitlines(), source=str(path), rejected=rejected)
-    ours = [sample for sample in samples if _ours(sample.name)]
+    samples = parse_exposition(text.splitlines(), source=str(path), rejected=rejected, is_reading=is_reading)
+    ours = [sample for sample in samples if is_reading(sample.name)]
     if not ours:
         found = f"{len(samples)} samples, none of them {wanted}" if samples else "no sample line"
         raise SeatplanError(f"{found} in {number_of_lines(text)} lines"
@@ -591,4 +541,4 @@ def read_vllm_metrics_url(url: str, *, timeout_s: float = 10.0) -> list[EngineSt
     except httpx.HTTPError as problem:
         raise SeatplanError(f"cannot read vLLM metrics ({problem})", where=url, fix="pass http://HOST:PORT/metrics of a running vLLM") from None
     now = datetime.now(UTC).timestamp()
-    return vllm_stats(parse_exposition(response.text.splitlines()), source=url, default_time=now)
+    return vllm_stats(parse_exposition(response.text.splitlines(), is_reading=is_reading), source=url, default_time=now)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from seatplan import versions
-from seatplan.observe.sources import Sample
+from seatplan.exposition import Sample
 from seatplan.verify.expect import SeatExpectation
 from seatplan.verify.models import Check, Value
 

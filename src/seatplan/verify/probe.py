@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from seatplan.observe.sources import parse_exposition
+from seatplan.exposition import parse_exposition
 from seatplan.verify.checks import (
     CapProbe,
     EngineObservation,

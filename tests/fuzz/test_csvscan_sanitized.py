@@ -60,7 +60,8 @@ def test_csvscan_under_sanitizers_stops_with_a_reason_or_agrees_with_duckdb(fuzz
     environment = {**os.environ, "CSVSCAN_SLOTS": ",".join(map(str, slots_of(header_columns()))),
                    "CSVSCAN_KEYS": ",".join(METADATA_KEYS), "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=1",
                    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
-    run = subprocess.run([str(fuzzer), f"-max_total_time={SECONDS}", "-rss_limit_mb=2048", "-max_len=4096", "-timeout=10",
+    # A fixed seed and run count: every machine tries a prefix of the same inputs (see test_fuzz_atheris.py).
+    run = subprocess.run([str(fuzzer), f"-max_total_time={SECONDS}", "-seed=1", "-runs=1000000", "-rss_limit_mb=2048", "-max_len=4096", "-timeout=10",
                           f"-artifact_prefix={tmp_path}/", "-print_final_stats=1", str(corpus)],
                          capture_output=True, text=True, env=environment, timeout=SECONDS * 4 + 60)
     crashes = sorted(path.name for path in tmp_path.glob("crash-*")) + sorted(path.name for path in tmp_path.glob("timeout-*"))

@@ -1,0 +1,238 @@
+"""The plan document from the sized seats and their placement: boot order, each engine's utilisation, the GPUs,
+runner-ups, the frontier and, when nothing fits, why."""
+
+from __future__ import annotations
+
+from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec
+from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
+from seatplan.documents.plan import (
+    ExplanationLine,
+    GpuVerdict,
+    Plan,
+    PlanInfeasibility,
+    PlanInputs,
+    PlannedFrontierPoint,
+    PlannedGpu,
+    PlannedSeat,
+    RunnerUp,
+    ShortSeat,
+    VllmSettings,
+)
+from seatplan.engine_command import engine_command, unsupported_flags
+from seatplan.plan import utilisation
+from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label
+from seatplan.plan.seats import GpuKey, SizedSeat
+from seatplan.units import human_bytes
+
+# Parts the engine's own process holds before vLLM's start-up memory check runs.
+PRE_CHECK_PARTS = ("cuda_context", "nccl_allreduce")
+
+
+
+def gpu_slots(fleet: Fleet) -> list[GpuSlot]:
+    return [
+        GpuSlot(host=host.name, index=gpu.index, capacity_bytes=gpu.total_bytes - gpu.reserved_bytes, headroom_bytes=fleet.policy.headroom_bytes, keep_clear=gpu.keep_clear)
+        for host in fleet.hosts
+        for gpu in host.gpus
+    ]
+
+
+def seat_demand(fleet: Fleet, seat: SizedSeat) -> SeatDemand:
+    current = [key for key in (resolve_gpu_ref(fleet, ref) for ref in gpu_refs(fleet.current_layout.get(seat.spec.name))) if key is not None]
+    return SeatDemand(
+        name=seat.spec.name,
+        footprint_bytes=seat.footprint.footprint_bytes,
+        gpu_count=seat.spec.tensor_parallel_size,
+        allowed=seat.allowed,
+        current=current,
+    )
+
+
+def boot_sequence(sized: list[SizedSeat]) -> list[SizedSeat]:
+    """Fixed seats first (they are not vLLM and hold their cap from the start), then the largest engines."""
+    return sorted(sized, key=lambda seat: (seat.spec.engine != "fixed", -seat.footprint.footprint_bytes, seat.spec.name))
+
+
+def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int) -> utilisation.Utilisation:
+    """``--gpu-memory-utilization`` for a cold boot in boot order and a rolling restart (see :mod:`seatplan.plan.utilisation`)."""
+    own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
+    inside_budget = sum(part.bytes for part in seat.footprint.parts if part.name not in PRE_CHECK_PARTS and part.name != "creep_allowance")
+    return utilisation.choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
+
+
+def vllm_settings(seat: SizedSeat) -> VllmSettings:
+    spec = seat.spec
+    assert seat.limits is not None
+    return VllmSettings(
+        model=spec.model_path_on_host or spec.model or "",
+        max_num_seqs=seat.limits.max_num_seqs,
+        max_num_batched_tokens=seat.limits.max_num_batched_tokens,
+        dtype=spec.dtype,
+        kv_cache_dtype=spec.kv_cache_dtype,
+        enforce_eager=spec.enforce_eager,
+        hf_overrides=seat.hf_overrides,
+        extra_args=list(spec.extra_args),
+    )
+
+
+def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSeat], result: PlacementResult, inputs: PlanInputs) -> Plan:
+    best = result.best
+    assignment = best.assignment if best else {}
+    order = {seat.spec.name: position for position, seat in enumerate(boot_sequence(sized), start=1)}
+    free_bytes = {key: gpu.total_bytes - gpu.reserved_bytes for key, gpu in gpus.items()}
+    # --- utilisation (issue 12): what every seat leaves free at plateau, for the rolling-restart figure
+    plateau_free_bytes = dict(free_bytes)
+    for seat in sized:
+        for key in assignment.get(seat.spec.name, []):
+            plateau_free_bytes[key] -= seat.footprint.footprint_bytes
+    # ---
+    planned: dict[str, PlannedSeat] = {}
+    for seat in boot_sequence(sized):
+        keys = [(host, index) for host, index in assignment.get(seat.spec.name, [])]
+        planned[seat.spec.name] = plan_seat(seat, keys, gpus, free_bytes, plateau_free_bytes, order[seat.spec.name], fleet, placed=best is not None)
+        for key in keys:
+            free_bytes[key] -= seat.footprint.footprint_bytes
+    seats = [planned[seat.spec.name] for seat in sized]
+    planned_gpus = [plan_gpu(key, gpu, seats, fleet.policy.headroom_bytes) for key, gpu in gpus.items()]
+    open_gpus = [gpu for gpu in planned_gpus if not gpu.keep_clear]
+    worst = min(open_gpus, key=lambda gpu: gpu.spare_bytes) if best and open_gpus else None
+    warnings = [warning for seat in seats for warning in seat.warnings]
+    if best is not None and not result.optimal:
+        warnings.append(f"placement not proven optimal within the time limit ({result.method}); the proven bound is {human_bytes(result.bound_bytes or 0)}")
+    return Plan(
+        seats=seats,
+        gpus=planned_gpus,
+        worst_case_spare_bytes=best.worst_case_spare_bytes if best else None,
+        worst_case_gpu=f"{worst.host}:{worst.index}" if worst else None,
+        optimal=result.optimal and best is not None,
+        method=result.method,
+        bound_bytes=result.bound_bytes,
+        solve_seconds=round(result.solve_seconds, 4),
+        moves=best.moves if best else None,
+        runner_ups=[runner_up(alternative.placement, alternative.why_lost) for alternative in result.runner_ups],
+        frontier=[frontier_point(point) for point in result.frontier],
+        chosen_because=result.chosen_because,
+        infeasible=infeasibility(result),
+        warnings=warnings,
+        inputs=inputs,
+    )
+
+
+def plan_seat(
+    seat: SizedSeat, keys: list[GpuKey], gpus: dict[GpuKey, GpuSpec], free_bytes: dict[GpuKey, int], plateau_free_bytes: dict[GpuKey, int],
+    boot_order: int, fleet: Fleet, *, placed: bool,
+) -> PlannedSeat:
+    spec = seat.spec
+    lines, warnings = list(seat.lines), list(seat.warnings)
+    util: float | None = None
+    util_situations: tuple[float | None, float | None] = (None, None)
+    settings: VllmSettings | None = None
+    env = dict(spec.env)
+    host: HostSpec | None = next((host for host in fleet.hosts if keys and host.name == keys[0][0]), None)
+    if keys and (host is None or host.device == "cuda"):
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for _, index in keys)
+    if keys:
+        lines.append(ExplanationLine(rule="placement", inputs={"gpus": ",".join(gpu_label(key) for key in keys), "boot_order": boot_order},
+            result=f"on GPU {', '.join(gpu_label(key) for key in keys)}, boots {_ordinal(boot_order)}",
+            note="the layout with the largest worst-case spare at plateau"))
+    if spec.engine == "vllm" and keys:
+        at_start = [
+            utilisation.GpuAtStart(gpu_label(key), gpus[key].total_bytes, free_bytes[key], plateau_free_bytes[key] + seat.footprint.footprint_bytes)
+            for key in keys
+        ]
+        chosen = choose_utilisation(seat, at_start, fleet.policy.boot_margin_bytes)
+        util, util_situations = chosen.value, (chosen.cold_boot, chosen.rolling_restart)
+        lines.append(ExplanationLine(rule="gpu_memory_utilization", inputs=chosen.inputs, result=chosen.result, note=chosen.note))
+        warnings += [f"{spec.name}: {chosen.warning}"] if chosen.warning else []
+        settings = vllm_settings(seat)
+        env |= seat.extra_env
+    elif not placed:
+        warnings.append(f"{spec.name}: not placed")
+    planned = PlannedSeat(
+        name=spec.name,
+        engine=spec.engine,
+        model=spec.model,
+        served_model_name=spec.served_model_name or spec.name,
+        port=spec.port,
+        gpus=[gpu_label(key) for key in keys],
+        tensor_parallel_size=spec.tensor_parallel_size,
+        kv_cache_memory_bytes=seat.kv_cache_memory_bytes,
+        max_model_len=seat.max_model_len,
+        max_new_tokens=seat.max_new_tokens,
+        kv_cache_tokens=seat.kv_cache_tokens,
+        max_concurrency=seat.max_concurrency,
+        footprint_bytes=seat.footprint.footprint_bytes,
+        footprint_basis=seat.footprint.basis,
+        footprint_parts=seat.footprint.parts,
+        vllm_args=[],
+        env=env,
+        gpu_memory_utilization=util,
+        gpu_memory_utilization_cold_boot=util_situations[0],
+        gpu_memory_utilization_rolling_restart=util_situations[1],
+        boot_order=boot_order,
+        explanation=lines,
+        warnings=warnings,
+        host=host.name if host else None,
+        address=host.reachable_at if host else None,
+        device=host.device if host else "cuda",
+        vllm=settings,
+        num_gpu_blocks=seat.num_gpu_blocks,
+        block_size=seat.block_size,
+    )
+    if settings is not None:
+        # The plan shows the command `seatplan render` writes with its default launcher.
+        planned.vllm_args = engine_command(planned)
+        planned.warnings += [f"{spec.name}: {missing}" for missing in unsupported_flags(planned.vllm_args, fleet.policy.vllm_version)]
+    return planned
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def plan_gpu(key: GpuKey, gpu: GpuSpec, seats: list[PlannedSeat], headroom_bytes: int) -> PlannedGpu:
+    label = gpu_label(key)
+    on_it = [seat for seat in seats if label in seat.gpus]
+    used = sum(seat.footprint_bytes for seat in on_it)
+    return PlannedGpu(
+        host=key[0],
+        index=key[1],
+        name=gpu.name,
+        total_bytes=gpu.total_bytes,
+        reserved_bytes=gpu.reserved_bytes,
+        keep_clear=gpu.keep_clear,
+        seats=[seat.name for seat in sorted(on_it, key=lambda seat: seat.boot_order)],
+        used_bytes=used,
+        spare_bytes=gpu.total_bytes - gpu.reserved_bytes - used,
+        headroom_bytes=0 if gpu.keep_clear else headroom_bytes,
+    )
+
+
+def runner_up(placement: Placement, why_lost: str) -> RunnerUp:
+    return RunnerUp(
+        assignment={name: [gpu_label((host, index)) for host, index in keys] for name, keys in placement.assignment.items()},
+        worst_case_spare_bytes=placement.worst_case_spare_bytes,
+        moves=placement.moves,
+        moved=placement.moved,
+        why_lost=why_lost,
+    )
+
+
+def frontier_point(point: FrontierPoint) -> PlannedFrontierPoint:
+    return PlannedFrontierPoint(
+        max_moves=point.max_moves, moves=point.placement.moves, worst_case_spare_bytes=point.placement.worst_case_spare_bytes,
+        proven=point.proven, moved=point.placement.moved,
+    )
+
+
+def infeasibility(result: PlacementResult) -> PlanInfeasibility | None:
+    if result.infeasible is None:
+        return None
+    return PlanInfeasibility(
+        summary=result.infeasible.summary,
+        seats=[ShortSeat(
+            name=item.name, footprint_bytes=item.footprint_bytes, best_gpu=item.best_gpu, short_by_bytes=item.short_by_bytes, reason=item.reason,
+            rejections=[GpuVerdict(gpu=r.gpu, filter=r.filter, reason=r.reason, short_by_bytes=r.short_by_bytes) for r in item.rejections],
+        ) for item in result.infeasible.seats],
+    )

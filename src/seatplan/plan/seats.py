@@ -1,0 +1,201 @@
+"""Sizing one seat: its context, KV bytes, output cap and plateau footprint, from its model facts and the policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from seatplan.documents.fleet import Device, Fleet, GpuSpec, SeatSpec
+from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref, resolve_model
+from seatplan.documents.observed import ObservedFootprints, ObservedSeat
+from seatplan.documents.plan import ExplanationLine
+from seatplan.documents.usage import ModelUsage, UsageReport
+from seatplan.errors import SeatplanError
+from seatplan.facts.api import model_files_sha256
+from seatplan.facts.models import EngineSettings, ModelFacts
+from seatplan.plan import footprint as fp
+from seatplan.plan import sizing
+from seatplan.plan.kv_replay import replay_check
+from seatplan.units import human_bytes
+
+GpuKey = tuple[str, int]
+FactsLoader = Callable[[str, EngineSettings], ModelFacts]
+
+
+
+@dataclass
+class SizedSeat:
+    """A seat after sizing, before placement."""
+
+    spec: SeatSpec
+    allowed: list[GpuKey] | None
+    footprint: fp.SeatFootprint
+    max_model_len: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    max_new_tokens: int | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    limits: fp.EngineLimits | None = None
+    hf_overrides: dict[str, object] | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+    model_files_sha256: dict[str, str] = field(default_factory=dict)
+    lines: list[ExplanationLine] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
+    from seatplan.facts.api import load_model_facts
+
+    return load_model_facts(model, settings)
+
+
+def gpu_table(fleet: Fleet) -> dict[GpuKey, GpuSpec]:
+    return {(host.name, gpu.index): gpu for host in fleet.hosts for gpu in host.gpus}
+
+
+def allowed_gpus(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], seat: SeatSpec) -> list[GpuKey] | None:
+    """Pins and avoids resolved to the GPU set the seat may use; None when unconstrained."""
+    pins = [resolve_gpu_ref(fleet, ref) for ref in gpu_refs(seat.pin)]
+    if pins:
+        return [key for key in pins if key is not None]
+    avoided = {resolve_gpu_ref(fleet, ref) for ref in seat.avoid}
+    if not avoided:
+        return None
+    return [key for key, gpu in gpus.items() if key not in avoided and not gpu.keep_clear]
+
+
+def seat_device(fleet: Fleet, usable: list[GpuKey], seat: SeatSpec) -> Device:
+    """The device the seat's engine runs on; the KV block size follows it, so it must be one."""
+    devices = {host.device for host in fleet.hosts if any(key[0] == host.name for key in usable)}
+    if len(devices) > 1:
+        raise SeatplanError(
+            "the seat may land on CPU and CUDA hosts, whose KV block sizes differ",
+            fix="pin it (`pin:`) or `avoid:` the GPUs of one kind of host",
+        )
+    return devices.pop() if devices else "cuda"
+
+
+def usage_for(usage: UsageReport | None, served_model_name: str, seat_name: str) -> ModelUsage | None:
+    """A seat's usage: keyed by the name it serves, or mapped to it by the usage stage."""
+    if usage is None:
+        return None
+    if served_model_name in usage.models:
+        return usage.models[served_model_name]
+    return next((entry for entry in usage.models.values() if entry.seat == seat_name), None)
+
+
+def size_seat(
+    fleet: Fleet,
+    gpus: dict[GpuKey, GpuSpec],
+    seat: SeatSpec,
+    base_dir: Path,
+    usage: UsageReport | None,
+    observed: ObservedFootprints | None,
+    facts_loader: FactsLoader,
+) -> SizedSeat:
+    allowed = allowed_gpus(fleet, gpus, seat)
+    seen = observed.seats.get(seat.name) if observed else None
+    if seat.engine == "fixed":
+        return size_fixed_seat(seat, allowed, seen)
+    overhead = fp.load_overhead_model()
+    usable = allowed or [key for key, gpu in gpus.items() if not gpu.keep_clear] or list(gpus)
+    limits = fp.engine_limits(seat.max_num_seqs, seat.max_num_batched_tokens, overhead.defaults_for(min(gpus[key].total_bytes for key in usable)))
+    settings = EngineSettings(
+        tensor_parallel_size=seat.tensor_parallel_size,
+        dtype=seat.dtype,
+        kv_cache_dtype=seat.kv_cache_dtype,
+        vllm_version=fleet.policy.vllm_version,
+        max_num_batched_tokens=limits.max_num_batched_tokens,
+        device=seat_device(fleet, usable, seat),
+    )
+    assert seat.model is not None  # fleet checks guarantee it
+    facts = facts_loader(resolve_model(seat.model, base_dir), settings)
+
+    context = sizing.choose_context(seat, facts)
+    kv = sizing.choose_kv_bytes(seat, facts, context.max_model_len, fleet.policy)
+    model_usage = usage_for(usage, seat.served_model_name or seat.name, seat.name)
+    cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
+    inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
+    replay_lines, replay_warnings = replay_check(seat.name, model_usage.kv_replay if model_usage else None, facts, kv.capacity, kv.rule_bytes,
+                                                 fleet.policy)
+    footprint, footprint_line = seat_footprint(fleet, seat, facts, kv.kv_cache_memory_bytes, limits, seen)
+
+    sized = SizedSeat(
+        seat,
+        allowed,
+        footprint,
+        max_model_len=context.max_model_len,
+        kv_cache_memory_bytes=kv.kv_cache_memory_bytes,
+        max_new_tokens=cap.max_new_tokens,
+        kv_cache_tokens=kv.capacity.kv_cache_tokens,
+        max_concurrency=kv.capacity.max_concurrency,
+        num_gpu_blocks=kv.capacity.num_blocks,
+        block_size=facts.block_size,
+        limits=limits,
+        model_files_sha256=model_files_sha256(facts.model_dir),
+    )
+    if context.yarn is not None:
+        sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
+        if context.yarn.needs_long_max_model_len_env:
+            sized.extra_env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + replay_lines + [footprint_line, batch_limits_line(limits)]
+    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings + replay_warnings
+    return sized
+
+
+def size_fixed_seat(seat: SeatSpec, allowed: list[GpuKey] | None, seen: ObservedSeat | None) -> SizedSeat:
+    assert seat.memory_cap_bytes is not None  # fleet checks guarantee it
+    sized = SizedSeat(seat, allowed, fp.fixed_footprint(seat.memory_cap_bytes))
+    sized.lines.append(
+        ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU",
+            note="not a vLLM engine: it costs its declared cap")
+    )
+    if seen is not None:
+        sized.warnings.append(f"{seat.name}: observed {human_bytes(seen.footprint_bytes)} against a declared cap of {human_bytes(seat.memory_cap_bytes)};"
+                              " the plan uses the declared cap")
+    return sized
+
+
+def seat_footprint(
+    fleet: Fleet, seat: SeatSpec, facts: ModelFacts, kv_cache_memory_bytes: int, limits: fp.EngineLimits, seen: ObservedSeat | None
+) -> tuple[fp.SeatFootprint, ExplanationLine]:
+    """The observed plateau when there is one, else the labelled estimate."""
+    if seen is not None:
+        footprint = fp.observed_footprint(seen, kv_cache_memory_bytes, seen.kv_cache_memory_bytes)
+        return footprint, ExplanationLine(
+            rule="footprint",
+            inputs={"observed_footprint_bytes": seen.footprint_bytes, "source": seen.source, "samples": seen.samples},
+            result=f"{human_bytes(footprint.footprint_bytes)} per GPU (observed)",
+            note="observed plateau replaces the estimate; the KV part follows this plan's pin",
+        )
+    version = fleet.policy.vllm_version
+    profile = fp.load_overhead_model().profile_for(version)
+    footprint = fp.vllm_footprint(
+        shape=facts.shape,
+        weights=fp.Weights(facts.weights_bytes, facts.weights_exact, facts.weights_source),
+        tensor_parallel_size=seat.tensor_parallel_size,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        limits=limits,
+        enforce_eager=seat.enforce_eager,
+        creep_allowance_bytes=fleet.policy.creep_allowance_bytes,
+        profile=profile,
+        vllm_version=version,
+    )
+    return footprint, ExplanationLine(
+        rule="footprint",
+        inputs={part.name: part.bytes for part in footprint.parts} | {"profile": profile.name},
+        result=f"{human_bytes(footprint.footprint_bytes)} per GPU (estimate)",
+        note=f"plateau estimate keyed on vLLM {version} (profile {profile.name}, non-KV MAE {profile.non_kv_mae_gib} GiB); pass --observed to replace it",
+    )
+
+
+def batch_limits_line(limits: fp.EngineLimits) -> ExplanationLine:
+    return ExplanationLine(
+        rule="batch_limits",
+        inputs={"max_num_seqs": limits.max_num_seqs, "max_num_batched_tokens": limits.max_num_batched_tokens},
+        result=f"--max-num-seqs {limits.max_num_seqs} --max-num-batched-tokens {limits.max_num_batched_tokens}",
+        note=f"{limits.source}; passed explicitly because the activation estimate assumes them",
+    )

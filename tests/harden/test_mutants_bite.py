@@ -107,6 +107,23 @@ def test_creep_plateau_time_is_where_the_ramp_comes_within_tolerance() -> None:
     assert creep.hours_to_plateau == round(209 * 600 / 3600, 2) == 34.83
 
 
+def test_a_segment_ends_where_its_last_bin_ends() -> None:
+    # 72 h of 1-minute readings in 10-minute bins: the last bin starts 431 bins in and ends 600 s later, exactly
+    # where the readings' minutes run out (T0 + 4,320 min), not at the last bin's start.
+    analysis = analyse(series([40_000.0] * (72 * 60)))
+    assert analysis.segments[0].end == datetime.fromtimestamp(T0 + 72 * 60 * 60, tz=UTC)
+
+
+def test_a_creep_still_rising_at_the_end_has_its_plateau_at_the_last_bin() -> None:
+    # 12 h flat, then a ramp that never levels off: the plateau time is the last bin's start (the latest figure
+    # there is), and the creep says it has not levelled off.
+    analysis = analyse(series(ramp(12 * 60, 48 * 60, 0, 30_000.0, 42_000.0)))
+    creep = analysis.segments[0].creep
+    assert creep is not None and not creep.levelled_off
+    last_bin_start = T0 + ((60 * 60 - 1) * 60 // 600) * 600
+    assert creep.plateau_at == datetime.fromtimestamp(last_bin_start, tz=UTC)
+
+
 @pytest.mark.parametrize(("delta_mib", "found"), [(256.0, True), (255.0, False), (-256.0, True)])
 def test_step_threshold_is_inclusive_and_the_step_exact(delta_mib: float, found: bool) -> None:
     levels = [60_000.0] * (12 * 60) + [60_000.0 + delta_mib] * (12 * 60)

@@ -7,6 +7,8 @@
 - each engine serves exactly what the plan says: /v1/models max_model_len and vllm:cache_config_info's
   num_gpu_blocks, block size and KV tokens, with the rendered arguments as started; the playbook's
   closing `seatplan verify` passes;
+- the rendered LiteLLM config, loaded by the real LiteLLM proxy in front of the two engines, lists and serves
+  both seats: `seatplan verify --gateway` passes every engine and gateway check;
 - the same plan again restarts nothing; a changed output cap restarts only that seat; rollback restores it.
 """
 
@@ -19,15 +21,19 @@ from datetime import UTC, datetime
 
 import httpx
 import pytest
+import yaml
 
 from conftest import free_port, require
 from integration.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, localhost_inventory, render_args, run_seatplan, stop_engines
+from integration.serving_stack import litellm_installed, litellm_venv, running, start_litellm
 from integration.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
 from integration.vllm_engine import parse_cache_config_info
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ansible]
 
 KV = "192MiB"  # both tiny models hold one 1,024-token request with room to spare
+GATEWAY_KEY_VARIABLE = "LITELLM_MASTER_KEY"  # what the rendered config names (render's default)
+GATEWAY_KEY = "sk-seatplan-apply-e2e-0123456789"
 
 
 def served(base_url: str, name: str) -> tuple[int, dict[str, str]]:
@@ -66,6 +72,22 @@ def test_rendered_playbook_rolls_out_two_cpu_engines_one_at_a_time(vllm_python_p
             assert int(labels["block_size"]) == seat["block_size"] == 128
             assert int(labels["kv_cache_size_tokens"]) == seat["kv_cache_tokens"]
             assert int(labels["kv_cache_memory_bytes"]) == seat["kv_cache_memory_bytes"]
+
+        # the rendered gateway config in front of the rolled-out engines, and verify through it
+        require(litellm_installed(), f"the LiteLLM proxy in {litellm_venv()} (SEATPLAN_LITELLM_VENV)")
+        rendered_gateway = yaml.safe_load((tmp_path / "rendered" / "litellm" / "config.yaml").read_text())
+        assert GATEWAY_KEY not in json.dumps(rendered_gateway)
+        with running({}) as servers:
+            servers["litellm"] = start_litellm(rendered_gateway, free_port(), {GATEWAY_KEY_VARIABLE: GATEWAY_KEY}, tmp_path)
+            monkeypatch.setenv(GATEWAY_KEY_VARIABLE, GATEWAY_KEY)
+            code, out, err = run_seatplan(capsys, monkeypatch, "verify", str(plan_path), "--gateway", servers["litellm"].base_url,
+                                          "--key-env", GATEWAY_KEY_VARIABLE, "--json")
+            report = json.loads(out)
+            assert code == 0 and report["ok"], out + err
+            gateway_checks = {(check["seat"], check["check"]) for check in report["checks"] if check["check"].startswith("gateway")}
+            assert set(plan) <= {seat for seat, _ in gateway_checks} and len(gateway_checks) >= 2 * len(plan)
+            assert GATEWAY_KEY not in out + err
+            monkeypatch.delenv(GATEWAY_KEY_VARIABLE)
 
         # the same plan again: no file changes, no restart
         code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan_path, "again"))

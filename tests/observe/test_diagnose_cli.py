@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from conftest import REPO_ROOT
 from observe.series import DAY, HOUR, MINUTE, T0, seed_scenarios, write_nvidia_smi
 from observe.test_logparse import boot_lines
 from seatplan.units import GiB, MiB
@@ -145,3 +146,16 @@ def test_plateau_check_maps_host_names_and_never_passes_silently(scene, tmp_path
     statuses = {(v["host"], v["index"]): v["status"] for v in json.loads(named.stdout)["verdicts"]}
     assert statuses == {("node-1", 0): "fail", ("node-1", 1): "fail", ("node-2", 0): "unchecked"}
     assert named.returncode == 1
+
+
+def test_a_fleet_file_alone_maps_seats_but_checks_no_plan():
+    # --fleet tells which seat runs where, not what each GPU should hold: no plan figures, so no "plan expected 0 MiB".
+    night = REPO_ROOT / "examples" / "night"
+    result = run("--vllm-log", f"qwen3-32b={night / 'vllm' / 'qwen3-32b.log'}", "--vllm-log", f"qwen3-4b={night / 'vllm' / 'qwen3-4b.log'}",
+                 "--nvidia-smi", str(night / "nvidia-smi.csv"), "--fleet", str(REPO_ROOT / "examples" / "demo" / "fleet.yaml"), "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    kinds = {finding["kind"] for finding in report["findings"]} | {f["kind"] for seat in report["seats"] for f in seat["findings"]}
+    assert "co_boot_race" in kinds  # the fleet still names who shared GPU 0
+    assert not kinds & {"plan_spare_missed", "seat_estimate_off"}
+    assert all(gpu["plan"] is None for gpu in report["gpus"])

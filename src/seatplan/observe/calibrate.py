@@ -256,6 +256,9 @@ def check_plan(report: GpuReport, plan: PlanView, observed: dict[str, ObservedSe
     seats = plan.seats_on(report.host, report.index)
     if plan_gpu is None and not seats:
         return None, []
+    planned_figures = (plan_gpu is not None and plan_gpu.used_bytes is not None) or any(seat.footprint_bytes is not None for seat in seats)
+    if not planned_figures:
+        return None, []  # a fleet file tells who runs where, not what the GPU should hold: nothing to check against
     if plan_gpu is not None and plan_gpu.used_bytes is not None:
         # nvidia-smi's "used" also counts the processes the plan reserved memory for.
         planned_used_mib = (plan_gpu.used_bytes + (plan_gpu.reserved_bytes or 0)) / MiB

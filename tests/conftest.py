@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -116,3 +117,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.write_line(f"{reader:40} " + ", ".join(f"{outcome} {count:,}" for outcome, count in outcomes.items()))
     if os.environ.get("SEATPLAN_RELIABILITY_JSON"):
         Path(os.environ["SEATPLAN_RELIABILITY_JSON"]).write_text(json.dumps(by_reader, indent=2) + "\n")
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> CliResult:
+    """``seatplan ARGS`` through the real entry point (``seatplan.cli.main``), captured in-process."""
+    from seatplan.cli import main  # at call time: the seatplan under test, as the test set it up
+
+    monkeypatch.setattr(sys, "argv", ["seatplan", *args])
+    capsys.readouterr()
+    try:
+        main()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    captured = capsys.readouterr()
+    return CliResult(code, captured.out, captured.err)

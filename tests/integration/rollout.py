@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from seatplan.cli import main as seatplan_main
+from conftest import run_cli
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
@@ -136,15 +136,8 @@ def localhost_inventory(directory: Path) -> Path:
 
 def run_seatplan(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
     """``seatplan ARGS`` through the real entry point, in-process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["seatplan", *args])
-    capsys.readouterr()
-    try:
-        seatplan_main()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 0
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    result = run_cli(capsys, monkeypatch, *args)
+    return result.exit_code, result.stdout, result.stderr
 
 
 def render_args(directory: Path, plan: Path, launcher: str) -> list[str]:

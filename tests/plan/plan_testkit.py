@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from conftest import CliResult, run_cli  # noqa: F401  (the plan tests import them from here)
 
 MODELS = Path(__file__).resolve().parents[1] / "fixtures" / "models"
 LLAMA_8B = MODELS / "meta-llama--Llama-3.1-8B-Instruct"
@@ -31,23 +29,3 @@ def one_host(gpus: int = 2, total: str = "80GiB", keep_clear: tuple[int, ...] = 
     return "\n".join(lines) + "\n"
 
 
-@dataclass
-class CliResult:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> CliResult:
-    """``seatplan ARGS`` through the real entry point (``seatplan.cli.main``), captured in-process."""
-    from seatplan.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["seatplan", *args])
-    capsys.readouterr()
-    try:
-        main()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    captured = capsys.readouterr()
-    return CliResult(code, captured.out, captured.err)

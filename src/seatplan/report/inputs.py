@@ -17,6 +17,7 @@ from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
 from seatplan.documents.plan import Plan
 from seatplan.documents.usage import UsageReport
 from seatplan.errors import SeatplanError
+from seatplan.jsontext import JsonTooDeep, loads_bounded
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,16 @@ def read_json(path: Path, what: str, made_by: str) -> Any:
     except OSError as problem:
         raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(path),
                             fix=f"pass a {what} written by `{made_by}`") from None
+    except UnicodeDecodeError as problem:
+        raise SeatplanError(f"the {what} is not UTF-8 text ({problem.reason} at byte {problem.start})", where=str(path),
+                            fix=f"pass the file `{made_by}` wrote, unchanged") from None
     try:
-        return json.loads(text)
+        return loads_bounded(text)
     except json.JSONDecodeError as problem:
         raise SeatplanError(f"the {what} is not JSON ({problem.msg})", where=f"{path}:{problem.lineno}",
+                            fix=f"pass the file `{made_by}` wrote, unchanged") from None
+    except (JsonTooDeep, ValueError) as problem:
+        raise SeatplanError(f"the {what} is not a document seatplan writes: {problem}", where=str(path),
                             fix=f"pass the file `{made_by}` wrote, unchanged") from None
 
 

@@ -14,7 +14,7 @@ import typer
 
 from seatplan.errors import SeatplanError
 
-STAGES = ("facts", "usage", "observe", "plan", "render", "verify", "report")
+STAGES = ("facts", "usage", "observe", "plan", "render", "verify", "report", "adopt")
 
 app = typer.Typer(
     name="seatplan",
@@ -26,8 +26,18 @@ app = typer.Typer(
 )
 
 
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from seatplan import __version__
+
+        typer.echo(f"seatplan {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, help="Print seatplan's version and exit."),
+) -> None:
     """seatplan: exact KV sizing, placement and verified rollout for vLLM seats."""
 
 

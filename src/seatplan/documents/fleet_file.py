@@ -271,11 +271,26 @@ def resolve_gpu_ref(fleet: Fleet, ref: int | str) -> tuple[str, int] | None:
 
 
 def resolve_model(model: str, base_dir: Path) -> str:
-    """A model directory relative to the fleet file, or the name as given (a Hugging Face id)."""
+    """A model directory relative to the fleet file, or the name as given (a Hugging Face id).
+
+    A name that can only be a path (``./m``, ``../m``, ``~/m``, ``/m``, ``a/b/c``) and is not there is an
+    error naming the absolute path tried: relative paths are taken from the fleet file's directory, not
+    from where seatplan runs, and a user who guessed otherwise needs to see which one was looked at.
+    """
     candidate = Path(model).expanduser()
     if not candidate.is_absolute():
         candidate = base_dir / candidate
-    return str(candidate.resolve()) if candidate.exists() else model
+    if candidate.exists():
+        return str(candidate.resolve())
+    if _only_a_path(model):
+        raise SeatplanError(f"model directory {model} does not exist (tried {candidate.absolute()})", where=str(candidate.absolute()),
+                            fix="a relative model path is taken from the fleet file's directory; correct it or give an absolute path")
+    return model
+
+
+def _only_a_path(model: str) -> bool:
+    """Not an ``ORG/NAME`` (or bare ``NAME``) Hugging Face id: Hub ids hold at most one slash and never start with one of these."""
+    return model.startswith((".", "~", "/")) or model.count("/") > 1
 
 
 def gpu_refs(value: int | str | list[int | str] | None) -> list[int | str]:
@@ -412,6 +427,23 @@ def _gpu_ref_fix(fleet: Fleet) -> str:
     return "write HOST:INDEX with a declared host and GPU index"
 
 
+# ----------------------------------------------------------------------------- TODOs left by adopt
+
+TODO = "TODO"  # what `seatplan adopt` writes where it could not tell a value (docs/adopt.md)
+
+
+def todo_problems(data: Any, path: PathKey = ()) -> list[FleetProblem]:
+    """Every value still ``TODO``: a plan from a guessed fleet would be a guess, so each must be filled first."""
+    if isinstance(data, str):
+        return [FleetProblem(path, "still TODO: `seatplan adopt` could not tell this value",
+                             "fill it in (the comment on that line says what was missing), then plan again")] if data.strip() == TODO else []
+    if isinstance(data, dict):
+        return [problem for key, value in data.items() for problem in todo_problems(value, path + (str(key),))]
+    if isinstance(data, list):
+        return [problem for position, value in enumerate(data) for problem in todo_problems(value, path + (position,))]
+    return []
+
+
 # ----------------------------------------------------------------------------- entry point
 
 
@@ -420,6 +452,7 @@ def parse_fleet(text: str, display: str) -> tuple[Fleet, dict[PathKey, int]]:
     data, lines = _read_yaml(text, display)
     if not isinstance(data, dict):
         raise SeatplanError("the fleet file must be a mapping with hosts: and seats:", where=f"{display}:1", fix="see docs/fleet.md")
+    _raise_problems(todo_problems(data), lines, display)
     try:
         fleet = Fleet.model_validate(data)
     except ValidationError as error:

@@ -1,0 +1,92 @@
+"""adopt end to end: read every source given, assemble, print, and check the text with the fleet loader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from seatplan.adopt.assemble import Adopted, Noted, Tree, adopt
+from seatplan.adopt.engines import checked_base_url, probe_engine
+from seatplan.adopt.evidence import EngineSeen, Route
+from seatplan.adopt.files import env_dirs_and_files, read_litellm_config, smi_readings
+from seatplan.adopt.writer import fleet_text
+from seatplan.documents.fleet import HostSpec, SeatSpec
+from seatplan.documents.fleet_file import TODO, parse_fleet, todo_problems
+from seatplan.errors import SeatplanError
+
+
+@dataclass
+class Sources:
+    litellm_config: Path | None = None
+    engines: list[str] = field(default_factory=list)
+    composes: list[Path] = field(default_factory=list)
+    env_dirs: list[Path] = field(default_factory=list)
+    nvidia_smi: list[str] = field(default_factory=list)
+    gpus_from_host: bool = False
+    timeout_s: float = 10.0
+
+
+@dataclass
+class Result:
+    text: str
+    adopted: Adopted
+    todo: list[str]  # the paths still TODO, as the loader words them
+
+
+def _engines(sources: Sources, routes: list[Route]) -> list[EngineSeen]:
+    wanted: dict[str, str] = {}
+    for url in sources.engines:
+        wanted.setdefault(checked_base_url(url, "--engine"), "--engine")
+    for route in routes:
+        if route.base_url is not None:
+            try:
+                wanted.setdefault(checked_base_url(route.base_url, route.source), route.source)
+            except SeatplanError:
+                continue  # the route's warning names it (assemble: no engine at that URL was read)
+    return [probe_engine(url, source, sources.timeout_s) for url, source in wanted.items()]
+
+
+def adopt_sources(sources: Sources, display: str) -> Result:
+    if not (sources.litellm_config or sources.engines or sources.composes or sources.env_dirs):
+        raise SeatplanError("nothing to adopt", where="adopt", fix="give --litellm-config, --engine URL, --compose FILE or --env-dir DIR")
+    routes = read_litellm_config(sources.litellm_config) if sources.litellm_config else []
+    launches = env_dirs_and_files(sources.env_dirs, sources.composes)
+    readings = smi_readings(sources.nvidia_smi, sources.gpus_from_host)
+    adopted = adopt(readings, launches, _engines(sources, routes), routes)
+    check_names(adopted.tree)
+    text = fleet_text(adopted.tree)
+    return Result(text=text, adopted=adopted, todo=check_text(text, display))
+
+
+def check_names(tree: Tree) -> None:
+    """Host and seat names went through the fleet's own models: a hostile name stops adopt, naming where it was read."""
+    for host in tree["hosts"]:
+        _validated(HostSpec, {"name": host["name"].value, "gpus": [{"index": 0, "total_bytes": 1}]}, host["name"])
+    for seat in tree["seats"]:
+        _validated(SeatSpec, {"name": seat["name"].value}, seat["name"])
+
+
+def _validated(model: type[HostSpec] | type[SeatSpec], data: dict, noted: Noted) -> None:
+    if noted.value == TODO:
+        return
+    try:
+        model.model_validate(data)
+    except ValidationError as error:
+        message = error.errors(include_url=False)[0]["msg"]
+        raise SeatplanError(f"{model.__name__.removesuffix('Spec').lower()} name {str(noted.value)[:80]!r} read from {noted.note} "
+                            f"is no name a fleet file takes: {message}", where=noted.note,
+                            fix="rename it there (letters, digits, '.', '_', '-'), or adopt from the other sources") from None
+
+
+def check_text(text: str, display: str) -> list[str]:
+    """The loader's verdict: a file without TODO must load as is; one with TODOs lists them (plan refuses it)."""
+    import yaml
+
+    todo = todo_problems(yaml.safe_load(text))
+    if not todo:
+        parse_fleet(text, display)
+    from seatplan.documents.fleet_file import format_path
+
+    return [format_path(problem.path) for problem in todo]

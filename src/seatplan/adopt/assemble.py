@@ -1,0 +1,383 @@
+"""What adopt read → the fleet file's values, each with where it came from; what it cannot tell is TODO.
+
+Pure: evidence in (``evidence``), a tree of noted values and warnings out (``writer`` prints it). Rules:
+a running engine's own answer wins over a file (the file may be for the next restart; a difference is a
+warning), a file wins over nothing, and nothing is made up: no GPU, device, context or version without
+evidence (docs/adopt.md lists what each value is read from).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
+from seatplan.adopt.evidence import EngineSeen, GpuReading, Launch, Route
+from seatplan.documents.fleet_file import TODO
+from seatplan.errors import SeatplanError
+from seatplan.versions import try_release
+
+VLLM_DEFAULT_PORT = 8000  # vllm/entrypoints/openai/cli_args.py: port: int = 8000
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SEAT_KEYS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")
+
+
+@dataclass(frozen=True)
+class Noted:
+    """One value of the fleet file and the comment saying where it came from (``value`` None: a comment only)."""
+
+    value: Any
+    note: str
+
+
+Tree = dict[str, Any]  # key → Noted | Tree | list[Tree]
+
+
+@dataclass
+class Adopted:
+    tree: Tree
+    warnings: list[str] = field(default_factory=list)
+    todo: int = 0
+
+
+@dataclass
+class _Seat:
+    name: str
+    name_note: str
+    launch: Launch | None
+    engine: EngineSeen | None
+    card: dict[str, Any] | None
+    routes: list[Route]
+    args: SeatArgs
+    host: str | None = None
+    host_note: str = ""
+    address: str | None = None
+
+
+def _url_host_port(url: str | None) -> tuple[str | None, int | None]:
+    if not url:
+        return None, None
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError):
+        return None, None
+    return (parsed.host or None), parsed.port or (443 if parsed.scheme == "https" else 80)
+
+
+def _served(launch: Launch, args: SeatArgs) -> str | None:
+    name = args.values.get("served_model_name") or args.values.get("model")
+    return str(name) if name is not None else None
+
+
+def _launch_port(launch: Launch, args: SeatArgs) -> int:
+    return launch.published_port or int(args.values.get("port", VLLM_DEFAULT_PORT))
+
+
+def _match(launch: Launch, args: SeatArgs, cards: list[tuple[EngineSeen, dict[str, Any]]]) -> tuple[EngineSeen, dict[str, Any]] | None:
+    """The running engine this file starts: the one serving its name on its port (or the only one serving its name)."""
+    served = _served(launch, args)
+    named = [(engine, card) for engine, card in cards if card.get("id") == served]
+    on_port = [pair for pair in named if _url_host_port(pair[0].base_url)[1] == _launch_port(launch, args)]
+    if len(on_port) == 1:
+        return on_port[0]
+    return named[0] if len(named) == 1 else None
+
+
+def collect_seats(launches: list[Launch], engines: list[EngineSeen], routes: list[Route], warnings: list[str]) -> list[_Seat]:
+    cards = [(engine, card) for engine in engines for card in engine.models]
+    seats: list[_Seat] = []
+    taken: set[int] = set()
+    for launch in launches:
+        args = read_args(launch.args)
+        warnings += [f"{launch.source}: {problem}" for problem in args.problems]
+        pair = _match(launch, args, [pair for pair in cards if id(pair[1]) not in taken])
+        if pair is not None:
+            taken.add(id(pair[1]))
+        elif engines:
+            warnings.append(f"{launch.source}: no engine given serves {_served(launch, args)!r}: its values come from the file alone")
+        name, note = (launch.seat, f"{launch.source}") if launch.seat else (_served(launch, args) or TODO, "the served name")
+        seats.append(_Seat(name=name, name_note=note, launch=launch, engine=pair[0] if pair else None, card=pair[1] if pair else None,
+                           routes=[], args=args))
+    for engine, card in cards:
+        if id(card) not in taken:
+            seats.append(_Seat(name=str(card.get("id")), name_note=f"GET {engine.base_url}/v1/models", launch=None, engine=engine,
+                               card=card, routes=[], args=SeatArgs()))
+    for engine in engines:
+        if not engine.models:
+            warnings.append(f"{engine.base_url} ({engine.source}): " + ("; ".join(engine.problems) or "serves no model"))
+    _attach_routes(seats, routes, engines, warnings)
+    return seats
+
+
+def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[EngineSeen], warnings: list[str]) -> None:
+    for route in routes:
+        served = route.backend_name or route.model_name
+        owner = next((seat for seat in seats if seat.engine is not None and seat.engine.base_url == route.base_url
+                      and seat.card is not None and seat.card.get("id") == served), None)
+        owner = owner or next((seat for seat in seats if seat.launch is not None and _served(seat.launch, seat.args) == served), None)
+        if owner is None:
+            if route.base_url is None:
+                warnings.append(f"{route.source}: {route.model_name}: api_base is not a plain URL, so adopt cannot tell which engine it is")
+            elif not any(engine.base_url == route.base_url for engine in engines):
+                warnings.append(f"{route.source}: {route.model_name}: no engine at {route.base_url} was read")
+            continue
+        owner.routes.append(route)
+        if route.model_name != served:
+            warnings.append(f"{route.source}: the gateway calls {served!r} {route.model_name!r}; seatplan's gateway config names a seat "
+                            "by its served name, so clients would have to ask for the served name after render")
+
+
+# ----------------------------------------------------------------------------- hosts
+
+
+def place_hosts(seats: list[_Seat], warnings: list[str]) -> None:
+    for seat in seats:
+        launch = seat.launch
+        url = seat.engine.base_url if seat.engine else (seat.routes[0].base_url if seat.routes else None)
+        url_host, _ = _url_host_port(url or (launch.health_url if launch else None))
+        if launch is not None and launch.host:
+            seat.host, seat.host_note = launch.host, f"{launch.source}: the comment seatplan render wrote"
+            if url_host and url_host != launch.host:
+                seat.address = url_host
+        elif url_host:
+            seat.host, seat.host_note = url_host, f"the host of {url or (launch.health_url if launch else '')}"
+        else:
+            warnings.append(f"seat {seat.name}: no engine URL and no rendered comment says which host runs it")
+
+
+def _host_order(seats: list[_Seat], readings: list[GpuReading]) -> list[str]:
+    names = [seat.host or TODO for seat in seats] + [reading.host for reading in readings if reading.host]
+    return list(dict.fromkeys(names)) or [TODO]
+
+
+def assign_readings(readings: list[GpuReading], hosts: list[str]) -> dict[str, list[GpuReading]]:
+    by_host: dict[str, list[GpuReading]] = {host: [] for host in hosts}
+    for reading in readings:
+        if reading.host is not None:
+            by_host.setdefault(reading.host, []).append(reading)
+        elif len(hosts) == 1:
+            by_host[hosts[0]].append(reading)
+        else:
+            raise SeatplanError(f"the engines run on {len(hosts)} hosts ({', '.join(hosts)}) and this nvidia-smi output names none",
+                                where=reading.source.rsplit(":", 1)[0], fix="name the host it came from: --nvidia-smi HOST=CSV")
+    return by_host
+
+
+# ----------------------------------------------------------------------------- GPUs of a seat
+
+
+def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> Noted:
+    """The GPU indices the seat runs on, from CUDA_VISIBLE_DEVICES / device_ids (UUIDs through nvidia-smi)."""
+    launch = seat.launch
+    if launch is None or launch.gpus is None:
+        why = "no env or compose file of this seat names its GPUs (CUDA_VISIBLE_DEVICES, device_ids)"
+        warnings.append(f"seat {seat.name}: {why}: current_layout is TODO")
+        return Noted(TODO, why)
+    indices: list[int] = []
+    for word in launch.gpus:
+        if word.isdigit() and len(word) <= 4:
+            indices.append(int(word))
+            continue
+        by_uuid = [reading.index for reading in readings if reading.uuid == word]
+        if len(by_uuid) == 1:
+            indices.append(by_uuid[0])
+            continue
+        why = f"{launch.gpus_source} says {word[:60]!r}, which is no GPU index" + ("" if word.startswith("GPU-") and not readings else "")
+        if word.startswith("GPU-"):
+            why += " and no nvidia-smi output given lists that UUID"
+        warnings.append(f"seat {seat.name}: {why}: current_layout is TODO")
+        return Noted(TODO, why)
+    note = launch.gpus_source + (" (UUIDs through nvidia-smi)" if any(not word.isdigit() for word in launch.gpus) else "")
+    return Noted(indices[0] if len(indices) == 1 else indices, note)
+
+
+# ----------------------------------------------------------------------------- one seat
+
+
+def _card_int(seat: _Seat, key: str) -> int | None:
+    value = seat.card.get(key) if seat.card else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _label(seat: _Seat, key: str) -> str | None:
+    labels = seat.engine.cache_labels if seat.engine else None
+    return labels.get(key) if labels else None
+
+
+def _pick(seat: _Seat, key: str, running: Any, running_note: str, warnings: list[str]) -> Noted | None:
+    """The engine's own answer, else the file's flag; a difference between them is a warning."""
+    in_file = seat.args.values.get(key)
+    file_note = f"{seat.launch.source}: {seat.args.flags.get(key)}" if seat.launch and key in seat.args.values else ""
+    if running is not None:
+        if in_file is not None and in_file != running:
+            warnings.append(f"seat {seat.name}: {key}: the engine runs {running}, {file_note} says {in_file} (a restart pending?); took the running value")
+        return Noted(running, running_note)
+    if in_file is not None:
+        return Noted(in_file, file_note)
+    return None
+
+
+def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
+    tree: Tree = {"name": Noted(seat.name, seat.name_note)}
+    models_url = f"GET {seat.engine.base_url}/v1/models" if seat.engine else ""
+    root = seat.card.get("root") if seat.card else None
+    model = _pick(seat, "model", str(root) if isinstance(root, str) and root else None, f"{models_url} root", warnings)
+    tree["model"] = model or Noted(TODO, "no engine answered and no file names the model")
+    served = seat.card.get("id") if seat.card else seat.args.values.get("served_model_name") or seat.args.values.get("model")
+    if served is None and seat.routes:
+        served = seat.routes[0].backend_name or seat.routes[0].model_name
+    if served is not None and str(served) != seat.name:
+        tree["served_model_name"] = Noted(str(served), models_url + " id" if seat.card else "the engine's file or the LiteLLM config")
+    tree["port"] = _port(seat)
+    length = _pick(seat, "max_model_len", _card_int(seat, "max_model_len"), f"{models_url} max_model_len", warnings)
+    if length is None:
+        warnings.append(f"seat {seat.name}: neither the engine nor a file says its context: max_model_len is TODO")
+    tree["max_model_len"] = length or Noted(TODO, "no engine answered /v1/models and no --max-model-len")
+    tree["kv_cache_memory_bytes"] = _kv_pin(seat, warnings)
+    cap = seat.args.values.get("max_new_tokens")
+    if cap is not None:
+        tree["max_new_tokens"] = Noted(cap, f"{seat.launch.source if seat.launch else ''}: --override-generation-config")
+    else:
+        gateway_caps = [route.max_tokens for route in seat.routes if route.max_tokens is not None]
+        tree["max_new_tokens"] = Noted(None, "the engine has no default output cap"
+                                       + (f"; the gateway's max_tokens is {gateway_caps[0]} ({seat.routes[0].source})" if gateway_caps else ""))
+    for key in SEAT_KEYS:
+        if key in seat.args.values:
+            tree[key] = Noted(seat.args.values[key], f"{seat.launch.source if seat.launch else ''}: {seat.args.flags[key]}")
+    if "kv_cache_dtype" not in tree and (_label(seat, "cache_dtype") or "auto") != "auto":
+        tree["kv_cache_dtype"] = Noted(_label(seat, "cache_dtype"), f"GET {seat.engine.base_url if seat.engine else ''}/metrics cache_dtype")
+    if seat.args.extra_args:
+        tree["extra_args"] = Noted(seat.args.extra_args, f"{seat.launch.source if seat.launch else ''}: the other arguments, as given")
+    for flag, value in seat.args.dropped.items():
+        tree[f"({flag})"] = Noted(None, f"{flag} {value} left out: {PLAN_OWNED[flag]}")
+    env = _env(seat, warnings)
+    if env:
+        tree["env"] = env
+    return tree
+
+
+def _port(seat: _Seat) -> Noted:
+    launch = seat.launch
+    if launch is not None and launch.published_port is not None:
+        return Noted(launch.published_port, f"{launch.source}: ports (the host side)")
+    if "port" in seat.args.values:
+        return Noted(seat.args.values["port"], f"{launch.source if launch else ''}: --port")
+    _, url_port = _url_host_port(seat.engine.base_url if seat.engine else None)
+    if url_port is not None:
+        return Noted(url_port, f"the port of {seat.engine.base_url if seat.engine else ''}")
+    return Noted(VLLM_DEFAULT_PORT, "no --port: vLLM's default (vllm/entrypoints/openai/cli_args.py)")
+
+
+def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:
+    label = _label(seat, "kv_cache_memory_bytes")
+    # vLLM exports every CacheConfig field as a label; an unset kv_cache_memory_bytes reads "None" (vllm/config/cache.py)
+    running = int(label) if label is not None and label.isdigit() else None
+    metrics = f"GET {seat.engine.base_url if seat.engine else ''}/metrics vllm:cache_config_info kv_cache_memory_bytes"
+    picked = _pick(seat, "kv_cache_memory_bytes", running, metrics, warnings)
+    if picked is not None:
+        return picked
+    if label == "None" or (seat.launch is not None and seat.engine is None):
+        util = _label(seat, "gpu_memory_utilization") or seat.args.dropped.get("--gpu-memory-utilization")
+        return Noted(None, "not pinned today" + (f" (sized by --gpu-memory-utilization {util})" if util else "")
+                     + ": the plan pins it by the KV rule")
+    warnings.append(f"seat {seat.name}: no /metrics and no file says whether its KV cache is pinned: kv_cache_memory_bytes is TODO")
+    return Noted(TODO, "unknown: no vllm:cache_config_info and no --kv-cache-memory-bytes")
+
+
+def _env(seat: _Seat, warnings: list[str]) -> Tree:
+    env: Tree = {}
+    for key, value in sorted((seat.launch.env if seat.launch else {}).items()):
+        if not ENV_NAME.fullmatch(key) or "\n" in value or "'" in value:
+            warnings.append(f"{seat.launch.source if seat.launch else ''}: {key[:40]!r} is left out: an env file cannot carry that name or value")
+            continue
+        env[key] = Noted(value, f"{seat.launch.source if seat.launch else ''}")
+    return env
+
+
+# ----------------------------------------------------------------------------- the fleet
+
+
+def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout: dict[str, Noted]) -> Tree:
+    on_host = [seat for seat in seats if (seat.host or TODO) == name]
+    tree: Tree = {"name": Noted(name, on_host[0].host_note if on_host else (readings[0].source if readings else "no evidence of a host"))}
+    devices = {seat.launch.device for seat in on_host if seat.launch and seat.launch.device}
+    if readings:
+        tree["device"] = Noted("cuda", f"nvidia-smi lists its GPUs ({readings[0].source.rsplit(':', 1)[0]})")
+    elif len(devices) == 1:
+        device = devices.pop()
+        tree["device"] = Noted(device, next(seat.launch.source for seat in on_host if seat.launch and seat.launch.device == device))
+    else:
+        tree["device"] = Noted(TODO, "cuda or cpu: no nvidia-smi output for this host and no file tells")
+    addresses = {seat.address for seat in on_host if seat.address}
+    if len(addresses) == 1:
+        tree["address"] = Noted(addresses.pop(), "the engines' URL")
+    if readings:
+        tree["gpus"] = [_gpu_tree(reading) for reading in sorted(readings, key=lambda reading: reading.index)]
+        return tree
+    indices = sorted({index for seat in on_host for index in _indices(layout.get(seat.name))})
+    if indices:
+        tree["gpus"] = [{"index": Noted(index, "named by a seat's file"),
+                         "total_bytes": Noted(TODO, "no nvidia-smi output: the total as CUDA reports it (a memory budget on a cpu host)")}
+                        for index in indices]
+    else:
+        tree["gpus"] = Noted(TODO, "no nvidia-smi output and no file names a GPU: list them as {index: N, total_bytes: SIZE}")
+    return tree
+
+
+def _indices(noted: Noted | None) -> list[int]:
+    if noted is None or noted.value == TODO:
+        return []
+    return list(noted.value) if isinstance(noted.value, list) else [int(noted.value)]
+
+
+def _gpu_tree(reading: GpuReading) -> Tree:
+    if reading.reserved_mib is None:
+        total_note = f"{reading.source}: memory.total {reading.total_mib} MiB; no memory.reserved column, so this counts the driver's reserve"
+    else:
+        total_note = f"{reading.source}: memory.total {reading.total_mib} MiB - memory.reserved {reading.reserved_mib} MiB"
+    return {
+        "index": Noted(reading.index, f"{reading.source}: {reading.uuid}"),
+        "name": Noted(reading.name, reading.source),
+        "total_bytes": Noted(reading.cuda_total_bytes, total_note),
+    }
+
+
+def policy_tree(engines: list[EngineSeen], warnings: list[str]) -> Tree:
+    versions = {engine.version: engine for engine in engines if engine.version and try_release(engine.version)}
+    if len(versions) == 1:
+        version, engine = next(iter(versions.items()))
+        return {"vllm_version": Noted(version, f"GET {engine.base_url}/version")}
+    if versions:
+        warnings.append(f"the engines run different vLLM versions ({', '.join(sorted(versions))}): policy.vllm_version is TODO")
+        return {"vllm_version": Noted(TODO, f"the engines differ: {', '.join(sorted(versions))}")}
+    warnings.append("no engine answered /version: policy.vllm_version is TODO")
+    return {"vllm_version": Noted(TODO, "no engine answered /version")}
+
+
+def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[EngineSeen], routes: list[Route]) -> Adopted:
+    warnings: list[str] = []
+    seats = collect_seats(launches, engines, routes, warnings)
+    if not seats:
+        raise SeatplanError("found no engine to adopt", where="adopt", fix="give --litellm-config, --engine URL, --env-dir or --compose")
+    place_hosts(seats, warnings)
+    hosts = _host_order(seats, readings)
+    by_host = assign_readings(readings, hosts)
+    layout = {seat.name: seat_gpus(seat, by_host.get(seat.host or TODO, []), warnings) for seat in seats}
+    many = len(by_host) > 1
+    tree: Tree = {
+        "hosts": [host_tree(name, by_host[name], seats, layout) for name in by_host],
+        "policy": policy_tree(engines, warnings),
+        "seats": [seat_tree(seat, warnings) for seat in seats],
+        "current_layout": {seat.name: _layout_ref(layout[seat.name], seat.host, many) for seat in seats},
+    }
+    return Adopted(tree=tree, warnings=warnings)
+
+
+def _layout_ref(noted: Noted, host: str | None, many: bool) -> Noted:
+    if noted.value == TODO or not many:
+        return noted
+    refs = [f"{host or TODO}:{index}" for index in _indices(noted)]
+    return Noted(refs[0] if len(refs) == 1 else refs, noted.note)

@@ -1,0 +1,49 @@
+"""``seatplan adopt``: a fleet file from what already runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command("adopt")(adopt_command)
+
+
+def adopt_command(
+    output: Path = typer.Option(..., "-o", "--output", help="the fleet file to write"),
+    litellm_config: Path | None = typer.Option(None, "--litellm-config", help="the LiteLLM proxy's config.yaml: its model_list names the engines"),
+    engine: list[str] = typer.Option([], "--engine", help="an engine's URL (http://HOST:PORT), asked for /v1/models, /version and /metrics; repeatable"),
+    compose: list[Path] = typer.Option([], "--compose", help="a compose file that starts engines (command: args, device_ids); repeatable"),
+    env_dir: list[Path] = typer.Option([], "--env-dir", help="a directory of the engines' .env files (the vllm command, CUDA_VISIBLE_DEVICES); repeatable"),
+    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help="[HOST=]CSV of nvidia-smi --query-gpu=index,name,uuid,memory.total,memory.reserved --format=csv; repeatable"),
+    gpus_from_host: bool = typer.Option(False, "--gpus-from-host", help="run nvidia-smi here (the engines' only host)"),
+    timeout_s: float = typer.Option(10.0, "--timeout", min=0.1, help="seconds each request to an engine may take"),
+    json_output: bool = typer.Option(False, "--json", help="print {fleet, seats, hosts, todo, warnings}"),
+) -> None:
+    """Write a fleet file from the running deployment: GPUs, engines, their files and the gateway; unknowns are TODO."""
+    from seatplan.adopt.api import Sources, adopt_sources
+    from seatplan.errors import SeatplanError
+    from seatplan.fileio import atomic_write_text
+
+    if nvidia_smi and gpus_from_host:
+        raise SeatplanError("--nvidia-smi and --gpus-from-host both given", where="adopt", fix="give one source of GPUs")
+    sources = Sources(litellm_config=litellm_config, engines=list(engine), composes=list(compose), env_dirs=list(env_dir),
+                      nvidia_smi=list(nvidia_smi), gpus_from_host=gpus_from_host, timeout_s=timeout_s)
+    result = adopt_sources(sources, str(output))
+    atomic_write_text(output, result.text)
+    tree = result.adopted.tree
+    summary = {"fleet": str(output), "seats": len(tree["seats"]), "hosts": len(tree["hosts"]), "todo": result.todo,
+               "warnings": result.adopted.warnings}
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json(summary)
+        return
+    from seatplan.output import console, error_console
+
+    for warning in result.adopted.warnings:
+        error_console().print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+    todo = f"; {len(result.todo)} TODO to fill before `seatplan plan` ({', '.join(result.todo)})" if result.todo else "; seatplan plan takes it as is"
+    console().print(f"wrote {output}: {summary['hosts']} host(s), {summary['seats']} seat(s){todo}", markup=False, highlight=False, soft_wrap=True)

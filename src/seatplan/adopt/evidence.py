@@ -1,0 +1,69 @@
+"""What adopt read, each value with the place it came from: the readers fill these, ``assemble`` turns them into a fleet.
+
+Pure data. Every string here came from a file or an engine and is untrusted until the fleet loader accepted it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Device = Literal["cuda", "cpu"]
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One GPU as nvidia-smi listed it."""
+
+    host: str | None  # None: the CSV did not say (``--nvidia-smi HOST=CSV`` names it)
+    index: int
+    name: str
+    uuid: str
+    total_mib: int
+    reserved_mib: int | None  # None when the query had no memory.reserved column
+    source: str  # FILE:LINE or "nvidia-smi on this host"
+
+    @property
+    def cuda_total_bytes(self) -> int:
+        """CUDA's total excludes the driver's reserved area, which nvidia-smi's memory.total includes
+        (total = reserved + used + free, docs/adopt.md)."""
+        return (self.total_mib - (self.reserved_mib or 0)) * 2**20
+
+
+@dataclass
+class Launch:
+    """How one file starts one engine: an env file of a directory, or a compose service."""
+
+    source: str  # FILE or FILE:LINE
+    seat: str | None  # SEATPLAN_SEAT, the compose service, or the env file's stem
+    args: list[str]  # the engine's arguments, launcher removed (``MODEL --port 8001 ...`` or ``--model MODEL ...``)
+    env: dict[str, str] = field(default_factory=dict)  # the engine's other environment
+    gpus: list[str] | None = None  # CUDA_VISIBLE_DEVICES / device_ids as written (indices or UUIDs)
+    gpus_source: str = ""
+    host: str | None = None  # from seatplan's own env-file comment (``... on HOST GPU 0; ...``)
+    device: Device | None = None
+    health_url: str | None = None
+    published_port: int | None = None  # compose ``ports: ["HOST:CONTAINER"]``: how the engine is reached
+
+
+@dataclass(frozen=True)
+class Route:
+    """One ``model_list`` entry of the LiteLLM config."""
+
+    model_name: str  # what clients ask the gateway for
+    backend_name: str | None  # litellm_params.model without its provider prefix: what the engine serves
+    base_url: str | None  # api_base without /v1; None when it was not a plain URL
+    max_tokens: int | None
+    source: str  # FILE:LINE
+
+
+@dataclass
+class EngineSeen:
+    """What one engine answered over HTTP."""
+
+    base_url: str
+    source: str  # why it was asked: "--engine" or the LiteLLM config's FILE:LINE
+    models: list[dict[str, object]] = field(default_factory=list)  # /v1/models cards: id, root, max_model_len
+    version: str | None = None
+    cache_labels: dict[str, str] | None = None  # vllm:cache_config_info
+    problems: list[str] = field(default_factory=list)

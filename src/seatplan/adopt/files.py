@@ -1,0 +1,381 @@
+"""Readers of the files that describe a running deployment: nvidia-smi CSV, the LiteLLM config, compose files, env files.
+
+Each turns unreadable input into a ``SeatplanError`` naming the file (and line) and the fix; what it reads
+is kept as written (strings), for ``assemble`` to check. Files are read with a size cap and YAML with the
+fleet loader's alias and depth limits, so a hostile file cannot make adopt build a huge document.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from seatplan.adopt.evidence import GpuReading, Launch, Route
+from seatplan.documents.fleet_file import check_yaml_limits
+from seatplan.errors import SeatplanError
+from seatplan.render.diff import COMMAND_KEY, parse_env
+
+MAX_FILE_BYTES = 1 << 20  # a LiteLLM config, a compose file or an env file is a few kilobytes
+MAX_ENV_FILES = 1000
+SMI_QUERY = "index,name,uuid,memory.total,memory.reserved"
+SMI_TIMEOUT_S = 30.0
+# Keys of seatplan's own env files that are not the engine's environment (render/targets.py env_file).
+SEATPLAN_KEYS = {"SEATPLAN_SEAT", "SEATPLAN_HEALTH_URL", COMMAND_KEY}
+GPU_KEYS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+# The line render writes under its header: "# seat NAME (served as S) on HOST GPU 0, 1; boot order ..." (targets.env_file)
+RENDERED_SEAT_LINE = re.compile(r"^# seat (?P<seat>\S+) \(served as \S+\) on (?P<host>\S+) (?P<kind>GPU|CPU budget) (?P<gpus>[\d, ]+);", re.M)
+# The words that start a vLLM server; what follows them is the engine's arguments.
+LAUNCHER_ENDS = ("serve", "vllm.entrypoints.openai.api_server")
+
+
+def read_text(path: Path, what: str, fix: str) -> str:
+    try:
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_FILE_BYTES + 1)
+    except OSError as problem:
+        raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(path), fix=fix) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SeatplanError(f"the {what} is larger than {MAX_FILE_BYTES:,} bytes", where=str(path), fix=f"check that this is the {what}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as problem:
+        line = raw.count(b"\n", 0, problem.start) + 1
+        raise SeatplanError(f"the {what} is not UTF-8 text ({problem.reason})", where=f"{path}:{line}", fix="save it as UTF-8") from None
+
+
+def read_yaml(path: Path, what: str) -> tuple[Any, Any]:
+    """The document and its composed node (for line numbers), with the fleet loader's size limits."""
+    import yaml
+
+    text = read_text(path, what, f"give the path of the {what}")
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                raise SeatplanError(f"the {what} is empty", where=str(path), fix=f"give the path of the {what}")
+            check_yaml_limits(node, str(path))
+            return loader.construct_document(node), node
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as problem:
+        mark = problem.problem_mark or problem.context_mark
+        raise SeatplanError(f"the {what} is not valid YAML: {problem.problem or problem.context}",
+                            where=f"{path}:{mark.line + 1 if mark else 1}", fix="correct the YAML at that line") from None
+    except yaml.YAMLError as problem:
+        raise SeatplanError(f"the {what} is not valid YAML: {problem}", where=str(path), fix="save it as plain UTF-8 YAML") from None
+
+
+def _child(node: Any, key: str) -> Any:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+                return value_node
+    return None
+
+
+def _line(node: Any) -> int:
+    return int(node.start_mark.line) + 1 if node is not None else 1
+
+
+# ----------------------------------------------------------------------------- nvidia-smi
+
+
+def read_smi_csv(text: str, source: str, host: str | None) -> list[GpuReading]:
+    """``nvidia-smi --query-gpu=index,name,uuid,memory.total[,memory.reserved] --format=csv[,nounits]``."""
+    rows = list(csv.reader(text.splitlines(), skipinitialspace=True))
+    header: list[str] | None = None
+    gpus: list[GpuReading] = []
+    for number, row in enumerate(rows, start=1):
+        if not row or not "".join(row).strip():
+            continue
+        cells = [cell.strip() for cell in row]
+        if header is None or cells[0].startswith("index"):
+            header = [cell.split(" [")[0].strip() for cell in cells]
+            missing = {"index", "name", "uuid", "memory.total"} - set(header)
+            if missing:
+                raise SeatplanError(f"the nvidia-smi CSV lacks {', '.join(sorted(missing))}", where=f"{source}:{number}",
+                                    fix=f"run nvidia-smi --query-gpu={SMI_QUERY} --format=csv")
+            continue
+        where = f"{source}:{number}"
+        if len(cells) != len(header):
+            raise SeatplanError(f"{len(cells)} fields under a header of {len(header)}", where=where,
+                                fix=f"give the whole output of nvidia-smi --query-gpu={SMI_QUERY} --format=csv")
+        values = dict(zip(header, cells))
+        reserved = values.get("memory.reserved")
+        gpus.append(GpuReading(host=host, index=_whole(values["index"], "index", where), name=values["name"], uuid=values["uuid"],
+                               total_mib=_mib(values["memory.total"], "memory.total", where),
+                               reserved_mib=None if reserved is None else _mib(reserved, "memory.reserved", where), source=where))
+    if not gpus:
+        raise SeatplanError("no GPU in the nvidia-smi output", where=source, fix=f"run nvidia-smi --query-gpu={SMI_QUERY} --format=csv")
+    indices = [gpu.index for gpu in gpus]
+    if len(set(indices)) != len(indices):
+        raise SeatplanError("a GPU index appears twice (a log of several readings?)", where=source,
+                            fix=f"give one reading: nvidia-smi --query-gpu={SMI_QUERY} --format=csv (no -l)")
+    return gpus
+
+
+def _whole(cell: str, what: str, where: str) -> int:
+    if not cell.isdigit() or len(cell) > 6:
+        raise SeatplanError(f"{what} {cell[:40]!r} is not a whole number", where=where, fix="give nvidia-smi's own CSV output")
+    return int(cell)
+
+
+def _mib(cell: str, what: str, where: str) -> int:
+    number = cell.removesuffix("MiB").strip()
+    return _whole(number, f"{what} (MiB)", where)
+
+
+def read_smi_file(spec: str) -> list[GpuReading]:
+    """``CSV`` or ``HOST=CSV``."""
+    host, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
+    text = read_text(Path(path), "nvidia-smi CSV", f"save nvidia-smi --query-gpu={SMI_QUERY} --format=csv to a file")
+    return read_smi_csv(text, path, host or None)
+
+
+def run_smi() -> list[GpuReading]:
+    """nvidia-smi on this host (``--gpus-from-host``)."""
+    command = ["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as problem:
+        raise SeatplanError(f"cannot run nvidia-smi: {problem}", where="--gpus-from-host",
+                            fix="run adopt on the GPU host, or pass --nvidia-smi CSV saved there") from None
+    if done.returncode != 0:
+        raise SeatplanError(f"nvidia-smi failed: {done.stderr.strip()[:300]}", where="--gpus-from-host",
+                            fix="check the NVIDIA driver, or pass --nvidia-smi CSV saved on the GPU host")
+    return read_smi_csv(done.stdout[:MAX_FILE_BYTES], "nvidia-smi on this host", None)
+
+
+# ----------------------------------------------------------------------------- LiteLLM config
+
+
+def read_litellm_config(path: Path) -> list[Route]:
+    data, node = read_yaml(path, "LiteLLM config")
+    entries = data.get("model_list") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise SeatplanError("the LiteLLM config has no model_list", where=str(path), fix="give the proxy's config.yaml (the one with model_list:)")
+    items = _child(node, "model_list")
+    routes = []
+    for position, entry in enumerate(entries):
+        where = f"{path}:{_line(items.value[position]) if items is not None else 1}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("model_name"), str):
+            raise SeatplanError(f"model_list[{position}] has no model_name", where=where, fix="each model_list entry has model_name: and litellm_params:")
+        given = entry.get("litellm_params")
+        params: dict[str, Any] = given if isinstance(given, dict) else {}
+        model = params.get("model")
+        backend = model.split("/", 1)[1] if isinstance(model, str) and "/" in model else None
+        api_base = params.get("api_base")
+        base_url = api_base.rstrip("/").removesuffix("/v1") if isinstance(api_base, str) and api_base.startswith(("http://", "https://")) else None
+        max_tokens = params.get("max_tokens")
+        routes.append(Route(model_name=entry["model_name"], backend_name=backend, base_url=base_url,
+                            max_tokens=max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None, source=where))
+    return routes
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+def engine_args(words: list[str]) -> list[str] | None:
+    """The words after the launcher (``vllm serve``, ``python -m vllm.entrypoints.openai.api_server``); None if none is there."""
+    for position, word in enumerate(words):
+        if word in LAUNCHER_ENDS and (word != "serve" or (position and words[position - 1].endswith("vllm"))):
+            return words[position + 1 :]
+    return None
+
+
+def split_command(text: str, where: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as problem:
+        raise SeatplanError(f"the engine command cannot be read as shell words ({problem})", where=where,
+                            fix="close the quote in that command") from None
+
+
+def _unquote(value: str) -> str:
+    """parse_env keeps ``"..."``; a hand-written env file quotes that way as often as with ``'``."""
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            return value
+        return words[0] if len(words) == 1 else value
+    return value
+
+
+# ----------------------------------------------------------------------------- env files
+
+
+def read_env_file(path: Path) -> Launch | None:
+    """One env file: seatplan's own (SEATPLAN_COMMAND) or hand-written (any variable holding a ``vllm serve`` line)."""
+    text = read_text(path, "env file", "give a directory of readable .env files")
+    values = {key.removeprefix("export ").strip(): _unquote(value) for key, value in parse_env(text).items()}
+    command_key = COMMAND_KEY if COMMAND_KEY in values else next(
+        (key for key, value in values.items() if engine_args(split_command(value, str(path)) if _shell_words(value) else []) is not None), None)
+    if command_key is None:
+        return None
+    words = split_command(values[command_key], str(path))
+    args = engine_args(words)
+    launch = Launch(source=str(path), seat=values.get("SEATPLAN_SEAT") or path.stem, args=args if args is not None else words,
+                    env={key: value for key, value in values.items() if key not in SEATPLAN_KEYS and key != command_key and key not in GPU_KEYS},
+                    health_url=values.get("SEATPLAN_HEALTH_URL"))
+    for key in GPU_KEYS:
+        if key in values:
+            launch.gpus, launch.gpus_source = _gpu_list(values[key]), f"{path}: {key}"
+            launch.device = "cuda"
+            break
+    rendered = RENDERED_SEAT_LINE.search(text)
+    if rendered and rendered["seat"] == launch.seat:
+        launch.host = rendered["host"]
+        launch.device = "cpu" if rendered["kind"] == "CPU budget" else "cuda"
+        if launch.gpus is None:
+            launch.gpus, launch.gpus_source = _gpu_list(rendered["gpus"]), f"{path}: the comment seatplan render wrote"
+    return launch
+
+
+def _shell_words(value: str) -> bool:
+    try:
+        shlex.split(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _gpu_list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def read_env_dir(directory: Path) -> list[Launch]:
+    if not directory.is_dir():
+        raise SeatplanError("not a directory", where=str(directory), fix="give the directory holding the engines' .env files")
+    paths = sorted(path for path in directory.iterdir() if path.suffix == ".env" and path.is_file())
+    if len(paths) > MAX_ENV_FILES:
+        raise SeatplanError(f"more than {MAX_ENV_FILES} .env files", where=str(directory), fix="give the directory of the engines' env files")
+    launches = [launch for launch in (read_env_file(path) for path in paths) if launch is not None]
+    if not launches:
+        raise SeatplanError("no .env file here starts a vLLM engine", where=str(directory),
+                            fix="give the directory whose .env files hold the `vllm serve ...` line (SEATPLAN_COMMAND or your own variable)")
+    return launches
+
+
+# ----------------------------------------------------------------------------- compose
+
+
+def read_compose(path: Path) -> list[Launch]:
+    """A compose file in the style of vLLM's docs: the image's entrypoint is the server, ``command:`` its arguments."""
+    data, node = read_yaml(path, "compose file")
+    services = data.get("services") if isinstance(data, dict) else None
+    if not isinstance(services, dict) or not services:
+        raise SeatplanError("the compose file has no services", where=str(path), fix="give a compose file with services:")
+    host = _rendered_compose_host(path)
+    service_nodes = _child(node, "services")
+    launches = []
+    for name, service in services.items():
+        where = f"{path}:{_line(_child(service_nodes, str(name)))}"
+        if not isinstance(service, dict):
+            raise SeatplanError(f"service {str(name)[:60]!r} is not a mapping", where=where, fix="correct the compose file")
+        launch = _compose_launch(str(name), service, where, path)
+        if launch is not None:
+            launch.host = host
+            launches.append(launch)
+    return launches
+
+
+def _rendered_compose_host(path: Path) -> str | None:
+    """seatplan's own compose files name their host in a comment line (render/targets.py compose_files)."""
+    found = re.search(r"^# host (\S+): engines start one at a time", read_text(path, "compose file", "give a readable compose file"), re.M)
+    return found[1] if found else None
+
+
+def _compose_words(value: Any, where: str, what: str) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [word.replace("$$", "$") for word in split_command(value, where)]
+    if isinstance(value, list) and all(isinstance(word, (str, int, float)) and not isinstance(word, bool) for word in value):
+        return [str(word).replace("$$", "$") for word in value]  # compose writes a literal $ as $$
+    raise SeatplanError(f"{what} is neither a string nor a list of words", where=where, fix=f"write {what} as a list of strings")
+
+
+def _compose_launch(name: str, service: dict, where: str, path: Path) -> Launch | None:
+    entrypoint = _compose_words(service.get("entrypoint"), where, "entrypoint")
+    command = _compose_words(service.get("command"), where, "command")
+    image = str(service.get("image", ""))
+    args = engine_args(entrypoint + command)
+    if args is None:
+        if "vllm" not in image or not command:
+            return None  # not a vLLM engine (the gateway, a database): nothing to adopt
+        args = command
+    env = _compose_env(service.get("environment"), where)
+    launch = Launch(source=where, seat=name, args=args, env={key: value for key, value in env.items() if key not in GPU_KEYS})
+    device_ids = _device_ids(service, where)
+    if device_ids is not None:
+        launch.gpus, launch.gpus_source, launch.device = device_ids, f"{where}: deploy.resources.reservations.devices.device_ids", "cuda"
+    else:
+        for key in GPU_KEYS:
+            if key in env:
+                launch.gpus, launch.gpus_source, launch.device = _gpu_list(env[key]), f"{where}: environment {key}", "cuda"
+                break
+    launch.published_port = _published_port(service.get("ports"), args)
+    return launch
+
+
+def _compose_env(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return {str(key): "" if item is None else str(item).replace("$$", "$") for key, item in value.items()}
+    if isinstance(value, list):
+        pairs = [str(item).split("=", 1) for item in value]
+        return {pair[0]: pair[1].replace("$$", "$") if len(pair) == 2 else "" for pair in pairs}
+    raise SeatplanError("environment is neither a mapping nor a list", where=where, fix="write environment: as KEY: value lines")
+
+
+def _device_ids(service: dict, where: str) -> list[str] | None:
+    deploy = service.get("deploy")
+    reservations = deploy.get("resources", {}).get("reservations", {}) if isinstance(deploy, dict) and isinstance(deploy.get("resources"), dict) else {}
+    devices = reservations.get("devices") if isinstance(reservations, dict) else None
+    if not isinstance(devices, list):
+        return None
+    ids = [str(device_id) for device in devices if isinstance(device, dict) for device_id in (device.get("device_ids") or [])]
+    return ids or None
+
+
+def _published_port(ports: Any, args: list[str]) -> int | None:
+    """The host side of ``HOST:CONTAINER`` for the engine's ``--port`` (vLLM's default 8000)."""
+    if not isinstance(ports, list):
+        return None
+    container = "8000"
+    for position, word in enumerate(args[:-1]):
+        if word == "--port":
+            container = args[position + 1]
+    for entry in ports:
+        parts = str(entry).split(":")
+        if len(parts) >= 2 and parts[-1].split("/")[0] == container and parts[-2].isdigit() and len(parts[-2]) <= 5:
+            return int(parts[-2])
+    return None
+
+
+def env_dirs_and_files(env_dirs: list[Path], composes: list[Path]) -> list[Launch]:
+    launches: list[Launch] = []
+    for directory in env_dirs:
+        launches += read_env_dir(directory)
+    for compose in composes:
+        launches += read_compose(compose)
+    return launches
+
+
+def smi_readings(specs: list[str], from_host: bool) -> list[GpuReading]:
+    readings: list[GpuReading] = []
+    for spec in specs:
+        readings += read_smi_file(spec)
+    if from_host:
+        readings += run_smi()
+    return readings
+

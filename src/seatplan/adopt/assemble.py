@@ -133,7 +133,7 @@ def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[Engine
 # ----------------------------------------------------------------------------- hosts
 
 
-def place_hosts(seats: list[_Seat], warnings: list[str]) -> None:
+def place_hosts(seats: list[_Seat], readings: list[GpuReading], warnings: list[str]) -> None:
     for seat in seats:
         launch = seat.launch
         url = seat.engine.base_url if seat.engine else (seat.routes[0].base_url if seat.routes else None)
@@ -144,8 +144,16 @@ def place_hosts(seats: list[_Seat], warnings: list[str]) -> None:
                 seat.address = url_host
         elif url_host:
             seat.host, seat.host_note = url_host, f"the host of {url or (launch.health_url if launch else '')}"
+        elif _host_by_uuid(launch, readings):
+            seat.host, seat.host_note = _host_by_uuid(launch, readings), f"{launch.gpus_source if launch else ''}: its GPU UUID in nvidia-smi"
         else:
             warnings.append(f"seat {seat.name}: no engine URL and no rendered comment says which host runs it")
+
+
+def _host_by_uuid(launch: Launch | None, readings: list[GpuReading]) -> str | None:
+    """A GPU UUID is unique across machines: the nvidia-smi output that lists it names the seat's host."""
+    hosts = {reading.host for reading in readings if launch and launch.gpus and reading.uuid in launch.gpus and reading.host}
+    return hosts.pop() if len(hosts) == 1 else None
 
 
 def _host_order(seats: list[_Seat], readings: list[GpuReading]) -> list[str]:
@@ -361,8 +369,9 @@ def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[Engi
     warnings: list[str] = []
     seats = collect_seats(launches, engines, routes, warnings)
     if not seats:
-        raise SeatplanError("found no engine to adopt", where="adopt", fix="give --litellm-config, --engine URL, --env-dir or --compose")
-    place_hosts(seats, warnings)
+        raise SeatplanError("found no engine to adopt" + "".join(f"\n  {warning}" for warning in warnings), where="adopt",
+                            fix="check that the engines run and answer /v1/models, or give their --env-dir or --compose files")
+    place_hosts(seats, readings, warnings)
     hosts = _host_order(seats, readings)
     by_host = assign_readings(readings, hosts)
     layout = {seat.name: seat_gpus(seat, by_host.get(seat.host or TODO, []), warnings) for seat in seats}

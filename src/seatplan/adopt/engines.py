@@ -25,7 +25,8 @@ def checked_base_url(url: str, where: str) -> str:
         parsed = httpx.URL(url.strip())
     except (httpx.InvalidURL, TypeError, ValueError) as problem:
         raise SeatplanError(f"{url[:100]!r} is not a URL ({problem})", where=where, fix="give the engine as http://HOST:PORT") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host or parsed.userinfo or parsed.query or parsed.fragment:
+    if (parsed.scheme not in ("http", "https") or not parsed.host or parsed.userinfo or parsed.query or parsed.fragment
+            or not 0 < (parsed.port or 80) < 65536):
         raise SeatplanError(f"{url[:100]!r} is not an engine URL", where=where,
                             fix="give the engine as http://HOST:PORT (no user, password, query or fragment)")
     path = parsed.path.rstrip("/").removesuffix("/v1")

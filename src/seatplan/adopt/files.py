@@ -70,13 +70,14 @@ def read_yaml(path: Path, what: str) -> tuple[Any, Any]:
         raise SeatplanError(f"the {what} is not valid YAML: {problem}", where=str(path), fix="save it as plain UTF-8 YAML") from None
 
 
-def _child(node: Any, key: str) -> Any:
+def _child(node: Any, key: str, *, key_node: bool = False) -> Any:
+    """The value node under ``key`` (or the key's own node, whose line is where the entry starts)."""
     import yaml
 
     if isinstance(node, yaml.MappingNode):
-        for key_node, value_node in node.value:
-            if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
-                return value_node
+        for name_node, value_node in node.value:
+            if isinstance(name_node, yaml.ScalarNode) and name_node.value == key:
+                return name_node if key_node else value_node
     return None
 
 
@@ -277,7 +278,7 @@ def read_compose(path: Path) -> list[Launch]:
     service_nodes = _child(node, "services")
     launches = []
     for name, service in services.items():
-        where = f"{path}:{_line(_child(service_nodes, str(name)))}"
+        where = f"{path}:{_line(_child(service_nodes, str(name), key_node=True))}"
         if not isinstance(service, dict):
             raise SeatplanError(f"service {str(name)[:60]!r} is not a mapping", where=where, fix="correct the compose file")
         launch = _compose_launch(str(name), service, where, path)

@@ -1,0 +1,177 @@
+"""``seatplan adopt`` end to end with real parts: two vLLM 0.32 CPU engines started by hand from env files (as
+an operator would, before seatplan), and a hand-written LiteLLM config for them.
+
+1. adopt reads the LiteLLM config, the env files and the engines (``/v1/models``, ``/version``, ``/metrics``);
+   what it cannot tell on a CPU box (the device, the memory budget, which "GPU" each engine has) is TODO and
+   ``plan`` refuses the file, naming the line; filled in, the plan keeps the layout (0 moves), ``verify``
+   passes against the hand-started engines (to the KV block), ``render`` and ``diff`` agree.
+2. The round trip: the engines are restarted from the env files ``render`` wrote; adopting that deployment
+   gives a fleet that replans to 0 moves and renders byte-identical env files.
+
+Four engine boots in all, shared by the module's tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from conftest import free_port, require
+from integration.serving_stack import Server, _start
+from integration.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
+from integration.vllm_engine import _wait_for_health, vllm_installed, vllm_python, vllm_venv
+from seatplan.documents.fleet_file import todo_problems
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(3000)]
+
+SEATS = {  # seat → (tiny model, max_model_len, KV pin in bytes, output cap)
+    "dense": (QWEN3_DENSE, 1024, 48 * 2**20, 24),
+    "gemma": (GEMMA3_TEXT, 1024, 256 * 2**20, 16),
+}
+ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+LAUNCHER = f"{vllm_python()} -m vllm.entrypoints.openai.api_server"
+
+
+def seatplan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", "from seatplan.cli import main; main()", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def handwritten_env(seat: str, model_dir: Path, port: int) -> str:
+    """An operator's own env file: their variable names, their flag order, ``--flag=value`` and a bind address."""
+    _, length, kv, cap = SEATS[seat]
+    command = (f"{LAUNCHER} --model {model_dir} --served-model-name {seat} --host 127.0.0.1 --port={port} --dtype bfloat16 "
+               f"--max-model-len {length} --kv-cache-memory-bytes {kv} --enforce-eager --max-num-seqs 4 "
+               f"--max-num-batched-tokens 1024 --override-generation-config '{{\\\"max_new_tokens\\\": {cap}}}'")
+    return f"# {seat}: started by hand on the CPU box\nexport VLLM_LOGGING_LEVEL=INFO\nVLLM_LINE=\"{command}\"\n"
+
+
+def start_from_env_file(env_file: Path, variable: str, port: int, log_dir: Path) -> Server:
+    """Source the env file and exec the command it holds, as systemd or the restart script would."""
+    script = f'set -a; . "$0"; set +a; eval "exec ${variable}"'
+    log_path = log_dir / f"{env_file.stem}.log"
+    process = _start(["bash", "-c", script, str(env_file)], ENGINE_ENV, log_path)
+    server = Server(env_file.stem, process, f"http://127.0.0.1:{port}", log_path)
+    with httpx.Client(base_url=server.base_url, timeout=10.0, trust_env=False) as client:
+        try:
+            _wait_for_health(process, client, log_path, 900.0)
+        except Exception:
+            server.stop()
+            raise
+    return server
+
+
+def fill_todos(fleet: Path) -> str:
+    """What the operator fills in after adopt: a CPU box, its memory budget, both engines on it."""
+    text = fleet.read_text()
+    text = text.replace("device: TODO", "device: cpu").replace("gpus: TODO", "gpus:\n      - {index: 0, total_bytes: 16GiB}")
+    text = text.replace("total_bytes: TODO", "total_bytes: 16GiB")
+    for seat in SEATS:
+        text = text.replace(f"{seat}: TODO", f"{seat}: 0")
+    assert todo_problems(yaml.safe_load(text)) == [], text
+    fleet.write_text(text)
+    return text
+
+
+def plan_and_render(work: Path, fleet: Path, name: str) -> dict:
+    planned = seatplan("plan", str(fleet), "-o", str(work / f"{name}.json"), "--json")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    plan = json.loads((work / f"{name}.json").read_text())
+    rendered = seatplan("render", str(work / f"{name}.json"), "-o", str(work / f"{name}-rollout"), "--launcher", LAUNCHER,
+                        "--bind", "127.0.0.1")
+    assert rendered.returncode == 0, rendered.stderr
+    return plan
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    require(vllm_installed(), f"the vLLM CPU engine in {vllm_venv()} (SEATPLAN_VLLM_VENV)")
+    work = tmp_path_factory.mktemp("adopt")
+    model_dirs = {seat: tiny_model_dir(spec, vllm_python()) for seat, (spec, _, _, _) in SEATS.items()}
+    ports = {seat: free_port() for seat in SEATS}
+    handmade = work / "handmade"
+    handmade.mkdir()
+    for seat in SEATS:
+        (handmade / f"{seat}.env").write_text(handwritten_env(seat, model_dirs[seat], ports[seat]))
+    litellm = work / "litellm.yaml"
+    litellm.write_text(yaml.safe_dump({"model_list": [
+        {"model_name": seat, "litellm_params": {"model": f"hosted_vllm/{seat}", "api_base": f"http://127.0.0.1:{ports[seat]}/v1",
+                                                "api_key": "os.environ/VLLM_KEY"}} for seat in SEATS]}, sort_keys=False))
+    servers = {}
+    try:
+        for seat in SEATS:
+            servers[seat] = start_from_env_file(handmade / f"{seat}.env", "VLLM_LINE", ports[seat], work)
+        yield work, handmade, litellm, ports, servers
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+def test_adopt_a_handmade_deployment_plans_to_zero_moves_and_verifies(deployment):
+    work, handmade, litellm, ports, servers = deployment
+    fleet = work / "fleet.yaml"
+    adopted = seatplan("adopt", "--litellm-config", str(litellm), "--env-dir", str(handmade), "-o", str(fleet), "--json")
+    assert adopted.returncode == 0, adopted.stderr
+    summary = json.loads(adopted.stdout)
+    assert summary["seats"] == 2 and summary["hosts"] == 1
+    assert set(summary["todo"]) == {"hosts[0].device", "hosts[0].gpus", "current_layout.dense", "current_layout.gemma"}
+    text = fleet.read_text()
+    data = yaml.safe_load(text)
+    by_name = {seat["name"]: seat for seat in data["seats"]}
+    for seat, (_, length, kv, cap) in SEATS.items():
+        assert by_name[seat]["max_model_len"] == length and by_name[seat]["kv_cache_memory_bytes"] == kv
+        assert by_name[seat]["max_new_tokens"] == cap and by_name[seat]["port"] == ports[seat]
+        assert by_name[seat]["env"] == {"VLLM_LOGGING_LEVEL": "INFO"}
+    assert data["policy"]["vllm_version"] == "0.32.0"
+    # every value says where it came from: the engine's own answers for what it runs
+    assert f"# GET http://127.0.0.1:{ports['dense']}/v1/models max_model_len" in text
+    assert f"# GET http://127.0.0.1:{ports['dense']}/metrics vllm:cache_config_info kv_cache_memory_bytes" in text
+
+    refused = seatplan("plan", str(fleet), "-o", str(work / "refused.json"))
+    assert refused.returncode == 2 and not (work / "refused.json").exists()
+    todo_line = next(number for number, line in enumerate(text.splitlines(), 1) if "device: TODO" in line)
+    assert f"{fleet}:{todo_line}" in refused.stderr and "still TODO" in refused.stderr
+
+    fill_todos(fleet)
+    plan = plan_and_render(work, fleet, "plan")
+    assert plan["moves"] == 0
+    for seat in plan["seats"]:
+        _, length, kv, cap = SEATS[seat["name"]]
+        assert (seat["max_model_len"], seat["kv_cache_memory_bytes"], seat["max_new_tokens"]) == (length, kv, cap)
+    verified = seatplan("verify", str(work / "plan.json"), "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert json.loads(verified.stdout)["ok"] is True
+    diffed = seatplan("diff", str(work / "plan.json"), "--against", str(work / "plan-rollout"), "--json")
+    assert diffed.returncode == 0 and json.loads(diffed.stdout)["changed"] is False, diffed.stdout + diffed.stderr
+
+
+def test_adopting_what_seatplan_rendered_round_trips_byte_for_byte(deployment):
+    work, _, _, ports, servers = deployment
+    rollout = work / "plan-rollout"
+    assert rollout.is_dir(), "runs after the first test, which rendered the adopted plan"
+    for seat in SEATS:  # the deployment seatplan rendered: each engine restarted from its rendered env file
+        servers.pop(seat).stop()
+        servers[seat] = start_from_env_file(rollout / "env" / f"{seat}.env", "SEATPLAN_COMMAND", ports[seat], work)
+    fleet = work / "readopted.yaml"
+    adopted = seatplan("adopt", "--env-dir", str(rollout / "env"), "--litellm-config", str(rollout / "litellm" / "config.yaml"),
+                       "-o", str(fleet), "--json")
+    assert adopted.returncode == 0, adopted.stderr
+    # seatplan's own env files say the device, the host and the GPU; only the CPU budget is unknown
+    assert json.loads(adopted.stdout)["todo"] == ["hosts[0].gpus[0].total_bytes"]
+    fill_todos(fleet)
+    replanned = plan_and_render(work, fleet, "replan")
+    assert replanned["moves"] == 0
+    for seat in SEATS:
+        assert (work / "replan-rollout" / "env" / f"{seat}.env").read_bytes() == (rollout / "env" / f"{seat}.env").read_bytes()
+    diffed = seatplan("diff", str(work / "replan.json"), "--against", str(rollout), "--json")
+    assert diffed.returncode == 0 and json.loads(diffed.stdout)["changed"] is False, diffed.stdout
+    verified = seatplan("verify", str(work / "replan.json"), "--json")
+    assert verified.returncode == 0 and json.loads(verified.stdout)["ok"] is True, verified.stdout + verified.stderr
+    assert os.environ.get("SEATPLAN_SEAT") is None  # nothing leaked into the test process from the env files

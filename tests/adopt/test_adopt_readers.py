@@ -165,9 +165,12 @@ def test_adopt_maps_a_compose_uuid_to_its_gpu_through_nvidia_smi(tmp_path, capsy
     assert data["current_layout"] == {"qwen": 1}
     assert data["hosts"][0]["gpus"][1] == {"index": 1, "name": "NVIDIA H100 80GB HBM3", "total_bytes": (81559 - 551) * 2**20}
     summary = json.loads(result.stdout)
-    # a compose file holds no host name, no context and no version: each is TODO with a warning, nothing guessed
-    assert summary["todo"] == ["policy.vllm_version", "seats[0].max_model_len"]
-    assert any("max_model_len is TODO" in warning for warning in summary["warnings"])
+    # only a running engine tells the version: TODO with a warning, nothing guessed
+    assert summary["todo"] == ["policy.vllm_version"]
+    assert any("vllm_version is TODO" in warning for warning in summary["warnings"])
+    # no --max-model-len: unset, which means the same to vLLM and to the plan (the length derived from the config)
+    assert "max_model_len" not in data["seats"][0] and "# max_model_len: no --max-model-len in" in out.read_text()
+    assert data["seats"][0]["served_model_name"] == "q8"
 
 
 HOSTILE_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=60)

@@ -21,8 +21,8 @@ from seatplan.errors import SeatplanError
 class Sources:
     litellm_config: Path | None = None
     engines: list[str] = field(default_factory=list)
-    composes: list[Path] = field(default_factory=list)
-    env_dirs: list[Path] = field(default_factory=list)
+    composes: list[str] = field(default_factory=list)  # [HOST=]FILE
+    env_dirs: list[str] = field(default_factory=list)  # [HOST=]DIR
     nvidia_smi: list[str] = field(default_factory=list)
     gpus_from_host: bool = False
     timeout_s: float = 10.0

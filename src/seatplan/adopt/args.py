@@ -57,7 +57,7 @@ def read_args(args: list[str]) -> SeatArgs:
         elif flag in INT_KEYS:
             _whole(seat, flag, INT_KEYS[flag], value)
         elif flag in TEXT_KEYS:
-            seat.values[TEXT_KEYS[flag]], seat.flags[TEXT_KEYS[flag]] = value, flag
+            seat.values[TEXT_KEYS[flag]], seat.flags[TEXT_KEYS[flag]] = value, "the model argument" if flag == "model" else flag
         elif flag == "--enforce-eager" and value == ON:
             seat.values["enforce_eager"], seat.flags["enforce_eager"] = True, flag
         elif flag == "--override-generation-config" and _cap(value) is not None:

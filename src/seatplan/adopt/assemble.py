@@ -139,7 +139,7 @@ def place_hosts(seats: list[_Seat], readings: list[GpuReading], warnings: list[s
         url = seat.engine.base_url if seat.engine else (seat.routes[0].base_url if seat.routes else None)
         url_host, _ = _url_host_port(url or (launch.health_url if launch else None))
         if launch is not None and launch.host:
-            seat.host, seat.host_note = launch.host, f"{launch.source}: the comment seatplan render wrote"
+            seat.host, seat.host_note = launch.host, launch.host_note
             if url_host and url_host != launch.host:
                 seat.address = url_host
         elif url_host:
@@ -238,12 +238,15 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
     if served is None and seat.routes:
         served = seat.routes[0].backend_name or seat.routes[0].model_name
     if served is not None and str(served) != seat.name:
-        tree["served_model_name"] = Noted(str(served), models_url + " id" if seat.card else "the engine's file or the LiteLLM config")
+        tree["served_model_name"] = Noted(str(served), _served_note(seat, models_url))
     tree["port"] = _port(seat)
     length = _pick(seat, "max_model_len", _card_int(seat, "max_model_len"), f"{models_url} max_model_len", warnings)
-    if length is None:
+    if length is None and seat.launch is not None:
+        # the same rule on both sides: vLLM and the plan derive the context from the model's config when the flag is absent
+        length = Noted(None, f"no --max-model-len in {seat.launch.source}: vLLM derives it from the model's config, and so does the plan")
+    elif length is None:
         warnings.append(f"seat {seat.name}: neither the engine nor a file says its context: max_model_len is TODO")
-    tree["max_model_len"] = length or Noted(TODO, "no engine answered /v1/models and no --max-model-len")
+    tree["max_model_len"] = length or Noted(TODO, "no engine answered /v1/models and no file starts it")
     tree["kv_cache_memory_bytes"] = _kv_pin(seat, warnings)
     cap = seat.args.values.get("max_new_tokens")
     if cap is not None:
@@ -260,11 +263,21 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
     if seat.args.extra_args:
         tree["extra_args"] = Noted(seat.args.extra_args, f"{seat.launch.source if seat.launch else ''}: the other arguments, as given")
     for flag, value in seat.args.dropped.items():
-        tree[f"({flag})"] = Noted(None, f"{flag} {value} left out: {PLAN_OWNED[flag]}")
+        tree[f"({flag})"] = Noted(None, f"{value} left out: {PLAN_OWNED[flag]}")
     env = _env(seat, warnings)
     if env:
         tree["env"] = env
     return tree
+
+
+def _served_note(seat: _Seat, models_url: str) -> str:
+    if seat.card:
+        return f"{models_url} id"
+    if seat.launch is not None and "served_model_name" in seat.args.values:
+        return f"{seat.launch.source}: --served-model-name"
+    if seat.launch is not None:
+        return f"{seat.launch.source}: no --served-model-name, so vLLM serves it under its --model"
+    return f"{seat.routes[0].source}: the LiteLLM config" if seat.routes else "the LiteLLM config"
 
 
 def _port(seat: _Seat) -> Noted:

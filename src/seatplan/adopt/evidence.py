@@ -40,7 +40,8 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)  # the engine's other environment
     gpus: list[str] | None = None  # CUDA_VISIBLE_DEVICES / device_ids as written (indices or UUIDs)
     gpus_source: str = ""
-    host: str | None = None  # from seatplan's own env-file comment (``... on HOST GPU 0; ...``)
+    host: str | None = None  # seatplan's own env-file comment (``... on HOST GPU 0; ...``) or ``--env-dir HOST=DIR``
+    host_note: str = ""
     device: Device | None = None
     health_url: str | None = None
     published_port: int | None = None  # compose ``ports: ["HOST:CONTAINER"]``: how the engine is reached

@@ -133,11 +133,19 @@ def _mib(cell: str, what: str, where: str) -> int:
     return _whole(number, f"{what} (MiB)", where)
 
 
+def host_and_path(spec: str) -> tuple[str | None, Path]:
+    """``PATH`` or ``HOST=PATH`` (as ``seatplan diagnose`` takes them): the host a file came from, when it does not say."""
+    host, equals, path = spec.partition("=")
+    if not equals or "/" in host or not host:
+        return None, Path(spec)
+    return host, Path(path)
+
+
 def read_smi_file(spec: str) -> list[GpuReading]:
     """``CSV`` or ``HOST=CSV``."""
-    host, _, path = spec.rpartition("=") if "=" in spec else ("", "", spec)
-    text = read_text(Path(path), "nvidia-smi CSV", f"save nvidia-smi --query-gpu={SMI_QUERY} --format=csv to a file")
-    return read_smi_csv(text, path, host or None)
+    host, path = host_and_path(spec)
+    text = read_text(path, "nvidia-smi CSV", f"save nvidia-smi --query-gpu={SMI_QUERY} --format=csv to a file")
+    return read_smi_csv(text, str(path), host)
 
 
 def run_smi() -> list[GpuReading]:
@@ -233,7 +241,7 @@ def read_env_file(path: Path) -> Launch | None:
             break
     rendered = RENDERED_SEAT_LINE.search(text)
     if rendered and rendered["seat"] == launch.seat:
-        launch.host = rendered["host"]
+        launch.host, launch.host_note = rendered["host"], f"{path}: the comment seatplan render wrote"
         launch.device = "cpu" if rendered["kind"] == "CPU budget" else "cuda"
         if launch.gpus is None:
             launch.gpus, launch.gpus_source = _gpu_list(rendered["gpus"]), f"{path}: the comment seatplan render wrote"
@@ -275,6 +283,7 @@ def read_compose(path: Path) -> list[Launch]:
     if not isinstance(services, dict) or not services:
         raise SeatplanError("the compose file has no services", where=str(path), fix="give a compose file with services:")
     host = _rendered_compose_host(path)
+    note = f"{path}: the comment seatplan render wrote"
     service_nodes = _child(node, "services")
     launches = []
     for name, service in services.items():
@@ -283,7 +292,7 @@ def read_compose(path: Path) -> list[Launch]:
             raise SeatplanError(f"service {str(name)[:60]!r} is not a mapping", where=where, fix="correct the compose file")
         launch = _compose_launch(str(name), service, where, path)
         if launch is not None:
-            launch.host = host
+            launch.host, launch.host_note = host, note if host else ""
             launches.append(launch)
     return launches
 
@@ -363,12 +372,16 @@ def _published_port(ports: Any, args: list[str]) -> int | None:
     return None
 
 
-def env_dirs_and_files(env_dirs: list[Path], composes: list[Path]) -> list[Launch]:
+def env_dirs_and_files(env_dirs: list[str], composes: list[str]) -> list[Launch]:
+    """``--env-dir [HOST=]DIR`` and ``--compose [HOST=]FILE``: the host named where the files do not name it."""
     launches: list[Launch] = []
-    for directory in env_dirs:
-        launches += read_env_dir(directory)
-    for compose in composes:
-        launches += read_compose(compose)
+    for option, specs, reader in (("--env-dir", env_dirs, read_env_dir), ("--compose", composes, read_compose)):
+        for spec in specs:
+            host, path = host_and_path(spec)
+            for launch in reader(path):
+                if launch.host is None and host is not None:
+                    launch.host, launch.host_note = host, f"{option} {host}=..."
+                launches.append(launch)
     return launches
 
 

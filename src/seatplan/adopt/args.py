@@ -13,7 +13,7 @@ from typing import Any
 
 from seatplan.render.diff import command_settings
 
-# vLLM's short spellings (vllm/engine/arg_utils.py add_cli_args: "-tp", "-pp", "-q")
+# vLLM's short spellings (vLLM 0.32 vllm/engine/arg_utils.py:1177 "--tensor-parallel-size", "-tp"; likewise "-pp", "-q")
 SHORT_FLAGS = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-q": "--quantization"}
 INT_KEYS = {
     "--port": "port",

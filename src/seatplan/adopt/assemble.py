@@ -20,7 +20,7 @@ from seatplan.documents.fleet_file import TODO
 from seatplan.errors import SeatplanError
 from seatplan.versions import try_release
 
-VLLM_DEFAULT_PORT = 8000  # vllm/entrypoints/openai/cli_args.py: port: int = 8000
+VLLM_DEFAULT_PORT = 8000  # vLLM 0.32 vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SEAT_KEYS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")
 
@@ -289,12 +289,13 @@ def _port(seat: _Seat) -> Noted:
     _, url_port = _url_host_port(seat.engine.base_url if seat.engine else None)
     if url_port is not None:
         return Noted(url_port, f"the port of {seat.engine.base_url if seat.engine else ''}")
-    return Noted(VLLM_DEFAULT_PORT, "no --port: vLLM's default (vllm/entrypoints/openai/cli_args.py)")
+    return Noted(VLLM_DEFAULT_PORT, "no --port: vLLM's default (vllm/entrypoints/launchers/cli_args.py)")
 
 
 def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:
     label = _label(seat, "kv_cache_memory_bytes")
-    # vLLM exports every CacheConfig field as a label; an unset kv_cache_memory_bytes reads "None" (vllm/config/cache.py)
+    # vLLM exports every CacheConfig field as str(value), so an unset kv_cache_memory_bytes reads "None"
+    # (vLLM 0.32 vllm/config/cache.py:322 CacheConfig.metrics_info, vllm/v1/metrics/loggers.py:1114 log_metrics_info)
     running = int(label) if label is not None and label.isdigit() else None
     metrics = f"GET {seat.engine.base_url if seat.engine else ''}/metrics vllm:cache_config_info kv_cache_memory_bytes"
     picked = _pick(seat, "kv_cache_memory_bytes", running, metrics, warnings)

@@ -309,3 +309,63 @@ def test_version_prints_the_package_version(capsys, monkeypatch):
 
     result = run_cli(capsys, monkeypatch, "--version")
     assert result.exit_code == 0 and result.stdout.strip() == f"seatplan {__version__}"
+
+
+# ----------------------------------------------------------------------------- what adopt refuses to decide
+
+
+def _env(directory: Path, name: str, text: str) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / f"{name}.env").write_text(text)
+
+
+def test_a_seat_started_by_two_sources_names_both(tmp_path, capsys, monkeypatch):
+    _env(tmp_path / "env", "qwen", "CMD='vllm serve /m --port 8001'\n")
+    compose = tmp_path / "compose.yaml"
+    compose.write_text("services:\n  qwen:\n    image: vllm/vllm-openai\n    command: [/m, --port, '8002']\n")
+    result = run_cli(capsys, monkeypatch, "adopt", "--env-dir", str(tmp_path / "env"), "--compose", str(compose), "-o", str(tmp_path / "f.yaml"))
+    assert result.exit_code == 2 and "started by two sources" in result.stderr
+    assert str(tmp_path / "env" / "qwen.env") in result.stderr and f"{compose}:2" in result.stderr
+
+
+def test_what_the_loader_refuses_names_the_source_and_writes_nothing(tmp_path, capsys, monkeypatch, stand_in):
+    url, handler = stand_in
+    handler.answers.update({"/v1/models": b'{"data": []}', "/version": b'{"version": "0.32.0"}'})
+    for name in ("a", "b"):
+        _env(tmp_path / "env", name, f"CUDA_VISIBLE_DEVICES=0\nCMD='vllm serve /m --served-model-name {name} --port 8001 --max-model-len 4096'\n")
+    smi = tmp_path / "smi.csv"
+    smi.write_text("index, name, uuid, memory.total [MiB]\n0, L4, GPU-1, 23034 MiB\n")
+    out = tmp_path / "f.yaml"
+    result = run_cli(capsys, monkeypatch, "adopt", "--env-dir", f"box={tmp_path / 'env'}", "--nvidia-smi", str(smi), "--engine", url, "-o", str(out))
+    assert result.exit_code == 2, result.stderr
+    assert "port 8001 is also used" in result.stderr and f"# {tmp_path / 'env' / 'b.env'}: --port" in result.stderr
+    assert not out.exists()
+
+
+def test_a_gpu_nvidia_smi_does_not_list_is_todo(tmp_path, capsys, monkeypatch):
+    _env(tmp_path / "env", "a", "CUDA_VISIBLE_DEVICES=3\nCMD='vllm serve /m --port 8001 --max-model-len 4096'\n")
+    smi = tmp_path / "smi.csv"
+    smi.write_text("index, name, uuid, memory.total [MiB]\n0, L4, GPU-1, 23034 MiB\n")
+    out = tmp_path / "f.yaml"
+    result = run_cli(capsys, monkeypatch, "adopt", "--env-dir", f"box={tmp_path / 'env'}", "--nvidia-smi", str(smi), "-o", str(out), "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["todo"] == ["policy.vllm_version", "current_layout.a"]
+    assert "names GPU 3, which nvidia-smi does not list" in out.read_text()
+
+
+def test_an_engine_alone_gives_a_seat_and_a_version_seatplan_does_not_model_is_todo(tmp_path, capsys, monkeypatch, stand_in):
+    url, handler = stand_in
+    handler.answers.update({
+        "/v1/models": b'{"data": [{"id": "q", "root": "/models/q", "max_model_len": 8192}]}',
+        "/version": b'{"version": "9.1.0"}',
+        "/metrics": b'vllm:cache_config_info{block_size="16",kv_cache_memory_bytes="None",gpu_memory_utilization="0.9",cache_dtype="fp8"} 1.0\n',
+    })
+    out = tmp_path / "f.yaml"
+    result = run_cli(capsys, monkeypatch, "adopt", "--engine", url + "/v1/", "-o", str(out), "--json")
+    assert result.exit_code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["todo"] == ["hosts[0].device", "hosts[0].gpus", "policy.vllm_version", "current_layout.q"]
+    data = yaml.safe_load(out.read_text())
+    assert data["hosts"][0]["name"] == "127.0.0.1"
+    assert data["seats"] == [{"name": "q", "model": "/models/q", "port": int(url.rsplit(":", 1)[1]), "max_model_len": 8192, "kv_cache_dtype": "fp8"}]
+    assert "not pinned today (sized by --gpu-memory-utilization 0.9)" in out.read_text()

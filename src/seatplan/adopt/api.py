@@ -13,7 +13,7 @@ from seatplan.adopt.evidence import EngineSeen, Route
 from seatplan.adopt.files import env_dirs_and_files, read_litellm_config, smi_readings
 from seatplan.adopt.writer import fleet_text
 from seatplan.documents.fleet import HostSpec, SeatSpec
-from seatplan.documents.fleet_file import TODO, parse_fleet, todo_problems
+from seatplan.documents.fleet_file import TODO, format_path, parse_fleet, todo_problems
 from seatplan.errors import SeatplanError
 
 
@@ -86,7 +86,20 @@ def check_text(text: str, display: str) -> list[str]:
 
     todo = todo_problems(yaml.safe_load(text))
     if not todo:
-        parse_fleet(text, display)
-    from seatplan.documents.fleet_file import format_path
+        try:
+            parse_fleet(text, display)
+        except SeatplanError as problem:
+            raise SeatplanError(f"what adopt read does not make a fleet file, so nothing was written: {problem.message}"
+                                f"{_source_of(text, problem.where)}", where=problem.where,
+                                fix="correct the source that line came from (its comment names it), then adopt again") from None
 
     return [format_path(problem.path) for problem in todo]
+
+
+def _source_of(text: str, where: str | None) -> str:
+    """The would-be line the loader refused, whose comment names the file or engine it came from."""
+    number = where.rsplit(":", 1)[-1] if where else ""
+    lines = text.splitlines()
+    if not number.isdigit() or not 0 < int(number) <= len(lines):
+        return ""
+    return f"\n  line {number} would read: {lines[int(number) - 1].strip()}"

@@ -18,7 +18,7 @@ from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import EngineSeen, GpuReading, Launch, Route
 from seatplan.documents.fleet_file import TODO
 from seatplan.errors import SeatplanError
-from seatplan.versions import try_release
+from seatplan.versions import modelled, try_release
 
 VLLM_DEFAULT_PORT = 8000  # vLLM 0.32 vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -198,6 +198,11 @@ def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> N
             why += " and no nvidia-smi output given lists that UUID"
         warnings.append(f"seat {seat.name}: {why}: current_layout is TODO")
         return Noted(TODO, why)
+    unlisted = sorted({index for index in indices if readings and all(reading.index != index for reading in readings)})
+    if unlisted:
+        why = f"{launch.gpus_source} names GPU {', '.join(map(str, unlisted))}, which nvidia-smi does not list ({readings[0].source.rsplit(':', 1)[0]})"
+        warnings.append(f"seat {seat.name}: {why}: current_layout is TODO")
+        return Noted(TODO, why)
     note = launch.gpus_source + (" (UUIDs through nvidia-smi)" if any(not word.isdigit() for word in launch.gpus) else "")
     return Noted(indices[0] if len(indices) == 1 else indices, note)
 
@@ -369,6 +374,10 @@ def _gpu_tree(reading: GpuReading) -> Tree:
 
 def policy_tree(engines: list[EngineSeen], warnings: list[str]) -> Tree:
     versions = {engine.version: engine for engine in engines if engine.version and try_release(engine.version)}
+    unmodelled = sorted(version for version in versions if not _modelled(version))
+    if unmodelled:
+        warnings.append(f"vLLM {', '.join(unmodelled)} is outside the releases seatplan models: policy.vllm_version is TODO")
+        return {"vllm_version": Noted(TODO, f"{', '.join(unmodelled)} is not a release seatplan models (docs/verify.md)")}
     if len(versions) == 1:
         version, engine = next(iter(versions.items()))
         return {"vllm_version": Noted(version, f"GET {engine.base_url}/version")}
@@ -379,12 +388,31 @@ def policy_tree(engines: list[EngineSeen], warnings: list[str]) -> Tree:
     return {"vllm_version": Noted(TODO, "no engine answered /version")}
 
 
+def _modelled(version: str) -> bool:
+    try:
+        modelled(version)
+    except (ValueError, SeatplanError):
+        return False
+    return True
+
+
+def _check_unique(seats: list[_Seat]) -> None:
+    """Two sources starting a seat of one name (an env file and a compose service): say which, rather than pick."""
+    first: dict[str, _Seat] = {}
+    for seat in seats:
+        other = first.setdefault(seat.name, seat)
+        if other is not seat:
+            raise SeatplanError(f"seat {seat.name!r} is started by two sources: {other.name_note} and {seat.name_note}", where=seat.name_note,
+                                fix="give adopt one of them (the files that start the engines today)")
+
+
 def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[EngineSeen], routes: list[Route]) -> Adopted:
     warnings: list[str] = []
     seats = collect_seats(launches, engines, routes, warnings)
     if not seats:
         raise SeatplanError("found no engine to adopt" + "".join(f"\n  {warning}" for warning in warnings), where="adopt",
                             fix="check that the engines run and answer /v1/models, or give their --env-dir or --compose files")
+    _check_unique(seats)
     place_hosts(seats, readings, warnings)
     hosts = _host_order(seats, readings)
     by_host = assign_readings(readings, hosts)

@@ -369,3 +369,28 @@ def test_an_engine_alone_gives_a_seat_and_a_version_seatplan_does_not_model_is_t
     assert data["hosts"][0]["name"] == "127.0.0.1"
     assert data["seats"] == [{"name": "q", "model": "/models/q", "port": int(url.rsplit(":", 1)[1]), "max_model_len": 8192, "kv_cache_dtype": "fp8"}]
     assert "not pinned today (sized by --gpu-memory-utilization 0.9)" in out.read_text()
+
+
+YAMLISH = st.lists(st.sampled_from(["model_list:", "services:", "  - ", "  x:", "    command:", "    image: vllm/vllm-openai",
+                                    "    deploy: {resources: {reservations: {devices: [{device_ids: [", "]}]}}}", "device_ids: 5", "{target: 8000}", "model_name: a",
+                                    "litellm_params: {model: hosted_vllm/q, api_base: ", "http://h:1/v1}", "[", "{", "&a", "*a", "'",
+                                    '"', "- --port", "  ports: [", "8000:8000", "]", "\t", ": ", "null", "7", "CMD='vllm serve ",
+                                    "--model=/m'", "CUDA_VISIBLE_DEVICES=", "GPU-x", ","]), max_size=30)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=YAMLISH, joiner=st.sampled_from(["\n", "", " "]))
+def test_every_file_reader_ends_in_a_result_or_a_located_error(tmp_path, pieces, joiner):
+    """Free text to each reader: a result or a SeatplanError naming the file; never another exception."""
+    text = joiner.join(pieces)
+    for name, reader in (("config.yaml", read_litellm_config), ("compose.yaml", read_compose), ("x.env", read_env_file)):
+        path = tmp_path / name
+        path.write_text(text)
+        try:
+            reader(path)
+        except SeatplanError as problem:
+            assert str(path) in (problem.where or ""), problem
+    try:
+        read_smi_csv(text, "smi.csv", None)
+    except SeatplanError as problem:
+        assert (problem.where or "").startswith("smi.csv")

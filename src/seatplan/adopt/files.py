@@ -353,7 +353,8 @@ def _device_ids(service: dict, where: str) -> list[str] | None:
     devices = reservations.get("devices") if isinstance(reservations, dict) else None
     if not isinstance(devices, list):
         return None
-    ids = [str(device_id) for device in devices if isinstance(device, dict) for device_id in (device.get("device_ids") or [])]
+    ids = [str(device_id) for device in devices if isinstance(device, dict) and isinstance(device.get("device_ids"), list)
+           for device_id in device["device_ids"]]
     return ids or None
 
 

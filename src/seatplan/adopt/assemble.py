@@ -364,7 +364,7 @@ def _gpu_tree(reading: GpuReading) -> Tree:
     if reading.reserved_mib is None:
         total_note = f"{reading.source}: memory.total {reading.total_mib} MiB; no memory.reserved column, so this counts the driver's reserve"
     else:
-        total_note = f"{reading.source}: memory.total {reading.total_mib} MiB - memory.reserved {reading.reserved_mib} MiB"
+        total_note = f"{reading.source}: memory.total {reading.total_mib} MiB - memory.reserved {reading.reserved_mib} MiB (CUDA's total, estimated)"
     return {
         "index": Noted(reading.index, f"{reading.source}: {reading.uuid}"),
         "name": Noted(reading.name, reading.source),

@@ -25,8 +25,8 @@ class GpuReading:
 
     @property
     def cuda_total_bytes(self) -> int:
-        """CUDA's total excludes the driver's reserved area, which nvidia-smi's memory.total includes
-        (total = reserved + used + free, docs/adopt.md)."""
+        """memory.total less the driver's reserved area, which nvidia-smi counts in its total (total = reserved +
+        used + free) and CUDA's total leaves out; an estimate of CUDA's figure, labelled so in docs/adopt.md."""
         return (self.total_mib - (self.reserved_mib or 0)) * 2**20
 
 

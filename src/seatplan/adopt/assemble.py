@@ -193,7 +193,7 @@ def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> N
         if len(by_uuid) == 1:
             indices.append(by_uuid[0])
             continue
-        why = f"{launch.gpus_source} says {word[:60]!r}, which is no GPU index" + ("" if word.startswith("GPU-") and not readings else "")
+        why = f"{launch.gpus_source} says {word[:60]!r}, which is no GPU index"
         if word.startswith("GPU-"):
             why += " and no nvidia-smi output given lists that UUID"
         warnings.append(f"seat {seat.name}: {why}: current_layout is TODO")

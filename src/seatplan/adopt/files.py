@@ -225,8 +225,7 @@ def read_env_file(path: Path) -> Launch | None:
     """One env file: seatplan's own (SEATPLAN_COMMAND) or hand-written (any variable holding a ``vllm serve`` line)."""
     text = read_text(path, "env file", "give a directory of readable .env files")
     values = {key.removeprefix("export ").strip(): _unquote(value) for key, value in parse_env(text).items()}
-    command_key = COMMAND_KEY if COMMAND_KEY in values else next(
-        (key for key, value in values.items() if engine_args(split_command(value, str(path)) if _shell_words(value) else []) is not None), None)
+    command_key = COMMAND_KEY if COMMAND_KEY in values else next((key for key, value in values.items() if _starts_vllm(value)), None)
     if command_key is None:
         return None
     words = split_command(values[command_key], str(path))
@@ -248,12 +247,12 @@ def read_env_file(path: Path) -> Launch | None:
     return launch
 
 
-def _shell_words(value: str) -> bool:
+def _starts_vllm(value: str) -> bool:
+    """A hand-written file's own variable holding the server line (``VLLM_ARGS="vllm serve ..."``)."""
     try:
-        shlex.split(value)
-    except ValueError:
+        return engine_args(shlex.split(value)) is not None
+    except ValueError:  # an unclosed quote: not a command line (SEATPLAN_COMMAND is split, and refused, below)
         return False
-    return True
 
 
 def _gpu_list(text: str) -> list[str]:

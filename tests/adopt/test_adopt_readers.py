@@ -302,6 +302,10 @@ def test_a_relative_model_path_not_found_names_the_absolute_path_tried(tmp_path)
         resolve_model("./models/qwen3", tmp_path / "fleets")
     assert str((tmp_path / "fleets" / "models" / "qwen3").absolute()) in raised.value.message
     assert resolve_model("Qwen/Qwen3-8B", tmp_path) == "Qwen/Qwen3-8B"  # a Hub id stays a Hub id
+    (tmp_path / "models").mkdir()
+    with pytest.raises(SeatplanError) as raised:  # ORG/NAME in form, but models/ is a directory beside the fleet: a path
+        resolve_model("models/Qwen--Qwen3-8b", tmp_path)
+    assert f"tried {tmp_path / 'models' / 'Qwen--Qwen3-8b'}" in raised.value.message
 
 
 def test_version_prints_the_package_version(capsys, monkeypatch):

@@ -282,10 +282,16 @@ def resolve_model(model: str, base_dir: Path) -> str:
         candidate = base_dir / candidate
     if candidate.exists():
         return str(candidate.resolve())
-    if _only_a_path(model):
+    if _only_a_path(model) or _under_a_local_directory(model, base_dir):
         raise SeatplanError(f"model directory {model} does not exist (tried {candidate.absolute()})", where=str(candidate.absolute()),
                             fix="a relative model path is taken from the fleet file's directory; correct it or give an absolute path")
     return model
+
+
+def _under_a_local_directory(model: str, base_dir: Path) -> bool:
+    """``models/qwen3`` where ``models/`` sits beside the fleet file: a path with a typo, not a Hub id."""
+    head = model.split("/", 1)[0]
+    return "/" in model and (base_dir / head).is_dir()
 
 
 def _only_a_path(model: str) -> bool:

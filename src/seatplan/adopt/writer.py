@@ -23,7 +23,16 @@ HEADER = (
 
 def scalar(value: Any) -> str:
     """One value on one line: ``yaml.safe_dump`` in flow style, without the document end marker."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30, allow_unicode=False, explicit_end=False)
+    text = _dumped(value, style=None)
+    if "\n" in text:
+        # A line break or other control in a string makes PyYAML choose a multi-line quoted scalar; the
+        # double-quoted style escapes every one of them and stays on one line.
+        text = _dumped(value, style='"')
+    return text
+
+
+def _dumped(value: Any, style: str | None) -> str:
+    text = yaml.safe_dump(value, default_flow_style=True, default_style=style, width=1 << 30, allow_unicode=False, explicit_end=False)
     return text.removesuffix("\n").removesuffix("\n...").strip()
 
 

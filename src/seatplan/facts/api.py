@@ -8,6 +8,7 @@ from typing import Any
 
 from seatplan.errors import SeatplanError
 from seatplan.facts import architecture, context, kv_cache, reader, weights
+from seatplan.facts import layout as kv_layout
 from seatplan.facts.models import EngineSettings, ModelFacts, ModelShape, YarnOption
 from seatplan.units import MAX_PLAUSIBLE_BYTES
 
@@ -146,7 +147,7 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
     quant = _quantization(config, model_dir)
     dtype_name, dtype_bytes = resolve_model_dtype(settings.dtype, layout.config_dtype, quant, source)
     kv_name, kv_bytes = resolve_kv_dtype(settings.kv_cache_dtype, dtype_name, dtype_bytes, quant)
-    specs, notes = kv_cache.build_specs(layout, settings, kv_bytes, dtype_bytes)
+    specs, notes = kv_layout.build_specs(layout, settings, kv_bytes, dtype_bytes)
     plan = kv_cache.group_layers(specs, settings)
     limits = context.context_limits(layout.text_config, settings.version, settings.enable_yarn, settings.yarn_factor,
                                     source)
@@ -200,7 +201,7 @@ def model_files_sha256(model_dir: str | Path) -> dict[str, str]:
     directory = Path(model_dir)
     digests = {name: _file_sha256(directory / name) for name in FACT_FILES}
     for path in sorted(directory.glob("*.safetensors")):
-        digests[path.name] = _header_sha256(path)
+        digests[path.name] = weights.header_sha256(path)
     return digests
 
 
@@ -217,13 +218,3 @@ def _file_sha256(path: Path) -> str:
     except OSError as problem:
         return f"unreadable ({problem.strerror})"
 
-
-def _header_sha256(path: Path) -> str:
-    """The 8-byte length and the JSON header it announces, read no further than the header limit."""
-    try:
-        with path.open("rb") as stream:
-            length = stream.read(8)
-            header = stream.read(min(int.from_bytes(length, "little"), weights.MAX_HEADER_BYTES))
-    except OSError as problem:
-        return f"unreadable ({problem.strerror})"
-    return hashlib.sha256(length + header).hexdigest()

@@ -223,16 +223,16 @@ def _gpu_sets(gpu_keys: tuple[tuple[str, int], ...], keep_clear: tuple[bool, ...
 class Layout:
     """One complete assignment; orders best first (higher worst-case spare, then fewer moves)."""
 
-    rank: tuple[int, int]  # (-worst_spare_bytes, moves)
+    cost: tuple[int, int]  # (-worst_spare_bytes, moves): smaller is better, as every method compares layouts
     assignment: tuple[GpuSet, ...] = field(compare=False)
 
     @property
     def worst_spare_bytes(self) -> int:
-        return -self.rank[0]
+        return -self.cost[0]
 
     @property
     def moves(self) -> int:
-        return self.rank[1]
+        return self.cost[1]
 
 
 @dataclass

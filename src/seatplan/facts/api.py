@@ -165,7 +165,7 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
         kv_cache_dtype=kv_name,
         kv_dtype_bytes=kv_bytes,
         kv_heads_per_rank=1 if layout.is_mla else architecture.kv_heads_per_rank(layout.num_kv_heads, settings.tensor_parallel_size),
-        kv_bytes_per_token=sum(spec.bytes_per_token for spec in specs),
+        kv_bytes_per_token=kv_layout.kv_bytes_per_token(specs),
         state_bytes_per_request=sum(getattr(spec, "state_bytes", 0) for spec in specs),
         block_size=plan.block_size,
         bytes_per_block=plan.bytes_per_block,

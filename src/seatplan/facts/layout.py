@@ -80,6 +80,11 @@ def hybrid_block_size(base: int, mamba_page_bytes: int, attention_bytes_per_toke
     return max(base, raised)
 
 
+def kv_bytes_per_token(specs: list[KvSpec]) -> int:
+    """KV bytes one token costs on one GPU (one TP rank), over every layer; a Mamba state costs none per token."""
+    return sum(spec.bytes_per_token for spec in specs)
+
+
 def build_specs(
     layout: ModelLayout, settings: EngineSettings, kv_dtype_bytes: int, model_dtype_bytes: int
 ) -> tuple[list[KvSpec], list[str]]:

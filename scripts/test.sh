@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
 # Installs every test dependency (idempotent), runs ruff and mypy, then the whole test suite.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k facts
+#
+# scripts/test.sh --fast: the loop for people changing the code. No install step, and every test but the
+# real-engine (-m vllm), fuzz (-m fuzz) and integration (tests/integration) ones, spread over the CPUs
+# (pytest-xdist). The full run (and .ci/run) still runs them all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-test-deps.sh
+fast=false
+if [[ "${1:-}" == "--fast" ]]; then
+  fast=true
+  shift
+fi
+if ! $fast; then
+  bash scripts/install-test-deps.sh
+fi
 CACHE=${SEATPLAN_TEST_CACHE:-$HOME/.cache/seatplan}
 export SEATPLAN_VLLM_VENV=${SEATPLAN_VLLM_VENV:-$CACHE/vllm-${SEATPLAN_VLLM_VERSION:-0.32.0}}
 # Lint and type checks first: cheap, and a failure here needs no test run to explain.
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
+if $fast; then
+  exec .venv/bin/python -m pytest -m "not vllm and not fuzz" --ignore=tests/integration -n "${SEATPLAN_TEST_WORKERS:-auto}" -q "$@"
+fi
 exec .venv/bin/python -m pytest "$@"

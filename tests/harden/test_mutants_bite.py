@@ -146,7 +146,7 @@ def test_a_step_is_placed_at_the_first_reading_half_a_step_off_the_old_level() -
 
 
 def test_hybrid_block_size_on_gpu_is_a_multiple_of_the_kernel_block() -> None:
-    from seatplan.facts.kv_cache import hybrid_block_size
+    from seatplan.facts.layout import hybrid_block_size
 
     # vLLM's _align_hybrid_block_size with an 8-token base block: the attention page must hold the 50-byte state
     # (one block of 8 x 10 bytes does), then the GPU kernels' 16-token alignment raises it to 16.

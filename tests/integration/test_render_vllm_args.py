@@ -14,8 +14,8 @@ import pytest
 
 from integration.rollout import build_plan_file
 from seatplan.documents.plan import Plan
+from seatplan.engine.parse import parse_env
 from seatplan.render.bundle import render_files
-from seatplan.render.diff import parse_env
 from seatplan.render.settings import RenderSettings
 
 pytestmark = pytest.mark.vllm

@@ -12,7 +12,7 @@ import yaml
 
 from conftest import require_binary
 from render.render_testkit import COMPOSE_SCHEMA, GiB, MiB
-from seatplan.engine_command import MODULE_LAUNCHER, engine_command, shell_line, unsupported_flags
+from seatplan.engine.command import MODULE_LAUNCHER, engine_command, shell_line, unsupported_flags
 from seatplan.errors import SeatplanError
 from seatplan.render.bundle import render_files
 from seatplan.render.engines import plan_engines

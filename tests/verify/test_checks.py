@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from seatplan.errors import SeatplanError
 from seatplan.exposition import parse_exposition
 from seatplan.verify.checks import (
     CapProbe,
@@ -20,7 +19,7 @@ from seatplan.verify.checks import (
     sample_total,
     version_matches,
 )
-from seatplan.verify.expect import KvPrediction, SeatExpectation, base_url, engine_settings, parse_args, seat_host
+from seatplan.verify.expect import KvPrediction, SeatExpectation, seat_host
 from seatplan.verify.models import Check
 
 # /metrics of the real vLLM 0.32 CPU engine (abridged): a 2048-token tiny Qwen3 with 64 MiB of KV.
@@ -159,21 +158,6 @@ def test_version_matches(planned, running, ok):
     assert version_matches(planned, running) is ok
 
 
-def test_engine_settings_follow_the_plans_command_line_and_the_hosts_device():
-    args = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m", "--tensor-parallel-size", "2",
-            "--max-num-batched-tokens=4096", "--dtype", "bfloat16", "--no-enable-prefix-caching", "--enforce-eager",
-            "--max-model-len", "2048"]
-    assert parse_args(args)["--enforce-eager"] is None
-    settings = engine_settings(args, "cpu", "0.32")
-    assert (settings.tensor_parallel_size, settings.max_num_batched_tokens, settings.dtype, settings.prefix_caching,
-            settings.device, settings.max_model_len) == (2, 4096, "bfloat16", False, "cpu", 2048)
-    with pytest.raises(SeatplanError, match="--tensor-parallel-size 'two' is not a whole number"):
-        engine_settings(["--tensor-parallel-size", "two"], "cuda", "0.32")
-
-
-def test_addresses_and_hosts():
-    assert base_url("10.0.0.5", 8000) == "http://10.0.0.5:8000"
-    assert base_url("fd00::5", 8000) == "http://[fd00::5]:8000"
-    assert base_url("gpu-a", None) == "http://gpu-a:8000"  # vLLM's own default port
+def test_seat_host():
     assert seat_host(["gpu-a:0", "gpu-a:1"]) == "gpu-a"
     assert seat_host([]) is None

@@ -87,7 +87,8 @@ class HostSpec(_Strict):
         "and attention backend follow it, so the plan's blocks and tokens are exact there; each `gpus` entry is then a "
         "memory budget and no `CUDA_VISIBLE_DEVICES` is set. A seat that could land on both kinds must be pinned to one",
     )
-    address: str | None = Field(None, description="how engines on the host are reached (default: `name`): health checks, "
+    address: str | None = Field(None, description="how engines on the host are reached (default: `name`): an IPv4 or IPv6 "
+                                "address (`fd00::5`, bracketed in URLs) or a host name; health checks, "
                                 "LiteLLM's `api_base`, Prometheus' `instance`, `seatplan verify` ([render.md](render.md))")
 
     @property

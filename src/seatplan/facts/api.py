@@ -8,8 +8,12 @@ from typing import Any
 
 from seatplan.errors import SeatplanError
 from seatplan.facts import architecture, context, kv_cache, reader, weights
+from seatplan.facts import layout as kv_layout
 from seatplan.facts.models import EngineSettings, ModelFacts, ModelShape, YarnOption
 from seatplan.units import MAX_PLAUSIBLE_BYTES
+
+# The facts stage's entry points for the other stages (tests/test_import_graph.py holds them to this list).
+__all__ = ["FACT_FILES", "load_model_facts", "located_model_files_sha256", "model_files_sha256"]
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 DTYPE_NAMES = {"half": "float16", "float": "float32"}
@@ -146,7 +150,7 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
     quant = _quantization(config, model_dir)
     dtype_name, dtype_bytes = resolve_model_dtype(settings.dtype, layout.config_dtype, quant, source)
     kv_name, kv_bytes = resolve_kv_dtype(settings.kv_cache_dtype, dtype_name, dtype_bytes, quant)
-    specs, notes = kv_cache.build_specs(layout, settings, kv_bytes, dtype_bytes)
+    specs, notes = kv_layout.build_specs(layout, settings, kv_bytes, dtype_bytes)
     plan = kv_cache.group_layers(specs, settings)
     limits = context.context_limits(layout.text_config, settings.version, settings.enable_yarn, settings.yarn_factor,
                                     source)
@@ -161,7 +165,7 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
         kv_cache_dtype=kv_name,
         kv_dtype_bytes=kv_bytes,
         kv_heads_per_rank=1 if layout.is_mla else architecture.kv_heads_per_rank(layout.num_kv_heads, settings.tensor_parallel_size),
-        kv_bytes_per_token=sum(spec.bytes_per_token for spec in specs),
+        kv_bytes_per_token=kv_layout.kv_bytes_per_token(specs),
         state_bytes_per_request=sum(getattr(spec, "state_bytes", 0) for spec in specs),
         block_size=plan.block_size,
         bytes_per_block=plan.bytes_per_block,
@@ -200,7 +204,7 @@ def model_files_sha256(model_dir: str | Path) -> dict[str, str]:
     directory = Path(model_dir)
     digests = {name: _file_sha256(directory / name) for name in FACT_FILES}
     for path in sorted(directory.glob("*.safetensors")):
-        digests[path.name] = _header_sha256(path)
+        digests[path.name] = weights.header_sha256(path)
     return digests
 
 
@@ -217,13 +221,3 @@ def _file_sha256(path: Path) -> str:
     except OSError as problem:
         return f"unreadable ({problem.strerror})"
 
-
-def _header_sha256(path: Path) -> str:
-    """The 8-byte length and the JSON header it announces, read no further than the header limit."""
-    try:
-        with path.open("rb") as stream:
-            length = stream.read(8)
-            header = stream.read(min(int.from_bytes(length, "little"), weights.MAX_HEADER_BYTES))
-    except OSError as problem:
-        return f"unreadable ({problem.strerror})"
-    return hashlib.sha256(length + header).hexdigest()

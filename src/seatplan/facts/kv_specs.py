@@ -86,23 +86,26 @@ class ChunkedLocalAttentionSpec(_AttentionSpec):
         return FullAttentionSpec(**self.model_dump(exclude={"kind", "attention_chunk_size"}))
 
 
-class MLAAttentionSpec(_Spec):
-    """One compressed latent per token (``kv_lora_rank + qk_rope_head_dim``): no K/V pair, no heads."""
+class MLAAttentionSpec(FullAttentionSpec):
+    """One compressed latent per token (``kv_lora_rank + qk_rope_head_dim``): one head, no separate V.
 
-    kind: Literal["mla"] = "mla"
-    latent_size: int
-    dtype_bytes: int
+    As vLLM's ``MLAAttentionSpec(FullAttentionSpec)``: a full-attention layer (its blocks per request are
+    full attention's) whose page holds ``num_kv_heads × head_size`` per token instead of a K/V pair
+    (``real_page_size_bytes``, vllm/v1/kv_cache_interface.py).
+    """
+
+    # A narrower Literal than the parent's: the discriminator of KvSpec tells the two apart.
+    kind: Literal["mla"] = "mla"  # type: ignore[assignment]
+    num_kv_heads: int = 1
+    head_size_v: int = 0
+
+    @property
+    def latent_size(self) -> int:
+        return self.head_size
 
     @property
     def bytes_per_token(self) -> int:
-        return self.latent_size * self.dtype_bytes
-
-    @property
-    def raw_page_bytes(self) -> int:
-        return self.block_size * self.bytes_per_token
-
-    def blocks_per_request(self, max_model_len: int, in_flight_tokens: int) -> int:
-        return cdiv(max_model_len, self.block_size)
+        return self.num_kv_heads * self.head_size * self.dtype_bytes
 
 
 class MambaSpec(_Spec):
@@ -138,3 +141,16 @@ KvSpec = Annotated[
 ]
 
 ATTENTION_KINDS = ("full_attention", "sliding_window", "chunked_local", "mla")
+
+
+class LayerGroup(BaseModel):
+    """One KV-cache group as vLLM's hybrid allocator forms it: layers sharing one block table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    layers: list[int]
+    padding_layers: int = 0
+    page_bytes: int
+    block_size: int
+    spec: KvSpec

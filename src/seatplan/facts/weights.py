@@ -22,6 +22,7 @@ As loaded, per rank, by quantization method (vLLM's own layer code):
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from typing import Any
 from seatplan.errors import SeatplanError
 from seatplan.facts.architecture import AttentionLayer, ModelLayout, StateLayer, count_field
 from seatplan.jsontext import JsonTooDeep, loads_bounded
-from seatplan.units import MAX_PLAUSIBLE_BYTES, cdiv
+from seatplan.units import MAX_PLAUSIBLE_BYTES, round_up
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors format's own limit
 VOCAB_PADDING = 64  # vLLM's pad_vocab_size
@@ -86,19 +87,35 @@ def read_safetensors_header(path: Path) -> list[TensorInfo]:
                             fix="check that the file exists and is readable") from None
 
 
+def raw_header(path: Path) -> tuple[bytes, bytes]:
+    """The 8-byte little-endian length and the header bytes it announces, read no further than the
+    format's limit: the one place a safetensors file is opened (the facts and their hashes read the same bytes)."""
+    with path.open("rb") as stream:
+        length = stream.read(8)
+        return length, stream.read(min(int.from_bytes(length, "little"), MAX_HEADER_BYTES))
+
+
+def header_sha256(path: Path) -> str:
+    """SHA-256 of the length and the header (never the tensors, which a plan does not read)."""
+    try:
+        length, raw = raw_header(path)
+    except OSError as problem:
+        return f"unreadable ({problem.strerror})"
+    return hashlib.sha256(length + raw).hexdigest()
+
+
 def _read_header(path: Path) -> list[TensorInfo]:
     size = path.stat().st_size
     if size < 8:
         raise SeatplanError(f"{path.name} is {size} bytes, shorter than a safetensors header", where=f"{path}: header length",
                             fix="the file is truncated; download it again")
-    with path.open("rb") as stream:
-        declared = int.from_bytes(stream.read(8), "little")
-        if declared > MAX_HEADER_BYTES or declared > size - 8:
-            raise SeatplanError(
-                f"{path.name} declares a {declared}-byte header but the file has {size} bytes (limit {MAX_HEADER_BYTES})",
-                where=f"{path}: header length", fix="the file is damaged or not a safetensors file; download it again",
-            )
-        raw = stream.read(declared)
+    length, raw = raw_header(path)
+    declared = int.from_bytes(length, "little")
+    if declared > MAX_HEADER_BYTES or declared > size - 8:
+        raise SeatplanError(
+            f"{path.name} declares a {declared}-byte header but the file has {size} bytes (limit {MAX_HEADER_BYTES})",
+            where=f"{path}: header length", fix="the file is damaged or not a safetensors file; download it again",
+        )
     try:
         header = loads_bounded(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, JsonTooDeep, ValueError) as problem:
@@ -203,10 +220,6 @@ def as_loaded(stored: WeightsResult, layout: ModelLayout, tp: int, mxfp4_backend
                          stored.source, stored.stored_per_rank_bytes, rule)
 
 
-def round_up(value: int, multiple: int) -> int:
-    return cdiv(value, multiple) * multiple
-
-
 def mxfp4_expert_bytes(experts: int, hidden: int, intermediate: int) -> int:
     """One MoE layer's MXFP4 experts: gate_up (2·I × H) and down (H × I) as FP4 pairs, e8m0 scales and bf16 biases
     (the whole checkpoint's sizes, or one rank's padded share: the layout is the same)."""
@@ -253,7 +266,7 @@ def _vocab(text: dict[str, Any], source: str) -> int:
 
 
 def _padded_vocab(vocab: int) -> int:
-    return cdiv(vocab, VOCAB_PADDING) * VOCAB_PADDING
+    return round_up(vocab, VOCAB_PADDING)
 
 
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")

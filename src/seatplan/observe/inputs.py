@@ -11,9 +11,9 @@ from seatplan.documents.fleet import Policy, SeatSpec
 from seatplan.documents.fleet_file import gpu_refs, load_fleet, resolve_gpu_ref, resolve_model
 from seatplan.documents.io import read_document
 from seatplan.documents.observed import Boot, EngineStats, ProcessSample
+from seatplan.engine.settings import EngineHost, engine_settings
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
-from seatplan.facts.models import EngineSettings
 from seatplan.observe.calibrate import PlanGpu, PlanSeat, PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
@@ -161,12 +161,14 @@ def kv_rule_pins(boots: list[Boot], fleet: Path | None) -> dict[str, tuple[int, 
     directory and tensor parallelism its own log gave. Seats whose config cannot be read are left out.
     """
     specs: dict[str, SeatSpec] = {}
+    hosts: dict[str, EngineHost] = {}
     policy, base_dir = Policy(), Path.cwd()
     if fleet is not None:
         loaded = load_fleet(fleet)
         policy, base_dir = loaded.fleet.policy, loaded.base_dir
         for spec in loaded.fleet.seats:
             specs[spec.name] = specs[spec.served_model_name or spec.name] = spec
+            hosts[spec.name] = EngineHost.for_seat(loaded.fleet, spec)
     pins: dict[str, tuple[int, str]] = {}
     for boot in sorted(boots, key=lambda b: b.started_at.timestamp() if b.started_at else 0.0):
         if boot.max_model_len is None or (boot.model is None and boot.seat not in specs):
@@ -175,9 +177,8 @@ def kv_rule_pins(boots: list[Boot], fleet: Path | None) -> dict[str, tuple[int, 
                                                   tensor_parallel_size=boot.tensor_parallel_size or 1)
         if spec.model is None:
             continue
-        settings = EngineSettings(tensor_parallel_size=spec.tensor_parallel_size, dtype=spec.dtype,
-                                  kv_cache_dtype=spec.kv_cache_dtype, vllm_version=policy.vllm_version)
         try:
+            settings = engine_settings(spec, hosts.get(spec.name, EngineHost()), policy.vllm_version)
             facts = load_model_facts(resolve_model(spec.model, base_dir), settings)
             request_bytes = facts.request_kv_bytes(boot.max_model_len)
             rule_bytes = policy.rule_kv_bytes(request_bytes, facts.min_kv_cache_bytes(boot.max_model_len), spec.kv_factor)

@@ -18,7 +18,7 @@ from seatplan.documents.plan import (
     ShortSeat,
     VllmSettings,
 )
-from seatplan.engine_command import engine_command, unsupported_flags
+from seatplan.engine.command import engine_command, unsupported_flags
 from seatplan.plan import utilisation
 from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label
 from seatplan.plan.seats import GpuKey, SizedSeat

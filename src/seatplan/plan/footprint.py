@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from seatplan import versions
 from seatplan.documents.observed import ObservedSeat
 from seatplan.documents.plan import Basis, FootprintPart
+from seatplan.engine.settings import BatchDefaults
 from seatplan.facts.models import ModelShape
 from seatplan.units import GiB
 
@@ -36,16 +37,9 @@ class OverheadProfile(BaseModel):
     non_kv_mae_gib: float
 
 
-class EngineDefaults(BaseModel):
-    max_num_seqs: int
-    max_num_batched_tokens: int
-
-
 class OverheadModel(BaseModel):
     description: str
     provenance: dict[str, str]
-    large_gpu_min_gib: float
-    engine_defaults: dict[str, EngineDefaults]
     profiles: list[OverheadProfile]
 
     def profile_for(self, vllm_version: str) -> OverheadProfile:
@@ -55,10 +49,6 @@ class OverheadModel(BaseModel):
         pool = eligible or self.profiles
         pick = max if eligible else min
         return pick(pool, key=lambda profile: version_key(profile.from_version))
-
-    def defaults_for(self, gpu_total_bytes: int) -> EngineDefaults:
-        size = "large_gpu" if gpu_total_bytes >= self.large_gpu_min_gib * GiB else "small_gpu"
-        return self.engine_defaults[size]
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -103,7 +93,7 @@ class SeatFootprint:
         return "exact"
 
 
-def engine_limits(max_num_seqs: int | None, max_num_batched_tokens: int | None, defaults: EngineDefaults) -> EngineLimits:
+def engine_limits(max_num_seqs: int | None, max_num_batched_tokens: int | None, defaults: BatchDefaults) -> EngineLimits:
     """The batch limits the estimate assumes; the plan passes them to vLLM so the estimate holds."""
     chosen_seqs = max_num_seqs or defaults.max_num_seqs
     chosen_tokens = max_num_batched_tokens or defaults.max_num_batched_tokens

@@ -11,8 +11,9 @@ from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref, resolve_mod
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
 from seatplan.documents.plan import ExplanationLine
 from seatplan.documents.usage import ModelUsage, UsageReport
+from seatplan.engine.settings import EngineHost, engine_settings, server_batch_defaults, usable_gpus
 from seatplan.errors import SeatplanError
-from seatplan.facts.api import model_files_sha256
+from seatplan.facts.api import load_model_facts, model_files_sha256
 from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing
@@ -47,8 +48,6 @@ class SizedSeat:
 
 
 def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
-    from seatplan.facts.api import load_model_facts
-
     return load_model_facts(model, settings)
 
 
@@ -100,17 +99,11 @@ def size_seat(
     seen = observed.seats.get(seat.name) if observed else None
     if seat.engine == "fixed":
         return size_fixed_seat(seat, allowed, seen)
-    overhead = fp.load_overhead_model()
-    usable = allowed or [key for key, gpu in gpus.items() if not gpu.keep_clear] or list(gpus)
-    limits = fp.engine_limits(seat.max_num_seqs, seat.max_num_batched_tokens, overhead.defaults_for(min(gpus[key].total_bytes for key in usable)))
-    settings = EngineSettings(
-        tensor_parallel_size=seat.tensor_parallel_size,
-        dtype=seat.dtype,
-        kv_cache_dtype=seat.kv_cache_dtype,
-        vllm_version=fleet.policy.vllm_version,
-        max_num_batched_tokens=limits.max_num_batched_tokens,
-        device=seat_device(fleet, usable, seat),
-    )
+    usable = usable_gpus(fleet, seat)
+    seat_device(fleet, usable, seat)  # refuses a seat that could land on both kinds of host
+    host = EngineHost.of(fleet, usable)
+    limits = fp.engine_limits(seat.max_num_seqs, seat.max_num_batched_tokens, server_batch_defaults(host.gpu_total_bytes))
+    settings = engine_settings(seat, host, fleet.policy.vllm_version)
     assert seat.model is not None  # fleet checks guarantee it
     facts = facts_loader(resolve_model(seat.model, base_dir), settings)
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import difflib
-import shlex
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from seatplan.engine.parse import parse_command_line, parse_env
 from seatplan.render.bundle import MANIFEST
 from seatplan.render.targets import Files
 
@@ -41,39 +41,12 @@ class DiffReport(BaseModel):
     files: list[FileDiff]
 
 
-def parse_env(text: str) -> dict[str, str]:
-    """``KEY=value`` and ``KEY='value'`` lines as written by the env-file builder; comments skipped."""
-    values = {}
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#") or "=" not in line:
-            continue
-        key, value = line.split("=", 1)
-        values[key.strip()] = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == "'" else value
-    return values
+SWITCH_ON = "on"  # how a switch (a flag without a value) reads in a change
 
 
 def command_settings(command: str) -> dict[str, str]:
-    """``--flag value`` pairs of an engine command (a flag without a value reads ``on``; the model is ``model``)."""
-    words = shlex.split(command)
-    settings: dict[str, str] = {}
-    position = 0
-    while position < len(words):
-        word = words[position]
-        following = words[position + 1] if position + 1 < len(words) else None
-        if word.startswith("--"):
-            if following is not None and not following.startswith("--"):
-                settings[word] = following
-                position += 2
-            else:
-                settings[word] = "on"
-                position += 1
-            continue
-        if word == "serve" or word.endswith("vllm"):
-            position += 1
-            continue
-        settings.setdefault("model", word)
-        position += 1
-    return settings
+    """``--flag value`` pairs of an engine command (``engine.parse``); a switch reads ``on``."""
+    return {flag: SWITCH_ON if value is None else value for flag, value in parse_command_line(command).items()}
 
 
 def env_changes(old_text: str, new_text: str) -> list[Change]:

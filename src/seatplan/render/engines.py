@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from seatplan.documents.plan import Plan, PlannedSeat
-from seatplan.engine_command import check_flags, engine_command
+from seatplan.engine.command import check_flags, engine_command
+from seatplan.engine.endpoint import base_url, health_url, instance_label
 from seatplan.errors import SeatplanError
 from seatplan.render.settings import RenderSettings
 
@@ -27,11 +28,16 @@ class Engine:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.address}:{self.port}"
+        return base_url(self.address, self.port)
 
     @property
     def health_url(self) -> str:
-        return f"{self.base_url}/health"
+        return health_url(self.address, self.port)
+
+    @property
+    def instance(self) -> str:
+        """Prometheus' ``instance`` label of the engine's static scrape target."""
+        return instance_label(self.address, self.port)
 
     @property
     def gpu_indices(self) -> list[str]:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from seatplan.engine_command import DEFAULT_LAUNCHER
+from seatplan.engine.command import DEFAULT_LAUNCHER
 from seatplan.units import GiB
 
 Target = Literal["env", "compose", "ansible", "litellm", "prometheus"]

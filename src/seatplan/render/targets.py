@@ -6,15 +6,13 @@ stamps, so rendering an unchanged plan gives byte-identical files (and apply res
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable
 
 import yaml
 
 from seatplan import versions
 from seatplan.documents.plan import Plan
-from seatplan.engine_command import shell_line
-from seatplan.errors import SeatplanError
+from seatplan.engine.command import env_value, shell_line
 from seatplan.render.engines import Engine
 from seatplan.render.settings import RenderSettings
 from seatplan.units import MiB, human_bytes
@@ -37,13 +35,6 @@ def dump_yaml(document: object) -> str:
 
 
 # ----------------------------------------------------------------------------- env files
-
-
-def env_value(key: str, value: str) -> str:
-    """``KEY=value``, single-quoted where needed: sh, systemd's EnvironmentFile and Compose read it alike."""
-    if "'" in value or "\n" in value:
-        raise SeatplanError(f"the value of {key} holds a quote or a newline, which an env file cannot carry", fix="change that value in the fleet file")
-    return f"{key}={value}" if value and shlex.quote(value) == value else f"{key}='{value}'"
 
 
 def env_file(engine: Engine, settings: RenderSettings) -> str:
@@ -165,7 +156,7 @@ def gpu_free_rules(plan: Plan, engines: list[Engine], settings: RenderSettings) 
 
 def seat_rules(engine: Engine, version: tuple[int, ...], settings: RenderSettings) -> list[dict]:
     seat = engine.seat
-    instance = f'instance="{engine.address}:{engine.port}"'
+    instance = f'instance="{engine.instance}"'
     labels = {"severity": "warning", "seat": seat.name}
     rules = []
     if seat.num_gpu_blocks is not None:

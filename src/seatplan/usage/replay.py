@@ -32,9 +32,10 @@ import numpy as np
 from seatplan.documents.fleet import SeatSpec
 from seatplan.documents.fleet_file import resolve_model
 from seatplan.documents.usage import KvReplay
+from seatplan.engine.settings import EngineHost, engine_settings
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
-from seatplan.facts.models import EngineSettings, ModelFacts
+from seatplan.facts.models import ModelFacts
 from seatplan.usage.loads import RequestRows
 from seatplan.usage.scan import EPOCH
 
@@ -81,15 +82,13 @@ def block_rule_of_facts(facts: ModelFacts) -> BlockRule:
                      f"model facts: {len(facts.layer_groups)} KV group(s) ({kinds}), {block_size}-token blocks")
 
 
-def seat_block_rule(seat: SeatSpec, base_dir: Path, vllm_version: str) -> BlockRule | None:
+def seat_block_rule(seat: SeatSpec, host: EngineHost, base_dir: Path, vllm_version: str) -> BlockRule | None:
     """A fleet seat's rule from its model's facts under its engine settings; the default rule, saying why,
     where the model cannot be read here; None for a seat that is not a vLLM engine."""
     if seat.engine != "vllm" or seat.model is None:
         return None
-    settings = EngineSettings(tensor_parallel_size=seat.tensor_parallel_size, dtype=seat.dtype,
-                              kv_cache_dtype=seat.kv_cache_dtype, vllm_version=vllm_version)
     try:
-        return block_rule_of_facts(load_model_facts(resolve_model(seat.model, base_dir), settings))
+        return block_rule_of_facts(load_model_facts(resolve_model(seat.model, base_dir), engine_settings(seat, host, vllm_version)))
     except SeatplanError as problem:
         return default_block_rule(f"the model facts of {seat.model} could not be read: {problem.message}")
 

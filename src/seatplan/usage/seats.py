@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seatplan.documents.fleet_file import load_fleet
+from seatplan.engine.settings import EngineHost
 from seatplan.usage.replay import BlockRule, seat_block_rule
 
 
@@ -48,7 +49,7 @@ def load_seat_map(path: str | Path) -> SeatMap:
                 name=seat.name,
                 served_name=seat.served_model_name or seat.name,
                 max_model_len=seat.max_model_len if isinstance(seat.max_model_len, int) else None,
-                block_rule=seat_block_rule(seat, loaded.base_dir, fleet.policy.vllm_version),
+                block_rule=seat_block_rule(seat, EngineHost.for_seat(fleet, seat), loaded.base_dir, fleet.policy.vllm_version),
             )
             for seat in fleet.seats
         )

@@ -68,7 +68,7 @@ def upgrade_check_command(
     except ValueError as problem:
         raise SeatplanError(str(problem), where="--to", fix="give a vLLM version from 0.8 to 0.32, e.g. 0.32 or 0.10.2") from None
     context = load_context(plan, fleet)
-    report = upgrade_report(context.plan, context.hosts, context.fleet_dir, context.facts_loader, to)
+    report = upgrade_report(context.plan, context.fleet_dir, context.facts_loader, to)
     if json_output:
         from seatplan.output import emit_json
 

@@ -1,26 +1,28 @@
-"""What each planned engine must show when it runs: the plan's own numbers plus the facts stage's
-prediction of its KV cache (block size, block count, "KV cache size" tokens) at a given vLLM version.
+"""What each planned engine must show when it runs: the plan's own numbers, its KV cache (block size,
+block count, "KV cache size" tokens) included.
 
-The prediction is recomputed from the model's config with the engine settings the plan's command line
-gives and the host's device (the CPU build uses other block sizes than a GPU), so verify checks the
-engine against what vLLM's own arithmetic gives for exactly this command line, to the block.
+At the plan's vLLM version the expectation is the plan's own figure (``PlannedSeat.num_gpu_blocks``,
+the one the Prometheus rule alerts on), read from the plan's structured fields, never from the rendered
+command line. At another version (``upgrade-check``), or for a plan saved before it carried the figure,
+the facts stage predicts it again from the plan's settings (``engine.settings.planned_engine_settings``)
+and the seat's device, so the engine is held to vLLM's own arithmetic, to the block.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from seatplan.documents.fleet_file import resolve_model
-from seatplan.documents.plan import Plan
+from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.engine.endpoint import base_url
+from seatplan.engine.settings import planned_engine_settings
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
 
 FactsLoader = Callable[[str, EngineSettings], ModelFacts]
 DEFAULT_DEVICE = "cuda"
-VLLM_DEFAULT_PORT = 8000  # what an engine started without --port listens on
 
 
 @dataclass(frozen=True)
@@ -51,79 +53,6 @@ class SeatExpectation:
     kv_problem: str | None  # why there is no KV prediction
 
 
-# vLLM flags that change the KV layout, mapped to EngineSettings fields (value flags).
-_VALUE_FLAGS = {
-    "--tensor-parallel-size": ("tensor_parallel_size", int),
-    "--dtype": ("dtype", str),
-    "--kv-cache-dtype": ("kv_cache_dtype", str),
-    "--max-num-batched-tokens": ("max_num_batched_tokens", int),
-    "--block-size": ("block_size", int),
-    "--attention-backend": ("attention_backend", str),
-    "--max-model-len": ("max_model_len", int),
-}
-_SWITCH_FLAGS = {
-    "--enable-prefix-caching": ("prefix_caching", True),
-    "--no-enable-prefix-caching": ("prefix_caching", False),
-    "--disable-hybrid-kv-cache-manager": ("hybrid_kv_cache_manager", False),
-    "--async-scheduling": ("async_scheduling", True),
-    "--no-async-scheduling": ("async_scheduling", False),
-}
-
-
-def parse_args(args: list[str]) -> dict[str, str | None]:
-    """``--flag value`` and ``--flag=value`` pairs of a command line; switches map to None; the last one wins."""
-    flags: dict[str, str | None] = {}
-    position = 0
-    while position < len(args):
-        arg = args[position]
-        position += 1
-        if not arg.startswith("--"):
-            continue
-        if "=" in arg:
-            name, value = arg.split("=", 1)
-            flags[name] = value
-        elif position < len(args) and not args[position].startswith("--"):
-            flags[arg] = args[position]
-            position += 1
-        else:
-            flags[arg] = None
-    return flags
-
-
-def engine_settings(args: list[str], device: str, vllm_version: str) -> EngineSettings:
-    """The facts stage's settings for the engine this command line starts."""
-    flags = parse_args(args)
-    fields: dict[str, object] = {"device": device, "vllm_version": vllm_version}
-    for flag, (field, kind) in _VALUE_FLAGS.items():
-        if flags.get(flag) is not None:
-            try:
-                fields[field] = kind(flags[flag])
-            except ValueError:
-                raise SeatplanError(f"{flag} {flags[flag]!r} is not a whole number", where=f"vllm_args {flag}",
-                                    fix="re-plan, or fix the seat's extra_args") from None
-    for flag, (field, value) in _SWITCH_FLAGS.items():
-        if flag in flags:
-            fields[field] = value
-    yarn_factor = yarn_override_factor(flags.get("--hf-overrides"))
-    if yarn_factor is not None:
-        fields.update(enable_yarn=True, yarn_factor=yarn_factor)
-    return EngineSettings(**fields)
-
-
-def yarn_override_factor(hf_overrides: str | None) -> float | None:
-    """The YaRN factor an ``--hf-overrides`` switches on (under ``rope_parameters`` or ``rope_scaling``)."""
-    try:
-        overrides = json.loads(hf_overrides) if hf_overrides else {}
-    except ValueError:
-        return None
-    for key in ("rope_parameters", "rope_scaling"):
-        rope = overrides.get(key) if isinstance(overrides, dict) else None
-        if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) == "yarn":
-            factor = rope.get("factor")
-            return float(factor) if isinstance(factor, (int, float)) and factor > 1 else None
-    return None
-
-
 def predict_kv(facts: ModelFacts, kv_cache_memory_bytes: int, max_model_len: int) -> KvPrediction:
     capacity = facts.capacity(kv_cache_memory_bytes, max_model_len)
     return KvPrediction(
@@ -139,10 +68,31 @@ def seat_host(gpu_labels: list[str]) -> str | None:
     return gpu_labels[0].rsplit(":", 1)[0] if gpu_labels else None
 
 
-def base_url(address: str, port: int | None) -> str:
-    port = VLLM_DEFAULT_PORT if port is None else port
-    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
-    return f"http://{host}:{port}"
+def planned_kv(seat: PlannedSeat) -> KvPrediction | None:
+    """The plan's own KV figures for the seat; None for a plan saved before it carried all of them."""
+    if seat.block_size is None or seat.num_gpu_blocks is None or seat.kv_cache_tokens is None or seat.max_concurrency is None:
+        return None
+    return KvPrediction(block_size=seat.block_size, num_gpu_blocks=seat.num_gpu_blocks,
+                        kv_cache_size_tokens=seat.kv_cache_tokens, max_concurrency=seat.max_concurrency)
+
+
+def seat_facts(seat: PlannedSeat, version: str, fleet_dir: Path, facts_loader: FactsLoader) -> ModelFacts:
+    """The seat's model facts under the settings the plan started it with, at ``version``."""
+    settings = planned_engine_settings(seat, version)
+    if settings is None:
+        raise SeatplanError(f"seat {seat.name} has no vLLM engine settings in the plan", where=f"seat {seat.name}",
+                            fix="re-plan it with `seatplan plan FLEET -o plan.json`")
+    return facts_loader(resolve_model(seat.model or "", fleet_dir), settings)
+
+
+def expected_kv(seat: PlannedSeat, version: str, plan_version: str, fleet_dir: Path,
+                facts_loader: FactsLoader) -> KvPrediction:
+    """The plan's figures at the plan's version; the facts stage's prediction at any other."""
+    assert seat.kv_cache_memory_bytes is not None and seat.max_model_len is not None
+    planned = planned_kv(seat) if version == plan_version else None
+    if planned is not None:
+        return planned
+    return predict_kv(seat_facts(seat, version, fleet_dir, facts_loader), seat.kv_cache_memory_bytes, seat.max_model_len)
 
 
 def seat_expectations(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, facts_loader: FactsLoader,
@@ -153,22 +103,20 @@ def seat_expectations(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, f
     for seat in plan.seats:
         if seat.engine != "vllm" or not seat.vllm_args:
             continue
-        host = seat_host(seat.gpus) or ""
-        info = hosts.get(host, HostInfo(address=host))
+        host = seat.host or seat_host(seat.gpus) or ""
+        address = seat.address or hosts.get(host, HostInfo(address=host)).address
         kv, problem = None, None
         if seat.kv_cache_memory_bytes is None or seat.max_model_len is None:
             problem = "the plan pins no KV size or context for this seat"
         else:
             try:
-                settings = engine_settings(seat.vllm_args, info.device, version)
-                facts = facts_loader(resolve_model(seat.model or "", fleet_dir), settings)
-                kv = predict_kv(facts, seat.kv_cache_memory_bytes, seat.max_model_len)
+                kv = expected_kv(seat, version, plan.inputs.vllm_version, fleet_dir, facts_loader)
             except SeatplanError as error:
                 problem = error.message
         expectations.append(SeatExpectation(
             seat=seat.name,
             served_model_name=seat.served_model_name,
-            base_url=base_url(info.address, seat.port),
+            base_url=base_url(address, seat.port),
             max_model_len=seat.max_model_len,
             kv_cache_memory_bytes=seat.kv_cache_memory_bytes,
             max_new_tokens=seat.max_new_tokens,

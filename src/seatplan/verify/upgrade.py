@@ -10,11 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from seatplan import versions
-from seatplan.documents.fleet_file import resolve_model
 from seatplan.documents.plan import Plan, PlannedSeat
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import ModelFacts
-from seatplan.verify.expect import FactsLoader, HostInfo, engine_settings, parse_args, seat_host
+from seatplan.verify.expect import FactsLoader, seat_facts
 from seatplan.verify.models import UpgradeChange, UpgradeReport, Value
 
 ALL_SEATS = "*"
@@ -24,22 +23,21 @@ PLAN_WIDE_AREAS = ("memory", "metrics", "output")
 ROPE_KEYS = ("rope_parameters", "rope_scaling")
 
 
-def upgrade_report(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, facts_loader: FactsLoader,
+def upgrade_report(plan: Plan, fleet_dir: Path, facts_loader: FactsLoader,
                    to_version: str) -> UpgradeReport:
     now_version, after_version = plan.inputs.vllm_version, to_version
     old, new = versions.modelled(now_version), versions.modelled(after_version)
     changes: list[UpgradeChange] = []
     seats = [seat for seat in plan.seats if seat.engine == "vllm" and seat.vllm_args]
     for seat in seats:
-        info = hosts.get(seat_host(seat.gpus) or "", HostInfo(address=""))
-        changes += seat_changes(seat, info.device, fleet_dir, facts_loader, now_version, after_version)
+        changes += seat_changes(seat, fleet_dir, facts_loader, now_version, after_version)
     changes += behaviour_rows(old, new, any(seat.max_new_tokens for seat in seats))
     changed = {change.seat for change in changes}
     return UpgradeReport(plan_version=now_version, to_version=after_version, changes=changes,
                          unchanged_seats=[seat.name for seat in seats if seat.name not in changed])
 
 
-def seat_changes(seat: PlannedSeat, device: str, fleet_dir: Path, facts_loader: FactsLoader,
+def seat_changes(seat: PlannedSeat, fleet_dir: Path, facts_loader: FactsLoader,
                  now_version: str, after_version: str) -> list[UpgradeChange]:
     changes = [UpgradeChange(seat=seat.name, what="flag", now="accepted", after=problem, area="flags")
                for problem in versions.flag_problems(seat.vllm_args, versions.modelled(after_version))]
@@ -47,8 +45,8 @@ def seat_changes(seat: PlannedSeat, device: str, fleet_dir: Path, facts_loader: 
     if seat.kv_cache_memory_bytes is None or seat.max_model_len is None:
         return changes
     try:
-        now = facts_loader(resolve_model(seat.model or "", fleet_dir), engine_settings(seat.vllm_args, device, now_version))
-        after = facts_loader(resolve_model(seat.model or "", fleet_dir), engine_settings(seat.vllm_args, device, after_version))
+        now = seat_facts(seat, now_version, fleet_dir, facts_loader)
+        after = seat_facts(seat, after_version, fleet_dir, facts_loader)
     except SeatplanError as error:
         return changes + [UpgradeChange(seat=seat.name, what="prediction", now=None, after=None, area="kv",
                                         note=f"no prediction: {error.message}")]
@@ -77,8 +75,8 @@ def kv_changes(seat: PlannedSeat, now: ModelFacts, after: ModelFacts) -> list[Up
 
 def rope_key_changes(seat: PlannedSeat, after_version: str) -> list[UpgradeChange]:
     """YaRN switched on through ``--hf-overrides`` under the key the new version no longer reads."""
-    overrides = parse_args(seat.vllm_args).get("--hf-overrides") or ""
-    used = next((key for key in ROPE_KEYS if f'"{key}"' in overrides), None)
+    overrides = (seat.vllm.hf_overrides if seat.vllm else None) or {}
+    used = next((key for key in ROPE_KEYS if key in overrides), None)
     wanted = ROPE_KEYS[0] if versions.has("hf_overrides_rope_parameters", versions.modelled(after_version)) else ROPE_KEYS[1]
     if used is None or used == wanted:
         return []

@@ -89,7 +89,7 @@ def exhaustive(
     grouped = {s for group in problem.apart for s in group}
     bound = _Bound(problem, ceiling_bytes)
 
-    no_layout_rank = (_NO_FLOOR, 0) if floor_bytes is None else (-floor_bytes, seat_count + 1)
+    no_layout_cost = (_NO_FLOOR, 0) if floor_bytes is None else (-floor_bytes, seat_count + 1)
     spare = list(problem.capacity_bytes)
     tags: list[tuple[int, ...]] = [() for _ in problem.gpu_keys]  # grouped seats on each GPU
     chosen: list[int] = [0] * seat_count
@@ -99,7 +99,7 @@ def exhaustive(
     def record() -> None:
         nonlocal best
         layout = problem.layout(tuple(candidates[s][chosen[s]] for s in range(seat_count)))
-        if best is None or layout.rank < best.rank:
+        if best is None or layout.cost < best.cost:
             best = layout
 
     def breaks_apart_rule(seat: int, gpu_set: GpuSet) -> bool:
@@ -146,7 +146,7 @@ def exhaustive(
                     tags[g] = tags[g] + (seat,)
             step_moves = moves + moving[seat][option]
             within_budget = max_moves is None or step_moves + bound.surely_moving[seat + 1] <= max_moves
-            if within_budget and bound.may_beat(seat + 1, spare, step_moves, no_layout_rank if best is None else best.rank):
+            if within_budget and bound.may_beat(seat + 1, spare, step_moves, no_layout_cost if best is None else best.cost):
                 chosen[seat] = option
                 visit(seat + 1, step_moves)
             for g in gpu_set:
@@ -163,7 +163,7 @@ def exhaustive(
     return SearchOutcome(layout=best, complete=complete, nodes=nodes, bound_bytes=proven)
 
 
-_NO_FLOOR = 1 << 80  # a rank every feasible layout beats
+_NO_FLOOR = 1 << 80  # a cost every feasible layout beats
 
 
 def _closing_groups(problem: Problem) -> list[list[tuple[int, ...]]]:
@@ -176,7 +176,7 @@ def _closing_groups(problem: Problem) -> list[list[tuple[int, ...]]]:
 
 
 class _Bound:
-    """Whether a partial layout (seats before ``depth`` placed) can still beat a rank.
+    """Whether a partial layout (seats before ``depth`` placed) can still beat a cost.
 
     Upper bounds on the final worst-case spare: the water level (see :func:`water_level_bound`),
     and, for each seat still to place, the most spare any GPU set it fits on keeps after taking it
@@ -227,12 +227,12 @@ class _Bound:
             for depth in range(seat_count + 1)
         ]
 
-    def may_beat(self, depth: int, spare: list[int], moves_so_far: int, rank: tuple[int, int]) -> bool:
-        """Whether some completion can rank better than ``rank`` (or, on a floor rank, reach it)."""
-        need = -rank[0]  # the worst-case spare a completion must at least tie
+    def may_beat(self, depth: int, spare: list[int], moves_so_far: int, cost: tuple[int, int]) -> bool:
+        """Whether some completion can cost less than ``cost`` (or, on a floor cost, reach it)."""
+        need = -cost[0]  # the worst-case spare a completion must at least tie
         open_spares = [spare[g] for g in self.open]
         if not open_spares:
-            return self.fewest_moves(depth, spare, moves_so_far, need) < rank[1] if need <= 0 else False
+            return self.fewest_moves(depth, spare, moves_so_far, need) < cost[1] if need <= 0 else False
         bound = min(min(open_spares), (sum(open_spares) - self.remaining_demand[depth]) // len(open_spares))
         if self.ceiling_bytes is not None and self.ceiling_bytes < bound:
             bound = self.ceiling_bytes
@@ -256,7 +256,7 @@ class _Bound:
             bound = min(bound, kept)
         if bound > need:
             return True
-        return self.fewest_moves(depth, spare, moves_so_far, need) < rank[1]
+        return self.fewest_moves(depth, spare, moves_so_far, need) < cost[1]
 
     def fewest_moves(self, depth: int, spare: list[int], moves_so_far: int, need_bytes: int) -> int:
         """Moves so far plus the seats still to place that cannot all stay where they run.

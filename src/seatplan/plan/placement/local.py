@@ -58,14 +58,14 @@ def search(
             candidate.kick(rng)
         if candidate is not None:
             candidate.descend(deadline)
-            if best is None or candidate.rank() > best.rank():
+            if best is None or candidate.cost() < best.cost():
                 best, stalled = candidate, -1
         round_number += 1
         stalled += 1
         # Small problems give up early; a fleet's rounds are many and each may still find something, so it uses its time.
         if time.perf_counter() >= deadline or stalled > STALL_ROUNDS_PER_SEAT * len(problem.seat_names):
             break
-        if best is not None and target_bytes is not None and best.rank()[0] >= target_bytes:
+        if best is not None and target_bytes is not None and -best.cost()[0] >= target_bytes:
             break
     return None if best is None else tuple(best.assignment)
 
@@ -202,9 +202,9 @@ class _State:
         twin.on_gpu = [set(seats) for seats in self.on_gpu]
         return twin
 
-    def rank(self) -> tuple[int, int]:
-        """Larger is better: the worst-case spare, then fewer moves."""
-        return (min((self.spare[g] for g in self.open), default=0), -self.moves)
+    def cost(self) -> tuple[int, int]:
+        """As ``Layout.cost``, smaller is better: the negated worst-case spare, then the moves."""
+        return (-min((self.spare[g] for g in self.open), default=0), self.moves)
 
     def descend(self, deadline: float) -> None:
         while time.perf_counter() < deadline and self.relieve_lowest():

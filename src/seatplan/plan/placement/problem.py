@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from itertools import combinations
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from seatplan.errors import SeatplanError
+from seatplan.plan.placement.filters import STATIC_FILTERS, GpuRejection, GpuSet, GpuView, first_rejection, gpu_sets
 
-GpuSet = tuple[int, ...]
 Method = Literal["exhaustive", "cp-sat"]
 
 
@@ -50,15 +49,6 @@ class Placement(BaseModel):
 class Alternative(BaseModel):
     placement: Placement
     why_lost: str
-
-
-class GpuRejection(BaseModel):
-    """Why one GPU (or, for a tensor-parallel seat, one host) cannot take a seat: one filter's verdict."""
-
-    gpu: str = Field(description='"host:index", or "host" when the whole host is ruled out')
-    filter: Literal["keep_clear", "pin_or_avoid", "too_small", "too_few_gpus", "full"]
-    reason: str
-    short_by_bytes: int | None = Field(None, description="how much smaller the seat must get to fit here, when size is the reason")
 
 
 class SeatShortfall(BaseModel):
@@ -200,9 +190,8 @@ def compile_problem(gpus: list[GpuSlot], seats: list[SeatDemand]) -> Problem:
         # A GPU that left the fleet maps to -1: no candidate equals it, so the seat counts as moved.
         return tuple(sorted(position.get((h, i), -1) for h, i in seat.current))
 
-    usable = [c - h for c, h in zip(capacity, headroom)]
     candidates = tuple(
-        _gpu_sets(gpu_keys, keep_clear, usable, allowed, seat.footprint_bytes, seat.gpu_count)
+        _gpu_sets(gpu_keys, keep_clear, capacity, headroom, allowed, seat.footprint_bytes, seat.gpu_count)
         for seat, allowed in zip(ordered_seats, allowed_sets)
     )
     return Problem(
@@ -219,31 +208,31 @@ def compile_problem(gpus: list[GpuSlot], seats: list[SeatDemand]) -> Problem:
     )
 
 
-def _gpu_sets(gpu_keys, keep_clear, usable, allowed, footprint_bytes: int, gpu_count: int) -> tuple[GpuSet, ...]:
-    fitting = [g for g in sorted(allowed) if not keep_clear[g] and footprint_bytes <= usable[g]]
+def _gpu_sets(gpu_keys: tuple[tuple[str, int], ...], keep_clear: tuple[bool, ...], capacity: tuple[int, ...],
+              headroom: tuple[int, ...], allowed: frozenset[int], footprint_bytes: int, gpu_count: int) -> tuple[GpuSet, ...]:
+    """The seat's candidate GPU sets: GPUs every static filter passes, grouped by host for tensor parallelism."""
     by_host: dict[str, list[int]] = {}
-    for g in fitting:
-        by_host.setdefault(gpu_keys[g][0], []).append(g)
-    sets: list[GpuSet] = []
-    for host in sorted(by_host):
-        sets.extend(combinations(by_host[host], gpu_count))
-    return tuple(sorted(sets))
+    for g, key in enumerate(gpu_keys):
+        view = GpuView(gpu_label(key), keep_clear[g], g in allowed, capacity[g], headroom[g])
+        if first_rejection(view, footprint_bytes, STATIC_FILTERS) is None:
+            by_host.setdefault(key[0], []).append(g)
+    return gpu_sets(by_host, gpu_count)
 
 
 @dataclass(order=True)
 class Layout:
     """One complete assignment; orders best first (higher worst-case spare, then fewer moves)."""
 
-    rank: tuple[int, int]  # (-worst_spare_bytes, moves)
+    cost: tuple[int, int]  # (-worst_spare_bytes, moves): smaller is better, as every method compares layouts
     assignment: tuple[GpuSet, ...] = field(compare=False)
 
     @property
     def worst_spare_bytes(self) -> int:
-        return -self.rank[0]
+        return -self.cost[0]
 
     @property
     def moves(self) -> int:
-        return self.rank[1]
+        return self.cost[1]
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from seatplan.plan.placement.filters import GpuView, first_rejection, too_few_gpus
 from seatplan.plan.placement.problem import GpuRejection, GpuSet, Infeasibility, Problem, SeatShortfall, gpu_label
 from seatplan.units import human_bytes
 
@@ -27,47 +28,20 @@ def gpu_rejections(problem: Problem, seat: int, load_bytes: list[int], holders: 
 
     GPUs that could take it are left out.
     """
-    footprint, count = problem.footprint_bytes[seat], problem.gpu_count[seat]
+    footprint = problem.footprint_bytes[seat]
     rejections: list[GpuRejection] = []
-    passing: dict[str, list[int]] = {}
+    passing: dict[str, list[str]] = {}
     for g, key in enumerate(problem.gpu_keys):
-        label = gpu_label(key)
-        usable = problem.usable_bytes(g)
-        left = usable - load_bytes[g]
-        if problem.keep_clear[g]:
-            rejections.append(GpuRejection(gpu=label, filter="keep_clear", reason="keep-clear: nothing may be placed here"))
-        elif g not in problem.allowed[seat]:
-            rejections.append(GpuRejection(gpu=label, filter="pin_or_avoid", reason="not among the GPUs its pin/avoid allows"))
-        elif footprint > usable:
-            rejections.append(
-                GpuRejection(
-                    gpu=label, filter="too_small", short_by_bytes=footprint - usable,
-                    reason=(
-                        f"offers {human_bytes(usable)} ({human_bytes(problem.capacity_bytes[g])} less "
-                        f"{human_bytes(problem.headroom_bytes[g])} headroom), needs {human_bytes(footprint)}"
-                    ),
-                )
-            )
-        elif footprint > left:
-            holding = sorted(problem.seat_names[s] for s in holders[g]) if holders else []
-            rejections.append(
-                GpuRejection(
-                    gpu=label, filter="full", short_by_bytes=footprint - max(left, 0),
-                    reason=f"{human_bytes(max(left, 0))} left beside {', '.join(holding) or 'the seats that stay'}, needs {human_bytes(footprint)}",
-                )
-            )
+        holding = tuple(problem.seat_names[s] for s in holders[g]) if holders else ()
+        view = GpuView(gpu_label(key), problem.keep_clear[g], g in problem.allowed[seat], problem.capacity_bytes[g],
+                       problem.headroom_bytes[g], load_bytes[g], holding)
+        rejection = first_rejection(view, footprint)
+        if rejection is None:
+            passing.setdefault(key[0], []).append(view.label)
         else:
-            passing.setdefault(key[0], []).append(g)
-    if count > 1:
-        for host, members in sorted(passing.items()):
-            if len(members) < count:
-                rejections += [
-                    GpuRejection(
-                        gpu=gpu_label(problem.gpu_keys[g]), filter="too_few_gpus",
-                        reason=f"host {host} has {len(members)} GPU(s) that could take it, tensor parallelism needs {count}",
-                    )
-                    for g in members
-                ]
+            rejections.append(rejection)
+    for host, members in sorted(passing.items()):
+        rejections += too_few_gpus(host, members, problem.gpu_count[seat])
     return sorted(rejections, key=lambda item: problem.gpu_keys.index(_key(item.gpu)))
 
 

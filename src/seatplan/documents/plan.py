@@ -69,6 +69,9 @@ class PlannedSeat(BaseModel):
     gpu_memory_utilization_rolling_restart: float | None = Field(
         None, description="restarted alone beside its neighbours at plateau (what apply does)"
     )
+    # with the KV cache pinned: free memory at vLLM's snapshot less the request, in each situation (negative: refused)
+    cold_boot_headroom_bytes: int | None = Field(None, description="at a cold boot in boot order")
+    rolling_restart_headroom_bytes: int | None = Field(None, description="restarted alone beside its neighbours at plateau")
     boot_order: int
     explanation: list[ExplanationLine]
     warnings: list[str]

@@ -145,6 +145,9 @@ class PlanInputs(BaseModel):
     observed_path: str | None = None
     seatplan_version: str
     vllm_version: str
+    # where the seats' current GPUs and commands came from (`plan --current PLAN|DIR`, or "the fleet file's
+    # current_layout"); None: the plan knows nothing of what runs, so its moves are not counted against it
+    current_from: str | None = None
 
 
 class Plan(BaseModel):

@@ -67,12 +67,22 @@ def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | N
         settings = settings or settings_of(against) or RenderSettings()
         old = read_tree(against)
         new = rendered(loaded, settings, rendered_targets(old))
-        return diff_trees(only_owned(old, new), new, str(against))
+        report = diff_trees(only_owned(old, new), new, str(against))
+        report.warnings += blind_to_rollout(loaded.plan, against)
+        return report
     if not against.is_file():
         raise SeatplanError("nothing to compare with", where=str(against), fix="pass a directory `seatplan render` wrote, or an older plan.json")
     settings = settings or RenderSettings(plan_path=str(loaded.path))
     old_plan = load_plan(against)
     return diff_trees(rendered(old_plan, settings), rendered(loaded, settings), str(against))
+
+
+def blind_to_rollout(plan: Plan, directory: Path) -> list[str]:
+    """A warning when a plan made without knowing what runs is compared with a rollout that exists (issue 18)."""
+    if plan.inputs.current_from is not None or read_manifest(directory) is None:
+        return []
+    return [f"the plan was made without the current layout, but {directory} holds a rollout: it may move or restart seats "
+            f"that need not; plan again with `seatplan plan FLEET --current {directory}`"]
 
 
 def rendered_targets(tree: Files) -> list[Target]:

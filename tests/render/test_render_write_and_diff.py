@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from integration.rollout import run_seatplan
 from seatplan.documents.plan import Plan
@@ -83,10 +84,16 @@ def test_diff_names_each_changed_flag_seat_by_seat(demo_plan_path, tmp_path, cap
     assert tree(out) == before
     code, stdout, stderr = run_seatplan(capsys, monkeypatch, "diff", str(demo_plan_path), "--against", str(out), "--json")
     assert code == 0 and json.loads(stdout)["changed"] is False
-    # the demo plan was made without --current, and out/ is a rollout: diff says so
-    assert "made without the current layout" in stderr and json.loads(stdout)["warnings"]
-    code, table, _ = run_seatplan(capsys, monkeypatch, "diff", changed, "--against", str(out))
+    assert "warning" not in stderr  # out/ is this very plan's rollout
+    code, table, stderr = run_seatplan(capsys, monkeypatch, "diff", changed, "--against", str(out))
     assert code == 1 and f"--kv-cache-memory-bytes: {old_kv} → {old_kv + (1 << 30)}" in table
+    assert "warning" not in stderr  # the demo fleet gives its current_layout
+    # the same change planned without any current layout, against another plan's rollout: diff says so
+    blind = Plan.model_validate_json(Path(changed).read_text())
+    blind.inputs.current_from = None
+    (tmp_path / "blind.json").write_text(blind.model_dump_json())
+    code, _, stderr = run_seatplan(capsys, monkeypatch, "diff", str(tmp_path / "blind.json"), "--against", str(out))
+    assert code == 1 and "made without the current layout" in stderr
     # people see only the seat that changes, and that apply restarts it
     assert "qwen3-8b: changed (apply restarts the engine)" in table and "(re)starts 1 of" in table
     assert not [name for name in seats if name != "qwen3-8b" and f"{name}:" in table]

@@ -164,6 +164,9 @@ class Plan(BaseModel):
     bound_bytes: int | None
     solve_seconds: float
     moves: int | None
+    image: str | None = Field(None, description="the fleet's policy.image: the engine image render pins compose to")
+    # with `plan --current`: the seats whose engine this plan (re)starts (new, moved, or another command line)
+    restarts: list[str] | None = None
     runner_ups: list[RunnerUp]
     frontier: list[PlannedFrontierPoint] = Field(default_factory=list, description="best worst-case spare per move budget")
     chosen_because: str | None = Field(None, description="why the layout is not the one with the largest spare (--max-moves, move_cost_bytes)")

@@ -113,6 +113,7 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
         bound_bytes=result.bound_bytes,
         solve_seconds=round(result.solve_seconds, 4),
         moves=best.moves if best else None,
+        image=fleet.policy.image,
         runner_ups=[runner_up(alternative.placement, alternative.why_lost) for alternative in result.runner_ups],
         frontier=[frontier_point(point) for point in result.frontier],
         chosen_because=result.chosen_because,

@@ -26,7 +26,7 @@ BIND_HOST = typer.Option(None, "--bind", help="--host for the engines (default: 
 RESTART = typer.Option("compose", "--restart", help="how a host restarts one engine: compose, systemd or script")
 RESTART_SCRIPT = typer.Option(None, "--restart-script", help="with --restart script: the host runs SCRIPT SEAT ENV_FILE")
 HOST_DIR = typer.Option("/etc/seatplan", "--host-dir", help="where env files and compose.yaml live on each host")
-IMAGE = typer.Option("vllm/vllm-openai:latest", "--image", help="the engine image in compose.yaml")
+IMAGE = typer.Option(None, "--image", help="the engine image in compose.yaml (default: policy.image, else the plan's vLLM version's vllm/vllm-openai tag)")
 GATEWAY_KEY_ENV = typer.Option("LITELLM_MASTER_KEY", "--gateway-key-env", help="variable that holds the gateway's master key")
 ENGINE_KEY_ENV = typer.Option(None, "--engine-key-env", help="variable that holds the engines' API key, if they have one")
 FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", help="alert when a GPU's free memory is this far below the planned spare")
@@ -48,7 +48,7 @@ def build_settings(
     restart: str,
     restart_script: str | None,
     host_dir: str,
-    image: str,
+    image: str | None,
     gateway_key_env: str,
     engine_key_env: str | None,
     free_tolerance: str,
@@ -95,7 +95,7 @@ def render_command(
     restart: str = RESTART,
     restart_script: str | None = RESTART_SCRIPT,
     host_dir: str = HOST_DIR,
-    image: str = IMAGE,
+    image: str | None = IMAGE,
     gateway_key_env: str = GATEWAY_KEY_ENV,
     engine_key_env: str | None = ENGINE_KEY_ENV,
     free_tolerance: str = FREE_TOLERANCE,
@@ -173,7 +173,7 @@ def apply_command(
     loaded = load_plan(plan_file)
     overridden = guard_apply(loaded.plan, plan_file, fleet, inventory, force=force)
     directory = output or plan_file.resolve().parent / "rendered"
-    for warning in blind_to_rollout(loaded.plan, directory):
+    for warning in blind_to_rollout(loaded, directory):
         error_console().print(f"[bold yellow]warning:[/] {warning}", markup=True, soft_wrap=True, highlight=False)
     # `seatplan render` chose the launcher, restart command and the rest; apply keeps them
     settings = (settings_of(directory) or RenderSettings()).model_copy(update={"plan_path": str(plan_file.resolve())})

@@ -48,10 +48,12 @@ def env_value(key: str, value: str) -> str:
 
 def env_file(engine: Engine, settings: RenderSettings) -> str:
     seat = engine.seat
+    # Only what the seat itself decides goes in: apply restarts an engine whenever its env file's bytes change, so
+    # a neighbour's edit that shifts the boot order must not touch this file (issue 18).
     lines = [
         HEADER.rstrip("\n"),
         f"# seat {seat.name} (served as {seat.served_model_name}) on {engine.host} {'GPU' if seat.device == 'cuda' else 'CPU budget'} "
-        f"{', '.join(engine.gpu_indices)}; boot order {seat.boot_order}; KV {seat.kv_cache_memory_bytes:,} bytes, max_model_len {seat.max_model_len:,}",
+        f"{', '.join(engine.gpu_indices)}; KV {seat.kv_cache_memory_bytes:,} bytes, max_model_len {seat.max_model_len:,}",
     ]
     lines += [env_value(key, value) for key, value in sorted(seat.env.items())]
     lines += [

@@ -143,6 +143,15 @@ class SeatSpec(_Strict):
     allow_yarn: bool = Field(False, description="YaRN context extension may be switched on for this seat (static YaRN costs "
                              "quality on short prompts; the plan always shows what it would cost)")
     memory_cap_bytes: Bytes | None = Field(None, description="a fixed seat's declared memory per GPU")
+    image: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$",
+        description="a fixed seat's container image: compose then runs it, first in boot order (else it is listed as not managed)",
+    )
+    command: list[str] = Field(default_factory=list, description="a fixed seat's container command (with `image`), as words, no shell")
+    health_url: str | None = Field(
+        None, pattern=r"^https?://[^\s'\"`$\\]+$",
+        description="a fixed seat's health URL: the engines booted after it wait until it answers 200",
+    )
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES)")
 

@@ -81,6 +81,10 @@ class PlannedSeat(BaseModel):
     device: Device = "cuda"
     vllm: VllmSettings | None = None
     num_gpu_blocks: int | None = Field(None, description="vLLM's num_gpu_blocks for the pinned KV bytes (exact)")
+    # a fixed seat's rollout (issue 18): compose runs `image` with `command`; the engines after it wait on `health_url`
+    image: str | None = None
+    command: list[str] = Field(default_factory=list)
+    health_url: str | None = None
     block_size: int | None = None
 
 

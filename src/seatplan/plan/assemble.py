@@ -187,6 +187,9 @@ def plan_seat(
         vllm=settings,
         num_gpu_blocks=seat.num_gpu_blocks,
         block_size=seat.block_size,
+        image=spec.image if spec.engine == "fixed" else None,
+        command=list(spec.command) if spec.engine == "fixed" else [],
+        health_url=spec.health_url if spec.engine == "fixed" else None,
     )
     if settings is not None:
         # The plan shows the command `seatplan render` writes with its default launcher.

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.render.ansible import ansible_files
-from seatplan.render.engines import plan_engines
+from seatplan.render.engines import fixed_seats, plan_engines
 from seatplan.render.settings import TARGETS, RenderSettings, Target
 from seatplan.render.targets import Files, compose_files, env_files, litellm_config, prometheus_rules
 from seatplan.versions import image_for, try_release
@@ -21,14 +21,15 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
     """Every file of the targets, keyed by its path under the output directory (errors before any file)."""
     chosen = set(targets)
     engines = plan_engines(plan, settings)
+    fixed = fixed_seats(plan)
     envs = env_files(engines, settings)
     files: Files = {}
     if "env" in chosen or "ansible" in chosen:  # the playbook ships the env files
         files |= envs
     if "compose" in chosen:
-        files |= compose_files(engines, settings.model_copy(update={"image": engine_image(plan, settings)}))
+        files |= compose_files(engines, settings.model_copy(update={"image": engine_image(plan, settings)}), fixed)
     if "ansible" in chosen:
-        files |= ansible_files(engines, {engine.name: envs[f"env/{engine.name}.env"] for engine in engines}, settings)
+        files |= ansible_files(engines, {engine.name: envs[f"env/{engine.name}.env"] for engine in engines}, settings, fixed)
     if "litellm" in chosen:
         files |= litellm_config(engines, settings)
     if "prometheus" in chosen:

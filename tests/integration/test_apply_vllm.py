@@ -9,14 +9,18 @@
   closing `seatplan verify` passes;
 - the rendered LiteLLM config, loaded by the real LiteLLM proxy in front of the two engines, lists and serves
   both seats: `seatplan verify --gateway` passes every engine and gateway check;
-- the same plan again restarts nothing; a changed output cap restarts only that seat; rollback restores it.
+- the same plan again restarts nothing; a changed output cap restarts only that seat; rollback restores it;
+- one seat's context shrinks, replanned with ``--current``: ``diff`` shows only that seat (exit 1) and apply
+  restarts only it; the other engine keeps its PID and its env file byte for byte.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import time
 from datetime import UTC, datetime
 
 import httpx
@@ -112,5 +116,37 @@ def test_rendered_playbook_rolls_out_two_cpu_engines_one_at_a_time(vllm_python_p
         assert code == 0, out + err
         assert (host_env / "tiny-qwen.env").read_text() == before
         assert starts.read_text().splitlines()[3:] == ["tiny-qwen start tiny-gemma=200"]
+
+        # issue 18: tiny-qwen's context shrinks, replanned from what runs (the first plan, rolled back to):
+        # diff shows only tiny-qwen and says apply restarts it; apply restarts only it; tiny-gemma keeps its PID
+        shorter = build_plan_file(cpu_fleet(tmp_path, seats, kv=KV, contexts={"tiny-qwen": 512}, name="fleet3.yaml"), tmp_path / "plan3.json",
+                                  current=plan_path)
+        replanned = json.loads(shorter.read_text())
+        assert replanned["restarts"] == ["tiny-qwen"] and replanned["moves"] == 0
+        # (against the first plan: what runs after the rollback; rendered/ still holds the cap-8 render)
+        code, out, err = run_seatplan(capsys, monkeypatch, "diff", str(shorter), "--against", str(plan_path), "--json")
+        report = json.loads(out)
+        assert code == 1 and "warning" not in err
+        assert {seat["seat"]: (seat["status"], seat["restarts"]) for seat in report["seats"]} == {
+            "tiny-qwen": ("changed", True), "tiny-gemma": ("unchanged", False)}
+        assert [change["what"] for change in report["seats"][[seat["seat"] for seat in report["seats"]].index("tiny-qwen")]["changes"]] == ["--max-model-len"]
+        pids = {name: (tmp_path / "state" / f"{name}.pid").read_text() for name in plan}
+        gemma_env = (host_env / "tiny-gemma.env").read_bytes()
+        code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, shorter, "ctx512"))
+        assert code == 0, out + err
+        assert starts.read_text().splitlines()[4:] == ["tiny-qwen start tiny-gemma=200"]
+        assert (tmp_path / "state" / "tiny-gemma.pid").read_text() == pids["tiny-gemma"]
+        assert (tmp_path / "state" / "tiny-qwen.pid").read_text() != pids["tiny-qwen"]
+        assert (host_env / "tiny-gemma.env").read_bytes() == gemma_env  # byte for byte
+        os.kill(int(pids["tiny-gemma"]), 0)  # still running, never restarted
+        for _ in range(600):  # the restarted engine answers with its new context
+            try:
+                if served(f"http://127.0.0.1:{plan['tiny-qwen']['port']}", "tiny-qwen")[0] == 512:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        assert served(f"http://127.0.0.1:{plan['tiny-qwen']['port']}", "tiny-qwen")[0] == 512
+        assert served(f"http://127.0.0.1:{plan['tiny-gemma']['port']}", "tiny-gemma")[0] == 1024
     finally:
         stop_engines(tmp_path)

@@ -6,6 +6,7 @@ Llama-3.1-8B at 32,768 tokens: one request = 2,048 blocks × 2 MiB = 4 GiB, × 1
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from plan_testkit import LLAMA_8B, PHI_35, GiB, MiB, one_host, write_fleet
@@ -63,16 +64,34 @@ def test_fixed_seat_boots_first_and_costs_its_cap(small_plan):
     assert [small_plan.seat(name).boot_order for name in ("llama-a", "llama-b")] == [2, 3]
 
 
-def test_utilisation_passes_the_startup_check_beside_earlier_seats(small_plan):
-    # llama-a boots on an empty GPU 1: (80 GiB − context − margin) / 80 GiB = 0.98425 → 0.984
-    # llama-b boots beside the 6 GiB speech seat: (74 GiB − context − margin) / 80 GiB = 0.90925 → 0.909
-    assert (80 * GiB - CONTEXT_BYTES - MARGIN_BYTES) / (80 * GiB) == pytest.approx(0.98425, abs=1e-5)
-    assert small_plan.seat("llama-a").gpu_memory_utilization == 0.984
-    assert small_plan.seat("llama-b").gpu_memory_utilization == 0.909
-    line = next(line for line in small_plan.seat("llama-b").explanation if line.rule == "gpu_memory_utilization")
-    # both see the same memory at a rolling restart (speech is llama-b's only neighbour), so nothing changes
+def test_utilisation_covers_what_the_engine_allocates_and_not_its_neighbours(small_plan):
+    # Issue 18: with the KV cache pinned, --gpu-memory-utilization is the smallest three-decimal value whose
+    # ceil(80 GiB × util) covers what the engine allocates after vLLM's snapshot (every part but the CUDA
+    # context, NCCL and creep) plus the 512 MiB margin. llama-a (alone on GPU 1) and llama-b (beside the 6 GiB
+    # speech seat) are the same seat, so they get the same value, where the old rule gave 0.984 and 0.909.
+    a, b = small_plan.seat("llama-a"), small_plan.seat("llama-b")
+    allocated = sum(part.bytes for part in a.footprint_parts if part.name not in ("cuda_context", "nccl_allreduce", "creep_allowance"))
+    expected = next(step / 1000 for step in range(1, 1001) if math.ceil(80 * GiB * step / 1000) >= allocated + MARGIN_BYTES)
+    assert a.gpu_memory_utilization == b.gpu_memory_utilization == expected
+    requested = math.ceil(80 * GiB * expected)
+    assert requested - allocated <= GiB
+    # the headroom each situation leaves: free at the snapshot (less the CUDA context) less the request
+    assert a.cold_boot_headroom_bytes == a.rolling_restart_headroom_bytes == 80 * GiB - CONTEXT_BYTES - requested
+    assert b.cold_boot_headroom_bytes == b.rolling_restart_headroom_bytes == 74 * GiB - CONTEXT_BYTES - requested
+    line = next(line for line in b.explanation if line.rule == "gpu_memory_utilization")
     assert line.inputs["free_at_cold_boot_bytes"] == line.inputs["free_at_rolling_restart_bytes"] == 74 * GiB
-    assert small_plan.seat("llama-b").gpu_memory_utilization_rolling_restart == small_plan.seat("llama-b").gpu_memory_utilization_cold_boot == 0.909
+    # the highest values that pass are still shown, as before: (74 GiB − context) / 80 GiB
+    assert b.gpu_memory_utilization_cold_boot == b.gpu_memory_utilization_rolling_restart == math.floor((74 * GiB - CONTEXT_BYTES) * 1000 / (80 * GiB)) / 1000
+
+
+def test_utilisation_before_0_10_2_still_sizes_by_the_highest_passing_value(tmp_path):
+    # before 0.10.2 there is no --kv-cache-memory-bytes: the value sizes the KV cache, so the old rule holds
+    fleet = write_fleet(tmp_path, SMALL.replace("seats:", "policy: {vllm_version: '0.10'}\nseats:", 1))
+    old = build_plan(load_fleet(fleet))
+    context = next(part.bytes for part in old.seat("llama-a").footprint_parts if part.name == "cuda_context")
+    for name, free in (("llama-a", 80 * GiB), ("llama-b", 74 * GiB)):  # (free − context − margin) / total, floored
+        assert old.seat(name).gpu_memory_utilization == math.floor((free - context - MARGIN_BYTES) * 1000 / (80 * GiB)) / 1000
+    assert old.seat("llama-a").rolling_restart_headroom_bytes is None
 
 
 def test_command_line_carries_every_pinned_number(small_plan):
@@ -84,7 +103,7 @@ def test_command_line_carries_every_pinned_number(small_plan):
         "--tensor-parallel-size", "1",
         "--max-model-len", "32768",
         "--kv-cache-memory-bytes", str(5 * GiB),
-        "--gpu-memory-utilization", "0.909",
+        "--gpu-memory-utilization", f"{seat.gpu_memory_utilization:.3f}",  # worked in the utilisation test above
         "--max-num-seqs", "1024",
         "--max-num-batched-tokens", "8192",
         "--override-generation-config", '{"max_new_tokens": 4096}',

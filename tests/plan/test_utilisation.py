@@ -1,4 +1,5 @@
-"""--gpu-memory-utilization in both start situations, worked by hand against vLLM's start-up check.
+"""--gpu-memory-utilization in both start situations, worked by hand against vLLM's start-up check: the
+pre-0.10.2 rule (``choose``, the value sizes KV) and the pinned-KV rule (``choose_pinned``, issue 18).
 
 vLLM's check as VLLM.md §3 describes it (0.14+): ``requested = math.ceil(total × util)``; the engine
 refuses to start when the free memory it sees, after its own CUDA context, is below ``requested``.
@@ -8,8 +9,13 @@ The check is written out again here (``vllm_starts``), independently of the modu
 from __future__ import annotations
 
 import math
+import random
 
-from seatplan.plan.utilisation import GpuAtStart, choose, highest_passing
+from plan_testkit import LLAMA_8B, one_host, write_fleet
+
+from seatplan.documents.fleet_file import load_fleet
+from seatplan.plan.planner import build_plan
+from seatplan.plan.utilisation import GpuAtStart, choose, choose_pinned, highest_passing, requested_bytes
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -82,22 +88,55 @@ def test_highest_passing_holds_on_odd_sizes_to_the_byte():
         assert math.ceil(total * (value + 0.001)) > free
 
 
-def test_the_plan_gives_every_engine_on_a_shared_gpu_a_value_that_restarts_beside_its_neighbours(tmp_path):
-    from plan_testkit import LLAMA_8B, one_host, write_fleet
+def test_pinned_value_is_the_smallest_that_covers_what_the_engine_allocates_plus_a_margin_within_1_gib():
+    rng = random.Random()
+    for _ in range(500):
+        total = rng.randint(4 * GiB, 200 * GiB)
+        allocated = rng.randint(1, int(total * 0.95))
+        margin = rng.choice([0, rng.randint(0, 4 * GiB)])
+        cold_free, rolling_free = sorted((rng.randint(0, total), rng.randint(0, total)), reverse=True)
+        gpu = GpuAtStart("h:0", total, cold_free, rolling_free)
+        chosen = choose_pinned([gpu], own_context_bytes=CONTEXT, inside_budget_bytes=allocated, margin_bytes=margin)
+        requested = math.ceil(total * chosen.value)
+        # covers the allocation and the (cut) margin; one step less does not; never more than 1 GiB over
+        assert requested >= allocated + min(margin, GiB - math.ceil(total / 1000))
+        assert math.ceil(total * (chosen.value - 0.001)) < allocated + min(margin, GiB - math.ceil(total / 1000)) or chosen.value == 0.001
+        assert requested - allocated <= GiB
+        # the headroom is exactly what vLLM's check leaves, and a refused start is a plan problem
+        assert chosen.cold_boot_headroom_bytes == cold_free - CONTEXT - requested
+        assert chosen.rolling_restart_headroom_bytes == rolling_free - CONTEXT - requested
+        starts = vllm_starts(cold_free, total, chosen.value) and vllm_starts(rolling_free, total, chosen.value)
+        assert chosen.works_in_both == starts and (chosen.warning is None) == starts
+        if not starts:
+            assert chosen.warning.startswith("plan problem")
 
-    from seatplan.documents.fleet_file import load_fleet
-    from seatplan.plan.planner import build_plan
 
-    seats = "\n".join(f"  - {{name: llama-{n}, model: {LLAMA_8B}, max_model_len: {length}, pin: 0}}" for n, length in enumerate((32768, 16384, 8192)))
-    plan = build_plan(load_fleet(write_fleet(tmp_path, one_host(1, "95.59GiB") + "seats:\n" + seats + "\n")))
-    total = plan.gpus[0].total_bytes
-    for seat in plan.seats:
-        neighbours_bytes = sum(other.footprint_bytes for other in plan.seats if other.name != seat.name)
-        context = next(part.bytes for part in seat.footprint_parts if part.name == "cuda_context")
-        assert seat.gpu_memory_utilization == seat.gpu_memory_utilization_rolling_restart <= seat.gpu_memory_utilization_cold_boot
-        assert vllm_starts(total - neighbours_bytes, total, seat.gpu_memory_utilization, context)
-    first = min(plan.seats, key=lambda seat: seat.boot_order)
-    # booted first it sees the whole GPU; the cold-boot-only value would be refused at a rolling restart
-    assert first.gpu_memory_utilization_cold_boot > 0.98
-    neighbours_bytes = sum(other.footprint_bytes for other in plan.seats if other.name != first.name)
-    assert not vllm_starts(total - neighbours_bytes, total, first.gpu_memory_utilization_cold_boot)
+def test_pinned_value_depends_on_the_seat_and_its_gpu_total_only():
+    one = choose_pinned([GpuAtStart("h:0", TOTAL, 90 * GiB, 40 * GiB)], own_context_bytes=CONTEXT, inside_budget_bytes=25 * GiB, margin_bytes=MARGIN)
+    other = choose_pinned([GpuAtStart("h:3", TOTAL, 31 * GiB, 27 * GiB)], own_context_bytes=CONTEXT, inside_budget_bytes=25 * GiB, margin_bytes=MARGIN)
+    assert one.value == other.value == 0.255  # ceil(100 GiB × 0.255) covers 25 GiB + the 0.5 GiB margin; 0.254 does not
+    assert one.works_in_both and other.works_in_both
+
+
+def test_a_total_beyond_a_double_is_worked_exactly_and_raises_no_overflow():
+    huge = 10**400
+    assert requested_bytes(huge, 0.5) == huge // 2
+    assert highest_passing(huge // 3, huge) == 0.333
+    chosen = choose([GpuAtStart("h:0", huge, huge, huge)], own_context_bytes=CONTEXT, inside_budget_bytes=GiB, margin_bytes=MARGIN)
+    assert chosen.value == 0.999
+    assert choose_pinned([GpuAtStart("h:0", huge, huge, huge)], own_context_bytes=CONTEXT, inside_budget_bytes=GiB, margin_bytes=MARGIN).value == 0.001
+
+
+def test_a_replan_leaves_an_untouched_seats_value_alone(tmp_path):
+    rng = random.Random()
+    lengths = [rng.choice([4096, 8192, 16384, 32768]) for _ in range(4)]
+    seats = "\n".join(f"  - {{name: llama-{n}, model: {LLAMA_8B}, port: {8001 + n}, max_model_len: {length}}}" for n, length in enumerate(lengths))
+    before = build_plan(load_fleet(write_fleet(tmp_path, one_host(2, "95.59GiB") + "seats:\n" + seats + "\n", "a.yaml")))
+    edited = rng.randrange(4)
+    lengths[edited] = 8192 if lengths[edited] != 8192 else 16384
+    seats = "\n".join(f"  - {{name: llama-{n}, model: {LLAMA_8B}, port: {8001 + n}, max_model_len: {length}}}" for n, length in enumerate(lengths))
+    after = build_plan(load_fleet(write_fleet(tmp_path, one_host(2, "95.59GiB") + "seats:\n" + seats + "\n", "b.yaml")))
+    for seat in before.seats:
+        if seat.name != f"llama-{edited}":
+            assert after.seat(seat.name).gpu_memory_utilization == seat.gpu_memory_utilization, seat.name
+    assert after.seat(f"llama-{edited}").gpu_memory_utilization != before.seat(f"llama-{edited}").gpu_memory_utilization

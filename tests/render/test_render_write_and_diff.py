@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from integration.rollout import run_seatplan
 from seatplan.documents.plan import Plan
@@ -63,13 +64,14 @@ def test_diff_names_each_changed_flag_seat_by_seat(demo_plan_path, tmp_path, cap
     old_kv = plan.seat("qwen3-8b").kv_cache_memory_bytes
     changed = saved_variant(demo_plan_path, tmp_path, **{"qwen3-8b": {"kv_cache_memory_bytes": old_kv + (1 << 30)}})
     code, stdout, _ = run_seatplan(capsys, monkeypatch, "diff", changed, "--against", str(demo_plan_path), "--json")
-    assert code == 0
+    assert code == 1  # issue 18: something would change (as `git diff --exit-code`); this test said 0 before
     report = json.loads(stdout)
     seats = {seat["seat"]: seat for seat in report["seats"]}
     assert report["changed"] is True
     assert seats["qwen3-8b"]["status"] == "changed"
     assert seats["qwen3-8b"]["changes"] == [{"what": "--kv-cache-memory-bytes", "old": str(old_kv), "new": str(old_kv + (1 << 30))}]
     assert {name for name, seat in seats.items() if seat["status"] != "unchanged"} == {"qwen3-8b"}
+    assert {name for name, seat in seats.items() if seat["restarts"]} == {"qwen3-8b"}
     assert {item["path"] for item in report["files"] if item["status"] == "changed"} >= {"compose.yaml", "ansible/vars.yaml"}
 
     # against a rendered directory: the same answer, and nothing is written
@@ -80,10 +82,21 @@ def test_diff_names_each_changed_flag_seat_by_seat(demo_plan_path, tmp_path, cap
     seats = {seat["seat"]: seat for seat in json.loads(stdout)["seats"]}
     assert seats["qwen3-8b"]["changes"][0]["what"] == "--kv-cache-memory-bytes"
     assert tree(out) == before
-    code, stdout, _ = run_seatplan(capsys, monkeypatch, "diff", str(demo_plan_path), "--against", str(out), "--json")
-    assert json.loads(stdout)["changed"] is False
-    table = run_seatplan(capsys, monkeypatch, "diff", changed, "--against", str(out))[1]
-    assert f"--kv-cache-memory-bytes: {old_kv} → {old_kv + (1 << 30)}" in table
+    code, stdout, stderr = run_seatplan(capsys, monkeypatch, "diff", str(demo_plan_path), "--against", str(out), "--json")
+    assert code == 0 and json.loads(stdout)["changed"] is False
+    assert "warning" not in stderr  # out/ is this very plan's rollout
+    code, table, stderr = run_seatplan(capsys, monkeypatch, "diff", changed, "--against", str(out))
+    assert code == 1 and f"--kv-cache-memory-bytes: {old_kv} → {old_kv + (1 << 30)}" in table
+    assert "warning" not in stderr  # the demo fleet gives its current_layout
+    # the same change planned without any current layout, against another plan's rollout: diff says so
+    blind = Plan.model_validate_json(Path(changed).read_text())
+    blind.inputs.current_from = None
+    (tmp_path / "blind.json").write_text(blind.model_dump_json())
+    code, _, stderr = run_seatplan(capsys, monkeypatch, "diff", str(tmp_path / "blind.json"), "--against", str(out))
+    assert code == 1 and "made without the current layout" in stderr
+    # people see only the seat that changes, and that apply restarts it
+    assert "qwen3-8b: changed (apply restarts the engine)" in table and "(re)starts 1 of" in table
+    assert not [name for name in seats if name != "qwen3-8b" and f"{name}:" in table]
 
 
 def test_diff_shows_a_new_and_a_removed_seat(demo_plan_path, tmp_path, capsys, monkeypatch):
@@ -94,6 +107,8 @@ def test_diff_shows_a_new_and_a_removed_seat(demo_plan_path, tmp_path, capsys, m
     report = json.loads(run_seatplan(capsys, monkeypatch, "diff", str(path), "--against", str(demo_plan_path), "--json")[1])
     status = {seat["seat"]: seat["status"] for seat in report["seats"]}
     assert status["qwen3-8b"] == "removed" and status["qwen3-8b-new"] == "new"
+    restarts = {seat["seat"]: seat["restarts"] for seat in report["seats"]}
+    assert restarts["qwen3-8b-new"] and not restarts["qwen3-8b"]
 
 
 def test_bad_input_is_a_clear_error(demo_plan_path, tmp_path, capsys, monkeypatch):

@@ -21,7 +21,7 @@ from seatplan.errors import SeatplanError
 from seatplan.versions import modelled, try_release
 
 VLLM_DEFAULT_PORT = 8000  # vLLM 0.32 vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 SEAT_KEYS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")
 
 

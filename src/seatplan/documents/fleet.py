@@ -144,6 +144,15 @@ class SeatSpec(_Strict):
     allow_yarn: bool = Field(False, description="YaRN context extension may be switched on for this seat (static YaRN costs "
                              "quality on short prompts; the plan always shows what it would cost)")
     memory_cap_bytes: Bytes | None = Field(None, description="a fixed seat's declared memory per GPU")
+    image: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$",
+        description="a fixed seat's container image: compose then runs it, first in boot order (else it is listed as not managed)",
+    )
+    command: list[str] = Field(default_factory=list, description="a fixed seat's container command (with `image`), as words, no shell")
+    health_url: str | None = Field(
+        None, pattern=r"^https?://[^\s'\"`$\\]+$",
+        description="a fixed seat's health URL: the engines booted after it wait until it answers 200",
+    )
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES)")
 
@@ -159,6 +168,9 @@ class SeatSpec(_Strict):
         return value
 
 
+DEFAULT_MOVE_COST_BYTES = GiB
+
+
 class Policy(_Strict):
     kv_factor: float = Field(DEFAULT_KV_FACTOR, gt=0, description="default KV factor over one max-length request")
     rounding_step_bytes: Bytes = Field(DEFAULT_ROUNDING_STEP_BYTES, description="KV bytes are rounded up to a multiple of this")
@@ -170,9 +182,15 @@ class Policy(_Strict):
         512 * MiB, description="kept between the free memory an engine sees at boot and its utilisation budget"
     )
     vllm_version: str = Field(DEFAULT_VLLM_VERSION, description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
+    image: str | None = Field(
+        None, description="the engine image compose runs; default: the vllm/vllm-openai tag of vllm_version in the version table"
+    )
     output_cap_margin: float = Field(1.25, ge=1.0, description="a proposed cap is at least p99 completion × this")
+    # A move restarts an engine elsewhere. 1 GiB of worst-case spare per move is two seats' creep allowance: a move
+    # that buys less (76 MiB swaps were seen) is not worth a restart; a move the fleet needs to fit is always taken,
+    # since a layout that does not fit is no choice (docs/plan.md, "Moves").
     move_cost_bytes: Bytes = Field(
-        0, description="a seat moves from where it runs only where the move buys at least this much worst-case spare"
+        DEFAULT_MOVE_COST_BYTES, description="a seat moves from where it runs only where the move buys at least this much worst-case spare"
     )
 
     def rule_kv_bytes(self, request_kv_bytes: int, min_kv_cache_bytes: int, factor: float | None = None) -> int:

@@ -69,6 +69,9 @@ class PlannedSeat(BaseModel):
     gpu_memory_utilization_rolling_restart: float | None = Field(
         None, description="restarted alone beside its neighbours at plateau (what apply does)"
     )
+    # with the KV cache pinned: free memory at vLLM's snapshot less the request, in each situation (negative: refused)
+    cold_boot_headroom_bytes: int | None = Field(None, description="at a cold boot in boot order")
+    rolling_restart_headroom_bytes: int | None = Field(None, description="restarted alone beside its neighbours at plateau")
     boot_order: int
     explanation: list[ExplanationLine]
     warnings: list[str]
@@ -78,6 +81,10 @@ class PlannedSeat(BaseModel):
     device: Device = "cuda"
     vllm: VllmSettings | None = None
     num_gpu_blocks: int | None = Field(None, description="vLLM's num_gpu_blocks for the pinned KV bytes (exact)")
+    # a fixed seat's rollout (issue 18): compose runs `image` with `command`; the engines after it wait on `health_url`
+    image: str | None = None
+    command: list[str] = Field(default_factory=list)
+    health_url: str | None = None
     block_size: int | None = None
 
 
@@ -142,6 +149,9 @@ class PlanInputs(BaseModel):
     observed_path: str | None = None
     seatplan_version: str
     vllm_version: str
+    # where the seats' current GPUs and commands came from (`plan --current PLAN|DIR`, or "the fleet file's
+    # current_layout"); None: the plan knows nothing of what runs, so its moves are not counted against it
+    current_from: str | None = None
 
 
 class Plan(BaseModel):
@@ -158,6 +168,9 @@ class Plan(BaseModel):
     bound_bytes: int | None
     solve_seconds: float
     moves: int | None
+    image: str | None = Field(None, description="the fleet's policy.image: the engine image render pins compose to")
+    # with `plan --current`: the seats whose engine this plan (re)starts (new, moved, or another command line)
+    restarts: list[str] | None = None
     runner_ups: list[RunnerUp]
     frontier: list[PlannedFrontierPoint] = Field(default_factory=list, description="best worst-case spare per move budget")
     chosen_because: str | None = Field(None, description="why the layout is not the one with the largest spare (--max-moves, move_cost_bytes)")

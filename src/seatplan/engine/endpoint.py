@@ -15,7 +15,7 @@ from seatplan.errors import SeatplanError
 DEFAULT_PORT = 8000  # vLLM's own default for --port: what an engine started without it listens on
 # Host names: dot-separated labels of letters, digits, hyphens and underscores (Compose service names
 # carry them); nothing that could end the host part of a URL or a YAML scalar.
-_HOST_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?$")
+_HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?\Z")
 
 
 def url_host(address: str) -> str:

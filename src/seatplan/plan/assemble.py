@@ -23,6 +23,7 @@ from seatplan.plan import utilisation
 from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label
 from seatplan.plan.seats import GpuKey, SizedSeat
 from seatplan.units import human_bytes
+from seatplan.versions import has, modelled
 
 # Parts the engine's own process holds before vLLM's start-up memory check runs.
 PRE_CHECK_PARTS = ("cuda_context", "nccl_allreduce")
@@ -53,11 +54,14 @@ def boot_sequence(sized: list[SizedSeat]) -> list[SizedSeat]:
     return sorted(sized, key=lambda seat: (seat.spec.engine != "fixed", -seat.footprint.footprint_bytes, seat.spec.name))
 
 
-def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int) -> utilisation.Utilisation:
-    """``--gpu-memory-utilization`` for a cold boot in boot order and a rolling restart (see :mod:`seatplan.plan.utilisation`)."""
+def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int, vllm_version: str) -> utilisation.Utilisation:
+    """``--gpu-memory-utilization``: from the seat alone where its KV cache is pinned (0.10.2+), else the value that
+    passes a cold boot in boot order and a rolling restart (see :mod:`seatplan.plan.utilisation`)."""
     own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
     inside_budget = sum(part.bytes for part in seat.footprint.parts if part.name not in PRE_CHECK_PARTS and part.name != "creep_allowance")
-    return utilisation.choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
+    pinned = seat.kv_cache_memory_bytes is not None and has("kv_bytes_flag", modelled(vllm_version))
+    choose = utilisation.choose_pinned if pinned else utilisation.choose
+    return choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
 
 
 def vllm_settings(seat: SizedSeat) -> VllmSettings:
@@ -109,6 +113,7 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
         bound_bytes=result.bound_bytes,
         solve_seconds=round(result.solve_seconds, 4),
         moves=best.moves if best else None,
+        image=fleet.policy.image,
         runner_ups=[runner_up(alternative.placement, alternative.why_lost) for alternative in result.runner_ups],
         frontier=[frontier_point(point) for point in result.frontier],
         chosen_because=result.chosen_because,
@@ -126,6 +131,7 @@ def plan_seat(
     lines, warnings = list(seat.lines), list(seat.warnings)
     util: float | None = None
     util_situations: tuple[float | None, float | None] = (None, None)
+    headrooms: tuple[int | None, int | None] = (None, None)
     settings: VllmSettings | None = None
     env = dict(spec.env)
     host: HostSpec | None = next((host for host in fleet.hosts if keys and host.name == keys[0][0]), None)
@@ -140,8 +146,9 @@ def plan_seat(
             utilisation.GpuAtStart(gpu_label(key), gpus[key].total_bytes, free_bytes[key], plateau_free_bytes[key] + seat.footprint.footprint_bytes)
             for key in keys
         ]
-        chosen = choose_utilisation(seat, at_start, fleet.policy.boot_margin_bytes)
+        chosen = choose_utilisation(seat, at_start, fleet.policy.boot_margin_bytes, fleet.policy.vllm_version)
         util, util_situations = chosen.value, (chosen.cold_boot, chosen.rolling_restart)
+        headrooms = (chosen.cold_boot_headroom_bytes, chosen.rolling_restart_headroom_bytes)
         lines.append(ExplanationLine(rule="gpu_memory_utilization", inputs=chosen.inputs, result=chosen.result, note=chosen.note))
         warnings += [f"{spec.name}: {chosen.warning}"] if chosen.warning else []
         settings = vllm_settings(seat)
@@ -169,6 +176,8 @@ def plan_seat(
         gpu_memory_utilization=util,
         gpu_memory_utilization_cold_boot=util_situations[0],
         gpu_memory_utilization_rolling_restart=util_situations[1],
+        cold_boot_headroom_bytes=headrooms[0],
+        rolling_restart_headroom_bytes=headrooms[1],
         boot_order=boot_order,
         explanation=lines,
         warnings=warnings,
@@ -178,6 +187,9 @@ def plan_seat(
         vllm=settings,
         num_gpu_blocks=seat.num_gpu_blocks,
         block_size=seat.block_size,
+        image=spec.image if spec.engine == "fixed" else None,
+        command=list(spec.command) if spec.engine == "fixed" else [],
+        health_url=spec.health_url if spec.engine == "fixed" else None,
     )
     if settings is not None:
         # The plan shows the command `seatplan render` writes with its default launcher.

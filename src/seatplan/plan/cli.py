@@ -32,15 +32,20 @@ def plan_command(
     max_moves: int | None = typer.Option(
         None, "--max-moves", min=0, help="move at most this many running seats (current_layout): a point on the spare-versus-moves frontier"
     ),
+    current: Path | None = typer.Option(
+        None, "--current", help="what runs now: the last plan or the directory `seatplan render` wrote (its GPUs and commands)"
+    ),
     json_output: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
 ) -> None:
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
     from seatplan.documents.fleet_file import load_fleet
     from seatplan.documents.io import read_observed, read_usage
     from seatplan.fileio import atomic_write_text
+    from seatplan.plan.current import read_current
     from seatplan.plan.planner import build_plan
 
     loaded = load_fleet(fleet)
+    running = read_current(current, loaded.fleet) if current else None
     usage_summary = read_usage(usage) if usage else None
     observations = read_observed(observed) if observed else None
     from seatplan.output import progress
@@ -54,6 +59,7 @@ def plan_command(
             observed_path=str(observed) if observed else None,
             time_limit_s=time_limit_s,
             max_moves=max_moves,
+            current=running,
         )
     placed = plan.worst_case_spare_bytes is not None
     if output is not None and placed:

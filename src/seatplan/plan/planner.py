@@ -20,6 +20,7 @@ from seatplan.documents.usage import UsageReport
 from seatplan.errors import SeatplanError
 from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
 from seatplan.plan.contexts import lower_raised_contexts
+from seatplan.plan.current import CurrentLayout
 from seatplan.plan.placement import place
 from seatplan.plan.seats import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat
 from seatplan.units import human_bytes
@@ -35,8 +36,9 @@ def build_plan(
     facts_loader: FactsLoader = default_facts_loader,
     time_limit_s: float = 30.0,
     max_moves: int | None = None,
+    current: CurrentLayout | None = None,
 ) -> Plan:
-    fleet, corrected = with_gpu_corrections(loaded.fleet, observed)
+    fleet, corrected = with_gpu_corrections(with_current(loaded.fleet, current), observed)
     gpus = gpu_table(fleet)
 
     def size(position: int, spec: SeatSpec) -> SizedSeat:
@@ -61,8 +63,11 @@ def build_plan(
         observed_path=observed_path,
         seatplan_version=seatplan.__version__,
         vllm_version=fleet.policy.vllm_version,
+        current_from=current.source if current else ("the fleet file's current_layout" if fleet.current_layout else None),
     )
     plan = assemble_plan(fleet, gpus, sized, result, inputs)
+    if current is not None:
+        plan.restarts = restarted_seats(plan, current)
     plan.warnings += corrected
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}
@@ -70,6 +75,24 @@ def build_plan(
     if result.best is None and result.infeasible is None:
         plan.warnings.append(f"no layout found within the {time_limit_s:g} s time limit (the fleet is not proven infeasible); raise --time-limit")
     return plan
+
+
+def with_current(fleet: Fleet, current: CurrentLayout | None) -> Fleet:
+    """The fleet with what runs now as its current_layout (``--current`` wins over the fleet file's, seat by seat)."""
+    if current is None:
+        return fleet
+    declared = {seat.name for seat in fleet.seats}
+    running: dict[str, str | int | list[str | int]] = {name: list(refs) for name, refs in current.gpus.items() if name in declared}
+    return fleet.model_copy(update={"current_layout": {**fleet.current_layout, **running}})
+
+
+def restarted_seats(plan: Plan, current: CurrentLayout) -> list[str]:
+    """The engines this plan would (re)start: new, moved, or with another command line than the one running
+    (a fixed seat is not started by seatplan)."""
+    return [
+        seat.name for seat in plan.seats
+        if seat.gpus and seat.vllm_args and (current.gpus.get(seat.name) != seat.gpus or current.commands.get(seat.name) != seat.vllm_args)
+    ]
 
 
 def model_facts_sha256(sized: list[SizedSeat]) -> dict[str, dict[str, str]]:

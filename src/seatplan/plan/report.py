@@ -32,7 +32,15 @@ def headline(plan: Plan) -> str:
     if plan.worst_case_spare_bytes is None:
         return "no layout found within the time limit"
     proof = "proven optimal" if plan.optimal else f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)}, gap {gap(plan)})"
-    return f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s, {plan.moves} move(s))"
+    return f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s, {moves_said(plan)})"
+
+
+def moves_said(plan: Plan) -> str:
+    """Moves count only against a known current layout (issue 18): without one, "0 moves" would say nothing."""
+    if plan.inputs.current_from is None:
+        return "no current layout: pass --current PLAN|DIR to count moves"
+    said = f"{plan.moves} move(s)"
+    return said if plan.restarts is None else f"{said}, {len(plan.restarts)} restart(s)" + (f": {', '.join(plan.restarts)}" if plan.restarts else "")
 
 
 def gap(plan: Plan) -> str:

@@ -1,31 +1,36 @@
-"""``--gpu-memory-utilization`` that passes vLLM's start-up check in both situations an engine starts in.
+"""``--gpu-memory-utilization``: from the seat alone where the KV cache is pinned, else the value that passes
+vLLM's start-up check in both situations an engine starts in.
 
-vLLM (0.14+, see VLLM.md §3) asks for ``requested = ceil(total × util)`` bytes and refuses to start
-when the GPU's free memory at that moment is smaller. The engine's own CUDA context (and NCCL's
-buffers) are taken before the check, so they are gone from the free memory it sees. With the KV
-cache pinned in bytes the value sizes nothing; only the check remains, and seatplan also wants the
-budget to cover what the engine allocates inside it (weights, activations, KV, graphs).
+vLLM 0.32 takes a memory snapshot in ``gpu_worker.init_device`` after the CUDA context and the
+distributed environment (NCCL) exist (``vllm/v1/worker/gpu_worker.py`` lines 505-536) and calls
+``request_memory`` (``vllm/v1/worker/utils.py`` lines 716-772): ``requested = math.ceil(total ×
+util)``, refused when the snapshot's free memory is smaller. With ``--kv-cache-memory-bytes`` (0.10.2+)
+the memory profile does not size anything, so that check is all the value does.
 
-An engine starts in one of two situations:
+* **KV pinned** (:func:`choose_pinned`): the smallest three-decimal value whose request covers what the
+  engine allocates after the snapshot (weights, activation peak, CUDA graphs, pinned KV) plus a margin,
+  the margin and the three-decimal rounding together at most 1 GiB. It depends on the seat and its GPU's
+  total only, so a replan leaves it alone unless the seat changed, and vLLM refuses exactly the starts
+  that would not fit (less the margin). The plan then checks it in both situations and shows the
+  headroom each leaves; a seat that fails either is a plan problem.
+* **KV sized by utilisation** (before 0.10.2, :func:`choose`): the largest value that passes in both
+  situations, since that value sizes the KV cache.
 
-* **cold boot**: the host boots its engines one at a time in boot order; the free memory is what
-  the seats booted before it leave (at plateau);
-* **rolling restart**: this engine alone restarts while its neighbours keep running at plateau;
-  the free memory is what all its neighbours leave. This is what apply does, and it is never more
-  than the cold-boot figure.
-
-The value chosen passes both; where no value that covers the engine's allocations passes both,
-the rolling-restart value is taken (it passes both checks) and the plan says so. Pure logic, no I/O.
+The two situations: **cold boot** (the host boots its engines one at a time in boot order; the free
+memory is what the seats booted before it leave at plateau) and **rolling restart** (this engine alone
+restarts while its neighbours keep running at plateau; what apply does). Pure logic, no I/O.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
-from seatplan.units import human_bytes
+from seatplan.units import GiB, human_bytes
 
 STEP = 1000  # the value is written with three decimals
+MAX_MARGIN_BYTES = GiB  # the margin and the rounding to three decimals together, over what the engine allocates
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class Utilisation:
     rolling_restart: float  # the highest value that passes it when this engine alone restarts
     needed: float  # the lowest value that covers what the engine allocates inside its budget
     works_in_both: bool
+    cold_boot_headroom_bytes: int | None  # free at the snapshot less the request (negative: vLLM refuses the start)
+    rolling_restart_headroom_bytes: int | None
     inputs: dict[str, int | float | str]
     result: str
     note: str
@@ -52,8 +59,14 @@ class Utilisation:
 
 
 def requested_bytes(total_bytes: int, util: float) -> int:
-    """What vLLM asks for at start-up: ``math.ceil(total × util)``, in floating point as vLLM computes it."""
-    return math.ceil(total_bytes * util)
+    """What vLLM asks for at start-up: ``math.ceil(total × util)``, in floating point as vLLM computes it.
+
+    A total beyond a double (no GPU has one; a hostile fleet file may) is worked exactly instead of overflowing.
+    """
+    try:
+        return math.ceil(total_bytes * util)
+    except OverflowError:
+        return math.ceil(Fraction(total_bytes) * Fraction(util))
 
 
 def passes_startup_check(free_bytes: int, total_bytes: int, util: float) -> bool:
@@ -69,8 +82,79 @@ def highest_passing(free_bytes: int, total_bytes: int) -> float:
     return steps / STEP
 
 
+def lowest_covering(covered_bytes: int, total_bytes: int) -> float:
+    """The smallest three-decimal value whose request covers ``covered_bytes`` (above 1.0 when nothing does)."""
+    steps = max(1, -(-max(0, covered_bytes) * STEP // total_bytes))
+    while requested_bytes(total_bytes, steps / STEP) < covered_bytes:
+        steps += 1  # the float product can round down by a byte
+    while steps > 1 and requested_bytes(total_bytes, (steps - 1) / STEP) >= covered_bytes:
+        steps -= 1
+    return steps / STEP
+
+
+def margin_within_limit(margin_bytes: int, total_bytes: int) -> int:
+    """The policy's boot margin, cut so that it and the rounding to three decimals stay within 1 GiB in all."""
+    return max(0, min(margin_bytes, MAX_MARGIN_BYTES - -(-total_bytes // STEP)))
+
+
+def choose_pinned(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_bytes: int, margin_bytes: int) -> Utilisation:
+    """The value for an engine whose KV cache is pinned in bytes, on ``gpus`` (one per tensor-parallel rank).
+
+    ``inside_budget_bytes`` is what it allocates after vLLM's snapshot; ``own_context_bytes`` what it holds
+    before (CUDA context, NCCL), gone from the free memory the snapshot sees.
+    """
+    margins = {gpu.label: margin_within_limit(margin_bytes, gpu.total_bytes) for gpu in gpus}
+    value = max(lowest_covering(inside_budget_bytes + margins[gpu.label], gpu.total_bytes) for gpu in gpus)
+
+    def headroom(free_bytes: int, gpu: GpuAtStart) -> int:
+        return free_bytes - own_context_bytes - requested_bytes(gpu.total_bytes, value)
+
+    cold_gpu = min(gpus, key=lambda gpu: headroom(gpu.cold_boot_free_bytes, gpu))
+    rolling_gpu = min(gpus, key=lambda gpu: headroom(gpu.rolling_restart_free_bytes, gpu))
+    cold_headroom = headroom(cold_gpu.cold_boot_free_bytes, cold_gpu)
+    rolling_headroom = headroom(rolling_gpu.rolling_restart_free_bytes, rolling_gpu)
+    cold = min(highest_passing(gpu.cold_boot_free_bytes - own_context_bytes, gpu.total_bytes) for gpu in gpus)
+    rolling = min(highest_passing(gpu.rolling_restart_free_bytes - own_context_bytes, gpu.total_bytes) for gpu in gpus)
+    requested = requested_bytes(rolling_gpu.total_bytes, value)
+    inputs: dict[str, int | float | str] = {
+        "gpu": rolling_gpu.label,
+        "total_bytes": rolling_gpu.total_bytes,
+        "inside_budget_bytes": inside_budget_bytes,
+        "margin_bytes": margins[rolling_gpu.label],
+        "requested_bytes": requested,
+        "own_context_bytes": own_context_bytes,
+        "free_at_cold_boot_bytes": cold_gpu.cold_boot_free_bytes,
+        "free_at_rolling_restart_bytes": rolling_gpu.rolling_restart_free_bytes,
+        "cold_boot_headroom_bytes": cold_headroom,
+        "rolling_restart_headroom_bytes": rolling_headroom,
+    }
+    situations = (
+        f"cold boot in boot order: {human_bytes(cold_gpu.cold_boot_free_bytes)} free on GPU {cold_gpu.label}, "
+        f"headroom {human_bytes(cold_headroom)}; restarted alone beside its neighbours at plateau: "
+        f"{human_bytes(rolling_gpu.rolling_restart_free_bytes)} free on GPU {rolling_gpu.label}, headroom {human_bytes(rolling_headroom)} "
+        f"(each less {human_bytes(own_context_bytes)} own context taken before vLLM's snapshot; vLLM needs free ≥ ceil(total × util))"
+    )
+    note = (
+        f"the smallest value whose request ({human_bytes(requested)}) covers the {human_bytes(inside_budget_bytes)} it allocates after "
+        f"vLLM's snapshot plus a {human_bytes(margins[rolling_gpu.label])} margin; with the KV cache pinned, vLLM uses it only in its "
+        f"start-up check. {situations}"
+    )
+    failing = [name for name, room in (("a cold boot in boot order", cold_headroom), ("a restart beside its neighbours", rolling_headroom)) if room < 0]
+    warning = None
+    if value > 1.0:
+        warning = f"plan problem: what it allocates ({human_bytes(inside_budget_bytes)}) exceeds its GPU's total; vLLM cannot start it"
+    elif failing:
+        short = -min(cold_headroom, rolling_headroom)
+        warning = (f"plan problem: vLLM refuses {' and '.join(failing)} (--gpu-memory-utilization {value:.3f} asks "
+                   f"{human_bytes(requested)}, {human_bytes(short)} more than is free); give its GPU more room")
+    return Utilisation(
+        value, cold, rolling, value, warning is None, cold_headroom, rolling_headroom, inputs, f"{value:.3f}", note, warning,
+    )
+
+
 def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_bytes: int, margin_bytes: int) -> Utilisation:
-    """The value for an engine on ``gpus`` (one per tensor-parallel rank; the tightest decides).
+    """Before 0.10.2 (the value sizes the KV cache): the largest that passes in both situations, on ``gpus``
+    (one per tensor-parallel rank; the tightest decides).
 
     ``margin_bytes`` is kept between the free memory and the request, for what moves in the meantime.
     """
@@ -82,7 +166,7 @@ def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_byte
     rolling_gpu = min(gpus, key=lambda gpu: highest_passing(seen(gpu.rolling_restart_free_bytes), gpu.total_bytes))
     cold = highest_passing(seen(cold_gpu.cold_boot_free_bytes), cold_gpu.total_bytes)
     rolling = highest_passing(seen(rolling_gpu.rolling_restart_free_bytes), rolling_gpu.total_bytes)
-    needed = max(math.ceil(inside_budget_bytes * STEP / gpu.total_bytes) / STEP for gpu in gpus)
+    needed = max(lowest_covering(inside_budget_bytes, gpu.total_bytes) for gpu in gpus)
     both = min(cold, rolling)
     inputs: dict[str, int | float | str] = {
         "gpu": rolling_gpu.label,
@@ -104,14 +188,14 @@ def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_byte
     )
     if both >= needed:
         return Utilisation(
-            both, cold, rolling, needed, True, inputs, f"{both:.3f}",
+            both, cold, rolling, needed, True, None, None, inputs, f"{both:.3f}",
             f"passes vLLM's start-up check in both situations and covers the {human_bytes(inside_budget_bytes)} it allocates "
             f"({needed:.3f}). {situations}",
             None,
         )
     if rolling > 0:
         return Utilisation(
-            rolling, cold, rolling, needed, False, inputs, f"{rolling:.3f} (below the {needed:.3f} it allocates)",
+            rolling, cold, rolling, needed, False, None, None, inputs, f"{rolling:.3f} (below the {needed:.3f} it allocates)",
             f"no value passes both checks and covers the {human_bytes(inside_budget_bytes)} it allocates; the rolling-restart "
             f"value is taken, since apply restarts engines one at a time. {situations}",
             f"--gpu-memory-utilization {rolling:.3f} passes vLLM's start-up check when it restarts beside its "
@@ -120,7 +204,7 @@ def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_byte
         )
     value = max(cold, 0.001)
     return Utilisation(
-        value, cold, rolling, needed, False, inputs, f"{value:.3f} (cold boot only)",
+        value, cold, rolling, needed, False, None, None, inputs, f"{value:.3f} (cold boot only)",
         f"its neighbours at plateau leave it too little memory to pass the start-up check at all; only a cold boot in "
         f"boot order can start it. {situations}",
         f"cannot restart alone: its neighbours on GPU {rolling_gpu.label} leave "

@@ -13,7 +13,7 @@ import hashlib
 import ipaddress
 import shlex
 
-from seatplan.render.engines import Engine
+from seatplan.render.engines import Engine, FixedSeat
 from seatplan.render.settings import RenderSettings
 from seatplan.render.targets import HEADER, Files, compose_path, dump_yaml
 
@@ -53,7 +53,8 @@ def seat_entry(engine: Engine, env_text: str) -> dict:
     }
 
 
-def variables(engines: list[Engine], env_texts: dict[str, str], settings: RenderSettings) -> dict:
+def variables(engines: list[Engine], env_texts: dict[str, str], settings: RenderSettings, fixed: list[FixedSeat] | None = None) -> dict:
+    fixed = fixed or []
     hosts = sorted({engine.host for engine in engines})
     seats = {host: [seat_entry(engine, env_texts[engine.name]) for engine in engines if engine.host == host] for host in hosts}
     return {
@@ -69,6 +70,9 @@ def variables(engines: list[Engine], env_texts: dict[str, str], settings: Render
         "seatplan_verify_command": verify_command(settings),
         "seatplan_compose_files": {host: compose_path(host, hosts) for host in hosts},
         "seatplan_seats": seats,
+        # fixed seats with a health URL, per host: the engines wait for each before the first restarts (issue 18)
+        "seatplan_fixed": {host: [{"name": item.name, "health_url": item.seat.health_url} for item in fixed if item.host == host and item.seat.health_url]
+                           for host in hosts},
     }
 
 
@@ -230,12 +234,29 @@ def systemd_unit(settings: RenderSettings) -> str:
     )
 
 
-def ansible_files(engines: list[Engine], env_texts: dict[str, str], settings: RenderSettings) -> Files:
+def fixed_wait_task() -> dict:
+    """The fixed seats boot first: wait for each one's health URL before restarting any engine on its host."""
+    return {
+        "name": "fixed seats: wait for their health URL before the engines",
+        "ansible.builtin.uri": {"url": "{{ fixed.health_url }}", "status_code": 200},
+        "register": "seatplan_fixed_health",
+        "until": "seatplan_fixed_health.status == 200",
+        "retries": "{{ seatplan_health_retries }}",
+        "delay": HEALTH_POLL_S,
+        "loop": "{{ seatplan_fixed[inventory_hostname] | default([]) }}",
+        "loop_control": {"loop_var": "fixed", "label": "{{ fixed.name }}"},
+        "when": "not ansible_check_mode",
+    }
+
+
+def ansible_files(engines: list[Engine], env_texts: dict[str, str], settings: RenderSettings, fixed: list[FixedSeat] | None = None) -> Files:
     header = HEADER
+    waits = [fixed_wait_task()] if any(item.seat.health_url for item in fixed or []) else []
     files = {
         "ansible/inventory.yaml": header + dump_yaml(inventory(engines)),
-        "ansible/vars.yaml": header + dump_yaml(variables(engines, env_texts, settings)),
-        "ansible/playbook.yaml": header + dump_yaml([play("seatplan apply: rolling restart, one engine at a time", prepare_tasks() + [seats_loop("seat.yaml")]), verify_play()]),
+        "ansible/vars.yaml": header + dump_yaml(variables(engines, env_texts, settings, fixed)),
+        "ansible/playbook.yaml": header + dump_yaml([
+            play("seatplan apply: rolling restart, one engine at a time", prepare_tasks() + waits + [seats_loop("seat.yaml")]), verify_play()]),
         "ansible/seat.yaml": header + dump_yaml(seat_tasks()),
         "ansible/restart.yaml": header + dump_yaml(restart_tasks()),
         "ansible/rollback.yaml": header + dump_yaml([play("seatplan rollback: the tagged backups back, one engine at a time", [seats_loop("rollback-seat.yaml")])]),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -67,12 +68,25 @@ def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | N
         settings = settings or settings_of(against) or RenderSettings()
         old = read_tree(against)
         new = rendered(loaded, settings, rendered_targets(old))
-        return diff_trees(only_owned(old, new), new, str(against))
+        report = diff_trees(only_owned(old, new), new, str(against))
+        report.warnings += blind_to_rollout(loaded, against)
+        return report
     if not against.is_file():
         raise SeatplanError("nothing to compare with", where=str(against), fix="pass a directory `seatplan render` wrote, or an older plan.json")
     settings = settings or RenderSettings(plan_path=str(loaded.path))
     old_plan = load_plan(against)
     return diff_trees(rendered(old_plan, settings), rendered(loaded, settings), str(against))
+
+
+def blind_to_rollout(loaded: LoadedPlan, directory: Path) -> list[str]:
+    """A warning when a plan made without knowing what runs meets a rollout rendered from another plan (issue 18)."""
+    rollout = read_manifest(directory)
+    if loaded.plan.inputs.current_from is not None or rollout is None:
+        return []
+    if rollout.get("plan_sha256") == hashlib.sha256(loaded.text.encode("utf-8")).hexdigest():
+        return []  # the rollout is this very plan's
+    return [f"the plan was made without the current layout, but {directory} holds a rollout of another plan: it may move or "
+            f"restart seats that need not; plan again with `seatplan plan FLEET --current {directory}`"]
 
 
 def rendered_targets(tree: Files) -> list[Target]:

@@ -7,10 +7,12 @@ import json
 from collections.abc import Iterable
 
 from seatplan.documents.plan import Plan
+from seatplan.errors import SeatplanError
 from seatplan.render.ansible import ansible_files
-from seatplan.render.engines import plan_engines
+from seatplan.render.engines import fixed_seats, plan_engines
 from seatplan.render.settings import TARGETS, RenderSettings, Target
 from seatplan.render.targets import Files, compose_files, env_files, litellm_config, prometheus_rules
+from seatplan.versions import image_for, try_release
 
 MANIFEST = "seatplan-render.json"
 
@@ -19,19 +21,32 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
     """Every file of the targets, keyed by its path under the output directory (errors before any file)."""
     chosen = set(targets)
     engines = plan_engines(plan, settings)
+    fixed = fixed_seats(plan)
     envs = env_files(engines, settings)
     files: Files = {}
     if "env" in chosen or "ansible" in chosen:  # the playbook ships the env files
         files |= envs
     if "compose" in chosen:
-        files |= compose_files(engines, settings)
+        files |= compose_files(engines, settings.model_copy(update={"image": engine_image(plan, settings)}), fixed)
     if "ansible" in chosen:
-        files |= ansible_files(engines, {engine.name: envs[f"env/{engine.name}.env"] for engine in engines}, settings)
+        files |= ansible_files(engines, {engine.name: envs[f"env/{engine.name}.env"] for engine in engines}, settings, fixed)
     if "litellm" in chosen:
         files |= litellm_config(engines, settings)
     if "prometheus" in chosen:
         files |= prometheus_rules(plan, engines, settings)
     return files
+
+
+def engine_image(plan: Plan, settings: RenderSettings) -> str:
+    """``--image``, else the fleet's ``policy.image``, else the image of the plan's vLLM version: never ``latest``,
+    whose numbers may not be the plan's."""
+    chosen = settings.image or plan.image or image_for(version) if (version := try_release(plan.inputs.vllm_version)) else None
+    if chosen is None:
+        raise SeatplanError(
+            f"no known engine image for vLLM {plan.inputs.vllm_version} (the plan's numbers are for that version)", where="policy.vllm_version",
+            fix="set policy.image in the fleet file (e.g. vllm/vllm-openai:vX.Y.Z of that release) and plan again, or pass --image",
+        )
+    return chosen
 
 
 def manifest(plan_text: str, settings: RenderSettings, files: Files) -> str:

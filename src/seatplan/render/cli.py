@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from seatplan.render.settings import RenderSettings
 
 EXIT_PLAYBOOK_FAILED = 1
+EXIT_DIFF_CHANGES = 1  # `seatplan diff`: something would change (0: nothing would)
 
 PLAN_ARGUMENT = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan FLEET -o plan.json`")
 LAUNCHER = typer.Option("vllm serve", "--launcher", help="the words before the model: `vllm serve`, or `PYTHON -m vllm.entrypoints.openai.api_server` for the PyPI CPU build")
@@ -25,7 +26,7 @@ BIND_HOST = typer.Option(None, "--bind", help="--host for the engines (default: 
 RESTART = typer.Option("compose", "--restart", help="how a host restarts one engine: compose, systemd or script")
 RESTART_SCRIPT = typer.Option(None, "--restart-script", help="with --restart script: the host runs SCRIPT SEAT ENV_FILE")
 HOST_DIR = typer.Option("/etc/seatplan", "--host-dir", help="where env files and compose.yaml live on each host")
-IMAGE = typer.Option("vllm/vllm-openai:latest", "--image", help="the engine image in compose.yaml")
+IMAGE = typer.Option(None, "--image", help="the engine image in compose.yaml (default: policy.image, else the plan's vLLM version's vllm/vllm-openai tag)")
 GATEWAY_KEY_ENV = typer.Option("LITELLM_MASTER_KEY", "--gateway-key-env", help="variable that holds the gateway's master key")
 ENGINE_KEY_ENV = typer.Option(None, "--engine-key-env", help="variable that holds the engines' API key, if they have one")
 FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", help="alert when a GPU's free memory is this far below the planned spare")
@@ -47,7 +48,7 @@ def build_settings(
     restart: str,
     restart_script: str | None,
     host_dir: str,
-    image: str,
+    image: str | None,
     gateway_key_env: str,
     engine_key_env: str | None,
     free_tolerance: str,
@@ -94,7 +95,7 @@ def render_command(
     restart: str = RESTART,
     restart_script: str | None = RESTART_SCRIPT,
     host_dir: str = HOST_DIR,
-    image: str = IMAGE,
+    image: str | None = IMAGE,
     gateway_key_env: str = GATEWAY_KEY_ENV,
     engine_key_env: str | None = ENGINE_KEY_ENV,
     free_tolerance: str = FREE_TOLERANCE,
@@ -131,19 +132,26 @@ def diff_command(
     against: Path = typer.Option(..., "--against", help="a directory `seatplan render` wrote, or an older plan.json"),
     json_output: bool = JSON_OUTPUT,
 ) -> None:
-    """Seat by seat, what rendering PLAN would change, before anything is written."""
+    """Seat by seat, what rendering PLAN would change and which engines apply restarts, before anything is written.
+
+    Exits 1 when anything would change and 0 when nothing would (as `git diff --exit-code`)."""
+    from seatplan.output import error_console
     from seatplan.render.api import diff_against, load_plan
 
     report = diff_against(load_plan(plan_file), against)
+    for warning in report.warnings:
+        error_console().print(f"[bold yellow]warning:[/] {warning}", markup=True, soft_wrap=True, highlight=False)
     if json_output:
         from seatplan.output import emit_json
 
         emit_json(report)
-        return
-    from seatplan.output import console
-    from seatplan.render.report import print_diff
+    else:
+        from seatplan.output import console
+        from seatplan.render.report import print_diff
 
-    print_diff(console(), report)
+        print_diff(console(), report)
+    if report.changed:
+        raise typer.Exit(EXIT_DIFF_CHANGES)
 
 
 def apply_command(
@@ -158,12 +166,15 @@ def apply_command(
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Render PLAN again into DIR, then roll it out with ansible-playbook: changed seats only, one engine at a time, then verify."""
-    from seatplan.render.api import apply, default_tag, load_plan, render_to, settings_of
+    from seatplan.output import error_console
+    from seatplan.render.api import apply, blind_to_rollout, default_tag, load_plan, render_to, settings_of
     from seatplan.render.settings import TARGETS, RenderSettings
 
     loaded = load_plan(plan_file)
     overridden = guard_apply(loaded.plan, plan_file, fleet, inventory, force=force)
     directory = output or plan_file.resolve().parent / "rendered"
+    for warning in blind_to_rollout(loaded, directory):
+        error_console().print(f"[bold yellow]warning:[/] {warning}", markup=True, soft_wrap=True, highlight=False)
     # `seatplan render` chose the launcher, restart command and the rest; apply keeps them
     settings = (settings_of(directory) or RenderSettings()).model_copy(update={"plan_path": str(plan_file.resolve())})
     render_to(loaded, settings, list(TARGETS), directory)

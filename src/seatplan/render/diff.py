@@ -26,6 +26,9 @@ class SeatDiff(BaseModel):
     seat: str
     status: Status
     changes: list[Change] = Field(default_factory=list)
+    # apply (re)starts an engine exactly when its env file's bytes change (ansible.py: "restart only if its
+    # file changed"), so a new seat starts, a changed one restarts, an unchanged or removed one does not
+    restarts: bool = False
 
 
 class FileDiff(BaseModel):
@@ -39,6 +42,7 @@ class DiffReport(BaseModel):
     changed: bool
     seats: list[SeatDiff]
     files: list[FileDiff]
+    warnings: list[str] = Field(default_factory=list)
 
 
 SWITCH_ON = "on"  # how a switch (a flag without a value) reads in a change
@@ -77,7 +81,7 @@ def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
     for path in seat_paths:
         status = status_of(old.get(path), new.get(path))
         changes = env_changes(old[path], new[path]) if status == "changed" else []
-        seats.append(SeatDiff(seat=path[len(ENV_PREFIX) : -len(".env")], status=status, changes=changes))
+        seats.append(SeatDiff(seat=path[len(ENV_PREFIX) : -len(".env")], status=status, changes=changes, restarts=status in ("new", "changed")))
     files = []
     for path in sorted((set(old) | set(new)) - set(seat_paths) - {MANIFEST}):
         status = status_of(old.get(path), new.get(path))

@@ -11,6 +11,11 @@ from seatplan.errors import SeatplanError
 from seatplan.render.settings import RenderSettings
 
 
+def gpu_indices(seat: PlannedSeat) -> list[str]:
+    """The seat's GPU indices on its host, as CUDA and compose's device_ids name them."""
+    return [label.rsplit(":", 1)[1] for label in seat.gpus]
+
+
 @dataclass(frozen=True)
 class Engine:
     seat: PlannedSeat
@@ -41,7 +46,36 @@ class Engine:
 
     @property
     def gpu_indices(self) -> list[str]:
-        return [label.rsplit(":", 1)[1] for label in self.seat.gpus]
+        return gpu_indices(self.seat)
+
+
+@dataclass(frozen=True)
+class FixedSeat:
+    """A placed fixed (non-vLLM) seat: compose runs it where the plan gives an image; else it is not managed."""
+
+    seat: PlannedSeat
+    host: str
+
+    @property
+    def name(self) -> str:
+        return self.seat.name
+
+    @property
+    def managed(self) -> bool:
+        return self.seat.image is not None
+
+    @property
+    def gpu_indices(self) -> list[str]:
+        return gpu_indices(self.seat)
+
+
+def fixed_seats(plan: Plan) -> list[FixedSeat]:
+    """The placed fixed seats in boot order (they boot before every engine)."""
+    return [
+        FixedSeat(seat=seat, host=seat.host or seat.gpus[0].rsplit(":", 1)[0])
+        for seat in sorted(plan.seats, key=lambda seat: seat.boot_order)
+        if seat.engine == "fixed" and seat.gpus
+    ]
 
 
 def rolling_restart_utilisation(seat: PlannedSeat) -> float | None:
@@ -50,6 +84,8 @@ def rolling_restart_utilisation(seat: PlannedSeat) -> float | None:
     Apply restarts one engine at a time beside running neighbours, so it starts with the plan's
     rolling-restart value; plans saved before that figure existed fall back to the one chosen value.
     """
+    if seat.rolling_restart_headroom_bytes is not None:
+        return seat.gpu_memory_utilization  # the KV cache is pinned: one value from the seat alone serves both situations
     if seat.gpu_memory_utilization_rolling_restart is not None:
         return seat.gpu_memory_utilization_rolling_restart
     return seat.gpu_memory_utilization

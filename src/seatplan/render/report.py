@@ -8,12 +8,19 @@ from rich.text import Text
 from seatplan.render.diff import DiffReport
 
 STYLES = {"new": "green", "removed": "red", "changed": "yellow", "unchanged": "dim"}
+RESTART = {"new": "apply starts the engine", "changed": "apply restarts the engine", "removed": "no longer rendered; apply does not stop it",
+           "unchanged": "no restart"}
 
 
 def print_diff(console: Console, report: DiffReport) -> None:
-    console.print(Text(f"against {report.against}: " + ("changes" if report.changed else "nothing changes"), style="bold"))
+    restarts = sum(seat.restarts for seat in report.seats)
+    unchanged = sum(seat.status == "unchanged" for seat in report.seats)
+    summary = f"changes; apply (re)starts {restarts} of {len(report.seats)} engine(s)" if report.changed else "nothing changes"
+    console.print(Text(f"against {report.against}: {summary}" + (f"; {unchanged} unchanged" if unchanged else ""), style="bold"))
     for seat in report.seats:
-        console.print(Text(f"{seat.seat}: {seat.status}", style=STYLES[seat.status]))
+        if seat.status == "unchanged":
+            continue  # counted in the headline: a one-seat edit shows one seat
+        console.print(Text(f"{seat.seat}: {seat.status} ({RESTART[seat.status]})", style=STYLES[seat.status]))
         for change in seat.changes:
             console.print(Text(f"    {change.what}: {change.old if change.old is not None else '-'} → {change.new if change.new is not None else '-'}"), soft_wrap=True)
     for item in report.files:

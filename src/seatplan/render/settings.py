@@ -32,7 +32,9 @@ class RenderSettings(BaseModel):
     verify_gateway: str | None = Field(None, description="the LiteLLM gateway the closing `seatplan verify` also checks (key from gateway_key_env)")
     seatplan_command: str = Field("seatplan", description="how the controller runs seatplan, as a shell line (for the final verify)")
     # Compose
-    image: str = Field("vllm/vllm-openai:latest", description="the engine image for compose.yaml")
+    image: str | None = Field(
+        None, description="the engine image for compose.yaml; default: the fleet's policy.image, else the plan's vLLM version's image"
+    )
     # LiteLLM: variable names only, never the keys
     gateway_key_env: str = Field("LITELLM_MASTER_KEY", description="variable holding the gateway's master key")
     engine_key_env: str | None = Field(None, description="variable holding the engines' --api-key, when they have one")

@@ -13,7 +13,7 @@ import yaml
 from seatplan import versions
 from seatplan.documents.plan import Plan
 from seatplan.engine.command import COMMAND_KEY, env_value, shell_line
-from seatplan.render.engines import Engine
+from seatplan.render.engines import Engine, FixedSeat
 from seatplan.render.settings import RenderSettings
 from seatplan.units import MiB, human_bytes
 
@@ -39,10 +39,12 @@ def dump_yaml(document: object) -> str:
 
 def env_file(engine: Engine, settings: RenderSettings) -> str:
     seat = engine.seat
+    # Only what the seat itself decides goes in: apply restarts an engine whenever its env file's bytes change, so
+    # a neighbour's edit that shifts the boot order must not touch this file (issue 18).
     lines = [
         HEADER.rstrip("\n"),
         f"# seat {seat.name} (served as {seat.served_model_name}) on {engine.host} {'GPU' if seat.device == 'cuda' else 'CPU budget'} "
-        f"{', '.join(engine.gpu_indices)}; boot order {seat.boot_order}; KV {seat.kv_cache_memory_bytes:,} bytes, max_model_len {seat.max_model_len:,}",
+        f"{', '.join(engine.gpu_indices)}; KV {seat.kv_cache_memory_bytes:,} bytes, max_model_len {seat.max_model_len:,}",
     ]
     lines += [env_value(key, value) for key, value in sorted(seat.env.items())]
     lines += [
@@ -101,16 +103,45 @@ def compose_service(engine: Engine, previous: Engine | None, settings: RenderSet
     return service
 
 
-def compose_files(engines: list[Engine], settings: RenderSettings) -> Files:
-    hosts = sorted({engine.host for engine in engines})
+def fixed_service(fixed: FixedSeat) -> dict:
+    """A fixed seat with an image: compose runs it as given (no shell), before the engines."""
+    seat = fixed.seat
+    service: dict = {"image": seat.image, "restart": "unless-stopped"}
+    if seat.command:
+        service["command"] = [compose_escape(word) for word in seat.command]
+    if seat.port is not None:
+        service["ports"] = [f"{seat.port}:{seat.port}"]
+    if seat.device == "cuda":
+        service["deploy"] = {"resources": {"reservations": {"devices": [{"driver": "nvidia", "device_ids": fixed.gpu_indices, "capabilities": ["gpu"]}]}}}
+    return service
+
+
+def not_managed_note(fixed: list[FixedSeat]) -> str:
+    """The fixed seats compose does not run (no image in the fleet file): named, so the rollout shows them."""
+    return "".join(
+        f"# not managed by seatplan (no image in the fleet file): {item.name} on GPU {', '.join(item.gpu_indices)}"
+        + (f", the engines wait for {item.seat.health_url}" if item.seat.health_url else "") + "\n"
+        for item in fixed if not item.managed
+    )
+
+
+def compose_files(engines: list[Engine], settings: RenderSettings, fixed: list[FixedSeat] | None = None) -> Files:
+    fixed = fixed or []
+    hosts = sorted({engine.host for engine in engines})  # as Ansible's compose file names are (a fixed seat alone on a host is not run)
     files = {}
     for host in hosts:
         on_host = [engine for engine in engines if engine.host == host]
-        services = {}
+        fixed_here = [item for item in fixed if item.host == host]
+        services = {item.name: fixed_service(item) for item in fixed_here if item.managed}
         for position, engine in enumerate(on_host):
             services[engine.name] = compose_service(engine, on_host[position - 1] if position else None, settings)
+        last_fixed = next((item.name for item in reversed(fixed_here) if item.managed), None)
+        if on_host and last_fixed is not None:  # the fixed seats boot first: the first engine waits for them
+            services[on_host[0].name]["depends_on"] = {last_fixed: {"condition": "service_started"}}
         document = {"name": "seatplan", "services": services}
-        files[compose_path(host, hosts)] = HEADER + f"# host {host}: engines start one at a time in the plan's boot order\n" + dump_yaml(document)
+        files[compose_path(host, hosts)] = (
+            HEADER + f"# host {host}: engines start one at a time in the plan's boot order\n" + not_managed_note(fixed_here) + dump_yaml(document)
+        )
     return files
 
 

@@ -1,0 +1,89 @@
+"""What runs now, for ``seatplan plan FLEET --current PLAN|RENDER_DIR``: each seat's GPUs and engine command.
+
+From a plan: its seats' GPUs and command lines. From a directory ``seatplan render`` wrote: the plan its
+manifest names (when that file is still the one rendered, by SHA-256), else the env files themselves
+(``CUDA_VISIBLE_DEVICES`` and ``SEATPLAN_COMMAND``, which is what the engines were started with).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from seatplan.documents.fleet import Fleet
+from seatplan.documents.io import read_plan
+from seatplan.errors import SeatplanError
+from seatplan.jsontext import loads_bounded
+
+# written by the render stage beside its files; read here as a document, not through render's code
+RENDER_MANIFEST = "seatplan-render.json"
+ENV_LINE = re.compile(r"^(CUDA_VISIBLE_DEVICES|SEATPLAN_COMMAND)=(.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class CurrentLayout:
+    source: str  # what the plan records in inputs.current_from
+    gpus: dict[str, list[str]]  # seat → GPU refs as current_layout takes them ("host:index")
+    commands: dict[str, list[str]] = field(default_factory=dict)  # seat → the engine command it runs
+
+
+def read_current(path: Path, fleet: Fleet) -> CurrentLayout:
+    if path.is_file():
+        return from_plan(path)
+    if not path.is_dir():
+        raise SeatplanError("no such plan or rendered directory", where=str(path), fix="pass the last plan (plan.json) or the directory `seatplan render` wrote")
+    manifest_path = path / RENDER_MANIFEST
+    if not manifest_path.is_file():
+        raise SeatplanError(f"not a directory `seatplan render` wrote (no {RENDER_MANIFEST})", where=str(path),
+                            fix="pass the rendered directory itself, or the plan it was rendered from")
+    manifest = read_manifest(manifest_path)
+    rendered_from = Path(str(manifest.get("settings", {}).get("plan_path", "")))
+    if rendered_from.is_file() and hashlib.sha256(rendered_from.read_bytes()).hexdigest() == manifest.get("plan_sha256"):
+        return from_plan(rendered_from, source=f"{path} (rendered from {rendered_from})")
+    return from_env_files(path, fleet)
+
+
+def read_manifest(path: Path) -> dict:
+    try:
+        document = loads_bounded(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as problem:
+        raise SeatplanError(f"the render manifest is not JSON ({problem})", where=str(path), fix="render the directory again") from None
+    if not isinstance(document, dict):
+        raise SeatplanError("the render manifest is not a JSON object", where=str(path), fix="render the directory again")
+    return document
+
+
+def from_plan(path: Path, source: str | None = None) -> CurrentLayout:
+    plan = read_plan(path)
+    placed = [seat for seat in plan.seats if seat.gpus]
+    return CurrentLayout(source or str(path), {seat.name: list(seat.gpus) for seat in placed}, {seat.name: list(seat.vllm_args) for seat in placed})
+
+
+def from_env_files(directory: Path, fleet: Fleet) -> CurrentLayout:
+    """The env files as the engines read them; GPU indices name a host only on a one-host fleet."""
+    gpus: dict[str, list[str]] = {}
+    commands: dict[str, list[str]] = {}
+    for env_file in sorted((directory / "env").glob("*.env")):
+        values = dict(ENV_LINE.findall(env_file.read_text(encoding="utf-8", errors="replace")))
+        seat = env_file.stem
+        if "SEATPLAN_COMMAND" in values:
+            commands[seat] = command_words(values["SEATPLAN_COMMAND"], env_file)
+        indices = [index.strip() for index in values.get("CUDA_VISIBLE_DEVICES", "").split(",") if index.strip()]
+        if not indices:
+            continue
+        if len(fleet.hosts) != 1 or not all(index.isdigit() for index in indices):
+            raise SeatplanError(f"{env_file.name}: CUDA_VISIBLE_DEVICES={values['CUDA_VISIBLE_DEVICES']} does not say which host",
+                                where=str(env_file), fix="pass the plan the directory was rendered from: --current PLAN")
+        gpus[seat] = [f"{fleet.hosts[0].name}:{index}" for index in indices]
+    return CurrentLayout(f"{directory} (its env files)", gpus, commands)
+
+
+def command_words(value: str, where: Path) -> list[str]:
+    try:
+        words = shlex.split(value)
+    except ValueError as problem:
+        raise SeatplanError(f"SEATPLAN_COMMAND cannot be read ({problem})", where=str(where), fix="render the directory again") from None
+    return shlex.split(words[0]) if len(words) == 1 else words

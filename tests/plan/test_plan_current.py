@@ -1,0 +1,113 @@
+"""Replans start from what runs (issue 18): ``plan --current PLAN|DIR``, the default move cost, and a one-seat
+edit on the demo fleet that leaves every other seat's command line and env file byte for byte as it was."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import yaml
+
+from conftest import run_cli
+from seatplan.documents.fleet_file import load_fleet
+from seatplan.documents.plan import Plan
+from seatplan.plan.current import read_current
+from seatplan.plan.planner import build_plan
+from seatplan.render.bundle import render_files
+from seatplan.render.settings import RenderSettings
+
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "fleet.yaml"
+GiB = 1 << 30
+
+
+def demo_fleet(directory: Path) -> dict:
+    """The demo fleet as a dict, its model paths made absolute so an edited copy can live anywhere."""
+    document = yaml.safe_load(DEMO.read_text())
+    for seat in document["seats"]:
+        if "model" in seat and not Path(seat["model"]).is_absolute():
+            seat["model"] = str(DEMO.parent / seat["model"])
+    return document
+
+
+def save(document: dict, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def one_seat_edit(document: dict, plan: Plan, rng: random.Random) -> tuple[dict, str]:
+    """A copy with one random vLLM seat's context shrunk or its KV pin raised by 1 GiB, and that seat's name."""
+    edited = yaml.safe_load(yaml.safe_dump(document))
+    seat = rng.choice([seat for seat in edited["seats"] if seat.get("engine", "vllm") == "vllm"])
+    planned = plan.seat(seat["name"])
+    if rng.random() < 0.5 and planned.max_model_len and planned.max_model_len > 4096:
+        seat["max_model_len"] = max(2048, planned.max_model_len // 2 // 1024 * 1024)
+    else:
+        seat["kv_cache_memory_bytes"] = planned.kv_cache_memory_bytes + GiB
+    return edited, seat["name"]
+
+
+def test_a_one_seat_edit_replanned_from_what_runs_restarts_that_seat_alone(tmp_path):
+    rng = random.Random()
+    document = demo_fleet(tmp_path)
+    document.pop("current_layout", None)  # what runs comes from --current only
+    before = build_plan(load_fleet(save(document, tmp_path / "fleet.yaml")))
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(before.model_dump_json())
+    edited, name = one_seat_edit(document, before, rng)
+    after = build_plan(load_fleet(save(edited, tmp_path / "edited.yaml")), current=read_current(plan_path, load_fleet(tmp_path / "edited.yaml").fleet))
+    assert after.inputs.current_from == str(plan_path)
+    moved = {seat.name for seat in after.seats if seat.gpus != before.seat(seat.name).gpus}
+    assert after.restarts is not None and set(after.restarts) == {name} | moved
+    for seat in after.seats:
+        if seat.name != name and seat.name not in moved:
+            assert seat.vllm_args == before.seat(seat.name).vllm_args, seat.name
+    # untouched seats keep byte-identical env files
+    settings = RenderSettings(plan_path=str(plan_path))
+    old, new = render_files(before, settings), render_files(after, settings)
+    changed = {path for path in old.keys() | new.keys() if path.startswith("env/") and old.get(path) != new.get(path)}
+    assert changed == {f"env/{seat}.env" for seat in after.restarts}
+    # a move is taken only when it buys the default 1 GiB of worst-case spare per move, or the fleet needs it
+    if after.moves:
+        stay = [point for point in after.frontier if point.moves == 0]
+        assert not stay or after.worst_case_spare_bytes - stay[0].worst_case_spare_bytes >= after.moves * GiB
+
+
+def test_current_from_a_rendered_directory_reads_the_plan_it_was_rendered_from_else_its_env_files(tmp_path, capsys, monkeypatch):
+    document = demo_fleet(tmp_path)
+    fleet_path = save(document, tmp_path / "fleet.yaml")
+    plan_path = tmp_path / "plan.json"
+    assert run_cli(capsys, monkeypatch, "plan", str(fleet_path), "-o", str(plan_path)).exit_code == 0
+    rollout = tmp_path / "rollout"
+    assert run_cli(capsys, monkeypatch, "render", str(plan_path), "-o", str(rollout)).exit_code == 0
+    fleet = load_fleet(fleet_path).fleet
+    from_dir, from_plan = read_current(rollout, fleet), read_current(plan_path, fleet)
+    assert from_dir.gpus == from_plan.gpus and from_dir.commands == from_plan.commands
+    assert str(plan_path) in from_dir.source
+    # the plan file changed since the render (a replan saved over it): the env files are what runs
+    shutil.copy(plan_path, tmp_path / "old.json")
+    plan_path.write_text(plan_path.read_text().replace('"qwen3-8b"', '"qwen3-8b"', 1) + "\n")
+    from_env = read_current(rollout, fleet)
+    engines = {seat.name for seat in fleet.seats if seat.engine == "vllm"}  # the fixed seat has no env file
+    assert "env files" in from_env.source
+    assert from_env.gpus == {name: gpus for name, gpus in from_plan.gpus.items() if name in engines}
+    assert from_env.commands == {name: words for name, words in from_plan.commands.items() if name in engines}
+    # replanned from it: the headline counts moves and restarts against what runs
+    result = run_cli(capsys, monkeypatch, "plan", str(fleet_path), "--current", str(rollout))
+    assert result.exit_code == 0 and "0 move(s), 0 restart(s)" in " ".join(result.stdout.split())
+
+
+def test_without_a_current_layout_the_headline_counts_no_moves(tmp_path, capsys, monkeypatch):
+    document = demo_fleet(tmp_path)
+    document.pop("current_layout", None)
+    result = run_cli(capsys, monkeypatch, "plan", str(save(document, tmp_path / "fleet.yaml")))
+    headline = " ".join(result.stdout.split())
+    assert result.exit_code == 0 and "move(s)" not in headline and "no current layout: pass --current" in headline
+
+
+def test_current_that_is_not_a_plan_or_a_render_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    fleet_path = save(demo_fleet(tmp_path), tmp_path / "fleet.yaml")
+    (tmp_path / "empty").mkdir()
+    for target, said in ((tmp_path / "missing", "no such plan or rendered directory"), (tmp_path / "empty", "not a directory `seatplan render` wrote")):
+        result = run_cli(capsys, monkeypatch, "plan", str(fleet_path), "--current", str(target))
+        assert result.exit_code == 2 and said in result.stderr and "fix:" in result.stderr

@@ -1,0 +1,63 @@
+"""compose runs the engine image of the plan's vLLM version (issue 18): never `latest`, whose numbers may not
+be the plan's; a version without a known image is a render error unless the fleet (policy.image) or --image names one."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import yaml
+
+from conftest import run_cli
+from render.render_testkit import DEMO_FLEET
+from seatplan.documents.plan import Plan
+from seatplan.errors import SeatplanError
+from seatplan.render.bundle import render_files
+from seatplan.render.settings import RenderSettings
+from seatplan.versions import IMAGE_TAGS, NEWEST_MODELLED, OLDEST_MODELLED
+
+
+def images(files: dict[str, str]) -> set[str]:
+    return {service["image"] for service in yaml.safe_load(files["compose.yaml"])["services"].values()}
+
+
+def with_version(plan: Plan, version: str, image: str | None = None) -> Plan:
+    return plan.model_copy(update={"inputs": plan.inputs.model_copy(update={"vllm_version": version}), "image": image})
+
+
+def test_compose_runs_the_image_of_the_plans_vllm_version(demo_plan):
+    assert demo_plan.inputs.vllm_version == "0.32"
+    assert images(render_files(demo_plan, RenderSettings(), ["compose"])) == {"vllm/vllm-openai:v0.32.0"}
+
+
+def test_a_version_without_a_known_image_is_a_render_error_unless_an_image_is_named(demo_plan, tmp_path, capsys, monkeypatch):
+    unknown = [f"0.{minor}" for minor in range(OLDEST_MODELLED[1], NEWEST_MODELLED[1] + 1) if (0, minor) not in IMAGE_TAGS]
+    version = random.choice(unknown)
+    plan = with_version(demo_plan, version)
+    with pytest.raises(SeatplanError) as refused:
+        render_files(plan, RenderSettings(), ["compose"])
+    assert f"vLLM {version}" in refused.value.message and "policy.image" in refused.value.fix
+    # the env files alone need no image
+    assert render_files(plan, RenderSettings(), ["env"])
+    # the fleet's policy.image, or --image, names one; --image wins
+    assert images(render_files(with_version(demo_plan, version, "registry.local/vllm:mine"), RenderSettings(), ["compose"])) == {"registry.local/vllm:mine"}
+    assert images(render_files(with_version(demo_plan, version, "registry.local/vllm:mine"), RenderSettings(image="x/y:1"), ["compose"])) == {"x/y:1"}
+    # through the CLI: exit 2, nothing written
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    result = run_cli(capsys, monkeypatch, "render", str(path), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 2 and "no known engine image" in result.stderr and "fix:" in result.stderr
+    assert not (tmp_path / "out").exists()
+    assert run_cli(capsys, monkeypatch, "render", str(path), "-o", str(tmp_path / "out"), "--image", "x/y:1").exit_code == 0
+
+
+def test_policy_image_in_the_fleet_reaches_the_plan(tmp_path, capsys, monkeypatch):
+    document = yaml.safe_load(DEMO_FLEET.read_text())
+    document["policy"]["image"] = "registry.local/vllm:pinned"
+    for seat in document["seats"]:
+        if "model" in seat:
+            seat["model"] = str(DEMO_FLEET.parent / seat["model"])
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(document))
+    result = run_cli(capsys, monkeypatch, "plan", str(fleet), "--json")
+    assert Plan.model_validate_json(result.stdout).image == "registry.local/vllm:pinned"

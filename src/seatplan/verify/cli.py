@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from seatplan.numeric_options import number_option
+
 DEFAULT_KEY_ENV = "LITELLM_MASTER_KEY"
 EXIT_FAILED = 1
 
@@ -24,7 +26,8 @@ def verify_command(
     key_env: str = typer.Option(DEFAULT_KEY_ENV, "--key-env", help="environment variable holding the gateway key (never printed); '' for none"),
     key_file: Path | None = typer.Option(None, "--key-file", help="a file (chmod 600) whose first line is the gateway key, read when the variable is unset"),
     fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
-    timeout_s: float = typer.Option(30.0, "--timeout", min=0.1, help="seconds each request may take"),
+    timeout_s: float = typer.Option(30.0, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="30"),
+                                   help="seconds each request may take, from connecting to the answer's last byte"),
     json_output: bool = typer.Option(False, "--json", help="print {ok, checks: [{seat, check, expected, seen, ok}]}"),
 ) -> None:
     """Check every engine of a plan (and the gateway) against the plan, to the KV block; exit 1 if any check fails."""

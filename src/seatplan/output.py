@@ -36,12 +36,12 @@ def _escaped(character: str, keep_newlines: bool) -> str:
     return character
 
 
-def clipped(text: str, max_chars: int) -> str:
+def clipped(text: str, max_chars: int, *, cut_before_chars: int = 0) -> str:
     """``text`` cut to its first ``max_chars`` characters, saying how many were left out (a 7 MB version string
-    would take minutes to lay out in a table)."""
-    if len(text) <= max_chars:
+    would take minutes to lay out in a table); ``cut_before_chars`` were already cut from its end."""
+    if len(text) <= max_chars and not cut_before_chars:
         return text
-    return f"{text[:max_chars]}… ({len(text) - max_chars:,} more characters)"
+    return f"{text[:max_chars]}… ({len(text) - min(len(text), max_chars) + cut_before_chars:,} more characters)"
 
 
 def to_jsonable(document: Any) -> Any:

@@ -54,7 +54,9 @@ def read_secret(environment_name: str, file_path: str | Path | None = None) -> s
                             fix=f"create it with the secret on one line (chmod 600), or set {environment_name}") from None
     except UnicodeDecodeError:
         raise SeatplanError("the secret file is not UTF-8 text", where=str(path), fix="write the secret on one line") from None
-    first = text.strip().splitlines()[0].strip() if text.strip() else ""
+    # Lines end at LF only: splitlines() would also cut at a CR, U+2028 or U+0085 inside the key and send its first
+    # half; a CR before the LF (CRLF) is stripped, any other control character is refused.
+    first = text.strip().split("\n", 1)[0].strip()
     return check_secret_text(first, str(path)) if first else None
 
 

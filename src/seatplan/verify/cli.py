@@ -5,6 +5,7 @@ Only Typer is imported at load time; the stage's logic is imported inside the co
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
@@ -12,6 +13,7 @@ import typer
 from seatplan.numeric_options import number_option
 
 DEFAULT_KEY_ENV = "LITELLM_MASTER_KEY"
+EXACT_VERSION = re.compile(r"v?[0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,4}){0,2}")
 EXIT_FAILED = 1
 
 
@@ -66,10 +68,15 @@ def upgrade_check_command(
     from seatplan.verify.upgrade import upgrade_report
     from seatplan.versions import modelled
 
+    fix = "give a vLLM version from 0.8 to 0.32, e.g. 0.32 or 0.10.2"
+    if not EXACT_VERSION.fullmatch(to):
+        # versions.release reads a leading version out of a running engine's text (0.32.0+cpu); a flag must be
+        # nothing but a version, or "0.32; rm -rf" would be taken as 0.32.
+        raise SeatplanError("--to takes a version alone (digits and dots, e.g. 0.32 or 0.10.2)", where="--to", fix=fix)
     try:
         modelled(to)
     except ValueError as problem:
-        raise SeatplanError(str(problem), where="--to", fix="give a vLLM version from 0.8 to 0.32, e.g. 0.32 or 0.10.2") from None
+        raise SeatplanError(str(problem), where="--to", fix=fix) from None
     context = load_context(plan, fleet)
     report = upgrade_report(context.plan, context.hosts, context.fleet_dir, context.facts_loader, to)
     if json_output:

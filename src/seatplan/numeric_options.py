@@ -1,6 +1,6 @@
-"""Numeric command-line options, read and checked by one click type that answers with ``error:``/``fix:``.
+"""Numeric command-line options, read and checked by one parser that answers with ``error:``/``fix:``.
 
-Click's own ``int``/``float`` types and ranges answer a bad value with a usage box (no ``fix:``), let ``nan``
+Typer's own ``int``/``float`` types and ranges (click's) answer a bad value with a usage box (no ``fix:``), let ``nan``
 and ``inf`` through every range (a comparison with NaN is never true) and take ``10**400`` as an integer; so
 every numeric option of every command is declared with ``parser=count_option(...)`` or ``parser=number_option(...)``.
 """

@@ -6,6 +6,7 @@ import sys
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -57,16 +58,28 @@ def emit_json(document: Any) -> None:
 
 
 def console():
-    """A Rich console on stdout (imported lazily: ``--json`` runs never pay for Rich's import)."""
-    from rich.console import Console
-
-    return Console(highlight=False)
+    """A Rich console on stdout (imported lazily: ``--json`` runs never pay for Rich's import) that shows the
+    control characters of every string it prints escaped (:func:`printable`)."""
+    return _escaping_console_class()(highlight=False)
 
 
 def error_console():
+    return _escaping_console_class()(stderr=True, highlight=False)
+
+
+@cache
+def _escaping_console_class() -> type:
+    """Rich's Console, with every string it turns into text (``print`` arguments, table cells, titles) passed
+    through :func:`printable` first: Rich itself drops only BEL, BS, VT, FF and CR, and lets ESC through, so a
+    host name or a server's answer could recolour, retitle or clear the terminal. Rich's own styles are added
+    after, so colour still works."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    class EscapingConsole(Console):
+        def render_str(self, text: str, **options: Any) -> Any:
+            return super().render_str(printable(text, keep_newlines=True), **options)
+
+    return EscapingConsole
 
 
 @contextmanager

@@ -347,3 +347,32 @@ def test_the_terminal_escaper_lets_no_control_character_through_and_keeps_the_re
     assert not any(unicodedata.category(character) in acting and not (keep_newlines and character == "\n") for character in shown)
     # every escape reads back as the character it stands for: nothing is lost, nothing else is changed
     assert re.sub(r"\\(?:x([0-9a-f]{2})|u([0-9a-f]{4})|U([0-9a-f]{8}))", lambda match: chr(int("".join(filter(None, match.groups())), 16)), shown) == text
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(alphabet=st.characters(max_codepoint=0x30FF), max_size=60))
+def test_the_console_shows_every_string_it_prints_with_controls_escaped(text):
+    """Text, table titles, headers and cells: Rich drops only BEL/BS/VT/FF/CR by itself and lets ESC through."""
+    from rich.table import Table
+
+    from seatplan.output import console
+
+    out = console()
+    with out.capture() as captured:
+        table = Table(title=f"t{text}")
+        table.add_column(f"h{text}")
+        table.add_row(f"c{text}")
+        out.print(table)
+        out.print(f"p{text}", markup=False)
+    shown = captured.get()
+    assert not any(unicodedata.category(character) in ("Cc", "Cf", "Zl", "Zp") and character != "\n" for character in shown)
+
+
+@pytest.mark.parametrize("hostile", ["\x1b[2J", "[/]", "[bold]x", "\x9b31m\u202e"])
+def test_an_error_message_quoting_hostile_text_is_printed_escaped(hostile, tmp_path, capsys, monkeypatch):
+    """A message that quotes a path or a server's text: its brackets are no markup (``[/]`` raised MarkupError)."""
+    missing = tmp_path / f"fleet{hostile}.yaml"
+    result = run_cli(capsys, monkeypatch, "plan", str(missing))
+    assert result.exit_code == 2 and "error:" in result.stderr and "fix:" in result.stderr
+    assert not any(character in result.stderr for character in "\x1b\x9b\u202e")
+    assert printable(hostile) in result.stderr

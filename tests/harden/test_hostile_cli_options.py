@@ -111,3 +111,24 @@ def test_report_output_that_cannot_be_a_file_is_an_error_with_a_fix(plan_file, t
     assert result.exit_code == 2 and "error: -o " in result.stderr and "fix:" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr
     assert tree(tmp_path) == before  # nothing written, no staging file left behind
+
+
+def refusal_examples() -> list[tuple[str, str, list[str]]]:
+    """Every ``$ seatplan ...`` example in docs/verify.md and docs/reliability.md whose output is an ``error:``."""
+    from conftest import REPO_ROOT
+
+    found = []
+    for page in ("verify.md", "reliability.md"):
+        lines = (REPO_ROOT / "docs" / page).read_text().splitlines()
+        for index, line in enumerate(lines[:-1]):
+            if line.startswith("$ seatplan ") and lines[index + 1].startswith("error:"):
+                found.append((page, line[2:], lines[index + 1:index + 3]))
+    return found
+
+
+@pytest.mark.parametrize("page, command, expected", refusal_examples(), ids=[example[1] for example in refusal_examples()])
+def test_the_refusals_shown_in_the_docs_are_what_seatplan_prints(page, command, expected, capsys, monkeypatch):
+    import shlex
+
+    result = run_cli(capsys, monkeypatch, *shlex.split(command)[1:])
+    assert result.exit_code == 2 and result.stderr.splitlines() == expected, result.stderr

@@ -376,3 +376,11 @@ def test_an_error_message_quoting_hostile_text_is_printed_escaped(hostile, tmp_p
     assert result.exit_code == 2 and "error:" in result.stderr and "fix:" in result.stderr
     assert not any(character in result.stderr for character in "\x1b\x9b\u202e")
     assert printable(hostile) in result.stderr
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:9/\x1b[2J", "ftp://127.0.0.1", "127.0.0.1:4000", "http://",
+                                 f"http://litellm:{KEY}@127.0.0.1:4000", "http://a\u2028b/"])
+def test_a_gateway_url_that_is_no_http_url_is_an_error_with_a_fix(plan, url, capsys, monkeypatch):
+    result = run_cli(capsys, monkeypatch, "verify", str(plan(9)), "--gateway", url, "--key-env", "")
+    assert result.exit_code == 2 and "error: --gateway:" in result.stderr and "fix:" in result.stderr, result.stderr
+    assert not any(character in result.stderr for character in "\x1b\u2028") and KEY not in result.stderr

@@ -34,10 +34,12 @@ def verify_command(
 ) -> None:
     """Check every engine of a plan (and the gateway) against the plan, to the KV block; exit 1 if any check fails."""
     from seatplan.verify.expect import seat_expectations
-    from seatplan.verify.loading import gateway_key, load_context
+    from seatplan.verify.loading import gateway_key, gateway_url, load_context
     from seatplan.verify.probe import ProbeSettings
     from seatplan.verify.run import verify_fleet
 
+    if gateway is not None:
+        gateway = gateway_url(gateway)
     context = load_context(plan, fleet)
     key = gateway_key(key_env, key_file) if gateway else None
     expectations = seat_expectations(context.plan, context.hosts, context.fleet_dir, context.facts_loader)

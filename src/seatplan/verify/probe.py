@@ -241,7 +241,12 @@ def _model_cards(client: BoundedClient) -> list[dict]:
 
 def observe_engine(expectation: SeatExpectation, settings: ProbeSettings) -> EngineObservation:
     seen = EngineObservation()
-    with BoundedClient(expectation.base_url, settings) as client:
+    try:
+        opened = BoundedClient(expectation.base_url, settings)
+    except httpx.InvalidURL as error:  # an address from the fleet file that is no host
+        seen.unreachable = clipped(f"InvalidURL: {error}", SHOWN_CHARS)
+        return seen
+    with opened as client:
         try:
             seen.version = client.shown(text_field(_object(client.json("GET", "/version"))["version"], "version"))
         except httpx.TransportError as error:

@@ -181,8 +181,12 @@ class BoundedClient:
         return clipped(scrub(text[:window], *self.secrets), SHOWN_CHARS, cut_before_chars=max(len(text) - window, 0))
 
 
+# The most of an answer's body decoded for a message or a test of its wording (what is shown is far less).
+BODY_TEXT_BYTES = 64 << 10
+
+
 def _body_text(response: httpx.Response) -> str:
-    return response.content[: MAX_ANSWER_BYTES].decode("utf-8", errors="replace")
+    return response.content[:BODY_TEXT_BYTES].decode("utf-8", errors="replace")
 
 
 def count(value: Any, what: str) -> int:
@@ -295,7 +299,7 @@ def cap_probe(endpoint: Endpoint, model: str, max_tokens: int | None) -> CapProb
             probe.prompt_tokens = _usage(reply, "prompt_tokens")
             count_after, sum_after = _max_tokens_totals(endpoint.client, model)
             if count_after - count_before == 1:
-                probe.effective_max_tokens = count(sum_after - sum_before, f"the step of {MAX_TOKENS_METRIC}_sum")
+                probe.effective_max_tokens = count(round(sum_after - sum_before), f"the step of {MAX_TOKENS_METRIC}_sum")
                 return probe
         probe.problem = f"other requests finished during each of {CAP_PROBE_ATTEMPTS} tries; rerun when the engine is quieter"
     except _ANSWER_ERRORS as error:

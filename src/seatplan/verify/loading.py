@@ -6,11 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.io import read_plan
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
+from seatplan.output import clipped, printable
 from seatplan.secrets import check_environment_name, read_secret
 from seatplan.verify.expect import FactsLoader, HostInfo
 
@@ -60,10 +63,6 @@ def gateway_key(variable: str, key_file: Path | None = None) -> str | None:
 def gateway_url(text: str) -> str:
     """``--gateway`` as an http(s) URL with a host, checked before anything is asked (httpx raises on a URL it
     cannot parse, and the URL's text is not quoted back beyond a short, escaped excerpt)."""
-    import httpx
-
-    from seatplan.output import clipped, printable
-
     fix = "pass the gateway's base URL, e.g. --gateway http://127.0.0.1:4000"
     shown = printable(clipped(text, 80))
     try:

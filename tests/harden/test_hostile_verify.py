@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from conftest import MODEL_FIXTURES, TEST_SECRETS
 from plan.plan_testkit import one_host, run_cli, write_fleet
 from seatplan.output import printable
-from seatplan.secrets import PARTIAL_MIN_CHARS, scrub
+from seatplan.secrets import HIDDEN, PARTIAL_MIN_CHARS, scrub, spellings
 
 QWEN3_8B = MODEL_FIXTURES / "Qwen--Qwen3-8B"
 SERVED = "qwen"
@@ -266,7 +266,8 @@ def test_a_gateway_that_quotes_the_key_back_never_shows_it(plan, form, key_name,
             done = verify(plan_path, "--gateway", server.url, "--key-env", "SEATPLAN_TEST_GATEWAY_KEY", *output, key=key)
             assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
             shown = done.stdout + done.stderr
-            assert key not in shown and "***" in shown
+            # a key that starts one or two characters before the cut shows as "*" or "**" before the ellipsis
+            assert key not in shown and ("***" in shown or form == "cut")
             if key != KEY:
                 assert not any(key[start:start + PARTIAL_MIN_CHARS] in shown for start in range(len(key) - PARTIAL_MIN_CHARS + 1))
     assert any(f"Bearer {key}" in head for head in server.heads)
@@ -310,7 +311,9 @@ def test_upgrade_check_takes_a_version_alone(to, capsys, monkeypatch):
 
 # --- Hypothesis over the scrubber and the terminal escaper ---
 
-SECRET_TEXT = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=PARTIAL_MIN_CHARS, max_size=80)
+# Printable ASCII keys (what read_secret accepts) without "*", the mask itself: a key holding "***" could be
+# rebuilt from the mask and its neighbours, which says nothing about a leak.
+SECRET_TEXT = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="*"), min_size=PARTIAL_MIN_CHARS, max_size=80)
 
 
 def spelled(key: str, form: str) -> str:
@@ -333,9 +336,10 @@ def test_no_run_of_8_characters_of_a_key_survives_the_scrubber(key, form, before
 @settings(max_examples=300, deadline=None)
 @given(key=SECRET_TEXT, text=st.text(max_size=200))
 def test_the_scrubber_leaves_text_without_the_key_alone(key, text):
-    if not any(piece in text for piece in (key[index:index + PARTIAL_MIN_CHARS] for index in range(len(key) - PARTIAL_MIN_CHARS + 1))) \
-            and not any(spelled(key, form) in text for form in ("json", "json-slash", "url")):
+    pieces = {spelling[index:index + PARTIAL_MIN_CHARS] for spelling in spellings(key) for index in range(len(spelling) - PARTIAL_MIN_CHARS + 1)}
+    if not any(piece in text for piece in pieces):
         assert scrub(text, key) == text
+    assert scrub(text + key + text, key).count(HIDDEN) >= 1
 
 
 @settings(max_examples=500, deadline=None)

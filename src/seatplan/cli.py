@@ -53,9 +53,13 @@ def main() -> None:
     try:
         app()
     except SeatplanError as problem:
-        from seatplan.output import error_console
+        from rich.markup import escape
 
-        error_console().print(f"[bold red]error:[/] {problem}", markup=True, soft_wrap=True)
+        from seatplan.output import error_console, printable
+
+        # The message may quote a fleet string or a server's answer: its brackets are no markup, its controls no
+        # terminal commands.
+        error_console().print(f"[bold red]error:[/] {escape(printable(str(problem), keep_newlines=True))}", markup=True, soft_wrap=True)
         sys.exit(problem.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

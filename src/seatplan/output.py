@@ -3,13 +3,46 @@
 from __future__ import annotations
 
 import sys
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
 
 from seatplan.jsontext import dumps_strict
+
+# Characters a terminal acts on rather than shows: C0 and C1 controls (ESC starts a colour, a title change or
+# a cursor move; U+009B is a one-character CSI), DEL, the Unicode line and paragraph separators, and the
+# format characters (bidirectional overrides reorder what follows, zero-width ones hide text).
+_SHOWN_AS_IS = frozenset("\n")
+
+
+def printable(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` as a terminal may show it: every control, separator or format character written as an escape
+    (``\\x1b``, ``\\u202e``), so that nothing from a server, a fleet file or a message moves the cursor,
+    recolours, retitles or reorders the screen. Newlines stay only with ``keep_newlines``."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(_escaped(character, keep_newlines) for character in text)
+
+
+def _escaped(character: str, keep_newlines: bool) -> str:
+    if keep_newlines and character in _SHOWN_AS_IS:
+        return character
+    if unicodedata.category(character) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"):
+        code = ord(character)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return character
+
+
+def clipped(text: str, max_chars: int, *, cut_before_chars: int = 0) -> str:
+    """``text`` cut to its first ``max_chars`` characters, saying how many were left out (a 7 MB version string
+    would take minutes to lay out in a table); ``cut_before_chars`` were already cut from its end."""
+    if len(text) <= max_chars and not cut_before_chars:
+        return text
+    return f"{text[:max_chars]}… ({len(text) - min(len(text), max_chars) + cut_before_chars:,} more characters)"
 
 
 def to_jsonable(document: Any) -> Any:
@@ -25,16 +58,28 @@ def emit_json(document: Any) -> None:
 
 
 def console():
-    """A Rich console on stdout (imported lazily: ``--json`` runs never pay for Rich's import)."""
-    from rich.console import Console
-
-    return Console(highlight=False)
+    """A Rich console on stdout (imported lazily: ``--json`` runs never pay for Rich's import) that shows the
+    control characters of every string it prints escaped (:func:`printable`)."""
+    return _escaping_console_class()(highlight=False)
 
 
 def error_console():
+    return _escaping_console_class()(stderr=True, highlight=False)
+
+
+@cache
+def _escaping_console_class() -> type:
+    """Rich's Console, with every string it turns into text (``print`` arguments, table cells, titles) passed
+    through :func:`printable` first: Rich itself drops only BEL, BS, VT, FF and CR, and lets ESC through, so a
+    host name or a server's answer could recolour, retitle or clear the terminal. Rich's own styles are added
+    after, so colour still works."""
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    class EscapingConsole(Console):
+        def render_str(self, text: str, **options: Any) -> Any:
+            return super().render_str(printable(text, keep_newlines=True), **options)
+
+    return EscapingConsole
 
 
 @contextmanager

@@ -7,15 +7,20 @@ through :func:`scrub` with the secrets in play, so an exception (a driver echoin
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import unicodedata
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from seatplan.errors import SeatplanError
 
 HIDDEN = "***"
 MAX_SECRET_FILE_BYTES = 64 << 10
+# Any run of this many characters of a secret is hidden: a server that quotes part of a key (cut by its own
+# truncation or by a proxy's) gives away no more than 7 of its characters.
+PARTIAL_MIN_CHARS = 8
 _ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -28,10 +33,14 @@ def check_environment_name(name: str, where: str) -> None:
 
 
 def read_secret(environment_name: str, file_path: str | Path | None = None) -> str | None:
-    """The secret in ``$environment_name``, else the first line of ``file_path`` (which must not be world-readable)."""
-    value = os.environ.get(environment_name)
+    """The secret in ``$environment_name``, else the first line of ``file_path`` (which must not be world-readable).
+
+    Surrounding whitespace is stripped (a file saved with CRLF ends its line in CR, which would otherwise travel in
+    an HTTP header and come back whole in the client's error); a secret with a control character or a character
+    outside printable ASCII inside it is refused, without quoting it (no HTTP header or password field takes it)."""
+    value = os.environ.get(environment_name, "").strip()
     if value:
-        return value
+        return check_secret_text(value, f"${environment_name}")
     if file_path is None:
         return None
     path = Path(file_path).expanduser()
@@ -45,8 +54,22 @@ def read_secret(environment_name: str, file_path: str | Path | None = None) -> s
                             fix=f"create it with the secret on one line (chmod 600), or set {environment_name}") from None
     except UnicodeDecodeError:
         raise SeatplanError("the secret file is not UTF-8 text", where=str(path), fix="write the secret on one line") from None
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return first or None
+    # Lines end at LF only: splitlines() would also cut at a CR, U+2028 or U+0085 inside the key and send its first
+    # half; a CR before the LF (CRLF) is stripped, any other control character is refused.
+    first = text.strip().split("\n", 1)[0].strip()
+    return check_secret_text(first, str(path)) if first else None
+
+
+def check_secret_text(secret: str, where: str) -> str:
+    """``secret`` when every character is printable ASCII; a :class:`SeatplanError` naming only the position
+    and kind of the first bad character otherwise (the secret itself is never quoted)."""
+    for position, character in enumerate(secret, start=1):
+        if not (" " <= character <= "~"):
+            kind = "a control character" if unicodedata.category(character).startswith("C") else "a character outside printable ASCII"
+            raise SeatplanError(f"the secret holds {kind} (U+{ord(character):04X}) at character {position}", where=where,
+                                fix="write the key again as one line of printable ASCII (no CR, tab or escape), e.g. "
+                                    "tr -d '\\r' < FILE > FILE.new")
+    return secret
 
 
 # user:PASSWORD@ in a URL, anywhere in a text (a driver quotes the URL it could not parse); password=VALUE or, as
@@ -64,15 +87,42 @@ def dsn_password(dsn: str) -> str | None:
     return None
 
 
-def scrub(text: str, *secrets: str | None) -> str:
-    """``text`` with every given secret (as written, and URL-encoded) replaced by ***."""
-    from urllib.parse import quote
+def spellings(secret: str) -> set[str]:
+    """The ways a secret comes back in a server's answer or a library's message: as written, URL-encoded, and
+    JSON-escaped (with and without ``/`` written ``\\/``, with and without non-ASCII as ``\\uXXXX``)."""
+    escaped = {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    return {secret, quote(secret, safe=""), quote(secret)} | escaped | {text.replace("/", "\\/") for text in escaped}
 
+
+def scrub(text: str, *secrets: str | None) -> str:
+    """``text`` with every given secret, in every spelling of :func:`spellings`, replaced by ***; and every run
+    of :data:`PARTIAL_MIN_CHARS` or more characters of one (a key cut across a truncation, a quoted half)."""
+    hidden = [False] * len(text)
     for secret in secrets:
-        if secret and len(secret) >= 3:
-            for spelling in {secret, quote(secret, safe="")}:
-                text = text.replace(spelling, HIDDEN)
-    return text
+        if not secret or len(secret) < 3:
+            continue
+        for spelling in spellings(secret):
+            _mark(text, spelling, hidden)
+            if len(spelling) > PARTIAL_MIN_CHARS:
+                for start in range(len(spelling) - PARTIAL_MIN_CHARS + 1):
+                    _mark(text, spelling[start:start + PARTIAL_MIN_CHARS], hidden)
+    if not any(hidden):
+        return text
+    pieces: list[str] = []
+    for position, character in enumerate(text):
+        if not hidden[position]:
+            pieces.append(character)
+        elif position == 0 or not hidden[position - 1]:
+            pieces.append(HIDDEN)
+    return "".join(pieces)
+
+
+def _mark(text: str, piece: str, hidden: list[bool]) -> None:
+    """Mark every (overlapping) occurrence of ``piece`` in ``text``."""
+    start = text.find(piece)
+    while start >= 0:
+        hidden[start:start + len(piece)] = [True] * len(piece)
+        start = text.find(piece, start + 1)
 
 
 def redact_dsn(text: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from seatplan.numeric_options import count_option
 from seatplan.versions import DEFAULT_VLLM_VERSION
 
 
@@ -13,7 +14,7 @@ def register(app: typer.Typer) -> None:
 
 def model_command(
     model: str = typer.Argument(..., help="Model directory, or ORG/NAME in the local Hugging Face cache."),
-    tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", help="Tensor-parallel size (GPUs per engine)."),
+    tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=count_option("--tp", maximum=1024, example="2"), help="Tensor-parallel size (GPUs per engine)."),
     dtype: str = typer.Option("auto", "--dtype", help="Model dtype: auto, bfloat16, float16, float32."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (model dtype) or fp8."),
     kv_cache_memory_bytes: str | None = typer.Option(
@@ -21,14 +22,15 @@ def model_command(
     ),
     max_model_len: str | None = typer.Option(None, "--max-model-len", help="Context length: 32768, 32K (=32,768), 32k (=32,000)."),
     device: str = typer.Option("cuda", "--device", help="cuda (plan for GPUs) or cpu (check against the real CPU engine)."),
-    block_size: int | None = typer.Option(None, "--block-size", help="Override vLLM's block size."),
+    block_size: int | None = typer.Option(None, "--block-size", parser=count_option("--block-size", maximum=1 << 20, example="16"), help="Override vLLM's block size."),
     vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version", help="vLLM release whose formulas to use (0.8 ... 0.32)."),
     no_prefix_caching: bool = typer.Option(False, "--no-prefix-caching", help="As vLLM's --no-enable-prefix-caching."),
     disable_hybrid_kv_cache_manager: bool = typer.Option(
         False, "--disable-hybrid-kv-cache-manager", help="As vLLM's flag: sliding-window layers then keep full KV."
     ),
     max_num_batched_tokens: int | None = typer.Option(
-        None, "--max-num-batched-tokens", help="Sizes the sliding-window term. Default: 8192 cuda (>= 70 GiB GPUs), 2048 cpu."
+        None, "--max-num-batched-tokens", parser=count_option("--max-num-batched-tokens", example="8192"),
+            help="Sizes the sliding-window term. Default: 8192 cuda (>= 70 GiB GPUs), 2048 cpu."
     ),
     async_scheduling: bool | None = typer.Option(None, "--async-scheduling/--no-async-scheduling",
                                                     help="Default: on for cuda, off for cpu."),

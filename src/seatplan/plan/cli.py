@@ -11,6 +11,7 @@ from pathlib import Path
 import typer
 
 from seatplan.documents.fleet import DEFAULT_KV_FACTOR
+from seatplan.numeric_options import count_option, number_option
 from seatplan.versions import DEFAULT_VLLM_VERSION
 
 EXIT_INFEASIBLE = 3
@@ -28,9 +29,11 @@ def plan_command(
     usage: Path | None = typer.Option(None, "--usage", help="usage summary from `seatplan usage --json`"),
     observed: Path | None = typer.Option(None, "--observed", help="observed footprints from `seatplan diagnose`"),
     output: Path | None = typer.Option(None, "-o", "--output", help="save the plan document here (atomic write)"),
-    time_limit_s: float = typer.Option(30.0, "--time-limit", min=0.1, help="seconds the placement search may take"),
+    time_limit_s: float = typer.Option(30.0, "--time-limit", parser=number_option("--time-limit", minimum=0.1, maximum=86_400, example="30"),
+                                       help="seconds the placement search may take"),
     max_moves: int | None = typer.Option(
-        None, "--max-moves", min=0, help="move at most this many running seats (current_layout): a point on the spare-versus-moves frontier"
+        None, "--max-moves", parser=count_option("--max-moves", minimum=0, example="2"),
+            help="move at most this many running seats (current_layout): a point on the spare-versus-moves frontier"
     ),
     current: Path | None = typer.Option(
         None, "--current", help="what runs now: the last plan or the directory `seatplan render` wrote (its GPUs and commands)"
@@ -121,14 +124,15 @@ def explain_command(
 def fit_command(
     model: str = typer.Argument(..., help="model directory or Hugging Face id"),
     gpu_memory: str = typer.Option(..., "--gpu-memory", help="memory per GPU the seat may use, e.g. 96GiB"),
-    tensor_parallel_size: int = typer.Option(1, "--tp", "--tensor-parallel-size", min=1),
+    tensor_parallel_size: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=count_option("--tp", maximum=1024, example="2")),
     dtype: str = typer.Option("auto", "--dtype"),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
     vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version"),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", min=1),
-    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", min=1),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", parser=count_option("--max-num-seqs", example="256")),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", parser=count_option("--max-num-batched-tokens", example="8192")),
     headroom: str = typer.Option("0", "--headroom", help="memory to keep free on the GPU"),
-    kv_factor: float = typer.Option(DEFAULT_KV_FACTOR, "--kv-factor", min=0.01, help="the plan's KV factor, for the sized-by-rule answer"),
+    kv_factor: float = typer.Option(DEFAULT_KV_FACTOR, "--kv-factor", parser=number_option("--kv-factor", minimum=0.01, maximum=100, example="1.0"),
+                                    help="the plan's KV factor, for the sized-by-rule answer"),
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
     json_output: bool = typer.Option(False, "--json", help="print the fit report as JSON"),
 ) -> None:

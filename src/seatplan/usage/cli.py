@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from seatplan.numeric_options import count_option, number_option
+
 
 def parse_moment(text: str, option: str) -> datetime:
     """An ISO date or time; a zone is converted to UTC, none means UTC (LiteLLM stores UTC wall-clock time)."""
@@ -54,12 +56,13 @@ def usage_command(
     source: str | None = typer.Option(
         None, "--from", help="postgresql://… DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
         "or a CSV / JSON Lines / JSON export of LiteLLM_SpendLogs"),
-    days: float | None = typer.Option(None, "--days", help="the last N days (up to --until, else now)"),
+    days: float | None = typer.Option(None, "--days", parser=number_option("--days", minimum=0, maximum=MAX_WINDOW_DAYS, example="14"),
+                                      help="the last N days (up to --until, else now)"),
     since: str | None = typer.Option(None, "--since", help="first instant counted, ISO, UTC unless a zone is given"),
     until: str | None = typer.Option(None, "--until", help="end of the window (exclusive), ISO, UTC unless a zone is given"),
     fleet: Path | None = typer.Option(None, "--fleet", help="fleet file: maps LiteLLM model names to seats by served_model_name"),
     runaway_tokens: int | None = typer.Option(
-        None, "--runaway-tokens", min=1, help="a reply of at least this many completion tokens is a runaway (default: "
+        None, "--runaway-tokens", parser=count_option("--runaway-tokens", example="16384"), help="a reply of at least this many completion tokens is a runaway (default: "
         "32 x the seat's median completion, at least 16384, at most 0.9 x max_model_len)"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write the usage JSON here (for `seatplan plan --usage`)"),
     as_json: bool = typer.Option(False, "--json", help="print the usage report as one JSON document"),

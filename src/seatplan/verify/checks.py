@@ -5,14 +5,18 @@ Each comparison becomes one :class:`Check` row ``{seat, check, expected, seen, o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from seatplan import versions
 from seatplan.exposition import Sample
+from seatplan.output import clipped
+from seatplan.secrets import scrub
 from seatplan.verify.expect import SeatExpectation
 from seatplan.verify.models import Check, Value
 
 GATEWAY = "gateway"
+LABEL_SHOWN_CHARS = 40
 
 
 @dataclass
@@ -48,9 +52,28 @@ class GatewayObservation:
     completion_problems: dict[str, str] = field(default_factory=dict)
 
 
+# The label vLLM adds to tell the engines (data-parallel ranks) of one server apart: vllm/v1/metrics/loggers.py
+# (0.32.0) ``log_metrics_info`` sets ``metrics_info["engine"] = str(engine_index)`` for each engine, the rest of
+# the labels are the one cache config's ``metrics_info()``.
+ENGINE_LABEL = "engine"
+
+
 def cache_config_labels(samples: list[Sample]) -> dict[str, str] | None:
-    """The labels of ``vllm:cache_config_info`` (the first engine's), or None when the gauge is absent."""
-    return next((sample.labels for sample in samples if sample.name == "vllm:cache_config_info"), None)
+    """The labels of ``vllm:cache_config_info``, or None when the gauge is absent.
+
+    Every engine of a server reports the same cache config (only the ``engine`` label differs); two samples that
+    disagree on anything else are no figure to check against, and raise ValueError naming the first label."""
+    found = [sample.labels for sample in samples if sample.name == "vllm:cache_config_info"]
+    if not found:
+        return None
+    first = {key: value for key, value in found[0].items() if key != ENGINE_LABEL}
+    for labels in found[1:]:
+        other = {key: value for key, value in labels.items() if key != ENGINE_LABEL}
+        if other != first:
+            differing = sorted(key for key in first.keys() | other.keys() if first.get(key) != other.get(key))
+            shown = [clipped(str(labels.get(differing[0])), LABEL_SHOWN_CHARS) for labels in (first, other)]
+            raise ValueError(f"two vllm:cache_config_info samples disagree on {differing[0]} ({shown[0]} and {shown[1]})")
+    return found[0]
 
 
 def sample_total(samples: list[Sample], name: str, model_name: str) -> float:
@@ -91,11 +114,17 @@ def _max_model_len_check(expectation: SeatExpectation, seen: EngineObservation) 
 
 
 def _label_int(labels: dict[str, str], key: str) -> int | str:
+    """A whole-number label (``num_gpu_blocks="1234"``; older vLLM wrote ``1234.0``), else what is wrong with it."""
     value = labels.get(key)
+    if value in (None, "None"):
+        return f"no {key} label"
     try:
-        return int(float(value)) if value not in (None, "None") else f"no {key} label"
+        number = float(value)
     except ValueError:
-        return value  # type: ignore[return-value]
+        return f"{key} label '{clipped(str(value), LABEL_SHOWN_CHARS)}' is not a number"
+    if not math.isfinite(number) or not number.is_integer() or abs(number) > 2**63:
+        return f"{key} label '{clipped(str(value), LABEL_SHOWN_CHARS)}' is not a whole number"
+    return int(number)
 
 
 def _kv_checks(expectation: SeatExpectation, seen: EngineObservation, running: versions.Version) -> list[Check]:
@@ -177,10 +206,6 @@ def redact(checks: list[Check], secrets: list[str]) -> list[Check]:
     secrets = [secret for secret in secrets if secret]
 
     def clean(value: Value) -> Value:
-        if not isinstance(value, str):
-            return value
-        for secret in secrets:
-            value = value.replace(secret, "***")
-        return value
+        return scrub(value, *secrets) if isinstance(value, str) else value
 
     return [check.model_copy(update={"expected": clean(check.expected), "seen": clean(check.seen)}) for check in checks]

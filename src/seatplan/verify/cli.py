@@ -5,11 +5,15 @@ Only Typer is imported at load time; the stage's logic is imported inside the co
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
 
+from seatplan.numeric_options import number_option
+
 DEFAULT_KEY_ENV = "LITELLM_MASTER_KEY"
+EXACT_VERSION = re.compile(r"v?[0-9]{1,4}\.[0-9]{1,4}(?:\.[0-9]{1,4}){0,2}")
 EXIT_FAILED = 1
 
 
@@ -24,15 +28,18 @@ def verify_command(
     key_env: str = typer.Option(DEFAULT_KEY_ENV, "--key-env", help="environment variable holding the gateway key (never printed); '' for none"),
     key_file: Path | None = typer.Option(None, "--key-file", help="a file (chmod 600) whose first line is the gateway key, read when the variable is unset"),
     fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
-    timeout_s: float = typer.Option(30.0, "--timeout", min=0.1, help="seconds each request may take"),
+    timeout_s: float = typer.Option(30.0, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="30"),
+                                   help="seconds each request may take, from connecting to the answer's last byte"),
     json_output: bool = typer.Option(False, "--json", help="print {ok, checks: [{seat, check, expected, seen, ok}]}"),
 ) -> None:
     """Check every engine of a plan (and the gateway) against the plan, to the KV block; exit 1 if any check fails."""
     from seatplan.verify.expect import seat_expectations
-    from seatplan.verify.loading import gateway_key, load_context
+    from seatplan.verify.loading import gateway_key, gateway_url, load_context
     from seatplan.verify.probe import ProbeSettings
     from seatplan.verify.run import verify_fleet
 
+    if gateway is not None:
+        gateway = gateway_url(gateway)
     context = load_context(plan, fleet)
     key = gateway_key(key_env, key_file) if gateway else None
     expectations = seat_expectations(context.plan, context.hosts, context.fleet_dir, context.facts_loader)
@@ -63,10 +70,15 @@ def upgrade_check_command(
     from seatplan.verify.upgrade import upgrade_report
     from seatplan.versions import modelled
 
+    fix = "give a vLLM version from 0.8 to 0.32, e.g. 0.32 or 0.10.2"
+    if not EXACT_VERSION.fullmatch(to):
+        # versions.release reads a leading version out of a running engine's text (0.32.0+cpu); a flag must be
+        # nothing but a version, or "0.32; rm -rf" would be taken as 0.32.
+        raise SeatplanError("--to takes a version alone (digits and dots, e.g. 0.32 or 0.10.2)", where="--to", fix=fix)
     try:
         modelled(to)
     except ValueError as problem:
-        raise SeatplanError(str(problem), where="--to", fix="give a vLLM version from 0.8 to 0.32, e.g. 0.32 or 0.10.2") from None
+        raise SeatplanError(str(problem), where="--to", fix=fix) from None
     context = load_context(plan, fleet)
     report = upgrade_report(context.plan, context.fleet_dir, context.facts_loader, to)
     if json_output:

@@ -6,11 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.io import read_plan
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
+from seatplan.output import clipped, printable
 from seatplan.secrets import check_environment_name, read_secret
 from seatplan.verify.expect import FactsLoader, HostInfo
 
@@ -55,3 +58,20 @@ def gateway_key(variable: str, key_file: Path | None = None) -> str | None:
         raise SeatplanError(f"{source} hold no gateway key", where="--key-file" if key_file and not variable else "--key-env",
                             fix=f"export {variable or 'LITELLM_MASTER_KEY'}=... or pass --key-file FILE (chmod 600); --key-env '' for a gateway without keys")
     return key
+
+
+def gateway_url(text: str) -> str:
+    """``--gateway`` as an http(s) URL with a host, checked before anything is asked (httpx raises on a URL it
+    cannot parse, and the URL's text is not quoted back beyond a short, escaped excerpt)."""
+    fix = "pass the gateway's base URL, e.g. --gateway http://127.0.0.1:4000"
+    shown = printable(clipped(text, 80))
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, TypeError, ValueError) as problem:
+        raise SeatplanError(f"cannot read '{shown}' as a URL ({printable(clipped(str(problem), 120))})", where="--gateway", fix=fix) from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise SeatplanError(f"'{shown}' is no http:// or https:// URL with a host", where="--gateway", fix=fix)
+    if url.username or url.password:
+        raise SeatplanError("the URL carries a user or password, which verify would send and might print", where="--gateway",
+                            fix="give the URL without user:password@ and the key in --key-env or --key-file")
+    return text

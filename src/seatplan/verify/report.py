@@ -6,14 +6,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from seatplan.output import fit_table
+from seatplan.output import clipped, fit_table, printable
 from seatplan.verify.models import UpgradeReport, Value, VerifyReport
+
+# The most a cell shows of a server's text: the JSON document keeps verify's own cut (300 characters).
+CELL_CHARS = 300
 
 
 def _cell(value: Value) -> str:
+    """A value as a table cell: figures with thousands separators; text from a server or the fleet with its
+    control characters shown escaped, its brackets no markup, and cut to CELL_CHARS."""
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    return escape(str(value))
+    return escape(printable(clipped(str(value), CELL_CHARS)))
 
 
 def print_verify(out: Console, report: VerifyReport) -> None:
@@ -22,7 +27,7 @@ def print_verify(out: Console, report: VerifyReport) -> None:
         table.add_column(column, overflow="fold")
     for check in report.checks:
         mark = "[green]ok[/]" if check.ok else "[bold red]FAIL[/]"
-        table.add_row(check.seat, check.check, _cell(check.expected), _cell(check.seen), mark)
+        table.add_row(_cell(check.seat), _cell(check.check), _cell(check.expected), _cell(check.seen), mark)
     out.print(fit_table(table, out.width))
     failed = sum(not check.ok for check in report.checks)
     if report.ok:
@@ -36,7 +41,7 @@ def print_upgrade(out: Console, report: UpgradeReport) -> None:
     for column in ("seat", "what", f"on {report.plan_version}", f"on {report.to_version}", "note"):
         table.add_column(column, overflow="fold")
     for change in report.changes:
-        table.add_row(change.seat, change.what, _cell(change.now), _cell(change.after), escape(change.note))
+        table.add_row(_cell(change.seat), _cell(change.what), _cell(change.now), _cell(change.after), _cell(change.note))
     out.print(fit_table(table, out.width, ("note",)))
     if report.unchanged_seats:
-        out.print(f"unchanged KV figures, context and flags: {', '.join(report.unchanged_seats)}")
+        out.print(f"unchanged KV figures, context and flags: {_cell(', '.join(report.unchanged_seats))}")

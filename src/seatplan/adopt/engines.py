@@ -1,7 +1,7 @@
 """The only part of adopt that talks HTTP: three small GETs per engine, bounded as verify bounds its probes.
 
 ``/v1/models`` (served names, the model as started, ``max_model_len``), ``/version`` and ``/metrics``
-(``vllm:cache_config_info``). Each answer is read through verify's bounded fetch (a deadline on the whole
+(``vllm:cache_config_info``). Each answer is read through ``seatplan.bounded_http`` (a deadline on the whole
 answer and a size cap) and JSON with bounded depth; an engine that does not answer is a warning, not an error:
 the files may still say what it runs.
 """
@@ -11,10 +11,9 @@ from __future__ import annotations
 import httpx
 
 from seatplan.adopt.evidence import EngineSeen
+from seatplan.bounded_http import SHOWN_CHARS, BoundedClient
 from seatplan.errors import SeatplanError
 from seatplan.exposition import parse_exposition
-from seatplan.jsontext import loads_bounded
-from seatplan.verify.probe import fetch
 
 MAX_CARDS = 64  # one engine serves one model (a few names at most)
 
@@ -33,23 +32,19 @@ def checked_base_url(url: str, where: str) -> str:
     return str(parsed.copy_with(path=path or "/")).rstrip("/")
 
 
-def _json(client: httpx.Client, path: str) -> object:
-    return loads_bounded(fetch(client, "GET", path).raise_for_status().content)
-
-
 _ANSWER_ERRORS = (httpx.HTTPError, ValueError, KeyError, TypeError, SeatplanError)
 
 
 def _short(error: Exception) -> str:
     text = error.message if isinstance(error, SeatplanError) else f"{type(error).__name__}: {error}"
-    return text[:300]
+    return text[:SHOWN_CHARS]
 
 
 def probe_engine(base_url: str, source: str, timeout_s: float) -> EngineSeen:
     seen = EngineSeen(base_url=base_url, source=source)
-    with httpx.Client(base_url=base_url, timeout=timeout_s, trust_env=False, follow_redirects=False) as client:
+    with BoundedClient(base_url, timeout_s) as client:
         try:
-            document = _json(client, "/v1/models")
+            document = client.json("GET", "/v1/models")
             cards = document["data"] if isinstance(document, dict) else None
             if not isinstance(cards, list):
                 raise ValueError("/v1/models has no data list")
@@ -60,12 +55,12 @@ def probe_engine(base_url: str, source: str, timeout_s: float) -> EngineSeen:
         except _ANSWER_ERRORS as error:
             seen.problems.append(f"/v1/models: {_short(error)}")
         try:
-            version = _json(client, "/version")
+            version = client.json("GET", "/version")
             seen.version = str(version["version"])[:40] if isinstance(version, dict) else None
         except _ANSWER_ERRORS as error:
             seen.problems.append(f"/version: {_short(error)}")
         try:
-            text = fetch(client, "GET", "/metrics").raise_for_status().text
+            text = client.fetch("GET", "/metrics").raise_for_status().text
             seen.cache_labels = next((sample.labels for sample in parse_exposition(text.splitlines()) if sample.name == "vllm:cache_config_info"), None)
         except _ANSWER_ERRORS as error:
             seen.problems.append(f"/metrics: {_short(error)}")

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
+from seatplan.encode import NAME_RULES, address_problem, name_problem
 from seatplan.errors import FieldValueError, SeatplanError
 from seatplan.units import SIZE_FIX, GiB, MiB, parse_bytes, parse_tokens, round_up
 from seatplan.versions import DEFAULT_VLLM_VERSION
@@ -62,6 +63,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def checked_name(kind: str, value: str) -> str:
+    """A name every consumer takes as written (``encode.NAME_RULES``); anything else is refused with the rule."""
+    problem = name_problem(kind, value)
+    if problem is not None:
+        raise FieldValueError(problem, f"rename it: {NAME_RULES[kind][1]}")
+    return value
+
+
 class GpuSpec(_Strict):
     """One GPU of a host."""
 
@@ -90,6 +99,19 @@ class HostSpec(_Strict):
     address: str | None = Field(None, description="how engines on the host are reached (default: `name`): health checks, "
                                 "LiteLLM's `api_base`, Prometheus' `instance`, `seatplan verify` ([render.md](render.md))")
 
+    @field_validator("name")
+    @classmethod
+    def _host_name(cls, value: str) -> str:
+        return checked_name("host name", value)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        problem = address_problem(value) if value is not None else None
+        if problem is not None:
+            raise FieldValueError(problem, "give the host's IP address or DNS name (engines, health checks and Prometheus reach it there)")
+        return value
+
     @property
     def reachable_at(self) -> str:
         return self.address or self.name
@@ -98,7 +120,7 @@ class HostSpec(_Strict):
 class SeatSpec(_Strict):
     """One engine ("seat"): a vLLM server, or a fixed non-vLLM process with a known memory cap."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$", description="seat name (letters, digits, `.`, `_`, `-`)")
+    name: str = Field(min_length=1, description="seat name (1 to 63 letters, digits, `.`, `_`, `-`, starting with a letter or digit)")
     engine: Literal["vllm", "fixed"] = Field("vllm", description="`vllm`, or `fixed` for a non-vLLM process with a known memory cap")
     model: str | None = Field(None, description="model directory (relative to the fleet file) or Hugging Face id")
     model_path_on_host: str | None = Field(
@@ -145,6 +167,23 @@ class SeatSpec(_Strict):
     memory_cap_bytes: Bytes | None = Field(None, description="a fixed seat's declared memory per GPU")
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES)")
+
+    @field_validator("name")
+    @classmethod
+    def _seat_name(cls, value: str) -> str:
+        return checked_name("seat name", value)
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served_name(cls, value: str | None) -> str | None:
+        return checked_name("served name", value) if value is not None else None
+
+    @field_validator("env")
+    @classmethod
+    def _env_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            checked_name("env key", key)
+        return value
 
     @field_validator("max_model_len", mode="before")
     @classmethod

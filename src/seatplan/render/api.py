@@ -58,7 +58,7 @@ def render_to(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Ta
 
 def settings_of(directory: Path) -> RenderSettings | None:
     document = read_manifest(directory)
-    return RenderSettings.model_validate(document["settings"]) if document else None
+    return document.settings if document else None
 
 
 def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | None = None) -> DiffReport:

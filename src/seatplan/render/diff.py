@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from seatplan.errors import SeatplanError
 from seatplan.render.bundle import MANIFEST
 from seatplan.render.targets import Files
 
@@ -44,7 +45,7 @@ class DiffReport(BaseModel):
 def parse_env(text: str) -> dict[str, str]:
     """``KEY=value`` and ``KEY='value'`` lines as written by the env-file builder; comments skipped."""
     values = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):  # not splitlines(): NEL, LS and PS are no line ends in an env file
         if not line.strip() or line.lstrip().startswith("#") or "=" not in line:
             continue
         key, value = line.split("=", 1)
@@ -54,7 +55,10 @@ def parse_env(text: str) -> dict[str, str]:
 
 def command_settings(command: str) -> dict[str, str]:
     """``--flag value`` pairs of an engine command (a flag without a value reads ``on``; the model is ``model``)."""
-    words = shlex.split(command)
+    try:
+        words = shlex.split(command)
+    except ValueError as problem:  # a hand-edited file: an unbalanced quote
+        raise SeatplanError(f"{COMMAND_KEY} is not a shell line: {problem}", fix="render the directory again (seatplan render PLAN -o DIR)") from None
     settings: dict[str, str] = {}
     position = 0
     while position < len(words):
@@ -98,12 +102,20 @@ def unified(old: str, new: str, path: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
+def located(path: str, against: str, old_text: str, new_text: str) -> list[Change]:
+    """:func:`env_changes`, with a problem located in the env file it came from."""
+    try:
+        return env_changes(old_text, new_text)
+    except SeatplanError as problem:
+        raise SeatplanError(problem.message, where=f"{against}/{path}", fix=problem.fix) from None
+
+
 def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
     seat_paths = sorted(path for path in set(old) | set(new) if path.startswith(ENV_PREFIX) and path.endswith(".env"))
     seats = []
     for path in seat_paths:
         status = status_of(old.get(path), new.get(path))
-        changes = env_changes(old[path], new[path]) if status == "changed" else []
+        changes = located(path, against, old[path], new[path]) if status == "changed" else []
         seats.append(SeatDiff(seat=path[len(ENV_PREFIX) : -len(".env")], status=status, changes=changes))
     files = []
     for path in sorted((set(old) | set(new)) - set(seat_paths) - {MANIFEST}):

@@ -253,7 +253,9 @@ def systemd_unit(settings: RenderSettings) -> str:
         + "[Unit]\nDescription=vLLM engine for seatplan seat %i\nAfter=network-online.target\n\n"
         + "[Service]\n"
         + f"EnvironmentFile={systemd_path(settings.host_dir, '--host-dir')}/env/%i.env\n"
-        + "ExecStart=/bin/sh -c 'eval \"exec $SEATPLAN_COMMAND\"'\n"
+        # `$$`: systemd passes `$SEATPLAN_COMMAND` to sh, which reads it from the environment; systemd's own
+        # `$VAR` expansion would paste the value, quotes and all, into the sh -c script
+        + "ExecStart=/bin/sh -c 'eval \"exec $$SEATPLAN_COMMAND\"'\n"
         + "Restart=on-failure\nTimeoutStopSec=60\n\n[Install]\nWantedBy=multi-user.target\n"
     )
 

@@ -84,6 +84,14 @@ class GpuSpec(_Strict):
 Device = Literal["cuda", "cpu"]
 
 
+def no_single_quote(what: str, text: str) -> None:
+    """The env file carries the engine's command and environment in single quotes, which sh, systemd and
+    Compose all end at the next ``'`` with no escape the three share (``encode.env_assignment``)."""
+    if "'" in text:
+        raise FieldValueError(f"{what} holds a single quote, which the engine's env file cannot carry",
+                              "remove the quote (a model path or argument needs none; JSON arguments use double quotes)")
+
+
 class HostSpec(_Strict):
     name: str = Field(min_length=1, description="host name; GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
     gpus: list[GpuSpec] = Field(min_length=1, description="the host's GPUs")
@@ -181,8 +189,16 @@ class SeatSpec(_Strict):
     @field_validator("env")
     @classmethod
     def _env_keys(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
+        for key, text in value.items():
             checked_name("env key", key)
+            no_single_quote(f"the value of {key}", text)
+        return value
+
+    @field_validator("model", "model_path_on_host", "extra_args")
+    @classmethod
+    def _command_words(cls, value: str | list[str] | None) -> str | list[str] | None:
+        for text in [value] if isinstance(value, str) else value or []:
+            no_single_quote(repr(text), text)
         return value
 
     @field_validator("max_model_len", mode="before")

@@ -167,7 +167,7 @@ def apply_command(
     from seatplan.render.settings import TARGETS, RenderSettings
 
     extra_vars(extra)  # a bad -e or --tag is refused before anything is rendered
-    tag = check_name("tag", tag or default_tag(), "--tag")
+    tag = check_name("tag", default_tag() if tag is None else tag, "--tag")
     loaded = load_plan(plan_file)
     overridden = guard_apply(loaded.plan, plan_file, fleet, inventory, force=force)
     directory = output or plan_file.resolve().parent / "rendered"

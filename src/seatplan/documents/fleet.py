@@ -93,7 +93,8 @@ def no_single_quote(what: str, text: str) -> None:
 
 
 class HostSpec(_Strict):
-    name: str = Field(min_length=1, description="host name; GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
+    name: str = Field(min_length=1, description="host name, a DNS name (letters, digits, `-`, `_` in dot-separated labels); "
+                      "GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
     gpus: list[GpuSpec] = Field(min_length=1, description="the host's GPUs")
     monitor_names: list[str] = Field(
         default_factory=list, description="the names monitors give this host (a Beszel system, a DCGM `hostname`, an nvidia-smi "
@@ -104,7 +105,7 @@ class HostSpec(_Strict):
         "and attention backend follow it, so the plan's blocks and tokens are exact there; each `gpus` entry is then a "
         "memory budget and no `CUDA_VISIBLE_DEVICES` is set. A seat that could land on both kinds must be pinned to one",
     )
-    address: str | None = Field(None, description="how engines on the host are reached (default: `name`): health checks, "
+    address: str | None = Field(None, description="an IP address or DNS name: how engines on the host are reached (default: `name`): health checks, "
                                 "LiteLLM's `api_base`, Prometheus' `instance`, `seatplan verify` ([render.md](render.md))")
 
     @field_validator("name")
@@ -134,7 +135,8 @@ class SeatSpec(_Strict):
     model_path_on_host: str | None = Field(
         None, description="what --model says on the GPU host, when it differs from `model` (defaults to `model`)"
     )
-    served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`); usage data are matched on it")
+    served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`; letters, digits and "
+                                         "`. _ : / @ + -`); usage data are matched on it")
     port: int | None = Field(None, ge=1, le=65535, description="`--port`; two seats on one host may not share one")
     dtype: str = Field("auto", description="vLLM's `--dtype`")
     kv_cache_dtype: str = Field("auto", description="vLLM's `--kv-cache-dtype`; `fp8` halves the KV bytes of a 16-bit model")
@@ -174,7 +176,8 @@ class SeatSpec(_Strict):
                              "quality on short prompts; the plan always shows what it would cost)")
     memory_cap_bytes: Bytes | None = Field(None, description="a fixed seat's declared memory per GPU")
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES)")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES); "
+                                "keys are POSIX names, values hold no single quote or control character")
 
     @field_validator("name")
     @classmethod

@@ -288,7 +288,8 @@ def ansible(work):
     return work
 
 
-HOSTILE_HOST_DIRS = ["/srv/x; touch CANARY", "/srv/{{ lookup('pipe','touch CANARY') }}", "/srv/$(touch CANARY)", "/srv/`touch CANARY`"]
+# under the test's directory (``{work}``), so that what a broken quoting would create lands where the snapshot sees it
+HOSTILE_HOST_DIRS = ["{work}/srv/x; touch CANARY", "{work}/srv/{{{{ lookup('pipe','touch CANARY') }}}}", "{work}/srv/$(touch CANARY)", "{work}/srv/`touch CANARY`"]
 
 
 def test_apply_check_against_localhost_runs_no_payload_from_any_value(ansible, capsys):
@@ -324,15 +325,19 @@ def test_the_restart_command_quotes_every_value_through_ansibles_real_shell(ansi
     """The rendered restart command, run by Ansible's `shell` module (not skipped as in --check): the restart
     script at a hostile path gets exactly SEAT and the env file's path as its two arguments."""
     work = ansible
-    script = work / "bin" / "re start; touch CANARY $(touch CANARY)"
-    script.parent.mkdir()
     args_file = work / "args"
-    script.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" > {shlex.quote(str(args_file))}\n")
-    script.chmod(0o755)
-    for host_dir in HOSTILE_HOST_DIRS:
+    (work / "bin").mkdir()
+    scripts = [work / "bin" / "re start; touch CANARY $(touch CANARY)", work / "bin" / 'r{{ lookup("pipe","touch CANARY") }}']
+    for script in scripts:
+        script.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" > {shlex.quote(str(args_file))}\n")
+        script.chmod(0o755)
+    outcome, plan = plan_from(work, fleet_text())
+    inventory = localhost_inventory(work)
+    for script, host_dir in [(scripts[number % 2], host_dir.format(work=work)) for number, host_dir in enumerate(HOSTILE_HOST_DIRS)]:
+        args_file.unlink(missing_ok=True)
+        before = snapshot(work)
         directory = work / "rendered"
         shutil.rmtree(directory, ignore_errors=True)
-        outcome, plan = plan_from(work, fleet_text())
         out = seatplan("render", str(plan), "-o", str(directory), "--restart", "script", "--restart-script", str(script), "--host-dir", host_dir)
         assert out.exit_code == 0, out.stderr
         probe = directory / "ansible" / "probe.yaml"
@@ -340,11 +345,12 @@ def test_the_restart_command_quotes_every_value_through_ansibles_real_shell(ansi
             "hosts": "all", "gather_facts": False, "vars_files": ["vars.yaml"],
             "tasks": [{"ansible.builtin.shell": "{{ seatplan_restart_command }}", "loop": "{{ seatplan_seats[inventory_hostname] }}", "loop_control": {"loop_var": "seat"}}],
         }]))
-        done = subprocess.run([ansible_playbook(), "-i", str(localhost_inventory(work)), str(probe)],
+        done = subprocess.run([ansible_playbook(), "-i", str(inventory), str(probe)],
                               capture_output=True, text=True, cwd=work, timeout=300)
         assert done.returncode == 0 and args_file.exists(), done.stdout[-3000:] + done.stderr[-2000:]
         assert args_file.read_text().split("\0")[:-1] == ["alpha", f"{host_dir}/env/alpha.env"]
-        assert not list(work.rglob(CANARY)) and not Path("/srv/x").exists()
+        assert not list(work.rglob(CANARY))
+        assert changed_outside(before, snapshot(work), ["rendered", "args"]) == []
 
 
 @pytest.mark.parametrize("tag", ["{{ lookup('pipe','touch CANARY') }}", "x seatplan_host_dir=/", "..", "a/b", "*", "", "a\nb", "x" * 300, "-x", "a b"])

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from render.render_testkit import load_ansible_yaml
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.engine.parse import parse_command_line, parse_env
 from seatplan.engine.settings import EngineHost, engine_settings, planned_engine_settings
@@ -97,7 +98,7 @@ def test_plan_verify_and_alert_rule_hold_one_number(tmp_path, seed):
         assert env["SEATPLAN_HEALTH_URL"] == f"{url}/health"
         assert parse_command_line(env["SEATPLAN_COMMAND"])["--max-num-batched-tokens"] == str(seat.vllm.max_num_batched_tokens)  # type: ignore[union-attr]
         assert instance_of(rule["expr"]) == f"{bracketed}:{seat.port}"
-        playbook_vars = yaml.safe_load(files["ansible/vars.yaml"])
+        playbook_vars = load_ansible_yaml(files["ansible/vars.yaml"])
         entries = [entry for host_seats in playbook_vars["seatplan_seats"].values() for entry in host_seats]
         assert next(entry for entry in entries if entry["name"] == seat.name)["health_url"] == f"{url}/health"
         litellm = yaml.safe_load(files["litellm/config.yaml"])["model_list"]

@@ -9,7 +9,7 @@ import random
 import yaml
 
 from conftest import run_cli
-from render.render_testkit import DEMO_FLEET
+from render.render_testkit import DEMO_FLEET, load_ansible_yaml
 from seatplan.documents.plan import Plan
 from seatplan.render.bundle import render_files
 from seatplan.render.settings import RenderSettings
@@ -30,7 +30,7 @@ def test_a_fixed_seat_without_an_image_is_listed_as_not_managed(demo_plan):
     assert "# not managed by seatplan (no image in the fleet file): speech on GPU 0\n" in compose
     assert "speech" not in yaml.safe_load(compose)["services"]
     assert "depends_on" not in yaml.safe_load(compose)["services"][first_engine(demo_plan)]
-    assert yaml.safe_load(files["ansible/vars.yaml"])["seatplan_fixed"] == {"gpu-box": []}
+    assert load_ansible_yaml(files["ansible/vars.yaml"])["seatplan_fixed"] == {"gpu-box": []}
 
 
 def test_a_fixed_seat_with_an_image_is_rendered_first_and_the_engines_wait_for_its_health(demo_plan):
@@ -47,7 +47,7 @@ def test_a_fixed_seat_with_an_image_is_rendered_first_and_the_engines_wait_for_i
     assert list(services)[0] == "speech"
     assert services[first_engine(plan)]["depends_on"] == {"speech": {"condition": "service_started"}}
     assert "not managed" not in files["compose.yaml"]
-    assert yaml.safe_load(files["ansible/vars.yaml"])["seatplan_fixed"] == {"gpu-box": [{"name": "speech", "health_url": health}]}
+    assert load_ansible_yaml(files["ansible/vars.yaml"])["seatplan_fixed"] == {"gpu-box": [{"name": "speech", "health_url": health}]}
     tasks = yaml.safe_load(files["ansible/playbook.yaml"])[0]["tasks"]
     names = [task["name"] for task in tasks]
     assert names.index("fixed seats: wait for their health URL before the engines") < names.index("seats one at a time, in boot order")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import require_binary
-from render.render_testkit import COMPOSE_SCHEMA, GiB, MiB
+from render.render_testkit import COMPOSE_SCHEMA, GiB, MiB, load_ansible_yaml
 from seatplan.engine.command import MODULE_LAUNCHER, engine_command, shell_line, unsupported_flags
 from seatplan.errors import SeatplanError
 from seatplan.render.bundle import render_files
@@ -164,7 +164,7 @@ def test_a_seat_without_a_port_cannot_be_delivered(demo_plan):
 def test_the_playbook_ends_with_seatplan_verify_through_the_gateway(demo_plan):
     settings = RenderSettings(plan_path="/srv/plan.json", seatplan_command="seatplan", verify_gateway="http://gw:4000", gateway_key_env="GW_KEY")
     files = render_files(demo_plan, settings, ["ansible"])
-    variables = yaml.safe_load(files["ansible/vars.yaml"])
+    variables = load_ansible_yaml(files["ansible/vars.yaml"])
     assert variables["seatplan_verify_command"] == "seatplan verify /srv/plan.json --gateway http://gw:4000 --key-env GW_KEY"
     last_play = yaml.safe_load(files["ansible/playbook.yaml"])[-1]
     assert last_play["hosts"] == "localhost" and last_play["tasks"][0]["ansible.builtin.command"] == "{{ seatplan_verify_command }}"

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
+from seatplan.encode import NAME_RULES, address_problem, name_problem
 from seatplan.errors import FieldValueError, SeatplanError
 from seatplan.units import SIZE_FIX, GiB, MiB, parse_bytes, parse_tokens, round_up
 from seatplan.versions import DEFAULT_VLLM_VERSION
@@ -62,6 +63,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def checked_name(kind: str, value: str) -> str:
+    """A name every consumer takes as written (``encode.NAME_RULES``); anything else is refused with the rule."""
+    problem = name_problem(kind, value)
+    if problem is not None:
+        raise FieldValueError(problem, f"rename it: {NAME_RULES[kind][1]}")
+    return value
+
+
 class GpuSpec(_Strict):
     """One GPU of a host."""
 
@@ -75,8 +84,17 @@ class GpuSpec(_Strict):
 Device = Literal["cuda", "cpu"]
 
 
+def no_single_quote(what: str, text: str) -> None:
+    """The env file carries the engine's command and environment in single quotes, which sh, systemd and
+    Compose all end at the next ``'`` with no escape the three share (``encode.env_assignment``)."""
+    if "'" in text:
+        raise FieldValueError(f"{what} holds a single quote, which the engine's env file cannot carry",
+                              "remove the quote (a model path or argument needs none; JSON arguments use double quotes)")
+
+
 class HostSpec(_Strict):
-    name: str = Field(min_length=1, description="host name; GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
+    name: str = Field(min_length=1, description="host name, a DNS name (letters, digits, `-`, `_` in dot-separated labels); "
+                      "GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
     gpus: list[GpuSpec] = Field(min_length=1, description="the host's GPUs")
     monitor_names: list[str] = Field(
         default_factory=list, description="the names monitors give this host (a Beszel system, a DCGM `hostname`, an nvidia-smi "
@@ -91,6 +109,19 @@ class HostSpec(_Strict):
                                 "address (`fd00::5`, bracketed in URLs) or a host name; health checks, "
                                 "LiteLLM's `api_base`, Prometheus' `instance`, `seatplan verify` ([render.md](render.md))")
 
+    @field_validator("name")
+    @classmethod
+    def _host_name(cls, value: str) -> str:
+        return checked_name("host name", value)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        problem = address_problem(value) if value is not None else None
+        if problem is not None:
+            raise FieldValueError(problem, "give the host's IP address or DNS name (engines, health checks and Prometheus reach it there)")
+        return value
+
     @property
     def reachable_at(self) -> str:
         return self.address or self.name
@@ -99,13 +130,14 @@ class HostSpec(_Strict):
 class SeatSpec(_Strict):
     """One engine ("seat"): a vLLM server, or a fixed non-vLLM process with a known memory cap."""
 
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$", description="seat name (letters, digits, `.`, `_`, `-`)")
+    name: str = Field(min_length=1, description="seat name (1 to 63 letters, digits, `.`, `_`, `-`, starting with a letter or digit)")
     engine: Literal["vllm", "fixed"] = Field("vllm", description="`vllm`, or `fixed` for a non-vLLM process with a known memory cap")
     model: str | None = Field(None, description="model directory (relative to the fleet file) or Hugging Face id")
     model_path_on_host: str | None = Field(
         None, description="what --model says on the GPU host, when it differs from `model` (defaults to `model`)"
     )
-    served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`); usage data are matched on it")
+    served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`; letters, digits and "
+                                         "`. _ : / @ + -`); usage data are matched on it")
     port: int | None = Field(None, ge=1, le=65535, description="`--port`; two seats on one host may not share one")
     dtype: str = Field("auto", description="vLLM's `--dtype`")
     kv_cache_dtype: str = Field("auto", description="vLLM's `--kv-cache-dtype`; `fp8` halves the KV bytes of a 16-bit model")
@@ -154,7 +186,33 @@ class SeatSpec(_Strict):
         description="a fixed seat's health URL: the engines booted after it wait until it answers 200",
     )
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES)")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES); "
+                                "keys are POSIX names, values hold no single quote or control character")
+
+    @field_validator("name")
+    @classmethod
+    def _seat_name(cls, value: str) -> str:
+        return checked_name("seat name", value)
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served_name(cls, value: str | None) -> str | None:
+        return checked_name("served name", value) if value is not None else None
+
+    @field_validator("env")
+    @classmethod
+    def _env_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, text in value.items():
+            checked_name("env key", key)
+            no_single_quote(f"the value of {key}", text)
+        return value
+
+    @field_validator("model", "model_path_on_host", "extra_args")
+    @classmethod
+    def _command_words(cls, value: str | list[str] | None) -> str | list[str] | None:
+        for text in [value] if isinstance(value, str) else value or []:
+            no_single_quote(repr(text), text)
+        return value
 
     @field_validator("max_model_len", mode="before")
     @classmethod

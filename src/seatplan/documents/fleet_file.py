@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
+from seatplan.encode import control_character
 from seatplan.errors import SeatplanError
 
 PathKey = tuple[str | int, ...]
@@ -305,6 +306,22 @@ def gpu_refs(value: int | str | list[int | str] | None) -> list[int | str]:
     return list(value) if isinstance(value, list) else [value]
 
 
+def control_problems(data: Any, path: PathKey = ()) -> list[FleetProblem]:
+    """Every key or string value holding a character no file seatplan writes can carry (NUL, a control
+    character, NEL, LS, PS): refused before any model sees it, as each consumer would misread it."""
+    if isinstance(data, str):
+        bad = control_character(data)
+        return [FleetProblem(path, f"holds the control character {bad}", "remove it; fleet strings are plain text on one line")] if bad else []
+    problems: list[FleetProblem] = []
+    if isinstance(data, dict):
+        for key, value in data.items():
+            problems += control_problems(key, path + (str(key),)) + control_problems(value, path + (str(key),))
+    elif isinstance(data, list):
+        for position, item in enumerate(data):
+            problems += control_problems(item, path + (position,))
+    return problems
+
+
 def check_fleet(fleet: Fleet) -> list[FleetProblem]:
     """Impossible values that pass the type checks: each names the path of the offending value."""
     problems: list[FleetProblem] = []
@@ -459,6 +476,7 @@ def parse_fleet(text: str, display: str) -> tuple[Fleet, dict[PathKey, int]]:
     if not isinstance(data, dict):
         raise SeatplanError("the fleet file must be a mapping with hosts: and seats:", where=f"{display}:1", fix="see docs/fleet.md")
     _raise_problems(todo_problems(data), lines, display)
+    _raise_problems(control_problems(data), lines, display)
     try:
         fleet = Fleet.model_validate(data)
     except ValidationError as error:

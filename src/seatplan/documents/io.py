@@ -42,6 +42,13 @@ def check_kind(data: object, kind: str, what: str, where: str, fix: str) -> None
 
 def read_document(path: str | Path, model: type[Document], what: str, fix: str, kind: str) -> Document:
     source = Path(path)
+    data = read_bounded_json(source, what, fix)
+    check_kind(data, kind, what, str(source), fix)
+    return validated(model, data, str(source), fix)
+
+
+def read_bounded_json(source: Path, what: str, fix: str) -> object:
+    """A JSON file of at most MAX_DOCUMENT_BYTES, UTF-8, bounded in depth, finite numbers; else a SeatplanError."""
     try:
         with source.open("rb") as stream:
             raw = stream.read(MAX_DOCUMENT_BYTES + 1)
@@ -58,13 +65,17 @@ def read_document(path: str | Path, model: type[Document], what: str, fix: str, 
         raise SeatplanError(f"the {what} is not JSON: {problem.msg}", where=f"{source}:{problem.lineno}", fix=fix) from None
     except (JsonTooDeep, ValueError) as problem:
         raise SeatplanError(f"the {what} is not a document seatplan writes: {problem}", where=str(source), fix=fix) from None
-    check_kind(data, kind, what, str(source), fix)
+    return data
+
+
+def validated(model: type[Document], data: object, where: str, fix: str) -> Document:
+    """``model`` from ``data``; the first validation error, with its field, as a SeatplanError."""
     try:
         return model.model_validate(data)
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         field = ".".join(str(step) for step in first["loc"]) or "(top level)"
-        raise SeatplanError(f"{field}: {first['msg']}", where=str(source), fix=fix) from None
+        raise SeatplanError(f"{field}: {str(first['msg']).removeprefix('Value error, ')}", where=where, fix=fix) from None
 
 
 def read_usage(path: str | Path) -> UsageReport:

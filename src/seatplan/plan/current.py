@@ -8,19 +8,18 @@ manifest names (when that file is still the one rendered, by SHA-256), else the 
 from __future__ import annotations
 
 import hashlib
-import re
-import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from seatplan.documents.fleet import Fleet
 from seatplan.documents.io import read_plan
+from seatplan.engine.command import COMMAND_KEY
+from seatplan.engine.parse import parse_env, split_shell_line
 from seatplan.errors import SeatplanError
 from seatplan.jsontext import loads_bounded
 
 # written by the render stage beside its files; read here as a document, not through render's code
 RENDER_MANIFEST = "seatplan-render.json"
-ENV_LINE = re.compile(r"^(CUDA_VISIBLE_DEVICES|SEATPLAN_COMMAND)=(.*)$", re.M)
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,8 @@ def read_current(path: Path, fleet: Fleet) -> CurrentLayout:
         raise SeatplanError(f"not a directory `seatplan render` wrote (no {RENDER_MANIFEST})", where=str(path),
                             fix="pass the rendered directory itself, or the plan it was rendered from")
     manifest = read_manifest(manifest_path)
-    rendered_from = Path(str(manifest.get("settings", {}).get("plan_path", "")))
+    settings = manifest.get("settings")
+    rendered_from = Path(str(settings.get("plan_path", ""))) if isinstance(settings, dict) else Path()
     if rendered_from.is_file() and hashlib.sha256(rendered_from.read_bytes()).hexdigest() == manifest.get("plan_sha256"):
         return from_plan(rendered_from, source=f"{path} (rendered from {rendered_from})")
     return from_env_files(path, fleet)
@@ -67,10 +67,10 @@ def from_env_files(directory: Path, fleet: Fleet) -> CurrentLayout:
     gpus: dict[str, list[str]] = {}
     commands: dict[str, list[str]] = {}
     for env_file in sorted((directory / "env").glob("*.env")):
-        values = dict(ENV_LINE.findall(env_file.read_text(encoding="utf-8", errors="replace")))
+        values = parse_env(env_file.read_text(encoding="utf-8", errors="replace"))
         seat = env_file.stem
-        if "SEATPLAN_COMMAND" in values:
-            commands[seat] = command_words(values["SEATPLAN_COMMAND"], env_file)
+        if COMMAND_KEY in values:
+            commands[seat] = command_words(values[COMMAND_KEY], env_file)
         indices = [index.strip() for index in values.get("CUDA_VISIBLE_DEVICES", "").split(",") if index.strip()]
         if not indices:
             continue
@@ -83,7 +83,6 @@ def from_env_files(directory: Path, fleet: Fleet) -> CurrentLayout:
 
 def command_words(value: str, where: Path) -> list[str]:
     try:
-        words = shlex.split(value)
-    except ValueError as problem:
-        raise SeatplanError(f"SEATPLAN_COMMAND cannot be read ({problem})", where=str(where), fix="render the directory again") from None
-    return shlex.split(words[0]) if len(words) == 1 else words
+        return split_shell_line(value)
+    except SeatplanError as problem:
+        raise SeatplanError(f"{COMMAND_KEY} cannot be read ({problem.message})", where=str(where), fix="render the directory again") from None

@@ -13,18 +13,23 @@ import hashlib
 import ipaddress
 import shlex
 
+from seatplan.encode import TAG, Unsafe, ansible_unsafe, dump_yaml, systemd_path
 from seatplan.render.engines import Engine, FixedSeat
 from seatplan.render.settings import RenderSettings
-from seatplan.render.targets import HEADER, Files, compose_path, dump_yaml
+from seatplan.render.targets import HEADER, Files, compose_path
 
 HEALTH_POLL_S = 5
 SYSTEMD_UNIT = "seatplan-vllm@.service"
 
+# Run by Ansible's `shell`: every value is shell-quoted by Jinja's `quote` at the moment it is used, so a
+# `-e seatplan_host_dir=...` override is quoted too (the rendered values are `!unsafe`, never templated).
 RESTART_COMMANDS = {
-    "compose": "docker compose -f {{ seatplan_host_dir }}/compose.yaml up -d --no-deps --force-recreate {{ seat.name }}",
-    "systemd": "systemctl restart seatplan-vllm@{{ seat.name }}.service",
-    "script": "{{ seatplan_restart_script }} {{ seat.name }} {{ seatplan_host_dir }}/env/{{ seat.name }}.env",
+    "compose": "docker compose -f {{ (seatplan_host_dir ~ '/compose.yaml') | quote }} up -d --no-deps --force-recreate {{ seat.name | quote }}",
+    "systemd": "systemctl restart {{ ('seatplan-vllm@' ~ seat.name ~ '.service') | quote }}",
+    "script": "{{ seatplan_restart_script | quote }} {{ seat.name | quote }} {{ (seatplan_host_dir ~ '/env/' ~ seat.name ~ '.env') | quote }}",
 }
+# The message rollback fails with when no backup carries the tag; `seatplan rollback` turns it into error/fix.
+NO_BACKUPS = "seatplan-no-backups"
 
 
 def is_loopback(address: str) -> bool:
@@ -37,7 +42,7 @@ def is_loopback(address: str) -> bool:
 def inventory(engines: list[Engine]) -> dict:
     hosts: dict[str, dict] = {}
     for engine in engines:
-        entry = hosts.setdefault(engine.host, {"ansible_host": engine.address})
+        entry = hosts.setdefault(engine.host, {"ansible_host": Unsafe(engine.address)})
         if is_loopback(engine.address):
             # No SSH to this machine itself; and the controller's own Python, not a guessed one.
             entry |= {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
@@ -46,8 +51,8 @@ def inventory(engines: list[Engine]) -> dict:
 
 def seat_entry(engine: Engine, env_text: str) -> dict:
     return {
-        "name": engine.name,
-        "health_url": engine.health_url,
+        "name": Unsafe(engine.name),
+        "health_url": Unsafe(engine.health_url),
         # what `stat` reports for the file once written: a different checksum means a restart
         "sha1": hashlib.sha1(env_text.encode("utf-8")).hexdigest(),
     }
@@ -58,21 +63,21 @@ def variables(engines: list[Engine], env_texts: dict[str, str], settings: Render
     hosts = sorted({engine.host for engine in engines})
     seats = {host: [seat_entry(engine, env_texts[engine.name]) for engine in engines if engine.host == host] for host in hosts}
     return {
-        "seatplan_host_dir": settings.host_dir,
+        "seatplan_host_dir": Unsafe(settings.host_dir),
         "seatplan_render_dir": "{{ playbook_dir }}/..",
         "seatplan_tag": "seatplan",
         "seatplan_date": "{{ now(utc=true, fmt='%Y%m%d') }}",
         "seatplan_restart": settings.restart,
-        "seatplan_restart_script": settings.restart_script or "",
+        "seatplan_restart_script": Unsafe(settings.restart_script or ""),
         "seatplan_restart_command": RESTART_COMMANDS[settings.restart],
         "seatplan_health_retries": max(1, settings.health_timeout_s // HEALTH_POLL_S),
         "seatplan_run_verify": True,
-        "seatplan_verify_command": verify_command(settings),
-        "seatplan_compose_files": {host: compose_path(host, hosts) for host in hosts},
+        "seatplan_verify_command": Unsafe(verify_command(settings)),
+        "seatplan_compose_files": ansible_unsafe({host: compose_path(host, hosts) for host in hosts}),
         "seatplan_seats": seats,
         # fixed seats with a health URL, per host: the engines wait for each before the first restarts (issue 18)
-        "seatplan_fixed": {host: [{"name": item.name, "health_url": item.seat.health_url} for item in fixed if item.host == host and item.seat.health_url]
-                           for host in hosts},
+        "seatplan_fixed": ansible_unsafe({host: [{"name": item.name, "health_url": item.seat.health_url} for item in fixed if item.host == host and item.seat.health_url]
+                                          for host in hosts}),
     }
 
 
@@ -133,6 +138,29 @@ def seat_tasks() -> list[dict]:
             "name": "{{ seat.name }}: restart only if its file changed",
             "ansible.builtin.include_tasks": "restart.yaml",
             "when": "seatplan_written is changed",
+        },
+    ]
+
+
+def backup_tags() -> str:
+    """Jinja: the tags of the backups found on the host (only names a tag may be, so the message stays plain)."""
+    return ("seatplan_all_backups.files | map(attribute='path') | map('basename') "
+            "| map('regex_replace', '^.*[.]env[.]bak-[0-9]{8}-', '') "
+            f"| select('match', '^{TAG.pattern}$') | unique | sort")
+
+
+def rollback_check_tasks() -> list[dict]:
+    """Refuse a tag no backup on the host carries, naming the tags there (else rollback restores nothing, exit 0)."""
+    return [
+        {
+            "name": "the backups on this host",
+            "ansible.builtin.find": {"paths": "{{ seatplan_host_dir }}/env", "patterns": "*.env.bak-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]-*"},
+            "register": "seatplan_all_backups",
+        },
+        {
+            "name": "a backup tagged {{ seatplan_tag }} exists",
+            "ansible.builtin.fail": {"msg": NO_BACKUPS + ": on {{ inventory_hostname }}; tags there: {{ (" + backup_tags() + ") | join(' ') or '(none)' }}"},
+            "when": "seatplan_tag not in (" + backup_tags() + ")",
         },
     ]
 
@@ -228,8 +256,10 @@ def systemd_unit(settings: RenderSettings) -> str:
         HEADER
         + "[Unit]\nDescription=vLLM engine for seatplan seat %i\nAfter=network-online.target\n\n"
         + "[Service]\n"
-        + f"EnvironmentFile={settings.host_dir}/env/%i.env\n"
-        + "ExecStart=/bin/sh -c 'eval \"exec $SEATPLAN_COMMAND\"'\n"
+        + f"EnvironmentFile={systemd_path(settings.host_dir, '--host-dir')}/env/%i.env\n"
+        # `$$`: systemd passes `$SEATPLAN_COMMAND` to sh, which reads it from the environment; systemd's own
+        # `$VAR` expansion would paste the value, quotes and all, into the sh -c script
+        + "ExecStart=/bin/sh -c 'eval \"exec $$SEATPLAN_COMMAND\"'\n"
         + "Restart=on-failure\nTimeoutStopSec=60\n\n[Install]\nWantedBy=multi-user.target\n"
     )
 
@@ -259,7 +289,8 @@ def ansible_files(engines: list[Engine], env_texts: dict[str, str], settings: Re
             play("seatplan apply: rolling restart, one engine at a time", prepare_tasks() + waits + [seats_loop("seat.yaml")]), verify_play()]),
         "ansible/seat.yaml": header + dump_yaml(seat_tasks()),
         "ansible/restart.yaml": header + dump_yaml(restart_tasks()),
-        "ansible/rollback.yaml": header + dump_yaml([play("seatplan rollback: the tagged backups back, one engine at a time", [seats_loop("rollback-seat.yaml")])]),
+        "ansible/rollback.yaml": header + dump_yaml([play("seatplan rollback: the tagged backups back, one engine at a time",
+                                                          rollback_check_tasks() + [seats_loop("rollback-seat.yaml")])]),
         "ansible/rollback-seat.yaml": header + dump_yaml(rollback_seat_tasks()),
     }
     if settings.restart == "systemd":

@@ -59,7 +59,7 @@ def render_to(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Ta
 
 def settings_of(directory: Path) -> RenderSettings | None:
     document = read_manifest(directory)
-    return RenderSettings.model_validate(document["settings"]) if document else None
+    return document.settings if document else None
 
 
 def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | None = None) -> DiffReport:
@@ -83,7 +83,7 @@ def blind_to_rollout(loaded: LoadedPlan, directory: Path) -> list[str]:
     rollout = read_manifest(directory)
     if loaded.plan.inputs.current_from is not None or rollout is None:
         return []
-    if rollout.get("plan_sha256") == hashlib.sha256(loaded.text.encode("utf-8")).hexdigest():
+    if rollout.plan_sha256 == hashlib.sha256(loaded.text.encode("utf-8")).hexdigest():
         return []  # the rollout is this very plan's
     return [f"the plan was made without the current layout, but {directory} holds a rollout of another plan: it may move or "
             f"restart seats that need not; plan again with `seatplan plan FLEET --current {directory}`"]

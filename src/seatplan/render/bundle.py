@@ -6,6 +6,8 @@ import hashlib
 import json
 from collections.abc import Iterable
 
+from pydantic import BaseModel, ConfigDict
+
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.render.ansible import ansible_files
@@ -15,6 +17,15 @@ from seatplan.render.targets import Files, compose_files, env_files, litellm_con
 from seatplan.versions import image_for, try_release
 
 MANIFEST = "seatplan-render.json"
+
+
+class RenderManifest(BaseModel):
+    """``seatplan-render.json``: read back by diff and apply, so a hand-edited one is checked like any input."""
+
+    model_config = ConfigDict(extra="forbid")
+    plan_sha256: str
+    settings: RenderSettings
+    files: dict[str, str]
 
 
 def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target] = TARGETS) -> Files:

@@ -57,7 +57,7 @@ def build_settings(
     from pydantic import ValidationError
 
     from seatplan.errors import SeatplanError
-    from seatplan.render.settings import RenderSettings
+    from seatplan.render.settings import RenderSettings, settings_error
     from seatplan.secrets import check_environment_name
     from seatplan.units import parse_bytes
 
@@ -67,8 +67,12 @@ def build_settings(
     if restart == "script" and not restart_script:
         raise SeatplanError("--restart script needs --restart-script PATH", where="--restart-script", fix="name the script each host runs as SCRIPT SEAT ENV_FILE")
     try:
+        words = shlex.split(launcher)
+    except ValueError as problem:
+        raise SeatplanError(f"--launcher {launcher!r} is not a shell line: {problem}", where="--launcher", fix="balance the quotes in --launcher") from None
+    try:
         return RenderSettings(
-            launcher=shlex.split(launcher),
+            launcher=words,
             bind_host=bind_host,
             plan_path=str(plan_path.resolve()),
             restart=restart,
@@ -82,8 +86,7 @@ def build_settings(
             verify_gateway=verify_gateway,
         )
     except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        raise SeatplanError(f"{first['loc'][0]}: {first['msg']}", where=f"--{str(first['loc'][0]).replace('_', '-')}", fix="see `seatplan render --help`") from None
+        raise settings_error(error) from None
 
 
 def render_command(
@@ -166,10 +169,14 @@ def apply_command(
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Render PLAN again into DIR, then roll it out with ansible-playbook: changed seats only, one engine at a time, then verify."""
+    from seatplan.encode import check_name
     from seatplan.output import error_console
     from seatplan.render.api import apply, blind_to_rollout, default_tag, load_plan, render_to, settings_of
+    from seatplan.render.runner import extra_vars
     from seatplan.render.settings import TARGETS, RenderSettings
 
+    extra_vars(extra)  # a bad -e or --tag is refused before anything is rendered
+    tag = check_name("tag", default_tag() if tag is None else tag, "--tag")
     loaded = load_plan(plan_file)
     overridden = guard_apply(loaded.plan, plan_file, fleet, inventory, force=force)
     directory = output or plan_file.resolve().parent / "rendered"
@@ -178,7 +185,7 @@ def apply_command(
     # `seatplan render` chose the launcher, restart command and the rest; apply keeps them
     settings = (settings_of(directory) or RenderSettings()).model_copy(update={"plan_path": str(plan_file.resolve())})
     render_to(loaded, settings, list(TARGETS), directory)
-    run = apply(directory, inventory, tag=tag or default_tag(), check=check, extra=extra, echo=None if json_output else sys.stdout)
+    run = apply(directory, inventory, tag=tag, check=check, extra=extra, echo=None if json_output else sys.stdout)
     finish(run, json_output, overridden)
 
 
@@ -207,9 +214,15 @@ def rollback_command(
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Put the env files backed up under TAG back, restarting each changed engine one at a time."""
+    from seatplan.encode import check_name
     from seatplan.render.api import rollback
+    from seatplan.render.runner import missing_backups
 
+    check_name("tag", to, "--to")
     run = rollback(directory, inventory or directory / "ansible" / "inventory.yaml", tag=to, check=check, extra=extra, echo=None if json_output else sys.stdout)
+    refused = missing_backups(run, to) if run.returncode != 0 else None
+    if refused is not None:
+        raise refused
     finish(run, json_output)
 
 

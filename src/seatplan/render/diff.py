@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_command_line, parse_env
+from seatplan.errors import SeatplanError
 from seatplan.render.bundle import MANIFEST
 from seatplan.render.targets import Files
 
@@ -75,12 +76,20 @@ def unified(old: str, new: str, path: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
+def located(path: str, against: str, old_text: str, new_text: str) -> list[Change]:
+    """:func:`env_changes`, with a problem located in the env file it came from."""
+    try:
+        return env_changes(old_text, new_text)
+    except SeatplanError as problem:
+        raise SeatplanError(problem.message, where=f"{against}/{path}", fix=problem.fix) from None
+
+
 def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
     seat_paths = sorted(path for path in set(old) | set(new) if path.startswith(ENV_PREFIX) and path.endswith(".env"))
     seats = []
     for path in seat_paths:
         status = status_of(old.get(path), new.get(path))
-        changes = env_changes(old[path], new[path]) if status == "changed" else []
+        changes = located(path, against, old[path], new[path]) if status == "changed" else []
         seats.append(SeatDiff(seat=path[len(ENV_PREFIX) : -len(".env")], status=status, changes=changes, restarts=status in ("new", "changed")))
     files = []
     for path in sorted((set(old) | set(new)) - set(seat_paths) - {MANIFEST}):

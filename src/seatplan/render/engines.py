@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.encode import address_problem, check_name, control_character
 from seatplan.engine.command import check_flags, engine_command
 from seatplan.engine.endpoint import base_url, health_url, instance_label
 from seatplan.errors import SeatplanError
@@ -91,6 +92,20 @@ def rolling_restart_utilisation(seat: PlannedSeat) -> float | None:
     return seat.gpu_memory_utilization
 
 
+def check_names(seat: PlannedSeat, host: str) -> None:
+    """The fleet loader's name rules, again on the plan: a plan edited by hand (or by a tool) reaches every
+    consumer below, so render refuses what the fleet file could not have held."""
+    where = f"seat {seat.name!r}" if not control_character(seat.name) else "a seat"
+    check_name("seat name", seat.name, where)
+    check_name("host name", host, f"{where}, host")
+    check_name("served name", seat.served_model_name, f"{where}, served_model_name")
+    for key in seat.env:
+        check_name("env key", key, f"{where}, env")
+    problem = address_problem(seat.address) if seat.address else None
+    if problem is not None:
+        raise SeatplanError(problem, where=f"{where}, address", fix="give the host's IP address or DNS name in the fleet file and re-plan")
+
+
 def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
     """Every placed vLLM seat, in boot order; a plan that cannot be delivered is an error naming the seat."""
     if plan.worst_case_spare_bytes is None:
@@ -110,6 +125,7 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
                 fix="give every seat its own port in the fleet file and re-plan",
             )
         host = seat.host or seat.gpus[0].rsplit(":", 1)[0]
+        check_names(seat, host)
         restart_args = engine_command(seat, settings.launcher, utilisation=rolling_restart_utilisation(seat), bind_host=settings.bind_host)
         check_flags(seat, restart_args, plan.inputs.vllm_version)
         boot_args = engine_command(seat, settings.launcher)  # in a container the engine listens on every interface

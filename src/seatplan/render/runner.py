@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -10,7 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from seatplan.encode import check_name
 from seatplan.errors import SeatplanError
+
+# ansible.py's NO_BACKUPS message, as the default callback prints the failed task's msg
+NO_BACKUPS_OUTPUT = re.compile(r'"msg": "seatplan-no-backups: on ([^"]*); tags there: ([^"]*)"')
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,9 @@ def playbook_command(playbook: Path, inventory: Path, *, tag: str, check: bool, 
         raise SeatplanError(f"no playbook at {playbook}", where=str(playbook), fix="render the plan first: seatplan render PLAN --target ansible -o DIR")
     if not inventory.exists():
         raise SeatplanError("the inventory does not exist", where=str(inventory), fix="pass --inventory with your Ansible inventory (or DIR/ansible/inventory.yaml)")
-    command = [ansible_playbook(), "-i", str(inventory), str(playbook), "-e", f"seatplan_tag={tag}"]
+    check_name("tag", tag, "--tag / --to")
+    # as JSON: `-e KEY=VALUE` splits VALUE at spaces into more variables
+    command = [ansible_playbook(), "-i", str(inventory), str(playbook), "-e", json.dumps({"seatplan_tag": tag})]
     if check:
         command += ["--check", "--diff"]
     return command + extra_vars(extra)
@@ -59,3 +67,14 @@ def run_playbook(command: list[str], *, echo: TextIO | None) -> PlaybookRun:
             echo.write(line)
             echo.flush()
     return PlaybookRun(command, process.wait(), "".join(lines))
+
+
+def missing_backups(run: PlaybookRun, tag: str) -> SeatplanError | None:
+    """The rollback playbook's refusal of a tag with no backups, as error/fix naming the tags that exist."""
+    found = NO_BACKUPS_OUTPUT.search(run.output)
+    if found is None:
+        return None
+    host, tags = found.groups()
+    there = ", ".join(tags.split()) if tags != "(none)" else "none"
+    return SeatplanError(f"no backups tagged {tag} on host {host}; tags there: {there}", where="--to",
+                         fix="pass --to with one of the tags there (apply --tag names them)" if there != "none" else "there is nothing to roll back to: apply writes the backups")

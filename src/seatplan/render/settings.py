@@ -6,16 +6,21 @@ new plan the same way the directory was rendered.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
+from seatplan.encode import address_problem, control_character
 from seatplan.engine.command import DEFAULT_LAUNCHER
+from seatplan.errors import SeatplanError
 from seatplan.units import GiB
 
 Target = Literal["env", "compose", "ansible", "litellm", "prometheus"]
 TARGETS: tuple[Target, ...] = ("env", "compose", "ansible", "litellm", "prometheus")
 RestartKind = Literal["compose", "systemd", "script"]
+PROMETHEUS_DURATION = re.compile(r"(\d+(ms|[smhdwy]))+")
+URL = re.compile(r"https?://[^\s'\"`\\{}<>]+")
 
 
 class RenderSettings(BaseModel):
@@ -43,3 +48,59 @@ class RenderSettings(BaseModel):
     kv_usage_threshold: float = Field(0.9, gt=0, le=1)
     kv_usage_for: str = Field("30m", description="how long KV usage must stay above the threshold")
     free_memory_for: str = Field("15m")
+
+    @field_validator("*")
+    @classmethod
+    def _plain_text(cls, value: object) -> object:
+        """No setting may hold a control character: each reaches a shell, a YAML file or a unit file."""
+        for text in value if isinstance(value, list) else [value]:
+            bad = control_character(text) if isinstance(text, str) else None
+            if bad is not None:
+                raise ValueError(f"{text!r} holds the control character {bad}")
+        return value
+
+    @field_validator("host_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or "/../" in value + "/":
+            raise ValueError(f"{value!r} is not an absolute path without `..` (the directory on each host)")
+        return value
+
+    @field_validator("verify_gateway")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not URL.fullmatch(value):
+            raise ValueError(f"{value!r} is not an http:// or https:// URL without spaces, quotes or braces")
+        return value
+
+    @field_validator("bind_host")
+    @classmethod
+    def _bind(cls, value: str | None) -> str | None:
+        problem = address_problem(value) if value is not None else None
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value or any(char.isspace() for char in value):
+            raise ValueError(f"{value!r} is not an image reference (no spaces)")
+        return value
+
+    @field_validator("kv_usage_for", "free_memory_for")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if not PROMETHEUS_DURATION.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Prometheus duration (30m, 1h30m)")
+        return value
+
+
+def settings_error(error: ValidationError) -> SeatplanError:
+    """The first bad render setting as the flag that sets it."""
+    first = error.errors(include_url=False)[0]
+    field = str(first["loc"][0]) if first["loc"] else "settings"
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return SeatplanError(f"{field}: {message}", where=f"--{field.replace('_', '-')}", fix="see `seatplan render --help`")

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import yaml
-
 from seatplan import versions
 from seatplan.documents.plan import Plan
-from seatplan.engine.command import COMMAND_KEY, env_value, shell_line
+from seatplan.encode import compose_literal, dump_yaml, env_assignment, go_template_text, promql_string
+from seatplan.engine.command import COMMAND_KEY, shell_line
 from seatplan.render.engines import Engine, FixedSeat
 from seatplan.render.settings import RenderSettings
 from seatplan.units import MiB, human_bytes
@@ -21,17 +20,6 @@ Files = dict[str, str]
 # No plan path or time here: an unchanged seat must render byte for byte the same (no restart).
 HEADER = "# Written by `seatplan render` (seatplan-render.json says from which plan); edit the fleet file and re-render instead.\n"
 HEALTH_START_PERIOD = "15m"  # weight loading and compilation of a large model take minutes
-
-
-class _PlainDumper(yaml.SafeDumper):
-    """No ``&id001`` anchors where two entries share a value: every file reads on its own."""
-
-    def ignore_aliases(self, data: object) -> bool:
-        return True
-
-
-def dump_yaml(document: object) -> str:
-    return yaml.dump(document, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
 
 
 # ----------------------------------------------------------------------------- env files
@@ -46,11 +34,11 @@ def env_file(engine: Engine, settings: RenderSettings) -> str:
         f"# seat {seat.name} (served as {seat.served_model_name}) on {engine.host} {'GPU' if seat.device == 'cuda' else 'CPU budget'} "
         f"{', '.join(engine.gpu_indices)}; KV {seat.kv_cache_memory_bytes:,} bytes, max_model_len {seat.max_model_len:,}",
     ]
-    lines += [env_value(key, value) for key, value in sorted(seat.env.items())]
+    lines += [env_assignment(key, value) for key, value in sorted(seat.env.items())]
     lines += [
-        env_value("SEATPLAN_SEAT", seat.name),
-        env_value("SEATPLAN_HEALTH_URL", engine.health_url),
-        env_value(COMMAND_KEY, shell_line(engine.restart_args)),
+        env_assignment("SEATPLAN_SEAT", seat.name),
+        env_assignment("SEATPLAN_HEALTH_URL", engine.health_url),
+        env_assignment(COMMAND_KEY, shell_line(engine.restart_args)),
     ]
     return "\n".join(lines) + "\n"
 
@@ -66,9 +54,9 @@ def compose_path(host: str, hosts: list[str]) -> str:
     return "compose.yaml" if len(hosts) == 1 else f"compose/{host}.yaml"
 
 
-def compose_escape(text: str) -> str:
-    """Compose interpolates ``$``; a literal one is written ``$$``."""
-    return text.replace("$", "$$")
+def model_volume(model: str) -> dict:
+    """The model directory mounted read-only at the same path (what --model names inside the container)."""
+    return {"type": "bind", "source": compose_literal(model), "target": compose_literal(model), "read_only": True}
 
 
 def compose_service(engine: Engine, previous: Engine | None, settings: RenderSettings) -> dict:
@@ -77,13 +65,14 @@ def compose_service(engine: Engine, previous: Engine | None, settings: RenderSet
     model = seat.vllm.model if seat.vllm else ""
     health_probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{engine.port}/health', timeout=5)"
     service: dict = {
-        "image": settings.image,
-        "entrypoint": [compose_escape(word) for word in settings.launcher],
-        "command": [compose_escape(arg) for arg in engine.boot_args[launcher_words:]],
-        "environment": {key: compose_escape(value) for key, value in sorted(seat.env.items()) if key != "CUDA_VISIBLE_DEVICES"},
+        "image": compose_literal(settings.image or ""),  # bundle.engine_image has chosen it by now
+        "entrypoint": [compose_literal(word) for word in settings.launcher],
+        "command": [compose_literal(arg) for arg in engine.boot_args[launcher_words:]],
+        "environment": {key: compose_literal(value) for key, value in sorted(seat.env.items()) if key != "CUDA_VISIBLE_DEVICES"},
         "ports": [f"{engine.port}:{engine.port}"],
         "ipc": "host",
-        "volumes": [f"{model}:{model}:ro"] if model.startswith("/") else ["${HF_HOME:-~/.cache/huggingface}:/root/.cache/huggingface"],
+        # the long form: a `:` in the path cannot split it, and `$` is escaped as everywhere in the file
+        "volumes": [model_volume(model)] if model.startswith("/") else ["${HF_HOME:-~/.cache/huggingface}:/root/.cache/huggingface"],
         "healthcheck": {
             "test": ["CMD", "python3", "-c", health_probe],
             "interval": "10s",
@@ -108,7 +97,7 @@ def fixed_service(fixed: FixedSeat) -> dict:
     seat = fixed.seat
     service: dict = {"image": seat.image, "restart": "unless-stopped"}
     if seat.command:
-        service["command"] = [compose_escape(word) for word in seat.command]
+        service["command"] = [compose_literal(word) for word in seat.command]
     if seat.port is not None:
         service["ports"] = [f"{seat.port}:{seat.port}"]
     if seat.device == "cuda":
@@ -173,13 +162,13 @@ def gpu_free_rules(plan: Plan, engines: list[Engine], settings: RenderSettings) 
             continue
         rules.append({
             "alert": "SeatplanGpuFreeBelowPlan",
-            "expr": f'DCGM_FI_DEV_FB_FREE{{Hostname="{gpu.host}",gpu="{gpu.index}"}} < {threshold_mib}',
+            "expr": f"DCGM_FI_DEV_FB_FREE{{Hostname={promql_string(gpu.host)},gpu={promql_string(str(gpu.index))}}} < {threshold_mib}",
             "for": settings.free_memory_for,
-            "labels": {"severity": "warning", "seatplan_host": gpu.host, "seatplan_gpu": str(gpu.index)},
+            "labels": {"severity": "warning", "seatplan_host": go_template_text(gpu.host), "seatplan_gpu": str(gpu.index)},
             "annotations": {
-                "summary": f"GPU {gpu.host}:{gpu.index} has less free memory than the plan left spare",
+                "summary": f"GPU {go_template_text(gpu.host)}:{gpu.index} has less free memory than the plan left spare",
                 "description": f"planned spare at plateau {human_bytes(gpu.spare_bytes)} minus tolerance {human_bytes(settings.free_tolerance_bytes)} = {threshold_mib} MiB; "
-                f"free now {{{{ $value }}}} MiB; seats {', '.join(gpu.seats)}",
+                f"free now {{{{ $value }}}} MiB; seats {go_template_text(', '.join(gpu.seats))}",
             },
         })
     return rules
@@ -187,15 +176,16 @@ def gpu_free_rules(plan: Plan, engines: list[Engine], settings: RenderSettings) 
 
 def seat_rules(engine: Engine, version: tuple[int, ...], settings: RenderSettings) -> list[dict]:
     seat = engine.seat
-    instance = f'instance="{engine.instance}"'
-    labels = {"severity": "warning", "seat": seat.name}
+    instance = f"instance={promql_string(engine.instance)}"
+    labels = {"severity": "warning", "seat": go_template_text(seat.name)}
+    name = go_template_text(seat.name)
     rules = []
     if seat.num_gpu_blocks is not None:
         rules.append({
             "alert": "SeatplanKvBlocksDifferFromPlan",
             "expr": f'vllm:cache_config_info{{{instance},num_gpu_blocks!="{seat.num_gpu_blocks}"}}',
             "labels": labels,
-            "annotations": {"summary": f"{seat.name} runs with {{{{ $labels.num_gpu_blocks }}}} KV blocks; the plan pins {seat.num_gpu_blocks}"},
+            "annotations": {"summary": f"{name} runs with {{{{ $labels.num_gpu_blocks }}}} KV blocks; the plan pins {seat.num_gpu_blocks}"},
         })
     if seat.kv_cache_tokens is not None and versions.has("metric_kv_cache_size_labels", version):
         # kv_cache_size_tokens = int(num_blocks / blocks per request × max_model_len): a served context
@@ -205,7 +195,7 @@ def seat_rules(engine: Engine, version: tuple[int, ...], settings: RenderSetting
             "expr": f'vllm:cache_config_info{{{instance},kv_cache_size_tokens!="{seat.kv_cache_tokens}"}}',
             "labels": labels,
             "annotations": {
-                "summary": f"{seat.name} reports {{{{ $labels.kv_cache_size_tokens }}}} KV tokens; the plan's max_model_len {seat.max_model_len} gives {seat.kv_cache_tokens}"
+                "summary": f"{name} reports {{{{ $labels.kv_cache_size_tokens }}}} KV tokens; the plan's max_model_len {seat.max_model_len} gives {seat.kv_cache_tokens}"
             },
         })
     usage_metric = "vllm:kv_cache_usage_perc" if versions.has("metric_kv_cache_usage_perc", version) else "vllm:gpu_cache_usage_perc"
@@ -214,7 +204,7 @@ def seat_rules(engine: Engine, version: tuple[int, ...], settings: RenderSetting
         "expr": f"{usage_metric}{{{instance}}} > {settings.kv_usage_threshold:g}",
         "for": settings.kv_usage_for,
         "labels": labels,
-        "annotations": {"summary": f"{seat.name}'s KV cache has been above {settings.kv_usage_threshold:.0%} for {settings.kv_usage_for}: requests queue or are preempted"},
+        "annotations": {"summary": f"{name}'s KV cache has been above {settings.kv_usage_threshold:.0%} for {settings.kv_usage_for}: requests queue or are preempted"},
     })
     return rules
 

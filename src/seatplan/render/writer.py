@@ -1,22 +1,25 @@
 """Writing a render: the whole directory is built beside DIR and swapped in, so DIR is never half-written.
 
 Files of targets not rendered this time are carried over as they are; the previous DIR is kept as
-``DIR.bak-YYYYMMDD-HHMMSS-seatplan`` when anything changed.
+``DIR.bak-YYYYMMDD-HHMMSS-seatplan`` when anything changed. Every path is checked to lie inside DIR
+before anything is written, DIR itself must be a directory seatplan rendered (or new), and a failed
+write leaves no staging directory behind.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from seatplan.documents.io import read_bounded_json, validated
+from seatplan.encode import control_character
 from seatplan.errors import SeatplanError
 from seatplan.fileio import exchange_paths, free_backup_name
-from seatplan.render.bundle import MANIFEST
+from seatplan.render.bundle import MANIFEST, RenderManifest
 from seatplan.render.settings import Target
 from seatplan.render.targets import Files
 
@@ -28,6 +31,7 @@ TARGET_PATHS: dict[Target, tuple[str, ...]] = {
     "litellm": ("litellm/",),
     "prometheus": ("prometheus/",),
 }
+RENDER_AGAIN = "render the directory again (seatplan render PLAN -o DIR), or give a new -o"
 
 
 @dataclass(frozen=True)
@@ -38,10 +42,30 @@ class WriteResult:
     backup: Path | None
 
 
+def output_directory(directory: Path) -> Path:
+    """DIR as an absolute path (``-o .`` names the current directory, not ``''``), refused when it is a
+    symlink, not a directory, or a directory holding files that no seatplan render wrote."""
+    absolute = Path(os.path.abspath(directory))
+    if absolute.is_symlink():
+        raise SeatplanError("the output is a symbolic link; render replaces DIR whole, which would replace the link",
+                            where=str(directory), fix="give the directory the link points to, or a new -o")
+    if absolute.exists() and not absolute.is_dir():
+        raise SeatplanError("the output exists and is not a directory", where=str(directory), fix="give a directory for -o (a new one, or one seatplan rendered)")
+    if absolute.is_dir() and not (absolute / MANIFEST).is_file() and any(absolute.iterdir()):
+        raise SeatplanError(f"the directory holds files but no {MANIFEST}, so seatplan did not render it; render replaces DIR whole",
+                            where=str(directory), fix="give a new or empty directory for -o")
+    return absolute
+
+
 def read_tree(directory: Path) -> Files:
-    if not directory.is_dir():
+    """The files under DIR by relative path; symbolic links are not followed (nor carried over)."""
+    if not directory.is_dir() or directory.is_symlink():
         return {}
-    return {path.relative_to(directory).as_posix(): path.read_text(encoding="utf-8", errors="replace") for path in sorted(directory.rglob("*")) if path.is_file()}
+    files = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not path.is_symlink() and not any(parent.is_symlink() for parent in path.relative_to(directory).parents if str(parent) != "."):
+            files[path.relative_to(directory).as_posix()] = path.read_text(encoding="utf-8", errors="replace")
+    return files
 
 
 def owned(path: str, targets: Iterable[Target]) -> bool:
@@ -56,29 +80,64 @@ def merged_tree(old: Files, new: Files, targets: Iterable[Target], manifest_text
     return tree
 
 
+def inside(root: Path, relative: str) -> Path:
+    """``root / relative``, refused unless ``relative`` is a plain relative path that stays under ``root``."""
+    parts = PurePosixPath(relative).parts
+    bad = control_character(relative)
+    if not relative or bad is not None or PurePosixPath(relative).is_absolute() or any(part in ("..", ".") for part in parts) or "\\" in relative:
+        shown = ascii(relative) if bad else repr(relative)
+        raise SeatplanError(f"the rendered path {shown} would lie outside the output directory", where=str(root),
+                            fix="rename the host or seat in the fleet file (names are letters, digits, `.`, `_` and `-`) and re-plan")
+    target = root / relative
+    if not target.resolve().is_relative_to(root.resolve()):
+        raise SeatplanError(f"the rendered path {relative!r} resolves outside the output directory", where=str(root), fix=RENDER_AGAIN)
+    return target
+
+
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_render(directory: Path, new: Files, targets: Iterable[Target], manifest_text: str) -> WriteResult:
+    shown = directory
+    directory = output_directory(directory)
     old = read_tree(directory)
     tree = merged_tree(old, new, targets, manifest_text)
+    for path in tree:
+        inside(directory, path)  # every path checked before anything is written
     content = {path: text for path, text in tree.items() if path != MANIFEST}
     changed = sorted(path for path, text in content.items() if old.get(path) != text)
     removed = sorted(path for path in old if path not in tree)
     if not changed and not removed and directory.is_dir():
-        return WriteResult(directory, [], [], None)
-    parent = directory.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".render", dir=parent))
+        return WriteResult(shown, [], [], None)
+    return WriteResult(shown, changed, removed, write_staged(directory, tree, shown))
+
+
+def write_staged(directory: Path, tree: Files, shown: Path) -> Path | None:
+    """Build the tree in a staging directory beside DIR and swap it in; on any failure the staging goes."""
+    staging: Path | None = None
     try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".render", dir=directory.parent))
+        mode = 0o777 & ~current_umask()
+        staging.chmod(mode)  # mkdtemp makes it 0700; DIR should be what mkdir would have made
         for path, text in tree.items():
-            target = staging / path
+            target = inside(staging, path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
             if path.endswith(".sh"):
-                target.chmod(0o755)
+                target.chmod(mode)
         backup = swap_in(staging, directory)
+        staging = None
+        return backup
     except OSError as problem:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise SeatplanError(f"cannot write the rendered files: {problem.strerror}", where=str(directory), fix="check the directory's permissions and free space") from None
-    return WriteResult(directory, changed, removed, backup)
+        raise SeatplanError(f"cannot write the rendered files: {problem.strerror or problem}", where=str(shown),
+                            fix="check that the directory's parent exists and is writable, and that there is free space") from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def swap_in(staging: Path, directory: Path) -> Path | None:
@@ -92,7 +151,11 @@ def swap_in(staging: Path, directory: Path) -> Path | None:
         return None
     backup = free_backup_name(directory)
     if exchange_paths(staging, directory):
-        os.replace(staging, backup)  # staging now holds the previous render
+        try:
+            os.replace(staging, backup)  # staging now holds the previous render
+        except OSError:
+            exchange_paths(staging, directory)  # the previous render back in DIR; the caller removes the new one
+            raise
         return backup
     os.replace(directory, backup)
     try:
@@ -103,11 +166,9 @@ def swap_in(staging: Path, directory: Path) -> Path | None:
     return backup
 
 
-def read_manifest(directory: Path) -> dict | None:
+def read_manifest(directory: Path) -> RenderManifest | None:
+    """DIR's manifest, checked; None when DIR has none (a new directory)."""
     path = directory / MANIFEST
     if not path.is_file():
         return None
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as problem:
-        raise SeatplanError(f"the render manifest is not JSON: {problem.msg}", where=f"{path}:{problem.lineno}", fix="render the directory again") from None
+    return validated(RenderManifest, read_bounded_json(path, "render manifest", RENDER_AGAIN), str(path), RENDER_AGAIN)

@@ -5,7 +5,7 @@ Every stage that starts, reaches or reads back a vLLM engine goes through here, 
 usage and verify cannot drift apart on a flag, a default or an address.
 """
 
-from seatplan.engine.command import DEFAULT_LAUNCHER, DEFAULT_PORT, MODULE_LAUNCHER, engine_command, env_value, shell_line
+from seatplan.engine.command import DEFAULT_LAUNCHER, DEFAULT_PORT, MODULE_LAUNCHER, engine_command, shell_line
 from seatplan.engine.endpoint import base_url, health_url, instance_label, url_host
 from seatplan.engine.parse import parse_args, parse_env, yarn_override_factor
 from seatplan.engine.settings import EngineHost, engine_settings, planned_engine_settings
@@ -18,7 +18,6 @@ __all__ = [
     "base_url",
     "engine_command",
     "engine_settings",
-    "env_value",
     "health_url",
     "instance_label",
     "parse_args",

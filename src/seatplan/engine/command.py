@@ -14,10 +14,11 @@ from collections.abc import Sequence
 
 from seatplan import versions
 from seatplan.documents.plan import PlannedSeat
+from seatplan.encode import refuse_controls
 from seatplan.engine.endpoint import DEFAULT_PORT
 from seatplan.errors import SeatplanError
 
-__all__ = ["COMMAND_KEY", "DEFAULT_LAUNCHER", "DEFAULT_PORT", "MODULE_LAUNCHER", "check_flags", "engine_command", "env_value",
+__all__ = ["COMMAND_KEY", "DEFAULT_LAUNCHER", "DEFAULT_PORT", "MODULE_LAUNCHER", "check_flags", "engine_command",
            "shell_line", "unsupported_flags"]
 
 # The env-file variable holding a seat's whole engine command line (render writes it, diff and adopt read it).
@@ -109,13 +110,9 @@ def shell_line(args: Sequence[str]) -> str:
     return " ".join(words)
 
 
-def env_value(key: str, value: str) -> str:
-    """``KEY=value``, single-quoted where needed: sh, systemd's EnvironmentFile and Compose read it alike."""
-    _refuse_env_breakers(value, f"the value of {key}", "change that value in the fleet file")
-    return f"{key}={value}" if value and shlex.quote(value) == value else f"{key}='{value}'"
-
-
 def _refuse_env_breakers(text: str, what: str, fix: str) -> None:
-    # A single quote would end the env file's quoting and a newline would start a new variable.
-    if "'" in text or "\n" in text:
-        raise SeatplanError(f"{what} holds a quote or a newline, which an env file cannot carry", fix=fix)
+    # The line travels inside an env file's single quotes (encode.env_assignment): a single quote would end
+    # them, and a control character no consumer carries.
+    if "'" in text:
+        raise SeatplanError(f"{what} holds a single quote, which an env file cannot carry", fix=fix)
+    refuse_controls(text, what, fix)

@@ -86,7 +86,7 @@ def _word(line: str, position: int) -> tuple[str, int]:
 
 
 def parse_env(text: str) -> dict[str, str]:
-    """``KEY=value`` and ``KEY='value'`` lines as ``engine.command.env_value`` writes them; comments skipped."""
+    """``KEY=value`` and ``KEY='value'`` lines as ``encode.env_assignment`` writes them; comments skipped."""
     values = {}
     # Only "\n" ends a line for sh, systemd and Compose; str.splitlines would also split at U+0085 or U+2028
     # inside a value.

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import typer
 
+from seatplan.clihelp import WIDE, add_command
+
 
 def register(app: typer.Typer) -> None:
-    app.command("diagnose")(diagnose_command)
+    add_command(app, "diagnose", diagnose_command)
 
 
 def diagnose_command(
@@ -31,6 +33,7 @@ def diagnose_command(
     min_creep_mib: float = typer.Option(256.0, "--min-creep-mib", help="Smallest rise after a boot reported as creep."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write the observations file for seatplan plan --observed."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+    wide: bool = WIDE,
 ) -> None:
     """Read vLLM logs and GPU memory history: boots, co-boot races, steps, creep, plateaus, the plan check."""
     from seatplan.errors import SeatplanError
@@ -68,7 +71,7 @@ def diagnose_command(
     else:
         from seatplan.observe.show import show_report
 
-        show_report(report, output)
+        show_report(report, output, wide)
     raise typer.Exit(plan_exit_code(report))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from seatplan.clihelp import WIDE, add_command
 from seatplan.documents.fleet import DEFAULT_KV_FACTOR
 from seatplan.versions import DEFAULT_VLLM_VERSION
 
@@ -17,10 +18,10 @@ EXIT_INFEASIBLE = 3
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan")(plan_command)
-    app.command("explain")(explain_command)
-    app.command("fit")(fit_command)
-    app.command("schema")(schema_command)
+    add_command(app, "plan", plan_command)
+    add_command(app, "explain", explain_command)
+    add_command(app, "fit", fit_command)
+    add_command(app, "schema", schema_command)
 
 
 def plan_command(
@@ -33,6 +34,7 @@ def plan_command(
         None, "--max-moves", min=0, help="move at most this many running seats (current_layout): a point on the spare-versus-moves frontier"
     ),
     json_output: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
+    wide: bool = WIDE,
 ) -> None:
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
     from seatplan.documents.fleet_file import load_fleet
@@ -66,7 +68,7 @@ def plan_command(
         from seatplan.output import console
         from seatplan.plan.report import print_plan
 
-        out = console()
+        out = console(wide)
         print_plan(out, plan)
         if output is not None and placed:
             out.print(f"plan saved to {output}")
@@ -83,6 +85,7 @@ def explain_command(
     plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan -o`"),
     seat: str = typer.Argument(..., help="the seat to explain"),
     json_output: bool = typer.Option(False, "--json", help="print the seat's plan entry as JSON"),
+    wide: bool = WIDE,
 ) -> None:
     """Every rule behind one seat's numbers: inputs, results, footprint parts and command line."""
     import difflib
@@ -108,7 +111,7 @@ def explain_command(
     from seatplan.output import console
     from seatplan.plan.report import explanation_renderable
 
-    out = console()
+    out = console(wide)
     out.print(explanation_renderable(entry, out.width), soft_wrap=True)
 
 
@@ -125,6 +128,7 @@ def fit_command(
     kv_factor: float = typer.Option(DEFAULT_KV_FACTOR, "--kv-factor", min=0.01, help="the plan's KV factor, for the sized-by-rule answer"),
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
     json_output: bool = typer.Option(False, "--json", help="print the fit report as JSON"),
+    wide: bool = WIDE,
 ) -> None:
     """The longest context, and the concurrency at the published context, that fit beside the weights and overhead."""
     from seatplan.documents.fleet import Policy
@@ -160,7 +164,7 @@ def fit_command(
     from seatplan.output import console
     from seatplan.plan.report import print_fit
 
-    print_fit(console(), report)
+    print_fit(console(wide), report)
 
 
 def schema_command(

@@ -14,9 +14,10 @@ from seatplan.units import GiB, human_bytes
 
 PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
 # Columns left out first when a table does not fit the terminal (least important first); names and figures that
-# remain are never cut (output.fit_table).
+# remain are never cut, and the caption names what was left out (output.fit_table). The footprint's parts add up
+# to its total, so none of them is dropped: the table stacks instead.
 GPU_DROP = ("headroom", "reserved", "name")
-FOOTPRINT_DROP = ("basis", "NCCL", "ctx", "obs. non-KV", "creep", "graphs", "activ.")
+FOOTPRINT_DROP = ("basis",)
 SEAT_DROP = ("util", "conc.", "boot", "KV GiB", "KV tokens")
 PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.",
     "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "declared"}
@@ -141,7 +142,7 @@ def print_plan(console: Console, plan: Plan) -> None:
     if plan.worst_case_spare_bytes is None:
         return
     console.print(fit_table(gpu_table(plan), console.width, GPU_DROP))
-    console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP))
+    console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP, stack=True))
     console.print(fit_table(seat_table(plan), console.width, SEAT_DROP))
     replayed = replay_table(plan)
     if replayed is not None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from seatplan.clihelp import WIDE, add_command
+
 
 def parse_moment(text: str, option: str) -> datetime:
     """An ISO date or time; a zone is converted to UTC, none means UTC (LiteLLM stores UTC wall-clock time)."""
@@ -63,6 +65,7 @@ def usage_command(
         "32 x the seat's median completion, at least 16384, at most 0.9 x max_model_len)"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write the usage JSON here (for `seatplan plan --usage`)"),
     as_json: bool = typer.Option(False, "--json", help="print the usage report as one JSON document"),
+    wide: bool = WIDE,
 ) -> None:
     """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
     from seatplan.fileio import atomic_write_json
@@ -86,10 +89,10 @@ def usage_command(
         return
     from seatplan.usage.tables import render_report
 
-    render_report(report, console())
+    render_report(report, console(wide))
     if output is not None:
         console().print(f"wrote {output}")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("usage")(usage_command)
+    add_command(app, "usage", usage_command)

@@ -32,13 +32,14 @@ def console(wide: bool = False):
     terminal's width, so that ``fit_table`` keeps every column and lines run as long as the widest table needs."""
     from rich.console import Console
 
-    return Console(highlight=False, width=WIDE_COLUMNS) if wide else Console(highlight=False)
+    # emoji off: a key alias or tag such as "team:ok:a" is printed as written, not with an emoji in it
+    return Console(highlight=False, emoji=False, width=WIDE_COLUMNS) if wide else Console(highlight=False, emoji=False)
 
 
 def error_console():
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)
 
 
 @contextmanager

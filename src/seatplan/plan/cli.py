@@ -136,7 +136,7 @@ def fit_command(
     from seatplan.facts.api import load_model_facts
     from seatplan.facts.models import EngineSettings, parse_vllm_version
     from seatplan.plan import footprint as fp
-    from seatplan.plan.fit import fit_model
+    from seatplan.plan.fit import fit_model, fit_shortfall
     from seatplan.units import parse_bytes
 
     gpu_memory_bytes = parse_bytes(gpu_memory, field="--gpu-memory")
@@ -160,11 +160,17 @@ def fit_command(
         from seatplan.output import emit_json
 
         emit_json(report)
-        return
-    from seatplan.output import console
-    from seatplan.plan.report import print_fit
+    else:
+        from seatplan.output import console
+        from seatplan.plan.report import print_fit
 
-    print_fit(console(wide), report)
+        print_fit(console(wide), report)
+    shortfall = fit_shortfall(report, tensor_parallel_size)
+    if shortfall is not None:
+        from seatplan.output import error_console
+
+        error_console().print(f"error: {shortfall}", markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INFEASIBLE)
 
 
 def schema_command(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seatplan.errors import SeatplanError
-from seatplan.fileio import exchange_paths, free_backup_name
+from seatplan.fileio import as_umask_allows, exchange_paths, free_backup_name
 from seatplan.render.bundle import MANIFEST
 from seatplan.render.settings import Target
 from seatplan.render.targets import Files
@@ -68,12 +68,13 @@ def write_render(directory: Path, new: Files, targets: Iterable[Target], manifes
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".render", dir=parent))
     try:
+        as_umask_allows(staging, 0o777)  # mkdtemp makes it 0700; the render directory is as mkdir would make it
         for path, text in tree.items():
             target = staging / path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
             if path.endswith(".sh"):
-                target.chmod(0o755)
+                as_umask_allows(target, 0o777)
         backup = swap_in(staging, directory)
     except OSError as problem:
         shutil.rmtree(staging, ignore_errors=True)

@@ -54,7 +54,7 @@ def resolve_window(since: str | None, until: str | None, days: float | None, now
 
 def usage_command(
     source: str | None = typer.Option(
-        None, "--from", help="postgresql://… DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
+        None, "--from", help="postgresql://USER@HOST/DB DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
         "or a CSV / JSON Lines / JSON export of LiteLLM_SpendLogs"),
     days: float | None = typer.Option(None, "--days", help="the last N days (up to --until, else now)"),
     since: str | None = typer.Option(None, "--since", help="first instant counted, ISO, UTC unless a zone is given"),

@@ -43,3 +43,15 @@ def test_help_shows_whole_option_names_no_flag_metavar_and_examples(name: str, c
 @pytest.mark.parametrize("name", [name for name, _ in COMMANDS])
 def test_every_command_has_a_docs_entry(name: str):
     assert any(f"seatplan {name}" in heading or f"`{name}`" in heading for heading in HEADINGS), f"no docs/*.md heading names {name}"
+
+
+def test_docs_cite_only_files_in_the_repo():
+    """A page that README.md or docs/*.md links to or cites by section (``VLLM.md §2.1``, ``OVERHEAD.md §5``) is a
+    file of this repository, and no page points outside it (a /work/... path)."""
+    pages = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        assert "/work/" not in text, page.name
+        cited = re.findall(r"\]\(([^)#:]+\.md)", text) + re.findall(r"(?<![\w/.-])([A-Za-z_-]+\.md),? (?:§|part )", text)
+        for name in set(cited):
+            assert (REPO_ROOT / "docs" / name).is_file() or (REPO_ROOT / name).is_file(), f"{page.name} cites {name}, which is not in the repo"

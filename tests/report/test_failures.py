@@ -131,3 +131,32 @@ def test_written_files_follow_the_umask(tmp_path: Path, umask: int, capsys, monk
     for path in rendered.rglob("*"):
         expected = (0o777 if path.is_dir() or path.suffix == ".sh" else 0o666) & ~umask
         assert stat.S_IMODE(path.stat().st_mode) == expected, path
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_days_on_an_export_count_back_from_its_last_request_or_until(seed: int, capsys, monkeypatch):
+    from datetime import datetime, timedelta
+
+    from report.night import NIGHT
+
+    draw = random.Random(seed)
+    days = round(draw.uniform(0.25, 6.5), 2)
+    export = str(NIGHT / "spend-logs.csv")
+    whole = json.loads(run_cli(capsys, monkeypatch, "usage", "--from", export, "--json").stdout)
+    last = datetime.fromisoformat(whole["window"]["last_request_at"])
+    counted = json.loads(run_cli(capsys, monkeypatch, "usage", "--from", export, "--days", str(days), "--json").stdout)
+    until = datetime.fromisoformat(counted["window"]["until"])
+    assert until == last + timedelta(microseconds=1)  # the last request is in the window
+    assert datetime.fromisoformat(counted["window"]["since"]) == until - timedelta(days=days)
+    assert counted["window"]["days_counted_back_from"].startswith("the export's last request")
+    same = json.loads(run_cli(capsys, monkeypatch, "usage", "--from", export, "--since", counted["window"]["since"],
+                              "--until", counted["window"]["until"], "--json").stdout)
+    assert same["overall"]["calls"] == counted["overall"]["calls"] > 0
+    end = (last - timedelta(hours=draw.randint(1, 48))).replace(microsecond=0)
+    bounded = json.loads(run_cli(capsys, monkeypatch, "usage", "--from", export, "--days", str(days), "--until", end.isoformat(), "--json").stdout)
+    assert datetime.fromisoformat(bounded["window"]["since"]) == end - timedelta(days=days)
+    assert bounded["window"]["days_counted_back_from"] == f"--until {end.isoformat()}"
+    monkeypatch.setenv("COLUMNS", "100")
+    shown = " ".join(run_cli(capsys, monkeypatch, "usage", "--from", export, "--days", str(days)).stdout.split())
+    assert f"{until - timedelta(days=days):%Y-%m-%d %H:%M:%S} .. {until:%Y-%m-%d %H:%M:%S} UTC, --days back from the export's last request" in shown
+    assert "start .. end" not in shown

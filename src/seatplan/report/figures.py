@@ -298,8 +298,10 @@ def frontier_figure(plan: Plan, plan_raw: dict[str, Any]) -> Figure | None:
     figure.add_trace(go.Scatter(name="chosen plan", mode="markers", x=[plan.moves or 0], y=[plan.worst_case_spare_bytes / GiB],
                                 marker=dict(size=14, color="#f58518", symbol="star"),
                                 hovertemplate="chosen: %{y:.2f} GiB with %{x} move(s)<extra></extra>"))
-    figure.update_xaxes(title_text="seats moved from current_layout (each is a restart)", rangemode="tozero", dtick=1 if
-                        max([plan.moves or 0, *(moves for moves, _ in points), *(r.moves for r in plan.runner_ups)]) <= 12 else None)
+    most_moves = max([plan.moves or 0, *(moves for moves, _ in points), *(r.moves for r in plan.runner_ups)])
+    # Half a move of room left of 0: with both axes from 0 the two "0" tick labels would sit on each other.
+    figure.update_xaxes(title_text="seats moved from current_layout (each is a restart)", range=[-0.5, most_moves + 0.5],
+                        dtick=1 if most_moves <= 12 else None)
     # From 0: a 76 MiB difference between two points must look like 76 MiB of a few GiB, not like a cliff.
     figure.update_yaxes(title_text="worst-case spare at plateau (GiB)", rangemode="tozero")
     _layout(figure, 360)
@@ -603,11 +605,11 @@ def lengths_figure(usage: UsageReport | None) -> Figure | None:
         counts = [getattr(histogram, attribute)[low:high + 1] for histogram in histograms]
         shares = [[100 * count / max(sum(track), 1) for count in track] for track in counts]
         figure.add_trace(go.Heatmap(z=shares, x=labels, y=names, colorscale="Blues", zmin=0, showscale=column == 2,
-                                    colorbar=dict(title="% of calls"), customdata=counts, xgap=1, ygap=1,
+                                    colorbar=dict(title=dict(text="% of calls", side="right")), customdata=counts, xgap=1, ygap=1,
                                     hovertemplate="<b>%{y}</b>, %{x} tokens: %{customdata:,} calls (%{z:.1f} %)<extra></extra>"),
                          row=1, col=column)
     figure.update_yaxes(autorange="reversed", type="category")
-    figure.update_xaxes(type="category", tickangle=-45)
+    figure.update_xaxes(type="category", tickangle=-90)  # upright labels never reach into their neighbours' boxes
     _layout(figure, 170 + 30 * len(seats))
     table = Table("Token percentiles per seat (nearest rank)",
                   ["seat", "calls", "prompt p50", "p90", "p99", "max", "completion p50", "p90", "p99", "max", "runaways"],

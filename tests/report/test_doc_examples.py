@@ -20,7 +20,7 @@ from conftest import REPO_ROOT
 from report.test_walkthrough import printed, steps
 
 PAGES = sorted([REPO_ROOT / "README.md", *(REPO_ROOT / "docs").glob("*.md")])
-NOT_RUN = re.compile(r"<!-- not run: (?P<why>[^>]*\S[^>]*) -->\n```console\n.*?```", re.S)
+NOT_RUN = re.compile(r"^<!-- not run: (?P<why>[^>]*\S[^>]*) -->\n```console\n.*?```", re.S | re.M)
 
 
 def runnable(text: str) -> str:
@@ -44,7 +44,7 @@ def shim(directory: Path) -> dict[str, str]:
 def test_not_run_blocks_say_why():
     for page in PAGES:
         text = page.read_text()
-        for marker in re.findall(r"<!-- not run[^>]*-->", text):
+        for marker in re.findall(r"^<!-- not run[^>]*-->", text, flags=re.M):  # a marker opens its line
             assert NOT_RUN.search(text[text.index(marker):]), f"{page.name}: {marker} names no reason or is not before a console block"
 
 

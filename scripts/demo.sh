@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
-# Installs seatplan into .venv and runs its main job on the bundled demo fleet.
+# Installs seatplan into .venv and runs its main job on the bundled demo fleet. The install takes a minute or
+# two on a fresh clone: each step says what it does, and pip shows what it collects, so it is never silent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/python ] || "${PYTHON:-python3}" -m venv .venv
-.venv/bin/python -m pip install -q -e .
+step() { printf '==> %s\n' "$*" >&2; }
+if [ ! -x .venv/bin/python ]; then
+  step "creating the virtualenv .venv"
+  "${PYTHON:-python3}" -m venv .venv
+fi
+if ! .venv/bin/python -c 'import seatplan' 2>/dev/null; then
+  step "installing seatplan and its dependencies into .venv (OR-Tools, DuckDB, plotly, ...; a minute or two)"
+  # pip's own lines (Collecting ..., Installing ...) are the progress; -q would hide them for the whole install.
+  .venv/bin/python -m pip install --progress-bar on -e . 2>&1 | grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR|error)' >&2 || true
+  .venv/bin/python -c 'import seatplan' || { step "the install failed; run: .venv/bin/python -m pip install -e ."; exit 1; }
+fi
+step "seatplan plan examples/demo/fleet.yaml $*"
 exec .venv/bin/seatplan plan examples/demo/fleet.yaml "$@"

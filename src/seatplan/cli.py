@@ -22,7 +22,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
 )
 
 
@@ -51,7 +51,7 @@ _register_stages()
 
 def main() -> None:
     try:
-        app()
+        app(prog_name="seatplan")
     except SeatplanError as problem:
         from rich.markup import escape
 

@@ -30,6 +30,26 @@ def free_backup_name(path: Path, now: datetime | None = None) -> Path:
     return candidate
 
 
+def current_umask() -> int:
+    """The process's umask, read where Linux shows it (/proc/self/status, no state changed); elsewhere set and
+    put back at once, the only portable way."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def as_umask_allows(path: Path, mode: int = 0o666) -> None:
+    """Give a file made by ``mkstemp``/``mkdtemp`` (always 0600/0700) the mode a plain ``open``/``mkdir`` would
+    have given it, so that a report or render directory can be served or read by the group as the umask says."""
+    os.chmod(path, mode & ~current_umask())
+
+
 # renameat2(2)'s flag: swap two paths in one step (Linux 3.15+, most local file systems).
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -76,6 +96,8 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, backup: bool =
             os.chmod(temp_name, mode)
         elif target.exists():
             os.chmod(temp_name, target.stat().st_mode & 0o7777)
+        else:
+            as_umask_allows(Path(temp_name))
         os.replace(temp_name, target)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)

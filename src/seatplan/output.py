@@ -57,14 +57,21 @@ def emit_json(document: Any) -> None:
     sys.stdout.flush()
 
 
-def console():
+WIDE_COLUMNS = 10_000  # --wide: tables take their natural width, as ``kubectl get -o wide`` or ``less -S`` readers expect
+
+
+def console(wide: bool = False):
     """A Rich console on stdout (imported lazily: ``--json`` runs never pay for Rich's import) that shows the
-    control characters of every string it prints escaped (:func:`printable`)."""
-    return _escaping_console_class()(highlight=False)
+    control characters of every string it prints escaped (:func:`printable`). ``wide`` lifts the terminal's
+    width, so that ``fit_table`` keeps every column and lines run as long as the widest table needs."""
+    # emoji off: a key alias or tag such as "team:ok:a" is printed as written, not with an emoji in it
+    if wide:
+        return _escaping_console_class()(highlight=False, emoji=False, width=WIDE_COLUMNS)
+    return _escaping_console_class()(highlight=False, emoji=False)
 
 
 def error_console():
-    return _escaping_console_class()(stderr=True, highlight=False)
+    return _escaping_console_class()(stderr=True, highlight=False, emoji=False)
 
 
 @cache
@@ -121,11 +128,19 @@ def _cell_width(cell: Any) -> int:
 MIN_FOLDED_WIDTH = 8  # a column folded to fit is never narrower than this
 
 
-def fit_table(table: Any, width: int, drop: tuple[str, ...] = ()) -> Any:
+def hidden_note(headers: list[str], width: int) -> str:
+    """The line under a table that lost columns: which ones, and how to see them."""
+    return f"hidden to fit {width} columns: {', '.join(headers)} (--wide or --json shows them)"
+
+
+def fit_table(table: Any, width: int, drop: tuple[str, ...] = (), *, stack: bool = False) -> Any:
     """Fit a Rich table into ``width`` columns without cutting a word: no name, model, byte figure or token
     count is truncated or split while dropping columns can avoid it. Columns in ``drop`` (least important first) are left out while the
     narrowest layout (each column as wide as its longest word, header words included) does not fit; the rest
-    wrap between words. Only when nothing is left to drop may a header fold: the cells carry the figures."""
+    wrap between words, and the caption names what was left out. A table whose columns all matter (parts that
+    add up to a shown total) passes ``stack``: when even its words do not fit side by side, each row is printed
+    as a block of ``header  value`` lines, as ``kubectl describe`` does. Only when nothing is left to drop (and
+    nothing may stack) may a header fold: the cells carry the figures."""
     from rich.cells import cell_len
 
     def needs(column) -> tuple[int, int, int]:
@@ -143,13 +158,21 @@ def fit_table(table: Any, width: int, drop: tuple[str, ...] = ()) -> Any:
 
     droppable = [header for header in drop if any(column.header == header for column in table.columns)]
     measured = [needs(column) for column in table.columns]
+    every_column = list(table.columns)
+    hidden: list[str] = []
     while sum(headed for _, headed, _ in measured) > room(len(table.columns)) and droppable:
         header = droppable.pop(0)
+        hidden.append(header)
         table.columns[:] = [column for column in table.columns if column.header != header]
         for index, column in enumerate(table.columns):
             column._index = index
         measured = [needs(column) for column in table.columns]
     space = room(len(table.columns))
+    if stack and sum(headed for _, headed, _ in measured) > space:
+        table.columns[:] = every_column  # a stacked row has room for every column: nothing is hidden
+        return stacked(table, width)
+    if hidden:
+        table.caption, table.caption_justify = hidden_note(hidden, width), "left"
     if sum(widest for _, _, widest in measured) <= space:
         return table
     headed_fits = sum(headed for _, headed, _ in measured) <= space
@@ -176,3 +199,33 @@ def fit_table(table: Any, width: int, drop: tuple[str, ...] = ()) -> Any:
     for column, low, lack in zip(table.columns, base, lacking):
         column.width = low + spare * lack // total_lacking
     return table
+
+
+def stacked(table: Any, width: int) -> Any:
+    """The rows of ``table`` one below the other, as ``kubectl describe`` prints a record: the first cell heads
+    the row, then ``header value`` pairs, as many a line as ``width`` holds, so that every cell of a wide
+    table shows whole (and a row's parts still sit beside its total) on a narrow terminal."""
+    from rich.cells import cell_len
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.table import Table
+    from rich.text import Text
+
+    columns = list(table.columns)
+    header_width = max(cell_len(str(column.header)) for column in columns[1:])
+    value_width = max(_cell_width(cell) for column in columns[1:] for cell in column._cells)
+    per_line = max(1, (width - 2) // (header_width + value_width + 4))
+    blocks: list[Any] = [Text(str(table.title), style="italic")] if table.title else []
+    for row in range(table.row_count):
+        blocks.append(Text.assemble((f"{columns[0].header} ", "dim"), Text.from_markup(str(columns[0]._cells[row]), style="bold")))
+        grid = Table.grid(padding=(0, 2, 0, 0))
+        for _ in range(per_line):
+            grid.add_column(style="dim", no_wrap=True)
+            grid.add_column(overflow="fold")
+        fields = [item for column in columns[1:] for item in (str(column.header), column._cells[row])]
+        for first in range(0, len(fields), 2 * per_line):
+            grid.add_row(*fields[first:first + 2 * per_line])
+        blocks.append(Padding(grid, (0, 0, 0, 2)))
+    if table.caption:
+        blocks.append(Text(str(table.caption), style="dim"))
+    return Group(*blocks)

@@ -6,7 +6,7 @@ observe (which boots lack the KV bytes flag), render (which flags a version has)
 output-cap behaviour to expect). ``seatplan upgrade-check`` lists the rows that differ between two
 versions.
 
-Sources: /work/shared/VLLM.md part 2 (the released sdists 0.8.0 → 0.32.0 diffed function by
+Sources: docs/VLLM.md, cited as VLLM.md §N throughout (the released sdists 0.8.0 → 0.32.0 diffed function by
 function). A row whose ``source`` says "release notes" was not checked against the sources.
 """
 

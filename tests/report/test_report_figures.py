@@ -15,6 +15,7 @@ from seatplan.report.figures import (
     all_figures,
     frontier_figure,
     frontier_points,
+    kv_figure,
     memory_figure,
     replay_peak_tokens,
     runner_up_seats,
@@ -86,12 +87,24 @@ def test_memory_bars_stack_every_part_of_every_seat_to_the_plans_use(night: Nigh
     assert len(segments) == expected_parts
     figure = memory_figure(plan).figure
     spare = next(trace for trace in figure.data if trace.name == "spare at plateau" and trace.xaxis == "x")
-    assert [round(value * GiB) for value in spare.x] == pytest.approx([gpu.spare_bytes for gpu in plan.gpus], abs=2)
-    # Estimates are hatched, exact parts solid.
+    # issue 21: a keep-clear GPU without seats is drawn as kept clear, not as spare the plan could count on
+    clear = [gpu for gpu in plan.gpus if gpu.keep_clear and not gpu.seats]
+    assert clear, "the demo fleet keeps GPU 3 clear"
+    assert [round(value * GiB) for value in spare.x] == pytest.approx([gpu.spare_bytes for gpu in plan.gpus if gpu not in clear], abs=2)
+    assert list(spare.y) == [f"{gpu.host}:{gpu.index}" for gpu in plan.gpus if gpu not in clear]
+    kept = next(trace for trace in figure.data if trace.name.startswith("kept clear") and trace.xaxis == "x")
+    assert list(kept.y) == [f"{gpu.host}:{gpu.index}" for gpu in clear] and set(kept.text) == {"kept clear"}
+    # Estimates are hatched, each part with its own hatch (told apart without colour); exact parts solid.
     kv = next(trace for trace in figure.data if trace.name == "KV cache" and trace.xaxis == "x")
     assert set(kv.marker.pattern.shape) == {""}
-    weights = next(trace for trace in figure.data if trace.name == "weights" and trace.xaxis == "x")
-    assert set(weights.marker.pattern.shape) == {"/"}
+    hatches = {}
+    for trace in figure.data:
+        if trace.type == "bar" and trace.xaxis == "x" and isinstance(trace.marker.pattern.shape, tuple) and not trace.name.startswith("kept clear"):
+            shapes = set(trace.marker.pattern.shape) - {""}
+            if shapes:
+                hatches[trace.name] = shapes
+    assert {"weights", "activation peak", "CUDA graphs"} <= set(hatches)
+    assert len({frozenset(shapes) for shapes in hatches.values()}) == len(hatches)  # no two estimated parts share a hatch
     assert runner_up_seats(plan) is not None and len({trace.xaxis for trace in figure.data}) == 2
 
 
@@ -143,3 +156,13 @@ def test_rows_left_out_never_reach_the_shapes():
     assert sum(token_histograms(rows)["a"].prompt_calls) == 1
     timeline = inflight_timeline(rows, None, None, instants=5)
     assert max(timeline.tokens_by_seat["a"]) == 8
+
+
+def test_spare_versus_moves_starts_at_zero_and_kv_ticks_are_powers_of_ten(night: NightDocuments):
+    """A 76 MiB step between frontier points must not look like a cliff (the axis starts at 0), and the KV axis
+    labels each power of ten once (1k, 10k, 100k) instead of plotly's crowded 2 and 5 ticks."""
+    inputs = read_inputs(night.plan, night.usage)
+    frontier = frontier_figure(inputs.plan, inputs.plan_raw).figure
+    assert frontier.layout.yaxis.rangemode == "tozero"
+    kv = kv_figure(inputs.plan, inputs.usage).figure
+    assert kv.layout.xaxis.type == "log" and kv.layout.xaxis.dtick == 1 and kv.layout.xaxis.tickformat == "~s"

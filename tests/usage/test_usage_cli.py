@@ -43,7 +43,10 @@ def test_json_output_is_one_document_with_the_contract_fields(scenario_csv: Path
         "key_alias": "ci-evals", "team": "ml-research", "user": "ci-bot", "count": 1, "max_completion_tokens": 260000,
         "total_completion_tokens": 260000, "request_tags": [], "example_request_ids": []}
     assert document["rejected_rows"] == 3
-    assert document["window"] == {"since": "2026-11-23T00:16:40", "until": "2026-11-23T10:00:00"}
+    # the window also names the first and last call it counts (issue 21: the title shows real instants)
+    assert {key: document["window"][key] for key in ("since", "until")} == {"since": "2026-11-23T00:16:40", "until": "2026-11-23T10:00:00"}
+    assert "2026-11-23T00:16:40" <= document["window"]["first_request_at"] <= document["window"]["last_request_at"] < "2026-11-23T10:00:00"
+    assert document["window"]["days_counted_back_from"] is None
 
 
 def test_plan_stage_reads_the_usage_document(scenario_csv: Path, tmp_path: Path) -> None:

@@ -143,21 +143,22 @@ class SeatSpec(_Strict):
     kv_cache_dtype: str = Field("auto", description="vLLM's `--kv-cache-dtype`; `fp8` halves the KV bytes of a 16-bit model")
     tensor_parallel_size: int = Field(1, ge=1, description="a power of two, at most the GPUs of one host")
     max_model_len: Annotated[
-        int | Literal["published"] | None,
+        int | Literal["published", "fit"] | None,
         WithJsonSchema(
             {
                 "anyOf": [
                     {"type": "integer", "minimum": 1},
                     {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*[kKmM]?\s*$"},
                     {"const": "published"},
+                    {"const": "fit"},
                     {"type": "null"},
                 ]
             }
         ),
     ] = Field(
         None,
-        description="context length in tokens, or `published` to raise it to the model's published maximum; "
-        "unset = the length vLLM derives from the config",
+        description="context length in tokens, `published` to raise it to the model's published maximum, or `fit` for "
+        "the longest context the pinned `kv_cache_memory_bytes` holds; unset = the length vLLM derives from the config",
     )
     kv_factor: float | None = Field(
         None, gt=0, description=f"KV bytes = one max-length request × this factor, rounded up to `policy.rounding_step_bytes` (policy default {DEFAULT_KV_FACTOR:g})"
@@ -217,9 +218,9 @@ class SeatSpec(_Strict):
     @field_validator("max_model_len", mode="before")
     @classmethod
     def _tokens(cls, value: Any) -> Any:
-        if isinstance(value, str) and value != "published":
+        if isinstance(value, str) and value not in ("published", "fit"):
             if not re.fullmatch(r"\s*\d+(\.\d+)?\s*[kKmM]?\s*", value):
-                raise ValueError(f"{value!r} is neither a token count (131072, 128K) nor `published`")
+                raise ValueError(f"{value!r} is neither a token count (131072, 128K) nor `published` nor `fit`")
             value = parse_tokens(value)
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             raise ValueError(f"{value} tokens: vLLM needs a context of at least one token (leave it unset for the model's own)")

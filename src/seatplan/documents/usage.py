@@ -147,6 +147,10 @@ class RunawayRule(BaseModel):
 class UsageWindow(BaseModel):
     since: datetime | None
     until: datetime | None
+    first_request_at: datetime | None = Field(None, description="the earliest start of a request counted (UTC)")
+    last_request_at: datetime | None = Field(None, description="the latest start of a request counted (UTC)")
+    days_counted_back_from: str | None = Field(None, description="with --days: what the days count back from "
+                                               "(--until, the export's last request, or now for a database)")
 
 
 class UsageReport(BaseModel):

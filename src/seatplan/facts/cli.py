@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
+from seatplan.clihelp import WIDE, add_command
 from seatplan.numeric_options import count_option
 from seatplan.versions import DEFAULT_VLLM_VERSION
 
 
 def register(app: typer.Typer) -> None:
-    app.command("model")(model_command)
+    add_command(app, "model", model_command)
 
 
 def model_command(
@@ -40,6 +41,7 @@ def model_command(
     cpu_amx: bool | None = typer.Option(None, "--cpu-amx/--no-cpu-amx",
                                            help="cpu only: AMX CPU (MLA block 128) or not (16); default: this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+    wide: bool = WIDE,
 ) -> None:
     """Per-GPU KV layout, capacity, weights and context limits of one model, as vLLM computes them."""
     from seatplan.errors import SeatplanError
@@ -70,7 +72,7 @@ def model_command(
         return
     from seatplan.facts.report import print_breakdown
 
-    print_breakdown(facts, document)
+    print_breakdown(facts, document, wide)
 
 
 OPTION_NAMES = {

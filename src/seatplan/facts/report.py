@@ -60,13 +60,13 @@ def layer_list(layers: list[int]) -> str:
     return ",".join(str(layer) for layer in layers)
 
 
-def print_breakdown(facts: ModelFacts, document: dict[str, Any]) -> None:
+def print_breakdown(facts: ModelFacts, document: dict[str, Any], wide: bool = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
     from seatplan.output import console, fit_table
 
-    out = console()
+    out = console(wide)
     settings = facts.settings
     out.print(f"[bold]{escape(facts.model)}[/]  {escape(facts.architecture)} ({escape(facts.model_type)})")
     out.print(

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import typer
 
+from seatplan.clihelp import WIDE, add_command
 from seatplan.numeric_options import count_option, number_option
 
 
 def register(app: typer.Typer) -> None:
-    app.command("diagnose")(diagnose_command)
+    add_command(app, "diagnose", diagnose_command)
 
 
 def diagnose_command(
@@ -36,6 +37,7 @@ def diagnose_command(
                                         help="Smallest rise after a boot reported as creep."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write the observations file for seatplan plan --observed."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
+    wide: bool = WIDE,
 ) -> None:
     """Read vLLM logs and GPU memory history: boots, co-boot races, steps, creep, plateaus, the plan check."""
     from seatplan.errors import SeatplanError
@@ -73,7 +75,7 @@ def diagnose_command(
     else:
         from seatplan.observe.show import show_report
 
-        show_report(report, output)
+        show_report(report, output, wide)
     raise typer.Exit(plan_exit_code(report))
 
 

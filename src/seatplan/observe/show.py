@@ -13,10 +13,10 @@ def _mib(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f}"
 
 
-def show_report(report: DiagnoseReport, written: Path | None) -> None:
+def show_report(report: DiagnoseReport, written: Path | None, wide: bool = False) -> None:
     from rich.table import Table
 
-    out = console()
+    out = console(wide)
     if report.gpus:
         table = Table(title="GPUs", title_justify="left")
         for column in ("GPU", "samples", "steps (MiB)", "creep", "plateau used MiB", "plateau free MiB", "plan"):

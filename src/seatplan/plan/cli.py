@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from seatplan.clihelp import WIDE, add_command
 from seatplan.documents.fleet import DEFAULT_KV_FACTOR
 from seatplan.numeric_options import count_option, number_option
 from seatplan.versions import DEFAULT_VLLM_VERSION
@@ -18,10 +19,10 @@ EXIT_INFEASIBLE = 3
 
 
 def register(app: typer.Typer) -> None:
-    app.command("plan")(plan_command)
-    app.command("explain")(explain_command)
-    app.command("fit")(fit_command)
-    app.command("schema")(schema_command)
+    add_command(app, "plan", plan_command)
+    add_command(app, "explain", explain_command)
+    add_command(app, "fit", fit_command)
+    add_command(app, "schema", schema_command)
 
 
 def plan_command(
@@ -39,6 +40,7 @@ def plan_command(
         None, "--current", help="what runs now: the last plan or the directory `seatplan render` wrote (its GPUs and commands)"
     ),
     json_output: bool = typer.Option(False, "--json", help="print the plan document as JSON"),
+    wide: bool = WIDE,
 ) -> None:
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
     from seatplan.documents.fleet_file import load_fleet
@@ -75,7 +77,7 @@ def plan_command(
         from seatplan.output import console
         from seatplan.plan.report import print_plan
 
-        out = console()
+        out = console(wide)
         print_plan(out, plan)
         if output is not None and placed:
             out.print(f"plan saved to {output}")
@@ -92,6 +94,7 @@ def explain_command(
     plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan -o`"),
     seat: str = typer.Argument(..., help="the seat to explain"),
     json_output: bool = typer.Option(False, "--json", help="print the seat's plan entry as JSON"),
+    wide: bool = WIDE,
 ) -> None:
     """Every rule behind one seat's numbers: inputs, results, footprint parts and command line."""
     import difflib
@@ -117,7 +120,7 @@ def explain_command(
     from seatplan.output import console
     from seatplan.plan.report import explanation_renderable
 
-    out = console()
+    out = console(wide)
     out.print(explanation_renderable(entry, out.width), soft_wrap=True)
 
 
@@ -135,6 +138,7 @@ def fit_command(
                                     help="the plan's KV factor, for the sized-by-rule answer"),
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
     json_output: bool = typer.Option(False, "--json", help="print the fit report as JSON"),
+    wide: bool = WIDE,
 ) -> None:
     """The longest context, and the concurrency at the published context, that fit beside the weights and overhead."""
     from seatplan.documents.fleet import Policy
@@ -143,7 +147,7 @@ def fit_command(
     from seatplan.facts.api import load_model_facts
     from seatplan.facts.models import EngineSettings, parse_vllm_version
     from seatplan.plan import footprint as fp
-    from seatplan.plan.fit import fit_model
+    from seatplan.plan.fit import fit_model, fit_shortfall
     from seatplan.units import parse_bytes
 
     gpu_memory_bytes = parse_bytes(gpu_memory, field="--gpu-memory")
@@ -167,11 +171,17 @@ def fit_command(
         from seatplan.output import emit_json
 
         emit_json(report)
-        return
-    from seatplan.output import console
-    from seatplan.plan.report import print_fit
+    else:
+        from seatplan.output import console
+        from seatplan.plan.report import print_fit
 
-    print_fit(console(), report)
+        print_fit(console(wide), report)
+    shortfall = fit_shortfall(report, tensor_parallel_size)
+    if shortfall is not None:
+        from seatplan.output import error_console
+
+        error_console().print(f"error: {shortfall}", markup=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INFEASIBLE)
 
 
 def schema_command(

@@ -101,3 +101,17 @@ def fit_model(
         published_fits_one_request=capacity.fits_one_request,
         explanation=lines,
     )
+
+
+def fit_shortfall(report: FitReport, tensor_parallel_size: int) -> str | None:
+    """Why the model cannot run on this GPU at all (``seatplan fit`` exits 3), with what would make it fit; None
+    when the KV cache gets room for at least one request of some length."""
+    if report.largest_max_model_len > 0:
+        return None
+    weights = sum(part.bytes for part in report.footprint_parts if part.name == "weights")
+    room = report.gpu_memory_bytes - report.headroom_bytes
+    what = (f"the weights alone ({human_bytes(weights)} per GPU) exceed the {human_bytes(room)} this GPU gives the seat"
+            if weights >= room else
+            f"the weights and overhead ({human_bytes(report.non_kv_bytes)} per GPU) leave no room for the KV cache in {human_bytes(room)}")
+    return (f"{report.model} does not fit: {what}; fix: a larger GPU, --tp {2 * tensor_parallel_size} (splits the weights), "
+            "or a quantised checkpoint (FP8 weights take half of BF16's)")

@@ -35,6 +35,7 @@ class OverheadProfile(BaseModel):
     cuda_graph_base_gib: float
     cuda_graph_per_layer_gib: float
     non_kv_mae_gib: float
+    measured_on: list[str] = []  # GPU classes the constants were fitted on (as nvidia-smi names them); [] = unknown
 
 
 class OverheadModel(BaseModel):

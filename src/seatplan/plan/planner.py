@@ -68,7 +68,7 @@ def build_plan(
     plan = assemble_plan(fleet, gpus, sized, result, inputs)
     if current is not None:
         plan.restarts = restarted_seats(plan, current)
-    plan.warnings += corrected
+    plan.warnings += corrected + port_warnings(fleet) + decimal_gpu_warnings(fleet) + profile_class_warnings(plan, fleet.policy.vllm_version)
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}
         plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
@@ -93,6 +93,46 @@ def restarted_seats(plan: Plan, current: CurrentLayout) -> list[str]:
         seat.name for seat in plan.seats
         if seat.gpus and seat.vllm_args and (current.gpus.get(seat.name) != seat.gpus or current.commands.get(seat.name) != seat.vllm_args)
     ]
+
+
+def port_warnings(fleet: Fleet) -> list[str]:
+    """A vLLM seat without a port plans, but render, the gateway and verify need one: say so at plan time, not
+    only when ``seatplan render`` refuses it."""
+    taken = {seat.port for seat in fleet.seats if seat.port is not None}
+    free = (port for port in range(8000, 65536) if port not in taken)
+    return [f"{seat.name} has no port; render, the gateway and verify need one: give it its own, e.g. port: {next(free)}"
+            for seat in fleet.seats if seat.engine == "vllm" and seat.port is None]
+
+
+def decimal_gpu_warnings(fleet: Fleet) -> list[str]:
+    """A GPU size written in decimal gigabytes is the box's label, not what CUDA reports: a card sold as "96 GB"
+    reports 97,887 MiB = 95.59 GiB through CUDA (examples/night/nvidia-smi.csv, memory.total), and 96GB = 89.41 GiB
+    would plan 6 GiB of it away."""
+    warnings = []
+    for host in fleet.hosts:
+        for gpu in host.gpus:
+            if gpu.total_bytes % 10**9 == 0 and gpu.total_bytes % 2**30 != 0:
+                warnings.append(
+                    f"{host.name}:{gpu.index}: total_bytes {gpu.total_bytes // 10**9} GB is {human_bytes(gpu.total_bytes)}, the box's label rather than "
+                    f"what CUDA reports (a card sold as 96 GB reports 95.59 GiB); write memory.total from nvidia-smi --query-gpu=memory.total, in MiB or GiB")
+    return warnings
+
+
+def profile_class_warnings(plan: Plan, vllm_version: str) -> list[str]:
+    """An estimated footprint is fitted on some GPU class (the profile names it); on another class (a Blackwell
+    card under an H100 profile) the CUDA context, activation and graph figures are extrapolated, so say so."""
+    from seatplan.plan import footprint as fp
+
+    profile = fp.load_overhead_model().profile_for(vllm_version)
+    if not profile.measured_on:
+        return []
+    names = {f"{gpu.host}:{gpu.index}": gpu.name for gpu in plan.gpus}
+    other = sorted({names[ref] for seat in plan.seats if seat.footprint_basis == "estimate" for ref in seat.gpus
+                    if ref in names and not any(known.lower() in names[ref].lower() for known in profile.measured_on)})
+    if not other:
+        return []
+    return [f"the footprint estimates come from profile {profile.name}, measured on {', '.join(profile.measured_on)}; "
+            f"on {', '.join(other)} they are extrapolated: pass --observed with `seatplan diagnose` figures from these GPUs to replace them"]
 
 
 def model_facts_sha256(sized: list[SizedSeat]) -> dict[str, dict[str, str]]:

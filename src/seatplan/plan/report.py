@@ -14,9 +14,10 @@ from seatplan.units import GiB, human_bytes
 
 PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
 # Columns left out first when a table does not fit the terminal (least important first); names and figures that
-# remain are never cut (output.fit_table).
+# remain are never cut, and the caption names what was left out (output.fit_table). The footprint's parts add up
+# to its total, so none of them is dropped: the table stacks instead.
 GPU_DROP = ("headroom", "reserved", "name")
-FOOTPRINT_DROP = ("basis", "NCCL", "ctx", "obs. non-KV", "creep", "graphs", "activ.")
+FOOTPRINT_DROP = ("basis",)
 SEAT_DROP = ("util", "conc.", "boot", "KV GiB", "KV tokens")
 PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.",
     "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "declared"}
@@ -149,7 +150,7 @@ def print_plan(console: Console, plan: Plan) -> None:
     if plan.worst_case_spare_bytes is None:
         return
     console.print(fit_table(gpu_table(plan), console.width, GPU_DROP))
-    console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP))
+    console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP, stack=True))
     console.print(fit_table(seat_table(plan), console.width, SEAT_DROP))
     replayed = replay_table(plan)
     if replayed is not None:
@@ -184,11 +185,55 @@ def print_infeasible(console: Console, plan: Plan) -> None:
     for seat in plan.infeasible.seats:
         table.add_row(seat.name, gib(seat.footprint_bytes), seat.best_gpu or "-", gib(seat.short_by_bytes), seat.reason)
     console.print(fit_table(table, console.width))
+    console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP, stack=True))
+    console.print(fit_table(lever_table(plan), console.width, stack=True))
     for seat in plan.infeasible.seats:
         if seat.rejections:
             console.print(Text(f"{seat.name}, GPU by GPU:", style="bold"))
             for verdict in seat.rejections:
                 console.print(Text(f"  {verdict.gpu}: {verdict.reason}"), soft_wrap=True)
+
+
+LEVER_SEQS = 256  # vLLM's max_num_seqs default before 0.11's larger server defaults; a common setting
+
+
+def levers(seat: PlannedSeat) -> list[tuple[str, int]]:
+    """What each fleet-file change would take off this seat's footprint per GPU: labelled estimates from the
+    parts' own inputs (the activation formula of plan.footprint.activation_part; KV bytes halve at half the
+    bytes per element or, for full attention, at half the context)."""
+    parts = {part.name: part for part in seat.footprint_parts}
+    found: list[tuple[str, int]] = []
+    activation = parts.get("activation_peak")
+    if activation is not None and int(activation.inputs.get("max_num_seqs") or 0) > LEVER_SEQS:
+        values = {key: float(value) for key, value in activation.inputs.items() if isinstance(value, (int, float))}
+        batched, seqs = values["max_num_batched_tokens"], values["max_num_seqs"]
+        forward = values["forward_bytes_per_token_intermediate"] * batched * values["intermediate_per_rank"]
+        per_row = values["sampler_bytes_per_row_vocab"] * values["vocab_size"]
+        before = max(per_row * min(seqs, batched), forward)
+        after = max(per_row * min(LEVER_SEQS, batched), forward)
+        if before > after:
+            found.append((f"max_num_seqs: {LEVER_SEQS} (from {int(seqs):,}): less activation", int(before - after)))
+    kv = parts.get("kv_cache")
+    if kv is not None and kv.bytes > 0:
+        found.append(("kv_cache_dtype: fp8 (a 16-bit KV cache)", kv.bytes // 2))
+        if seat.max_model_len:
+            found.append((f"max_model_len: {seat.max_model_len // 2} (half the context; full-attention layers)", kv.bytes // 2))
+    weights = parts.get("weights")
+    if weights is not None and seat.tensor_parallel_size == 1:
+        found.append(("tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", weights.bytes // 2))
+    return found
+
+
+def lever_table(plan: Plan) -> Table:
+    assert plan.infeasible is not None
+    table = Table(title="What would make room (per GPU; estimates)", title_justify="left")
+    for column in ("seat", "change in the fleet file", "frees GiB", "short by GiB"):
+        table.add_column(column, justify="right" if "GiB" in column else "left")
+    for short in plan.infeasible.seats:
+        seat = plan.seat(short.name)
+        for lever, freed_bytes in levers(seat) if seat is not None else []:
+            table.add_row(short.name, lever, f"{freed_bytes / GiB:.2f}~", gib(short.short_by_bytes))
+    return table
 
 
 def explanation_renderable(seat: PlannedSeat, width: int = 80) -> Group:

@@ -55,6 +55,8 @@ def choose_context(seat: SeatSpec, facts: ModelFacts) -> ContextChoice:
     declared = seat.max_model_len
     if declared == "published":
         target, source = published_target(seat, facts)
+    elif declared == "fit":
+        target, source = fit_target(seat, facts)
     elif declared is None:
         target, source = facts.max_context_default, "vLLM's default for this model"
     else:
@@ -78,6 +80,22 @@ def published_target(seat: SeatSpec, facts: ModelFacts) -> tuple[int, str]:
     if published < facts.max_context_default:
         return facts.max_context_default, f"vLLM's default {facts.max_context_default:,} (above the published native {published:,})"
     return published, "published maximum"
+
+
+def fit_target(seat: SeatSpec, facts: ModelFacts) -> tuple[int, str]:
+    """``max_model_len: fit``: the longest context the pinned KV holds (vLLM's own search, as ``--max-model-len
+    auto`` would find at boot), at most the length ``published`` would raise to."""
+    pinned = seat.kv_cache_memory_bytes
+    if pinned is None:
+        raise SeatplanError("max_model_len: fit sizes the context from a pinned KV cache, and this seat pins none",
+                            where=f"seat {seat.name}: max_model_len", fix="add kv_cache_memory_bytes (e.g. 20GiB) or give max_model_len as a token count")
+    upper, _ = published_target(seat, facts)
+    longest = facts.max_model_len_fit(pinned, upper_len=upper)
+    if longest < 1:
+        raise SeatplanError(f"pinned KV {human_bytes(pinned)} holds no context at all for {seat.model}",
+                            where=f"seat {seat.name}: kv_cache_memory_bytes",
+                            fix=f"pin at least {human_bytes(facts.min_kv_cache_bytes(1))}")
+    return longest, f"the longest context the pinned {human_bytes(pinned)} holds (of {upper:,})"
 
 
 def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> ContextChoice:
@@ -174,10 +192,13 @@ def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, polic
     if seat.kv_cache_memory_bytes is not None:
         pinned = seat.kv_cache_memory_bytes
         if pinned < minimum_bytes:
+            longest = facts.max_model_len_fit(pinned, upper_len=max_model_len)
+            shorter = (f"set max_model_len: {longest} (the longest context the pin holds; max_model_len: fit asks for it), or "
+                       if longest > 0 else "")
             raise SeatplanError(
                 f"pinned KV {human_bytes(pinned)} ({pinned:,} B) cannot hold one {max_model_len:,}-token request; vLLM needs at least {minimum_bytes:,} B",
                 where=f"seat {seat.name}: kv_cache_memory_bytes",
-                fix=f"pin at least {human_bytes(minimum_bytes)} or lower max_model_len",
+                fix=f"{shorter}pin at least {human_bytes(minimum_bytes)}",
             )
         kv_bytes = pinned
         lines.append(

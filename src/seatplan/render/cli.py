@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from seatplan.clihelp import add_command
+
 if TYPE_CHECKING:
     from seatplan.documents.plan import Plan
     from seatplan.render.runner import PlaybookRun
@@ -35,10 +37,10 @@ JSON_OUTPUT = typer.Option(False, "--json", help="print one JSON document")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("render")(render_command)
-    app.command("diff")(diff_command)
-    app.command("apply")(apply_command)
-    app.command("rollback")(rollback_command)
+    add_command(app, "render", render_command)
+    add_command(app, "diff", diff_command)
+    add_command(app, "apply", apply_command)
+    add_command(app, "rollback", rollback_command)
 
 
 def build_settings(

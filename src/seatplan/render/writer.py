@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from seatplan.documents.io import read_bounded_json, validated
 from seatplan.encode import control_character
 from seatplan.errors import SeatplanError
-from seatplan.fileio import exchange_paths, free_backup_name
+from seatplan.fileio import as_umask_allows, exchange_paths, free_backup_name
 from seatplan.render.bundle import MANIFEST, RenderManifest
 from seatplan.render.settings import Target
 from seatplan.render.targets import Files
@@ -94,11 +94,6 @@ def inside(root: Path, relative: str) -> Path:
     return target
 
 
-def current_umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
 
 def write_render(directory: Path, new: Files, targets: Iterable[Target], manifest_text: str) -> WriteResult:
     shown = directory
@@ -121,14 +116,13 @@ def write_staged(directory: Path, tree: Files, shown: Path) -> Path | None:
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".render", dir=directory.parent))
-        mode = 0o777 & ~current_umask()
-        staging.chmod(mode)  # mkdtemp makes it 0700; DIR should be what mkdir would have made
+        as_umask_allows(staging, 0o777)  # mkdtemp makes it 0700; the render directory is as mkdir would make it
         for path, text in tree.items():
             target = inside(staging, path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
             if path.endswith(".sh"):
-                target.chmod(mode)
+                as_umask_allows(target, 0o777)
         backup = swap_in(staging, directory)
         staging = None
         return backup

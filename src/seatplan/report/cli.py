@@ -6,9 +6,11 @@ from pathlib import Path
 
 import typer
 
+from seatplan.clihelp import add_command
+
 
 def register(app: typer.Typer) -> None:
-    app.command("report")(report_command)
+    add_command(app, "report", report_command)
 
 
 def check_output_path(output: Path) -> None:

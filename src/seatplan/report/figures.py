@@ -35,7 +35,13 @@ PART_STYLES: dict[str, tuple[str, str]] = {
 OTHER_PART_COLOUR = "#bab0ac"
 RESERVED_COLOUR = "#8c8c8c"
 SPARE_COLOUR = "rgba(84, 162, 75, 0.18)"
-ESTIMATE_PATTERN = "/"  # hatched: an estimate; solid: exact, pinned, declared, policy or observed
+# An estimated part is hatched, each kind with its own hatch, so that activation and CUDA graphs (both estimates,
+# greens apart) are told apart without colour too; an exact, pinned, declared, policy or observed part is solid.
+ESTIMATE_PATTERNS: dict[str, str] = {
+    "weights": "/", "activation_peak": "x", "cuda_graphs": ".", "cuda_context": "-", "nccl_allreduce": "|",
+    "creep_allowance": "+", "kv_cache": "\\", "observed_non_kv": "/", "declared_cap": "/",
+}
+KEPT_CLEAR_COLOUR = "rgba(140, 140, 140, 0.22)"
 SEAT_TOKEN_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d", "#eeca3b", "#bab0ac")
 VISIBLE_SEAT_LINES = 8  # in-flight lines shown at first; the rest are one legend click away
 FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12)
@@ -134,7 +140,8 @@ def _memory_panel(figure: go.Figure, plan: Plan, seats_by_gpu: dict[str, list[st
             y=[segment.gpu for segment in mine], x=[segment.part.bytes / GiB for segment in mine],
             base=[segment.base_bytes / GiB for segment in mine],
             marker=dict(color=colour, line=dict(color="white", width=1),
-                        pattern=dict(shape=[ESTIMATE_PATTERN if segment.part.basis == "estimate" else "" for segment in mine],
+                        pattern=dict(shape=[ESTIMATE_PATTERNS.get(part_name, "/") if segment.part.basis == "estimate" else ""
+                                            for segment in mine],
                                      fillmode="overlay", size=6, solidity=0.35)),
             text=[segment.seat if biggest[(segment.gpu, segment.seat)] is segment.part else "" for segment in mine],
             textposition="inside", insidetextanchor="middle", textangle=0, constraintext="inside",
@@ -155,16 +162,32 @@ def _memory_panel(figure: go.Figure, plan: Plan, seats_by_gpu: dict[str, list[st
                                 hovertemplate="%{y}: %{x:.2f} GiB reserved for other processes<extra></extra>"), row=1, col=column)
         shown.add("reserved")
     spare = [gpu.total_bytes - gpu.reserved_bytes - used[label] for gpu, label in zip(plan.gpus, gpus)]
+    # A keep-clear GPU with no seat is not spare for the plan: it is drawn as kept clear (grey, hatched), never as
+    # "spare 95.59 GiB" that a reader would count on.
+    open_gpus = [index for index, gpu in enumerate(plan.gpus) if not (gpu.keep_clear and used[gpus[index]] == 0)]
+    clear_gpus = [index for index in range(len(plan.gpus)) if index not in open_gpus]
     figure.add_trace(go.Bar(
-        name="spare at plateau", legendgroup="spare", showlegend="spare" not in shown, orientation="h", y=gpus,
-        x=[value / GiB for value in spare], base=[(gpu.reserved_bytes + used[label]) / GiB for gpu, label in zip(plan.gpus, gpus)],
+        name="spare at plateau", legendgroup="spare", showlegend="spare" not in shown, orientation="h", y=[gpus[i] for i in open_gpus],
+        x=[spare[i] / GiB for i in open_gpus], base=[(plan.gpus[i].reserved_bytes + used[gpus[i]]) / GiB for i in open_gpus],
         marker=dict(color=SPARE_COLOUR, line=dict(color="#54a24b", width=1)),
-        text=[f"spare {value / GiB:.2f} GiB" for value in spare], textposition="inside", insidetextanchor="end",
+        text=[f"spare {spare[i] / GiB:.2f} GiB" for i in open_gpus], textposition="inside", insidetextanchor="end",
         constraintext="inside", textfont=dict(color="#2d6a27"),
-        customdata=[[gib(gpu.headroom_bytes), gib(gpu.total_bytes)] for gpu in plan.gpus],
+        customdata=[[gib(plan.gpus[i].headroom_bytes), gib(plan.gpus[i].total_bytes)] for i in open_gpus],
         hovertemplate="%{y}: spare at plateau %{x:.2f} GiB of %{customdata[1]} GiB<br>headroom kept: "
                       "%{customdata[0]} GiB<extra></extra>"), row=1, col=column)
     shown.add("spare")
+    if clear_gpus:
+        figure.add_trace(go.Bar(
+            name="kept clear (keep_clear: no seat placed)", legendgroup="clear", showlegend="clear" not in shown, orientation="h",
+            y=[gpus[i] for i in clear_gpus], x=[(plan.gpus[i].total_bytes - plan.gpus[i].reserved_bytes) / GiB for i in clear_gpus],
+            base=[plan.gpus[i].reserved_bytes / GiB for i in clear_gpus],
+            marker=dict(color=KEPT_CLEAR_COLOUR, line=dict(color=RESERVED_COLOUR, width=1),
+                        pattern=dict(shape="/", fillmode="overlay", size=10, solidity=0.15, fgcolor=RESERVED_COLOUR)),
+            text=["kept clear"] * len(clear_gpus), textposition="inside", insidetextanchor="middle", constraintext="inside",
+            textfont=dict(color="#555555"),
+            hovertemplate="%{y}: kept clear (keep_clear in the fleet file): the plan places no seat here<extra></extra>"),
+            row=1, col=column)
+        shown.add("clear")
     figure.add_trace(go.Scatter(
         name="headroom line", legendgroup="headroom", showlegend="headroom" not in shown, mode="markers", y=gpus,
         x=[(gpu.total_bytes - gpu.headroom_bytes) / GiB for gpu in plan.gpus],
@@ -214,8 +237,9 @@ def memory_figure(plan: Plan, observed: ObservedFootprints | None = None) -> Fig
     figure.update_xaxes(title_text="GiB per GPU", rangemode="tozero")
     _layout(figure, max(420, 140 + 56 * len(plan.gpus)), barmode="overlay", uniformtext=dict(minsize=9, mode="hide"))
     caption = ("Each bar is one GPU at plateau: every seat's footprint parts stacked in boot order (hatched = estimate, "
-               "solid = exact, pinned, declared or policy), then the spare. The red tick is where use must stay left of "
-               "to keep the headroom.")
+               "each part with its own hatch; solid = exact, pinned, declared or policy), then the spare; a keep-clear GPU "
+               "is drawn as kept clear. A seat too small for its name inside the bar is named on hover and in the "
+               "seats column of the GPU table below. The red tick is where use must stay left of to keep the headroom.")
     if runner_up is not None:
         caption += f" Right: the runner-up layout ({plan.runner_ups[0].why_lost})."
     return Figure("memory", "Memory per GPU", caption, figure, [footprint_table(plan), gpu_table(plan)])
@@ -274,9 +298,12 @@ def frontier_figure(plan: Plan, plan_raw: dict[str, Any]) -> Figure | None:
     figure.add_trace(go.Scatter(name="chosen plan", mode="markers", x=[plan.moves or 0], y=[plan.worst_case_spare_bytes / GiB],
                                 marker=dict(size=14, color="#f58518", symbol="star"),
                                 hovertemplate="chosen: %{y:.2f} GiB with %{x} move(s)<extra></extra>"))
-    figure.update_xaxes(title_text="seats moved from current_layout (each is a restart)", rangemode="tozero", dtick=1 if
-                        max([plan.moves or 0, *(moves for moves, _ in points), *(r.moves for r in plan.runner_ups)]) <= 12 else None)
-    figure.update_yaxes(title_text="worst-case spare at plateau (GiB)")
+    most_moves = max([plan.moves or 0, *(moves for moves, _ in points), *(r.moves for r in plan.runner_ups)])
+    # Half a move of room left of 0: with both axes from 0 the two "0" tick labels would sit on each other.
+    figure.update_xaxes(title_text="seats moved from current_layout (each is a restart)", range=[-0.5, most_moves + 0.5],
+                        dtick=1 if most_moves <= 12 else None)
+    # From 0: a 76 MiB difference between two points must look like 76 MiB of a few GiB, not like a cliff.
+    figure.update_yaxes(title_text="worst-case spare at plateau (GiB)", rangemode="tozero")
     _layout(figure, 360)
     rows = [[str(moves), gib(spare)] for moves, spare in points]
     tables = [Table("Frontier: best worst-case spare per number of moves", ["moves", "spare GiB"], rows)] if points else []
@@ -379,7 +406,9 @@ def kv_figure(plan: Plan, usage: UsageReport | None) -> Figure | None:
                                     marker=dict(symbol=symbol, size=13 if symbol != "line-ns" else 20, color=colour,
                                                 line=dict(width=2, color=colour)),
                                     hovertemplate=f"<b>%{{y}}</b>: %{{x:,}} tokens<br>{meaning}<extra></extra>"))
-    figure.update_xaxes(type="log", title_text="tokens (log scale)")
+    # One labelled tick per power of ten (1k, 10k, 100k, 1M): plotly's default log ticks label 2 and 5 in between
+    # and crowd the axis with digits.
+    figure.update_xaxes(type="log", title_text="tokens (log scale)", dtick=1, tickformat="~s", minor=dict(ticks="outside", showgrid=True))
     figure.update_yaxes(autorange="reversed", type="category")
     _layout(figure, 140 + 30 * len(rows), barmode="overlay")
     table = Table("KV budget and the token figures beside it",
@@ -576,11 +605,11 @@ def lengths_figure(usage: UsageReport | None) -> Figure | None:
         counts = [getattr(histogram, attribute)[low:high + 1] for histogram in histograms]
         shares = [[100 * count / max(sum(track), 1) for count in track] for track in counts]
         figure.add_trace(go.Heatmap(z=shares, x=labels, y=names, colorscale="Blues", zmin=0, showscale=column == 2,
-                                    colorbar=dict(title="% of calls"), customdata=counts, xgap=1, ygap=1,
+                                    colorbar=dict(title=dict(text="% of calls", side="right")), customdata=counts, xgap=1, ygap=1,
                                     hovertemplate="<b>%{y}</b>, %{x} tokens: %{customdata:,} calls (%{z:.1f} %)<extra></extra>"),
                          row=1, col=column)
     figure.update_yaxes(autorange="reversed", type="category")
-    figure.update_xaxes(type="category", tickangle=-45)
+    figure.update_xaxes(type="category", tickangle=-90)  # upright labels never reach into their neighbours' boxes
     _layout(figure, 170 + 30 * len(seats))
     table = Table("Token percentiles per seat (nearest rank)",
                   ["seat", "calls", "prompt p50", "p90", "p99", "max", "completion p50", "p90", "p99", "max", "runaways"],

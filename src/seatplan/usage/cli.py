@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
+from seatplan.clihelp import WIDE, add_command
 from seatplan.numeric_options import count_option, number_option
+
+if TYPE_CHECKING:  # the command imports them when it runs: `seatplan --help` stays fast
+    from seatplan.documents.usage import UsageReport
+    from seatplan.usage.queries import Window
 
 
 def parse_moment(text: str, option: str) -> datetime:
@@ -52,9 +59,30 @@ def resolve_window(since: str | None, until: str | None, days: float | None, now
     return Window(since=since_moment, until=until_moment)
 
 
+def anchor_days(window: Window, days: float | None, until: str | None, source: str,
+                read_all: Callable[[], UsageReport]) -> tuple[Window, str | None]:
+    """What ``--days`` counts back from, and the window it gives: ``--until`` when given; for an export, its
+    last request (an export is read days or weeks after it was made, so "now" would count back into nothing);
+    for a database, now. ``read_all`` reads the whole export once to find its last request."""
+    from seatplan.usage.queries import Window
+    from seatplan.usage.sources import is_dsn
+
+    if days is None:
+        return window, None
+    if until is not None:
+        return window, f"--until {until}"
+    if is_dsn(source):
+        return window, "now (the database's clock may differ)"
+    last = read_all().window.last_request_at
+    if last is None:
+        return window, "now (the export has no request)"
+    end = last + timedelta(microseconds=1)  # the window's end is exclusive: the last request is in it
+    return Window(since=end - timedelta(days=days), until=end), f"the export's last request ({last:%Y-%m-%d %H:%M:%S} UTC)"
+
+
 def usage_command(
     source: str | None = typer.Option(
-        None, "--from", help="postgresql://… DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
+        None, "--from", help="postgresql://USER@HOST/DB DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
         "or a CSV / JSON Lines / JSON export of LiteLLM_SpendLogs"),
     days: float | None = typer.Option(None, "--days", parser=number_option("--days", minimum=0, maximum=MAX_WINDOW_DAYS, example="14"),
                                       help="the last N days (up to --until, else now)"),
@@ -66,10 +94,12 @@ def usage_command(
         "32 x the seat's median completion, at least 16384, at most 0.9 x max_model_len)"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write the usage JSON here (for `seatplan plan --usage`)"),
     as_json: bool = typer.Option(False, "--json", help="print the usage report as one JSON document"),
+    wide: bool = WIDE,
 ) -> None:
     """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
     from seatplan.fileio import atomic_write_json
     from seatplan.output import console, emit_json, progress
+    from seatplan.usage.queries import Window
     from seatplan.usage.report import require_calls, usage_report
     from seatplan.usage.seats import SeatMap, load_seat_map
     from seatplan.usage.sources import require_records, resolve_source
@@ -79,8 +109,11 @@ def usage_command(
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
     resolved = resolve_source(source)
     require_records(resolved)
+    rule = default_runaway_rule(runaway_tokens)
     with progress("reading the spend logs", enabled=not as_json):
-        report = usage_report(resolved, window, seat_map, default_runaway_rule(runaway_tokens))
+        window, anchor = anchor_days(window, days, until, resolved, lambda: usage_report(resolved, Window(), seat_map, rule))
+        report = usage_report(resolved, window, seat_map, rule)
+    report.window.days_counted_back_from = anchor
     require_calls(report)
     if output is not None:
         atomic_write_json(output, report.model_dump(mode="json"))
@@ -89,10 +122,10 @@ def usage_command(
         return
     from seatplan.usage.tables import render_report
 
-    render_report(report, console())
+    render_report(report, console(wide))
     if output is not None:
         console().print(f"wrote {output}")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("usage")(usage_command)
+    add_command(app, "usage", usage_command)

@@ -3,6 +3,8 @@ percentiles, runaway thresholds and in-flight peaks from the request arrays (``l
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from seatplan.documents.usage import KvReplay, ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
 from seatplan.errors import SeatplanError
 from seatplan.usage.loads import Peaks, RequestRows, peak_loads, runaway_mask, seat_percentiles
@@ -66,7 +68,8 @@ def collect_usage(source: SpendLogSource, window: Window, seat_map: SeatMap, rul
         source=source.description,
         source_format=source.source_format,
         reader=source.reader_note(),
-        window=UsageWindow(since=window.since, until=window.until),
+        window=UsageWindow(since=window.since, until=window.until, first_request_at=instant(rows.start_us[rows.starts_in_window], min),
+                           last_request_at=instant(rows.start_us[rows.starts_in_window], max)),
         runaway_rule=rule,
         models=models,
         overall=overall,
@@ -145,3 +148,11 @@ def require_calls(report: UsageReport) -> None:
         reasons = ", ".join(f"{count} {reason.replace('_', ' ')}" for reason, count in report.rejected_by_reason.items() if count)
         raise SeatplanError(f"no call could be read: all {report.rejected_rows} rows were rejected ({reasons})",
                             where=report.source, fix=SOURCE_FIX)
+
+
+def instant(start_us, pick) -> datetime | None:
+    """The first or last start among the calls the window counts (``pick`` is min or max), as naive UTC like the
+    window's bounds."""
+    if len(start_us) == 0:
+        return None
+    return datetime(1970, 1, 1) + timedelta(microseconds=int(pick(start_us)))

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from seatplan.documents.usage import UsageReport
+from seatplan.documents.usage import UsageReport, UsageWindow
 from seatplan.output import fit_table
 
 # Columns left out first on a narrow terminal (least important first); the rest are never cut.
@@ -21,11 +22,24 @@ def _tokens_cell(p50: int | None, p90: int | None, p99: int | None, largest: int
     return " / ".join(_number(value) for value in (p50, p90, p99, largest))
 
 
+def _moment(value: datetime | None) -> str:
+    return "-" if value is None else f"{value:%Y-%m-%d %H:%M:%S}"
+
+
+def window_title(window: UsageWindow) -> str:
+    """The window as instants (UTC): its bounds where given, else its first and last request; and what --days
+    counted back from."""
+    since = _moment(window.since) if window.since else f"{_moment(window.first_request_at)} (first request)"
+    until = _moment(window.until) if window.until else f"{_moment(window.last_request_at)} (last request)"
+    counted = f", --days back from {window.days_counted_back_from}" if window.days_counted_back_from else ""
+    return f"{since} .. {until} UTC{counted}"
+
+
 def render_report(report: UsageReport, console: Any) -> None:
     from rich.table import Table
 
-    window = f"{report.window.since or 'start'} .. {report.window.until or 'end'}"
-    seats = Table(title=f"Usage by seat ({report.source_format}: {report.source}; {window})")
+    window = window_title(report.window)
+    seats = Table(title=f"Usage by seat ({report.source_format}: {report.source}; {window})", title_justify="left")
     for header in ("seat / model", "calls", "errors", "cache hits", "prompt p50 / p90 / p99 / max",
                    "completion p50 / p90 / p99 / max", "peak in-flight tokens (w/o runaways)", "peak in-flight requests (w/o)",
                    "runaways (>= tokens)", "KV replay: peak blocks"):
@@ -48,7 +62,7 @@ def render_report(report: UsageReport, console: Any) -> None:
         console.print(f"read by {report.reader}")
 
     if report.runaways_by_key:
-        runaways = Table(title="Runaway replies by key")
+        runaways = Table(title="Runaway replies by key", title_justify="left")
         for header in ("key alias", "team", "user", "count", "largest reply", "request tags", "largest request ids"):
             runaways.add_column(header, justify="right" if header in ("count", "largest reply") else "left")
         for group in report.runaways_by_key:
@@ -59,7 +73,7 @@ def render_report(report: UsageReport, console: Any) -> None:
 
     shared = [key for key in report.keys if key.shared]
     if shared:
-        keys = Table(title="Keys shared by several clients (a runaway from them cannot be traced to its sender)")
+        keys = Table(title="Keys shared by several clients (a runaway from them cannot be traced to its sender)", title_justify="left")
         for header in ("key alias", "team", "calls", "runaways", "user agents", "addresses", "tag sets"):
             keys.add_column(header, justify="right" if header in ("calls", "runaways") else "left")
         for key in shared:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from seatplan.clihelp import WIDE, add_command
 from seatplan.numeric_options import number_option
 
 DEFAULT_KEY_ENV = "LITELLM_MASTER_KEY"
@@ -18,8 +19,8 @@ EXIT_FAILED = 1
 
 
 def register(app: typer.Typer) -> None:
-    app.command("verify")(verify_command)
-    app.command("upgrade-check")(upgrade_check_command)
+    add_command(app, "verify", verify_command)
+    add_command(app, "upgrade-check", upgrade_check_command)
 
 
 def verify_command(
@@ -31,6 +32,7 @@ def verify_command(
     timeout_s: float = typer.Option(30.0, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="30"),
                                    help="seconds each request may take, from connecting to the answer's last byte"),
     json_output: bool = typer.Option(False, "--json", help="print {ok, checks: [{seat, check, expected, seen, ok}]}"),
+    wide: bool = WIDE,
 ) -> None:
     """Check every engine of a plan (and the gateway) against the plan, to the KV block; exit 1 if any check fails."""
     from seatplan.verify.expect import seat_expectations
@@ -53,7 +55,7 @@ def verify_command(
         from seatplan.output import console
         from seatplan.verify.report import print_verify
 
-        print_verify(console(), report)
+        print_verify(console(wide), report)
     if not report.ok:
         raise typer.Exit(EXIT_FAILED)
 
@@ -63,6 +65,7 @@ def upgrade_check_command(
     to: str = typer.Option(..., "--to", help="the vLLM version the engines would move to (0.8 to 0.32)"),
     fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
     json_output: bool = typer.Option(False, "--json", help="print the changes as one JSON document"),
+    wide: bool = WIDE,
 ) -> None:
     """Seat by seat, what changes for this plan if its engines move to vLLM VERSION."""
     from seatplan.errors import SeatplanError
@@ -89,4 +92,4 @@ def upgrade_check_command(
         from seatplan.output import console
         from seatplan.verify.report import print_upgrade
 
-        print_upgrade(console(), report)
+        print_upgrade(console(wide), report)

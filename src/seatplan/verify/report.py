@@ -28,7 +28,7 @@ def print_verify(out: Console, report: VerifyReport) -> None:
     for check in report.checks:
         mark = "[green]ok[/]" if check.ok else "[bold red]FAIL[/]"
         table.add_row(_cell(check.seat), _cell(check.check), _cell(check.expected), _cell(check.seen), mark)
-    out.print(fit_table(table, out.width))
+    out.print(fit_table(table, out.width, stack=True))
     failed = sum(not check.ok for check in report.checks)
     if report.ok:
         out.print(f"[green]all {len(report.checks)} checks pass[/]")
@@ -42,6 +42,6 @@ def print_upgrade(out: Console, report: UpgradeReport) -> None:
         table.add_column(column, overflow="fold")
     for change in report.changes:
         table.add_row(_cell(change.seat), _cell(change.what), _cell(change.now), _cell(change.after), _cell(change.note))
-    out.print(fit_table(table, out.width, ("note",)))
+    out.print(fit_table(table, out.width, ("note",), stack=True))
     if report.unchanged_seats:
         out.print(f"unchanged KV figures, context and flags: {_cell(', '.join(report.unchanged_seats))}")

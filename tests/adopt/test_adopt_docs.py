@@ -29,7 +29,10 @@ def run_console(block: str, cwd: Path) -> list[tuple[str, str, str]]:
         assert words[0] == "seatplan"
         done = subprocess.run([sys.executable, "-c", "from seatplan.cli import main; main()", *words[1:]], cwd=cwd, env=env,
                               capture_output=True, text=True, timeout=300)
-        runs.append((command, shown, done.stderr + done.stdout))
+        shown_lines = [line for line in shown.splitlines() if not line.startswith("(exit status ")]
+        if len(shown_lines) != len(shown.splitlines()):
+            assert f"(exit status {done.returncode})" in shown, command
+        runs.append((command, "\n".join(shown_lines), done.stderr + done.stdout))
     return runs
 
 

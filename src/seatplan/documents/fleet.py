@@ -100,7 +100,7 @@ class SeatSpec(_Strict):
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$", description="seat name (letters, digits, `.`, `_`, `-`)")
     engine: Literal["vllm", "fixed"] = Field("vllm", description="`vllm`, or `fixed` for a non-vLLM process with a known memory cap")
-    model: str | None = Field(None, description="model directory (relative to the fleet file) or Hugging Face id")
+    model: str | None = Field(None, description="model directory (relative to the fleet file) or Hugging Face id ORG/NAME[@REVISION], read from the Hub without its weights")
     model_path_on_host: str | None = Field(
         None, description="what --model says on the GPU host, when it differs from `model` (defaults to `model`)"
     )

@@ -52,8 +52,13 @@ def resolve_window(since: str | None, until: str | None, days: float | None, now
 
 def usage_command(
     source: str | None = typer.Option(
-        None, "--from", help="postgresql://… DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
+        None, "--from", help="https://… base URL of a LiteLLM gateway (its /spend/logs/v2, key from --key-env / --key-file), "
+        "postgresql://… DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
         "or a CSV / JSON Lines / JSON export of LiteLLM_SpendLogs"),
+    key_env: str = typer.Option("LITELLM_MASTER_KEY", "--key-env", help="with an https:// --from: the environment variable "
+                                "holding the gateway key (never printed)"),
+    key_file: Path | None = typer.Option(None, "--key-file", help="with an https:// --from: a file (chmod 600) whose first "
+                                         "line is the key, read when the variable is unset"),
     days: float | None = typer.Option(None, "--days", help="the last N days (up to --until, else now)"),
     since: str | None = typer.Option(None, "--since", help="first instant counted, ISO, UTC unless a zone is given"),
     until: str | None = typer.Option(None, "--until", help="end of the window (exclusive), ISO, UTC unless a zone is given"),
@@ -77,7 +82,7 @@ def usage_command(
     resolved = resolve_source(source)
     require_records(resolved)
     with progress("reading the spend logs", enabled=not as_json):
-        report = usage_report(resolved, window, seat_map, default_runaway_rule(runaway_tokens))
+        report = usage_report(resolved, window, seat_map, default_runaway_rule(runaway_tokens), key_env=key_env, key_file=key_file)
     require_calls(report)
     if output is not None:
         atomic_write_json(output, report.model_dump(mode="json"))

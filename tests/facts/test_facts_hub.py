@@ -36,13 +36,15 @@ import httpx
 import pytest
 from facts_testkit import fixture_dir
 
-from conftest import free_port, require
+from conftest import free_port, require, stop_process
+from integration.rollout import cpu_fleet
+from seatplan.documents.plan import PlannedSeat
+from seatplan.engine_command import engine_command
 
 pytestmark = pytest.mark.hub
 
 GATE_TOKEN = "hf_seatplan_gate_4c1e"
 DTYPES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1}
-CONFIG_FILES = ("config.json", "generation_config.json")
 
 
 def tiny_tensors(rng: random.Random, layers: int, hidden: int, vocab: int) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -208,11 +210,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory):
         yield {"endpoint": f"http://127.0.0.1:{proxy_port}", "root": root, "commits": commits, "seed": seed}
         proxy.shutdown()
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process)
 
 
 def seatplan_env(hub: dict, home: Path, **extra: str) -> dict[str, str]:
@@ -315,3 +313,41 @@ def test_a_moved_branch_changes_the_recorded_commit(hub, tmp_path):
     assert after["commit"] == after_commit != before["commit"]
     assert {k: v for k, v in after.items() if k != "commit"} == {k: v for k, v in before.items() if k != "commit"}
     assert hashes(env, f"tiny/single@{before['commit']}") == pinned
+
+
+GUARD = ("import json, sys; from pathlib import Path; from seatplan.documents.fleet_file import load_fleet; "
+         "from seatplan.documents.io import read_plan; from seatplan.render.guard import changed_inputs; "
+         "print(json.dumps(changed_inputs(read_plan(Path(sys.argv[1])), load_fleet(Path(sys.argv[2])))))")
+
+
+def stale_inputs(env: dict[str, str], plan: Path, fleet: Path) -> list[str]:
+    """apply's stale-input check (render/guard.py), run as apply runs it, in a process of its own."""
+    done = subprocess.run([sys.executable, "-c", GUARD, str(plan), str(fleet)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_fleet_seat_on_a_hub_model_records_its_commit_for_apply(hub, tmp_path):
+    env = seatplan_env(hub, tmp_path)
+    commit = hub["commits"]["tiny/single"]
+    fleet = cpu_fleet(tmp_path, {"main": ("tiny/single", free_port()), "pinned": (f"tiny/single@{commit}", free_port())},
+                      kv="64MiB", total="8GiB")
+    plan = tmp_path / "plan.json"
+    done = seatplan(env, "plan", str(fleet), "-o", str(plan), "--json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(plan.read_text())
+    recorded = document["inputs"]["model_facts_sha256"]
+    assert recorded["main"]["commit"] == recorded["pinned"]["commit"] == commit
+    assert stale_inputs(env, plan, fleet) == []
+    pinned = PlannedSeat.model_validate(next(seat for seat in document["seats"] if seat["name"] == "pinned"))
+    command = engine_command(pinned)  # what render writes: vLLM takes the revision as a flag of its own
+    revision = command.index("--revision")
+    assert command[revision - 1:revision + 2] == ["tiny/single", "--revision", commit]  # vllm serve MODEL --revision REV
+    # The branch moves: the seat that follows main is stale, the seat pinned to the commit is not.
+    repo = hub["root"] / "MIRRORS" / "models" / "tiny" / "single"
+    (repo / "NOTES.md").write_text(f"moved {random.random()}\n")
+    moved = git_commit(repo, "notes")
+    hub["commits"]["tiny/single"] = moved
+    problems = stale_inputs(env, plan, fleet)
+    assert problems == [f"seat main: tiny/single is now commit {moved} on the Hub; the plan read commit {commit}"]
+

@@ -232,6 +232,7 @@ def test_the_cli_reads_the_key_from_a_file_never_from_a_flag(drawn, tmp_path: Pa
     assert pasted.exit_code == 2 and KEY not in pasted.stderr + pasted.stdout
     with_credentials = run_cli(capsys, monkeypatch, "usage", "--from", f"http://admin:{KEY}@127.0.0.1:{server.server_port}/", *span)
     assert with_credentials.exit_code == 2 and KEY not in with_credentials.stderr + with_credentials.stdout
+    assert "--key-file" in with_credentials.stderr
 
 
 def test_a_refused_key_and_a_wrong_url_say_what_to_fix(drawn, monkeypatch) -> None:

@@ -117,7 +117,14 @@ def fetch_model(model: str, fact_files: tuple[str, ...]) -> HubModel:
         return _from_caches(repo_id, revision, f"the Hub at {constants.ENDPOINT} cannot be reached ({problem})")
     directory = _facts_dir(repo_id, commit)
     if not (directory / RECORD).is_file():
-        _download_facts(repo_id, revision, commit, files, fact_files, directory)
+        try:
+            _download_facts(repo_id, revision, commit, files, fact_files, directory)
+        except (httpx2.TransportError, OfflineModeIsEnabled) as problem:
+            raise SeatplanError(f"lost the Hub at {constants.ENDPOINT} while reading {repo_id}@{commit[:12]} ({problem})",
+                                where=f"{constants.ENDPOINT}/{repo_id}", fix="run it again; nothing half-read was kept") from None
+        except (HfHubHTTPError, EntryNotFoundError) as problem:
+            raise SeatplanError(f"the Hub refused a file of {repo_id}@{commit[:12]}: {problem}", where=f"{constants.ENDPOINT}/{repo_id}",
+                                fix=_token_fix(repo_id)) from None
     _remember_ref(repo_id, revision, commit)
     return HubModel(repo_id, revision, commit, directory)
 
@@ -142,8 +149,10 @@ def _resolve(repo_id: str, revision: str) -> tuple[str, list[str]]:
         names = _revision_names(api, repo_id)
         if names:
             raise _missing_revision(repo_id, revision, names) from None
-        raise SeatplanError(f"{repo_id} is not on the Hub, or is private and this request had no token that may read it",
-                            where=f"{constants.ENDPOINT}/{repo_id}", fix=_token_fix(repo_id)) from None
+        raise SeatplanError(f"{repo_id} is no local directory ({Path(repo_id).resolve()} does not exist) and not on the Hub, "
+                            "or is private and this request had no token that may read it",
+                            where=f"{constants.ENDPOINT}/{repo_id}",
+                            fix=f"give the model's directory, or {_token_fix(repo_id)}") from None
     except HfHubHTTPError as problem:
         raise SeatplanError(f"the Hub refused {repo_id}@{revision}: {problem}", where=f"{constants.ENDPOINT}/{repo_id}",
                             fix="check HF_ENDPOINT and HF_TOKEN, or set HF_HUB_OFFLINE=1 to use the cache") from None
@@ -262,7 +271,9 @@ def _raise_for_status(response: Any, url: str) -> None:
     try:
         hf_raise_for_status(response)
     except GatedRepoError:
-        raise SeatplanError("the Hub refused a gated model's file to this token", where=url, fix=_token_fix(url)) from None
+        raise SeatplanError("the Hub refused a gated model's file to this token", where=url,
+                            fix="set HF_TOKEN (or HF_TOKEN_PATH, a file holding it) to a token of an account that accepted "
+                                "the model's terms on the Hub") from None
     except (EntryNotFoundError, HfHubHTTPError) as problem:
         raise SeatplanError(f"the Hub refused a safetensors header: {problem}", where=url,
                             fix="check HF_TOKEN and that the repository holds the file") from None

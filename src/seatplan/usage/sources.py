@@ -53,6 +53,8 @@ def is_dsn(text: str) -> bool:
 def resolve_source(source: str | None) -> str:
     """The spend-log source: ``--from`` (a file, or a DSN without a password), else the DSN in the environment."""
     if source:
+        if source.startswith(("http://", "https://")):
+            return source  # a gateway: its URL is checked where it is read (api.check_base_url)
         if dsn_password(source):
             raise SeatplanError(
                 "a password in --from would land in shell history and in the process list",

@@ -138,8 +138,8 @@ def serve(dsn: str, count_cap: int, page_clamp: int) -> Iterator[SpendApi]:
 def same_figures(api: dict[str, Any], reference: dict[str, Any]) -> bool:
     """Equal, but for the last digit of ``kv_replay.minutes_above``: the replay sums its ramps in the order of the
     rows that start at the same instant (``replay._Sweep.of`` sorts ties stably), and the API sends rows by
-    ``startTime`` where PostgreSQL sends them as stored (the CSV export, read in parallel, differs from PostgreSQL
-    there too: seed 596701434). Every other figure is exact."""
+    ``startTime`` where PostgreSQL sends them as stored (the CSV export read by DuckDB, which does not keep the
+    file's order, differs from PostgreSQL there too: seed 596701434). Every other figure is exact."""
 
     def without_minutes(document: dict[str, Any]) -> tuple[dict[str, Any], list[float]]:
         copy = json.loads(json.dumps(document))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,16 @@ def require_binary(name: str, *candidates: str) -> str:
                 break
     require(found is not None, f"the {name} binary")
     return found  # type: ignore[return-value]
+
+
+def stop_process(process: subprocess.Popen, grace_s: float = 20) -> None:
+    """End a server a test started, by its own handle: terminate, then kill if it lingers."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def free_port() -> int:

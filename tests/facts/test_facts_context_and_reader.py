@@ -98,6 +98,8 @@ def test_hf_id_resolves_through_hf_hub_cache(tmp_path, monkeypatch):
     snapshot = _fake_cache(tmp_path / "hub", "Qwen/Qwen3-8B")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.delenv("HF_HOME", raising=False)
+    # An id now reads the Hub first; offline (huggingface_hub reads HF_HUB_OFFLINE once, at import) it is the cache's.
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     assert locate_model("Qwen/Qwen3-8B") == snapshot
     assert facts_from_id("Qwen/Qwen3-8B").kv_bytes_per_token == 147456
 

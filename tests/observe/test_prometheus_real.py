@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from conftest import free_port, require_binary
+from conftest import free_port, require_binary, stop_process
 from observe.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios
 from seatplan.observe.detect import analyse
 from seatplan.observe.sources import read_prometheus
@@ -56,12 +56,7 @@ def prometheus_url(tmp_path_factory):
             pytest.fail("Prometheus did not become ready: " + (root / "prometheus.log").read_text()[-2000:])
         yield url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server)
 
 
 def test_query_range_through_a_real_prometheus(prometheus_url):

@@ -132,7 +132,7 @@ class SeatSpec(_Strict):
 
     name: str = Field(min_length=1, description="seat name (1 to 63 letters, digits, `.`, `_`, `-`, starting with a letter or digit)")
     engine: Literal["vllm", "fixed"] = Field("vllm", description="`vllm`, or `fixed` for a non-vLLM process with a known memory cap")
-    model: str | None = Field(None, description="model directory (relative to the fleet file) or Hugging Face id")
+    model: str | None = Field(None, description="model directory (relative to the fleet file) or Hugging Face id ORG/NAME[@REVISION], read from the Hub without its weights")
     model_path_on_host: str | None = Field(
         None, description="what --model says on the GPU host, when it differs from `model` (defaults to `model`)"
     )

@@ -157,7 +157,7 @@ class UsageReport(BaseModel):
     kind: Literal["seatplan.usage"] = "seatplan.usage"
     version: int = 1
     source: str = Field(description="the file read, or the DSN with its password hidden")
-    source_format: Literal["postgresql", "csv", "jsonl"]
+    source_format: Literal["postgresql", "csv", "jsonl", "litellm-api"]
     reader: str = Field("", description="what read the source: PostgreSQL, seatplan's compiled CSV reader, or DuckDB "
                         "(with why the compiled reader did not take the file, where it stopped); the figures are the same")
     window: UsageWindow

@@ -51,7 +51,11 @@ def engine_command(
         raise SeatplanError(f"seat {seat.name} has no vLLM engine settings in the plan", fix="re-plan it with `seatplan plan FLEET -o plan.json`")
     util = seat.gpu_memory_utilization if utilisation is None else utilisation
     args = list(launcher)
-    args += [settings.model] if launcher_takes_model_positionally(launcher) else ["--model", settings.model]
+    # A fleet's ORG/NAME@REVISION is vLLM's --model ORG/NAME --revision REVISION (EngineArgs.revision).
+    model, _, revision = settings.model.partition("@") if not settings.model.startswith("/") else (settings.model, "", "")
+    args += [model] if launcher_takes_model_positionally(launcher) else ["--model", model]
+    if revision:
+        args += ["--revision", revision]
     args += ["--served-model-name", seat.served_model_name]
     if bind_host:
         args += ["--host", bind_host]

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
-from seatplan.facts import architecture, context, kv_cache, reader, weights
+from seatplan.facts import architecture, context, hub, kv_cache, reader, weights
 from seatplan.facts import layout as kv_layout
 from seatplan.facts.models import EngineSettings, ModelFacts, ModelShape, YarnOption
 from seatplan.units import MAX_PLAUSIBLE_BYTES
@@ -20,6 +20,7 @@ DTYPE_NAMES = {"half": "float16", "float": "float32"}
 # The files a model's facts are read from (besides the safetensors headers); a plan records their hashes.
 FACT_FILES = ("config.json", "generation_config.json", "hf_quant_config.json", "model.safetensors.index.json")
 ABSENT = "absent"
+COMMIT_KEY = "commit"  # in a model's file hashes: the Hub commit its facts were read from
 # vLLM keeps only these keys of generation_config.json as the server's default sampling params.
 GENERATION_KEYS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "temperature", "top_k", "top_p",
                    "min_p", "max_new_tokens")
@@ -115,12 +116,21 @@ def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
         return False
 
 
+def locate(model: str | Path) -> Path:
+    """A local directory (or its config.json) as it is; else ``ORG/NAME[@REVISION]`` read from the Hub
+    (configs and safetensors headers only, see :mod:`seatplan.facts.hub`)."""
+    name = str(model)
+    if Path(name).expanduser().exists() or hub.parse_hub_id(name) is None:
+        return reader.locate_model(name)
+    return hub.fetch_model(name, FACT_FILES).directory
+
+
 def load_model_facts(model: str | Path, settings: EngineSettings | None = None) -> ModelFacts:
     """Read a model directory (or a cached Hugging Face id) and compute its facts under ``settings``."""
     settings = settings or EngineSettings()
     if settings.device == "cpu" and settings.cpu_amx is None:
         settings = settings.model_copy(update={"cpu_amx": cpu_has_amx()})
-    model_dir = reader.locate_model(str(model))
+    model_dir = locate(model)
     config_path = model_dir / "config.json"
     config = reader.read_json(config_path)
     try:
@@ -200,17 +210,23 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
 
 def model_files_sha256(model_dir: str | Path) -> dict[str, str]:
     """SHA-256 of each file a model's facts come from: the configs, and each safetensors file's header (not its
-    tensors, which a plan never reads). A missing file is ``absent``, so adding one is a change too."""
+    tensors, which a plan never reads). A missing file is ``absent``, so adding one is a change too. A model read
+    from the Hub adds the commit it was read at (``commit``), so a branch that moved is a change even where the
+    files hash the same."""
     directory = Path(model_dir)
     digests = {name: _file_sha256(directory / name) for name in FACT_FILES}
     for path in sorted(directory.glob("*.safetensors")):
         digests[path.name] = weights.header_sha256(path)
+    commit = hub.commit_of(directory)
+    if commit is not None:
+        digests[COMMIT_KEY] = commit
     return digests
 
 
 def located_model_files_sha256(model: str | Path) -> dict[str, str]:
-    """:func:`model_files_sha256` of a model given as the fleet names it (a directory or a cached Hugging Face id)."""
-    return model_files_sha256(reader.locate_model(str(model)))
+    """:func:`model_files_sha256` of a model given as the fleet names it (a directory or a Hugging Face id, whose
+    revision is resolved again: the commit it names now)."""
+    return model_files_sha256(locate(model))
 
 
 def _file_sha256(path: Path) -> str:

@@ -14,7 +14,7 @@ from seatplan.documents.fleet import Fleet
 from seatplan.documents.fleet_file import LoadedFleet, load_fleet, resolve_model
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
-from seatplan.facts.api import located_model_files_sha256
+from seatplan.facts.api import COMMIT_KEY, located_model_files_sha256
 from seatplan.render.runner import ansible_playbook
 from seatplan.units import human_bytes
 
@@ -48,6 +48,10 @@ def changed_inputs(plan: Plan, loaded: LoadedFleet) -> list[str]:
             problems.append(f"seat {seat_name}: {now}")
             continue
         files = sorted(name for name in then.keys() | now.keys() if then.get(name) != now.get(name))
+        if COMMIT_KEY in files:
+            files.remove(COMMIT_KEY)
+            problems.append(f"seat {seat_name}: {spec.model} is now commit {now.get(COMMIT_KEY) or '(none)'} on the Hub; the plan read "
+                            f"commit {then.get(COMMIT_KEY) or '(none)'}")
         if files:
             problems.append(f"seat {seat_name}: the model's {', '.join(files)} changed since the plan was made")
     return problems

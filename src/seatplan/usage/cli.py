@@ -73,6 +73,8 @@ def anchor_days(window: Window, days: float | None, until: str | None, source: s
         return window, f"--until {until}"
     if is_dsn(source):
         return window, "now (the database's clock may differ)"
+    if source.startswith(("http://", "https://")):
+        return window, "now (the gateway's clock may differ)"
     last = read_all().window.last_request_at
     if last is None:
         return window, "now (the export has no request)"
@@ -82,8 +84,13 @@ def anchor_days(window: Window, days: float | None, until: str | None, source: s
 
 def usage_command(
     source: str | None = typer.Option(
-        None, "--from", help="postgresql://USER@HOST/DB DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
+        None, "--from", help="https://… base URL of a LiteLLM gateway (its /spend/logs/v2, key from --key-env / --key-file), "
+        "postgresql://USER@HOST/DB DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
         "or a CSV / JSON Lines / JSON export of LiteLLM_SpendLogs"),
+    key_env: str = typer.Option("LITELLM_MASTER_KEY", "--key-env", help="with an https:// --from: the environment variable "
+                                "holding the gateway key (never printed)"),
+    key_file: Path | None = typer.Option(None, "--key-file", help="with an https:// --from: a file (chmod 600) whose first "
+                                         "line is the key, read when the variable is unset"),
     days: float | None = typer.Option(None, "--days", parser=number_option("--days", minimum=0, maximum=MAX_WINDOW_DAYS, example="14"),
                                       help="the last N days (up to --until, else now)"),
     since: str | None = typer.Option(None, "--since", help="first instant counted, ISO, UTC unless a zone is given"),
@@ -111,8 +118,9 @@ def usage_command(
     require_records(resolved)
     rule = default_runaway_rule(runaway_tokens)
     with progress("reading the spend logs", enabled=not as_json):
-        window, anchor = anchor_days(window, days, until, resolved, lambda: usage_report(resolved, Window(), seat_map, rule))
-        report = usage_report(resolved, window, seat_map, rule)
+        window, anchor = anchor_days(window, days, until, resolved,
+                                     lambda: usage_report(resolved, Window(), seat_map, rule, key_env=key_env, key_file=key_file))
+        report = usage_report(resolved, window, seat_map, rule, key_env=key_env, key_file=key_file)
     report.window.days_counted_back_from = anchor
     require_calls(report)
     if output is not None:

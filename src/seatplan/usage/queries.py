@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-SourceFormat = Literal["postgresql", "csv", "jsonl"]
+SourceFormat = Literal["postgresql", "csv", "jsonl", "litellm-api"]
 
 # Columns the figures need; every other LiteLLM column is ignored, and a missing optional one reads as NULL.
 TIME_COLUMNS = ("startTime", "endTime")

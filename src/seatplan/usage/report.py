@@ -4,6 +4,7 @@ percentiles, runaway thresholds and in-flight peaks from the request arrays (``l
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from seatplan.documents.usage import KvReplay, ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
 from seatplan.errors import SeatplanError
@@ -13,16 +14,18 @@ from seatplan.usage.replay import BlockRule, default_block_rule, replay_seats
 from seatplan.usage.rows import judge, runaway_rows, summarize
 from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds
 from seatplan.usage.seats import SeatMap
-from seatplan.usage.sources import SOURCE_FIX, open_source
+from seatplan.usage.sources import GATEWAY_KEY_ENV, SOURCE_FIX, open_source
 from seatplan.usage.sweep import group_runaways, lowest_runaway_threshold_tokens, runaway_threshold_tokens, summarize_keys
 from seatplan.usage.timeline import inflight_timeline, token_histograms
 
 
-def usage_report(source: str, window: Window, seat_map: SeatMap, rule: RunawayRule, fast_csv: bool = True) -> UsageReport:
-    """Open ``source`` (a PostgreSQL DSN or an export file), read it once, and build the report; ``fast_csv``
-    False reads a CSV with DuckDB even where the compiled reader could (``csvscan.py``)."""
+def usage_report(source: str, window: Window, seat_map: SeatMap, rule: RunawayRule, fast_csv: bool = True,
+                 key_env: str = GATEWAY_KEY_ENV, key_file: Path | None = None) -> UsageReport:
+    """Open ``source`` (a gateway URL, a PostgreSQL DSN or an export file), read it once, and build the report;
+    ``fast_csv`` False reads a CSV with DuckDB even where the compiled reader could (``csvscan.py``); ``key_env``
+    / ``key_file``: where a gateway's key is."""
     request_id_from_tokens = lowest_runaway_threshold_tokens(rule, (seat.max_model_len for seat in seat_map.seats))
-    with open_source(source, request_id_from_tokens, fast_csv) as opened:
+    with open_source(source, request_id_from_tokens, fast_csv, key_env, key_file) as opened:
         return collect_usage(opened, window, seat_map, rule)
 
 

@@ -39,9 +39,10 @@ from seatplan.usage.rows import ClientFields, ModelFields, SpendRows, needed_row
 from seatplan.usage.scan import SpendLogSource
 
 DSN_ENVIRONMENT = ("SEATPLAN_USAGE_DSN", "DATABASE_URL")
+GATEWAY_KEY_ENV = "LITELLM_MASTER_KEY"  # where a gateway's key is by default (--key-env)
 DUCKDB_MEMORY_LIMIT = "1GB"
 MAX_LINE_BYTES = 16 * 1024 * 1024
-SOURCE_FIX = ("pass --from postgresql://USER@HOST/DB (LiteLLM's database), a CSV made with "
+SOURCE_FIX = ("pass --from https://GATEWAY/ (LiteLLM's /spend/logs/v2), postgresql://USER@HOST/DB (LiteLLM's database), a CSV made with "
               "\\copy (SELECT * FROM \"LiteLLM_SpendLogs\") TO 'x.csv' CSV HEADER, or a JSON Lines / JSON export of /spend/logs")
 
 
@@ -52,6 +53,8 @@ def is_dsn(text: str) -> bool:
 def resolve_source(source: str | None) -> str:
     """The spend-log source: ``--from`` (a file, or a DSN without a password), else the DSN in the environment."""
     if source:
+        if source.startswith(("http://", "https://")):
+            return source  # a gateway: its URL is checked where it is read (api.check_base_url)
         if dsn_password(source):
             raise SeatplanError(
                 "a password in --from would land in shell history and in the process list",
@@ -74,11 +77,18 @@ def resolve_source(source: str | None) -> str:
 
 
 @contextmanager
-def open_source(source: str, request_id_from_tokens: int | None = None, fast_csv: bool = True) -> Iterator[SpendLogSource]:
+def open_source(source: str, request_id_from_tokens: int | None = None, fast_csv: bool = True,
+                key_env: str = GATEWAY_KEY_ENV, key_file: Path | None = None) -> Iterator[SpendLogSource]:
     """``request_id_from_tokens``: the lowest any runaway threshold can be; a file keeps other rows' ids only
     where they are rejected (see :func:`queries.spend_groups_sql`). ``fast_csv``: try the compiled reader of
-    plain CSV exports first (``csvscan.py``); False reads every file with DuckDB."""
-    if is_dsn(source):
+    plain CSV exports first (``csvscan.py``); False reads every file with DuckDB. ``key_env`` / ``key_file``:
+    where the key of an ``http(s)://`` gateway is (``api.py``)."""
+    if source.startswith(("http://", "https://")):
+        from seatplan.usage.api import api_source
+
+        with api_source(source, key_env, key_file, request_id_from_tokens) as fetched:
+            yield fetched
+    elif is_dsn(source):
         from seatplan.usage.postgres import postgres_source
 
         with postgres_source(source, redact_dsn(source)) as opened:

@@ -39,7 +39,7 @@ from facts_testkit import fixture_dir
 from conftest import free_port, require, stop_process
 from integration.rollout import cpu_fleet
 from seatplan.documents.plan import PlannedSeat
-from seatplan.engine_command import engine_command
+from seatplan.engine.command import engine_command
 
 pytestmark = pytest.mark.hub
 

@@ -13,7 +13,7 @@ from seatplan.facts.models import EngineSettings, ModelFacts, ModelShape, YarnOp
 from seatplan.units import MAX_PLAUSIBLE_BYTES
 
 # The facts stage's entry points for the other stages (tests/test_import_graph.py holds them to this list).
-__all__ = ["FACT_FILES", "load_model_facts", "located_model_files_sha256", "model_files_sha256"]
+__all__ = ["COMMIT_KEY", "FACT_FILES", "load_model_facts", "located_model_files_sha256", "model_files_sha256"]
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 DTYPE_NAMES = {"half": "float16", "float": "float32"}

@@ -28,8 +28,8 @@ import json
 import math
 import shutil
 import tempfile
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,9 +44,11 @@ from seatplan.secrets import check_environment_name, read_secret, scrub
 from seatplan.usage.queries import SourceFormat, Window
 from seatplan.usage.rows import SpendRows
 from seatplan.usage.scan import SpendLogSource
-from seatplan.usage.sources import GATEWAY_KEY_ENV, open_source
 
+GATEWAY_KEY_ENV = "LITELLM_MASTER_KEY"  # where a gateway's key is by default (--key-env)
 ENDPOINT = "/spend/logs/v2"
+# How the fetched rows are read: the export reader of usage/sources.py, handed in (it dispatches here).
+ExportReader = Callable[[Path, int | None], AbstractContextManager[SpendLogSource]]
 PAGE_SIZE_ROWS = 1000  # the endpoint's page_size limit (le=1000)
 COUNT_CAP_ROWS = 10_000  # SPEND_LOGS_PAGINATION_COUNT_CAP
 LEAD = timedelta(hours=6)
@@ -299,8 +301,9 @@ class ApiSpendLogSource:
     source_format: SourceFormat = "litellm-api"
 
     def __init__(self, base_url: str, key: str, request_id_from_tokens: int | None, workdir: Path, stack: ExitStack,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 read_export: ExportReader, transport: httpx.BaseTransport | None = None) -> None:
         self.base_url, self.key, self.transport = base_url, key, transport
+        self.read_export = read_export
         self.description = base_url + ENDPOINT
         self.request_id_from_tokens = request_id_from_tokens
         self.workdir, self.stack = workdir, stack
@@ -311,7 +314,7 @@ class ApiSpendLogSource:
         path = self.workdir / f"rows-{self.stats.pages}.jsonl"
         with path.open("w", encoding="utf-8") as sink:
             self.stats = download_rows(self.base_url, self.key, window, sink, transport=self.transport)
-        self._rows = self.stack.enter_context(open_source(str(path), self.request_id_from_tokens, fast_csv=False))
+        self._rows = self.stack.enter_context(self.read_export(path, self.request_id_from_tokens))
         return self._rows.read(window)
 
     def _read(self) -> SpendLogSource:
@@ -337,12 +340,13 @@ class ApiSpendLogSource:
 
 
 @contextmanager
-def api_source(url: str, key_env: str, key_file: Path | None, request_id_from_tokens: int | None) -> Iterator[ApiSpendLogSource]:
+def api_source(url: str, key_env: str, key_file: Path | None, request_id_from_tokens: int | None,
+               read_export: ExportReader) -> Iterator[ApiSpendLogSource]:
     base_url = check_base_url(url)
     key = api_key(key_env, key_file)
     workdir = Path(tempfile.mkdtemp(prefix="seatplan-usage-api-"))  # mode 0700: the rows name users and keys
     try:
         with ExitStack() as stack:
-            yield ApiSpendLogSource(base_url, key, request_id_from_tokens, workdir, stack)
+            yield ApiSpendLogSource(base_url, key, request_id_from_tokens, workdir, stack, read_export)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -8,13 +8,14 @@ from pathlib import Path
 
 from seatplan.documents.usage import KvReplay, ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
 from seatplan.errors import SeatplanError
+from seatplan.usage.api import GATEWAY_KEY_ENV
 from seatplan.usage.loads import Peaks, RequestRows, peak_loads, runaway_mask, seat_percentiles
 from seatplan.usage.queries import Window
 from seatplan.usage.replay import BlockRule, default_block_rule, replay_seats
 from seatplan.usage.rows import judge, runaway_rows, summarize
 from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds
 from seatplan.usage.seats import SeatMap
-from seatplan.usage.sources import GATEWAY_KEY_ENV, SOURCE_FIX, open_source
+from seatplan.usage.sources import SOURCE_FIX, open_source
 from seatplan.usage.sweep import group_runaways, lowest_runaway_threshold_tokens, runaway_threshold_tokens, summarize_keys
 from seatplan.usage.timeline import inflight_timeline, token_histograms
 

@@ -20,6 +20,7 @@ from typing import Any
 from seatplan.errors import SeatplanError
 from seatplan.secrets import dsn_password, redact_dsn
 from seatplan.usage import csvscan
+from seatplan.usage.api import GATEWAY_KEY_ENV, api_source
 from seatplan.usage.csvscan import CsvScanner, Stopped
 from seatplan.usage.queries import (
     CLIENT_COLUMNS,
@@ -39,7 +40,6 @@ from seatplan.usage.rows import ClientFields, ModelFields, SpendRows, needed_row
 from seatplan.usage.scan import SpendLogSource
 
 DSN_ENVIRONMENT = ("SEATPLAN_USAGE_DSN", "DATABASE_URL")
-GATEWAY_KEY_ENV = "LITELLM_MASTER_KEY"  # where a gateway's key is by default (--key-env)
 DUCKDB_MEMORY_LIMIT = "1GB"
 MAX_LINE_BYTES = 16 * 1024 * 1024
 SOURCE_FIX = ("pass --from https://GATEWAY/ (LiteLLM's /spend/logs/v2), postgresql://USER@HOST/DB (LiteLLM's database), a CSV made with "
@@ -84,9 +84,8 @@ def open_source(source: str, request_id_from_tokens: int | None = None, fast_csv
     plain CSV exports first (``csvscan.py``); False reads every file with DuckDB. ``key_env`` / ``key_file``:
     where the key of an ``http(s)://`` gateway is (``api.py``)."""
     if source.startswith(("http://", "https://")):
-        from seatplan.usage.api import api_source
-
-        with api_source(source, key_env, key_file, request_id_from_tokens) as fetched:
+        # the fetched rows are a JSON Lines export, read by DuckDB like any other
+        with api_source(source, key_env, key_file, request_id_from_tokens, lambda path, ids: _file_source(path, ids, False)) as fetched:
             yield fetched
     elif is_dsn(source):
         from seatplan.usage.postgres import postgres_source

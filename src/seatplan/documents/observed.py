@@ -146,6 +146,8 @@ class Creep(_Model):
     levelled_off: bool = True
     resolved: bool = Field(True, description="averaged history: enough records see the rise to size it")
     basis: str | None = None
+    shape: Literal["linear", "exponential"] | None = Field(None, description="averaged history: the fitted creep's shape")
+    time_constant_hours: float | None = Field(None, description="linear: the ramp's length; exponential: its time constant")
 
 
 class Segment(_Model):
@@ -155,6 +157,8 @@ class Segment(_Model):
     end: datetime
     level_after_boot_mib: float
     plateau_used_mib: float
+    plateau_uncertainty_mib: float | None = Field(None, description="± MiB of the plateau (fit and jitter)")
+    still_to_rise_mib: float | None = Field(None, description="what the fitted creep still adds after the history's end")
     creep: Creep | None = None
 
 
@@ -191,6 +195,8 @@ class GpuReport(_Model):
     creep: Creep | None = None
     segments: list[Segment] = []
     plateau_used_mib: float
+    plateau_uncertainty_mib: float | None = Field(None, description="± MiB of the plateau (fit and jitter)")
+    still_to_rise_mib: float | None = Field(None, description="what the fitted creep still adds after the history's end")
     plateau_free_mib: float | None = None
     free_after_boot_mib: float | None = None
     free_drop_after_boot_mib: float | None = Field(None, description="free just after the last boot minus free at plateau")

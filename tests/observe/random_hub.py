@@ -8,8 +8,8 @@ the retention clean-up keeps each type for its period plus up to an hour (the cl
 Per draw:
 
 * **creep shape**: a saturating exponential, linear-then-flat (ramp of 3 × the time constant, so both reach
-  95 % at about the same time), or two-stage (a fast exponential of 1/3–1/6 of the time constant holding
-  20–50 % of the rise, then the slow one);
+  95 % at about the same time), or two-stage (the drawn time constant's exponential holding 30–70 % of the
+  rise, and one 2–4 × slower, at most 24 h, for the rest);
 * **time constant** 3–24 h; **rise** 0.3–3 GB (286–2,861 MiB);
 * **reboot** anywhere: its age is drawn on a continuous scale, so it sits anywhere inside whatever window
   holds it; down 1–10 minutes; the life before it crept by 0.3–3 GB and the new life starts near the old
@@ -68,8 +68,9 @@ class Draw:
             return self.rise_mib * np.minimum(x / (3 * tau), 1.0)
         if self.shape == "exponential":
             return self.rise_mib * -np.expm1(-x / tau)
-        fast = self.fast_share * -np.expm1(-x / (tau / self.fast_ratio))
-        return self.rise_mib * (fast + (1 - self.fast_share) * -np.expm1(-x / tau))
+        # Two stages, each with its own time constant in 3–24 h: the drawn one first, a slower one after.
+        slow = min(tau * self.fast_ratio, 24 * HOUR)
+        return self.rise_mib * (self.fast_share * -np.expm1(-x / tau) + (1 - self.fast_share) * -np.expm1(-x / slow))
 
     def used(self, times_s: np.ndarray) -> np.ndarray:
         boot, back = self.boot_s, self.boot_s + self.down_s
@@ -92,9 +93,9 @@ def draw(rng: np.random.Generator) -> Draw:
     shape = str(rng.choice(["exponential", "linear", "two-stage"]))
     tau_h = float(rng.uniform(3, 24))
     rise = float(rng.uniform(0.3, 3.0) * GB_MIB)
-    fast_share = float(rng.uniform(0.2, 0.5)) if shape == "two-stage" else 0.0
-    # 95 % of the rise: 3 τ for the exponential and the ramp, a little less for two stages.
-    reach_h = 3 * tau_h
+    fast_share = float(rng.uniform(0.3, 0.7)) if shape == "two-stage" else 0.0
+    # 95 % of the rise: 3 τ for the exponential and the ramp, up to 3 × the slower stage's for two stages.
+    reach_h = 3 * tau_h if shape != "two-stage" else 3 * min(tau_h * 3, 24.0)
     # Mostly levelled by now; one draw in five still rising (between 40 % and 100 % of the time to plateau).
     if rng.random() < 0.2:
         age_h = reach_h * float(rng.uniform(0.4, 1.0))
@@ -108,7 +109,7 @@ def draw(rng: np.random.Generator) -> Draw:
     return Draw(shape=shape, tau_h=tau_h, rise_mib=rise, age_s=age_h * HOUR, down_s=float(rng.uniform(60, 600)),
                 level_mib=level + float(rng.normal(0, 150)), before_level_mib=level, before_rise_mib=float(rng.uniform(0.3, 3.0) * GB_MIB),
                 jitter_mib=float(rng.uniform(5, 50)), gaps=gaps, days=days, boot_line=bool(rng.random() < 0.5),
-                fast_share=fast_share, fast_ratio=float(rng.uniform(3, 6)))
+                fast_share=fast_share, fast_ratio=float(rng.uniform(2, 4)))
 
 
 def records(one: Draw, rng: np.random.Generator) -> list[tuple[str, int, float]]:

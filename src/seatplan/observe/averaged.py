@@ -47,7 +47,7 @@ RAMP_HOURS = np.geomspace(2.0, 24 * 14, 32)
 # Time constants of the saturating exponential (the same floor: faster is loading).
 TAU_HOURS = np.geomspace(0.7, 24 * 5, 32)
 # A two-stage creep: a fast exponential of the time constant / FAST_RATIO beside the slow one.
-FAST_RATIO = 5.0
+FAST_RATIO = 2.5
 # A fast stage holding more than this share of the rise makes the creep two-stage (in its basis).
 TWO_STAGE_SHARE = 0.05
 # The plateau is reached when the creep holds this share of its rise (within 5 %).

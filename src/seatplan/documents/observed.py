@@ -236,6 +236,8 @@ class GpuVerdict(_Model):
     status: Literal["pass", "fail", "unchecked"]
     planned_spare_mib: float | None = None
     observed_spare_mib: float | None = None
+    plateau_uncertainty_mib: float | None = Field(None, description="± MiB of the observed plateau (so of its spare)")
+    straddles: bool = Field(False, description="the planned spare lies inside the observed spare's ± band: the verdict could go either way")
     reason: str
 
 

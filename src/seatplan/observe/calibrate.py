@@ -122,10 +122,35 @@ def verdicts(plan: PlanView, reports: list[GpuReport]) -> list[GpuVerdict]:
         held = short_mib <= FOOTPRINT_TOLERANCE_MIB
         out.append(GpuVerdict(host=gpu.host, index=gpu.index, status="pass" if held else "fail",
                               planned_spare_mib=check.planned_spare_mib, observed_spare_mib=check.observed_spare_mib,
+                              plateau_uncertainty_mib=matched[0].plateau_uncertainty_mib,
+                              straddles=_straddles(check, matched[0]),
                               reason=f"observed spare {check.observed_spare_mib:,.0f} MiB at plateau against {check.planned_spare_mib:,.0f} MiB planned"
                                      + ("" if held else f": {short_mib:,.0f} MiB short"
-                                        + ("" if check.spare_held else ", the GPU's memory overran"))))
+                                        + ("" if check.spare_held else ", the GPU's memory overran"))
+                                     + _uncertainty_note(check, matched[0])))
     return out
+
+
+def _straddles(check: PlanCheck, report: GpuReport) -> bool:
+    """The planned spare lies inside the observed spare's ± band (or the creep may still eat into it)."""
+    band = report.plateau_uncertainty_mib or 0.0
+    to_come = report.still_to_rise_mib or 0.0
+    return check.observed_spare_mib - band - to_come <= check.planned_spare_mib <= check.observed_spare_mib + band
+
+
+def _uncertainty_note(check: PlanCheck, report: GpuReport) -> str:
+    band = report.plateau_uncertainty_mib
+    notes = []
+    if band is not None:
+        notes.append(f"± {band:,.0f} MiB")
+    if report.still_to_rise_mib:
+        notes.append(f"the creep may still add {report.still_to_rise_mib:,.0f} MiB")
+    if report.creep is not None and not report.creep.levelled_off:
+        notes.append("still rising at the history's end: the spare can only shrink")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    if _straddles(check, report):
+        note += ": the uncertainty straddles the planned spare, so the verdict could go either way; keep more history and re-check"
+    return note
 
 
 def plateau_of(values: np.ndarray) -> float:

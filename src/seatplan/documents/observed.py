@@ -1,7 +1,9 @@
 """The observe stage's documents: what the engines logged, what the GPUs showed, what it means.
 
-``DiagnoseReport`` is what ``seatplan diagnose --json`` prints; ``ObservedFootprints`` is the
-observations file ``seatplan plan --observed`` reads (``seats: {name: {footprint_bytes, source, samples}}``).
+``DiagnoseReport`` is the one diagnose document (``seatplan diagnose --json`` prints it, ``-o`` writes it);
+its ``observed`` part, an ``ObservedFootprints``, is what ``seatplan plan --observed`` reads
+(``seats: {name: {footprint_bytes, source, samples}}``); a standalone observations file (kind
+``seatplan.observed``, written by older seatplans) still reads.
 """
 
 from __future__ import annotations
@@ -251,15 +253,6 @@ class GpuCorrection(_Model):
     source: str
 
 
-class DiagnoseReport(_Model):
-    gpus: list[GpuReport] = []
-    verdicts: list[GpuVerdict] = Field([], description="with --plan: pass/fail/unchecked per planned GPU")
-    gpu_corrections: list[GpuCorrection] = []
-    seats: list[SeatReport] = []
-    findings: list[Finding] = []
-    rejected_inputs: list[RejectedInput] = []
-
-
 class ObservedFootprints(_Model):
     """The observations file for ``seatplan plan --observed``."""
 
@@ -270,6 +263,21 @@ class ObservedFootprints(_Model):
     gpus: list[dict[str, float | int | str | None]] = []
     gpu_corrections: list[GpuCorrection] = Field([], description="plan --observed adds extra_bytes > 0 to that GPU's reserved memory")
     engines: dict[str, StatsSummary] = Field({}, description="each seat's own record of how full its KV cache got")
+
+
+class DiagnoseReport(_Model):
+    """The one diagnose document: ``--json`` prints it, ``-o`` writes it; ``plan --observed`` reads its ``observed``
+    part, ``report --diagnose`` all of it."""
+
+    kind: Literal["seatplan.diagnose"] = "seatplan.diagnose"
+    version: int = 1
+    gpus: list[GpuReport] = []
+    verdicts: list[GpuVerdict] = Field([], description="with --plan: pass/fail/unchecked per planned GPU")
+    gpu_corrections: list[GpuCorrection] = []
+    seats: list[SeatReport] = []
+    findings: list[Finding] = []
+    rejected_inputs: list[RejectedInput] = []
+    observed: ObservedFootprints | None = Field(None, description="the observations plan --observed uses instead of estimates")
 
 
 class ProcessSample(_Model):

@@ -46,7 +46,8 @@ def test_without_a_readable_config_the_log_decides():
     assert race.pin_kv_cache_memory_bytes == 29 * GiB
 
 
-def test_fleet_names_the_seat_and_its_rule(tmp_path):
+def big_seat_fleet(tmp_path, seat_line: str, tail: str = ""):
+    """A two-GPU fleet with one Qwen3-32B seat "big" (served as qwen3-32b) and one more line of its own."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(f"""hosts:
   - name: node-1
@@ -57,10 +58,13 @@ seats:
   - name: big
     model: {MODEL_FIXTURES / "Qwen--Qwen3-32B"}
     served_model_name: qwen3-32b
-    kv_factor: 1.5
-current_layout:
-  big: node-1:1
-""")
+    {seat_line}
+{tail}""")
+    return fleet
+
+
+def test_fleet_names_the_seat_and_its_rule(tmp_path):
+    fleet = big_seat_fleet(tmp_path, "kv_factor: 1.5", "current_layout:\n  big: node-1:1\n")
     from seatplan.observe.diagnose import diagnose
     from seatplan.observe.inputs import read_plan
 
@@ -77,17 +81,7 @@ current_layout:
 
 def test_an_operators_pin_is_named_as_theirs_not_as_the_rule(tmp_path):
     """Issue 20: a pin equal to the operator's was described as "the plan's rule" with arithmetic giving another figure."""
-    fleet = tmp_path / "fleet.yaml"
-    fleet.write_text(f"""hosts:
-  - name: node-1
-    gpus:
-      - {{index: 0, total_bytes: 95.59GiB}}
-seats:
-  - name: big
-    model: {MODEL_FIXTURES / "Qwen--Qwen3-32B"}
-    served_model_name: qwen3-32b
-    kv_cache_memory_bytes: 22GiB
-""")
+    fleet = big_seat_fleet(tmp_path, "kv_cache_memory_bytes: 22GiB")
     boots = racy_boots("/elsewhere")
     pin, why = kv_rule_pins(boots, fleet)["big"]
     assert pin == 22 * GiB and "operator's pin" in why and "plan's rule for" not in why

@@ -18,7 +18,8 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   over its window (closed-form integrals). For a given ``s`` and τ (or ``T``) the model is linear in ``L``, the
   rises and ``D`` (all ≥ 0 but ``L``), so those come from non-negative least squares (each record weighted by its
   window length: equal weight per hour of history); ``s``, τ/``T`` and the shape from a coarse grid, then finer
-  grids around its best point. Fits the records cannot tell apart: the smallest rise they see wins.
+  grids around its best point. Fits the records cannot tell apart: the middle reboot time, then the smallest
+  rise they see.
 * **Plateau**: the level at the history's end from the latest levelled records (those after the fit reached
   95 % of its rise) at the finest resolution among them, i.e. the fit's end level corrected by their mean
   residual; ± twice that mean's standard error plus the fit's own movement across them. Still rising: the
@@ -30,8 +31,8 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   reported but labelled unresolved.
 
 Error measured (tests/observe/test_averaged_random.py, 200 random histories the fit does not assume; the
-figures in docs/diagnose.md): plateau within 40 MiB in every draw; creep within 10 % in 96 % of the draws
-with the boot line and 70 % without; without it, moving the reboot by Δ inside its window scales an
+figures in docs/diagnose.md): plateau within 40 MiB in every draw; creep within 10 % in 99 % of the draws
+with the boot line and 83 % without; without it, moving the reboot by Δ inside its window scales an
 exponential creep's rise by exp(Δ / τ), which no record can tell apart.
 """
 
@@ -67,7 +68,7 @@ FLAT_SHARE = 0.25
 # A record within this share of --min-step-mib of the one before it still reads the old level.
 UNTOUCHED_SHARE = 0.25
 # Fits whose squared residuals are this close to the best one are told apart by the smallest rise.
-TIE_SHARE, TIE_MIB = 0.02, 1.0
+TIE_SHARE, TIE_MIB = 0.005, 1.0
 # The engine may be down and loading this long after the restart (so the next record may hold part of it).
 LOSS_SPREAD_S = 900.0
 
@@ -346,6 +347,11 @@ def _fit_grid(records: Records, before_mib: float | None, reboot_s: np.ndarray, 
     seen = rise * np.where(grid_kind[:, 0], -np.expm1(-elapsed / grid_scale[:, 0]), np.minimum(elapsed / grid_scale[:, 0], 1.0)) \
         + fast * -np.expm1(-elapsed / fast_scale[:, 0])
     near_best = residual <= residual.min() * (1 + TIE_SHARE) + TIE_MIB ** 2
+    # The reboot times the records cannot tell apart: the middle one (an error of at most half their spread),
+    # then, among the fits at that time, the smallest rise.
+    times = grid_reboot[near_best, 0]
+    middle = times[np.argmin(np.abs(times - np.median(times)))]
+    near_best &= grid_reboot[:, 0] == middle
     best = int(np.flatnonzero(near_best)[np.argmin(seen[near_best])])
     return Fit(reboot_s=float(grid_reboot[best, 0]) if before_mib is not None else None, level_mib=float(level[best]),
                rise_mib=float(rise[best]), scale_s=float(grid_scale[best, 0]), exponential=bool(grid_kind[best, 0]),

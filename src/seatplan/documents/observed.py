@@ -239,7 +239,7 @@ class GpuVerdict(_Model):
     planned_spare_mib: float | None = None
     observed_spare_mib: float | None = None
     plateau_uncertainty_mib: float | None = Field(None, description="± MiB of the observed plateau (so of its spare)")
-    straddles: bool = Field(False, description="the planned spare lies inside the observed spare's ± band: the verdict could go either way")
+    straddles: bool = Field(False, description="the observed spare's ± band crosses the verdict's line: it could go either way")
     reason: str
 
 

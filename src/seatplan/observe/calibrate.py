@@ -132,10 +132,12 @@ def verdicts(plan: PlanView, reports: list[GpuReport]) -> list[GpuVerdict]:
 
 
 def _straddles(check: PlanCheck, report: GpuReport) -> bool:
-    """The planned spare lies inside the observed spare's ± band (or the creep may still eat into it)."""
+    """The observed spare's ± band (widened downwards by what the creep may still add) crosses the verdict's line:
+    the planned spare less the footprint tolerance, so the verdict could go either way."""
     band = report.plateau_uncertainty_mib or 0.0
     to_come = report.still_to_rise_mib or 0.0
-    return check.observed_spare_mib - band - to_come <= check.planned_spare_mib <= check.observed_spare_mib + band
+    line = check.planned_spare_mib - FOOTPRINT_TOLERANCE_MIB
+    return check.observed_spare_mib - band - to_come < line <= check.observed_spare_mib + band
 
 
 def _uncertainty_note(check: PlanCheck, report: GpuReport) -> str:

@@ -381,6 +381,10 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
         if len(life.end_s) == 0:
             continue
         if reboot is None:
+            # The history may begin while an engine was booting: a first record far below the next is that boot
+            # (its minutes at zero and loading in the mean), not creep: nothing to fit there.
+            while len(life.end_s) > 2 and life.used_mib[0] < life.used_mib[1] - min_step_mib:
+                life = life.part(np.arange(1, len(life.end_s)))
             fit = fit_life(life, before_mib=None, reboot_lo_s=float(life.start_s[0]) - 2 * 86400.0,
                            reboot_hi_s=float(life.end_s[-1]))
         else:

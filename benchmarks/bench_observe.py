@@ -1,14 +1,16 @@
 """How fast ``seatplan diagnose`` analyses GPU memory history.
 
-Target (issue 5): a year of 1-minute samples for 8 GPUs (8 × 525,600 ≈ 4.2 M points) analysed in under 5 s.
+Target (issue 20): a year of 1-minute samples for 64 GPUs (64 × 525,600 ≈ 33.6 M points) analysed in under 10 s
+(issue 5's was 8 GPUs in 5 s). Both the wall clock and the process's CPU time are printed: on a shared machine
+the wall clock also counts the time other processes held the cores.
 
 Generates, per GPU, a year at 1-minute resolution with a restart every ~3 weeks, a creep after some
 boots, σ = 20 MiB noise, random gaps (agent restarts) and single-sample spikes, then times
-``detect.analyse`` over all 8 series (steps, segments, creep, plateaus). Also timed: reading the
+``detect.analyse`` over all series (steps, segments, creep, plateaus). Also timed: reading the
 same shapes from an nvidia-smi CSV (one month, 8 GPUs) to show the reader's throughput, and the
 number of steps found against the number of restarts made (a sanity check, not a test).
 
-    .venv/bin/python benchmarks/bench_observe.py [--gpus 8] [--days 365] [--csv-days 30] [--runs 3]
+    .venv/bin/python benchmarks/bench_observe.py [--gpus 64] [--days 365] [--csv-days 30] [--runs 3]
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def generate(gpus: int, days: float) -> tuple[list[GpuSeries], int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--days", type=float, default=365)
     parser.add_argument("--csv-days", type=float, default=30)
     parser.add_argument("--runs", type=int, default=3)
@@ -65,13 +67,14 @@ def main() -> None:
 
     series, restarts = generate(args.gpus, args.days)
     points = sum(len(s.times_s) for s in series)
-    timings, found = [], 0
+    timings, cpu_timings, found = [], [], 0
     for _ in range(args.runs):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         analyses = [analyse(one) for one in series]
         timings.append(time.perf_counter() - started)
+        cpu_timings.append(time.process_time() - cpu_started)
         found = sum(len(a.steps) for a in analyses)
-    analysis_s = statistics.median(timings)
+    analysis_s, cpu_s = statistics.median(timings), statistics.median(cpu_timings)
 
     csv_series, _ = generate(args.gpus, args.csv_days)
     with tempfile.TemporaryDirectory() as folder:
@@ -83,13 +86,13 @@ def main() -> None:
         read_s = time.perf_counter() - started
 
     print(f"points analysed: {points:,} ({args.gpus} GPUs × {args.days:g} days at 1 min, gaps removed)")
-    print(f"analysis: median {analysis_s:.2f} s over {args.runs} runs ({', '.join(f'{t:.2f}' for t in timings)}); target < 5 s")
+    print(f"analysis: median {analysis_s:.2f} s wall, {cpu_s:.2f} s CPU over {args.runs} runs ({', '.join(f'{t:.2f}' for t in timings)}); target < 10 s")
     print(f"steps found: {found} for {restarts} restarts that changed the level by ≥ 256 MiB")
     print(f"nvidia-smi CSV read: {rows:,} rows in {read_s:.2f} s ({rows / read_s:,.0f} rows/s)")
     print()
     print("| what | figure | target |")
     print("|---|---|---|")
-    print(f"| analyse {args.gpus} GPUs × {args.days:g} days @ 1 min ({points / 1e6:.2f} M points) | {analysis_s:.2f} s | < 5 s |")
+    print(f"| analyse {args.gpus} GPUs × {args.days:g} days @ 1 min ({points / 1e6:.2f} M points) | {analysis_s:.2f} s wall, {cpu_s:.2f} s CPU | < 10 s |")
     print(f"| steps found / level-changing restarts made | {found} / {restarts} | equal |")
     print(f"| read nvidia-smi CSV ({rows:,} rows) | {read_s:.2f} s ({rows / read_s / 1e3:,.0f} k rows/s) | – |")
 

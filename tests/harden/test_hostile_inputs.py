@@ -182,7 +182,7 @@ def test_a_usage_report_is_not_an_observations_file_and_back(tmp_path: Path, pla
     made = seatplan("diagnose", "--nvidia-smi", str(NVIDIA_SMI), "-o", str(observed), "--json")
     assert made.exit_code == 0, made.stderr
     refused(seatplan("plan", str(plan_fleet), "--observed", str(usage), "--json"), "seatplan.usage")
-    refused(seatplan("plan", str(plan_fleet), "--usage", str(observed), "--json"), "seatplan.observed")
+    refused(seatplan("plan", str(plan_fleet), "--usage", str(observed), "--json"), "seatplan.diagnose")
     assert seatplan("plan", str(plan_fleet), "--usage", str(usage), "--observed", str(observed), "--json").exit_code == 0
 
 
@@ -203,7 +203,9 @@ def test_observations_written_by_diagnose_carry_their_kind(tmp_path: Path) -> No
     observed = tmp_path / "observed.json"
     assert seatplan("diagnose", "--nvidia-smi", str(NVIDIA_SMI), "-o", str(observed), "--json").exit_code == 0
     document = json.loads(observed.read_text())
-    assert (document["kind"], document["version"]) == ("seatplan.observed", 1)
+    # One diagnose document (issue 20): its kind, and the observations plan --observed reads inside it.
+    assert (document["kind"], document["version"]) == ("seatplan.diagnose", 1)
+    assert (document["observed"]["kind"], document["observed"]["version"]) == ("seatplan.observed", 1)
 
 
 # ------------------------------------------------------------------------------------------- observe readers

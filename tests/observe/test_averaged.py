@@ -139,3 +139,20 @@ def test_a_restart_the_averages_hide_is_found_from_the_boot_line(tmp_path):
     step = analyse(series, boot_times_s=[boot_s], boots_here_s=[boot_s]).steps[0]
     assert step.at.timestamp() == boot_s and not step.inferred and "averages show no fall" in step.evidence
     assert step.after_mib == pytest.approx(71_200, abs=PLATEAU_MIB)
+
+
+def test_a_history_that_begins_while_an_engine_boots_is_no_creep():
+    """The first record holds the boot (minutes at zero and loading in its mean): seen by no other record, it is no
+    creep (the night example's hub printed creeps of +210,347 MiB "in 1.8 h" before)."""
+    from seatplan.observe.averaged import Records, analyse_records
+
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        level = float(rng.uniform(20_000, 90_000))
+        count = int(rng.integers(20, 80))
+        ends = NOW - 7200.0 * np.arange(count)[::-1]
+        used = level + rng.normal(0, 3, count)
+        used[0] = level * float(rng.uniform(0.2, 0.9))
+        analysis = analyse_records(Records(ends, np.full(count, 7200), used, np.full(count, "120m")))
+        assert analysis.steps == [] and analysis.segments[-1].creep is None
+        assert analysis.segments[-1].plateau_used_mib == pytest.approx(level, abs=PLATEAU_MIB)

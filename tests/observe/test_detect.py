@@ -134,3 +134,15 @@ def test_one_restart_is_found_where_it_happened(before, delta, sign, day, seed):
     assert len(analysis.steps) == 1
     assert close_in_time(analysis.steps[0].at, at_s, 10 * MINUTE)
     assert analysis.steps[0].delta_mib == pytest.approx(after - before, abs=max(50, 0.02 * abs(after - before)))
+
+
+def test_gaps_counted_at_the_long_pauses_alone_match_the_full_rolling_median():
+    from seatplan.observe.detect import GAP_FLOOR_S, GAP_WINDOW, count_gaps, rolling_median
+
+    rng = np.random.default_rng(31)
+    for _ in range(40):
+        spacing = rng.choice([15.0, 60.0, 300.0, 7200.0], size=int(rng.integers(1, 400))) * rng.uniform(0.9, 1.1)
+        spacing[rng.random(len(spacing)) < 0.05] *= rng.uniform(3, 200)
+        factor = float(rng.uniform(2, 8))
+        full = int(np.count_nonzero(spacing > np.maximum(factor * rolling_median(spacing, GAP_WINDOW), GAP_FLOOR_S)))
+        assert count_gaps(spacing, factor) == full

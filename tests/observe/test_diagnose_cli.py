@@ -87,7 +87,10 @@ def test_json_report_and_observations(scene):
     assert correction["extra_bytes"] / MiB == pytest.approx(5_800, abs=60) and correction["seats"] == ["racy", "emb"]
     assert result.returncode == 1
 
-    observed = json.loads(observed_path.read_text())
+    # One document: -o writes exactly what --json printed; its observed part is what plan --observed reads.
+    written = json.loads(observed_path.read_text())
+    assert written["kind"] == "seatplan.diagnose" and written == report
+    observed = written["observed"]
     assert observed["seats"]["racy"]["footprint_bytes"] == 32_000 * MiB  # pid 42 (racy's last engine core) at plateau
     assert observed["seats"]["racy"]["source"].startswith("nvidia-smi compute-apps")
     # big's restart dipped to 0 on its GPU: its footprint is the GPU's plateau after the restart.
@@ -108,7 +111,7 @@ def test_human_output_and_engine_stats(scene, tmp_path):
                  "--vllm-metrics", str(FORMAT_FIXTURES / "vllm_metrics.prom"), "-o", str(observed_path))
     assert result.returncode == 0, result.stderr
     assert "GPUs" in result.stdout and "renamed" in result.stdout and "kv_drift" in result.stdout
-    engines = json.loads(observed_path.read_text())["engines"]
+    engines = json.loads(observed_path.read_text())["observed"]["engines"]
     assert engines["qwen3-30b-a3b"]["peak_kv_cache_usage_pct"] == pytest.approx(1.47)
 
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import math
+import re
+
+import numpy as np
+
 from conftest import MODEL_FIXTURES
 from observe.test_logparse import boot_lines
+from seatplan.documents.fleet import Policy
 from seatplan.observe.findings import seat_findings
-from seatplan.observe.inputs import kv_rule_pins
+from seatplan.observe.inputs import kv_rule_pins, rule_arithmetic
 from seatplan.observe.logparse import parse_log
 from seatplan.units import GiB
 
@@ -40,7 +46,8 @@ def test_without_a_readable_config_the_log_decides():
     assert race.pin_kv_cache_memory_bytes == 29 * GiB
 
 
-def test_fleet_names_the_seat_and_its_rule(tmp_path):
+def big_seat_fleet(tmp_path, seat_line: str, tail: str = ""):
+    """A two-GPU fleet with one Qwen3-32B seat "big" (served as qwen3-32b) and one more line of its own."""
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(f"""hosts:
   - name: node-1
@@ -51,10 +58,13 @@ seats:
   - name: big
     model: {MODEL_FIXTURES / "Qwen--Qwen3-32B"}
     served_model_name: qwen3-32b
-    kv_factor: 1.5
-current_layout:
-  big: node-1:1
-""")
+    {seat_line}
+{tail}""")
+    return fleet
+
+
+def test_fleet_names_the_seat_and_its_rule(tmp_path):
+    fleet = big_seat_fleet(tmp_path, "kv_factor: 1.5", "current_layout:\n  big: node-1:1\n")
     from seatplan.observe.diagnose import diagnose
     from seatplan.observe.inputs import read_plan
 
@@ -67,3 +77,31 @@ current_layout:
     seat = next(s for s in report.seats if s.name == "big")
     assert len(seat.boots) == 3
     assert next(f for f in seat.findings if f.kind == "kv_drift").pin_kv_cache_memory_bytes == 12 * GiB
+
+
+def test_an_operators_pin_is_named_as_theirs_not_as_the_rule(tmp_path):
+    """Issue 20: a pin equal to the operator's was described as "the plan's rule" with arithmetic giving another figure."""
+    fleet = big_seat_fleet(tmp_path, "kv_cache_memory_bytes: 22GiB")
+    boots = racy_boots("/elsewhere")
+    pin, why = kv_rule_pins(boots, fleet)["big"]
+    assert pin == 22 * GiB and "operator's pin" in why and "plan's rule for" not in why
+    assert f"{22 * GiB:,} B" in why and f"{10 * GiB:,} B" in why  # theirs, and what the rule would give
+    drift = next(f for f in seat_findings("big", boots, rule_pin=(pin, why)) if f.kind == "kv_drift")
+    assert drift.pin_kv_cache_memory_bytes == 22 * GiB and "operator's pin" in drift.fix
+
+
+def test_the_rules_arithmetic_gives_the_figure_it_names():
+    rng = np.random.default_rng(20)
+    for _ in range(300):
+        request = int(rng.integers(1, 64 * GiB))
+        factor = float(rng.choice([1.0, 1.1, 1.25, 1.5, 2.0]))
+        floor = int(rng.integers(0, 2 * request + 2))
+        step = int(rng.choice([0, GiB // 2, GiB, 256 * 2**20]))
+        policy = Policy(kv_factor=factor, rounding_step_bytes=step)
+        rule = policy.rule_kv_bytes(request, floor)
+        text = rule_arithmetic(request, factor, floor, step, rule, "the test")
+        numbers = [int(n.replace(",", "")) for n in re.findall(r"([\d,]+) B\b", text)]
+        assert numbers[0] == request and numbers[1] == math.ceil(request * factor) and numbers[-1] == rule, text
+        # Each stated step holds: the product, the floor when it wins, the rounding when it changes the figure.
+        assert ("minimum" in text) is (floor > numbers[1])
+        assert ("rounded up" in text) is (rule != max(numbers[1], floor))

@@ -278,13 +278,20 @@ def test_thirteen_unrelated_excerpts_are_thirteen_engines_and_no_race():
 
 
 def test_two_engines_booting_together_in_one_log_are_a_race():
-    """Without a fleet, engines in one log file are assumed to share the GPU, and the evidence says so."""
+    """Without a fleet, engines in one log file are assumed to share the GPU, and the evidence says so. A race
+    needs a figure that moved (issue 20: one was reported where KV went 6.02 → 6.02 GiB)."""
     from seatplan.observe.diagnose import diagnose
 
     both = [line for pair in zip(boot_lines(100, 101, "alpha", kv_gib=10.0), boot_lines(200, 201, "beta", kv_gib=30.0))
             for line in pair]
-    later = boot_lines(300, 301, "alpha", kv_gib=10.1, clock="11-21 09:00:00")  # alone: no neighbour overlaps it
+    later = boot_lines(300, 301, "alpha", kv_gib=12.0, clock="11-21 09:00:00")  # alone: no neighbour overlaps it
     report, _ = diagnose(boots=parse_log(both + later, source="host.log", year=2026).boots, stats=[], series=[], processes=[])
     races = {f.seat: f for f in report.findings if f.kind == "co_boot_race"}
-    assert set(races) == {"alpha", "beta"}
+    # alpha's KV moved 10.00 → 12.00 GiB; beta booted once, so nothing of it is seen to move.
+    assert set(races) == {"alpha"}
     assert any("beta booted" in line and "assumed shared" in line for line in races["alpha"].evidence)
+    assert "KV went 10.0 → 12.0 GiB" in races["alpha"].message and "non-torch" not in races["alpha"].message
+
+    unmoved = boot_lines(300, 301, "alpha", kv_gib=10.0, clock="11-21 09:00:00")
+    report, _ = diagnose(boots=parse_log(both + unmoved, source="host.log", year=2026).boots, stats=[], series=[], processes=[])
+    assert not [f for f in report.findings if f.kind in ("co_boot_race", "kv_drift")]

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from seatplan.documents.observed import ObservedFootprints
+from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
 from seatplan.documents.plan import Plan
 from seatplan.documents.usage import UsageReport
 from seatplan.errors import SeatplanError
@@ -23,7 +23,7 @@ Document = TypeVar("Document", bound=BaseModel)
 
 MAX_DOCUMENT_BYTES = 256 << 20  # a usage report of thousands of models and keys is a few MB
 # The kinds seatplan writes, and the newest version of each this seatplan reads.
-KIND_VERSIONS = {"seatplan.plan": 2, "seatplan.usage": 1, "seatplan.observed": 1}
+KIND_VERSIONS = {"seatplan.plan": 2, "seatplan.usage": 1, "seatplan.observed": 1, "seatplan.diagnose": 1}
 
 
 def check_kind(data: object, kind: str, what: str, where: str, fix: str) -> None:
@@ -57,7 +57,7 @@ def read_bounded_json(source: Path, what: str, fix: str) -> object:
     if len(raw) > MAX_DOCUMENT_BYTES:
         raise SeatplanError(f"the {what} is larger than {MAX_DOCUMENT_BYTES:,} bytes", where=str(source), fix=fix)
     try:
-        data = loads_bounded(raw.decode("utf-8"))
+        return loads_bounded(raw.decode("utf-8"))
     except UnicodeDecodeError as problem:
         raise SeatplanError(f"the {what} is not UTF-8 text ({problem.reason} at byte {problem.start})", where=str(source),
                             fix=fix) from None
@@ -84,8 +84,20 @@ def read_usage(path: str | Path) -> UsageReport:
 
 
 def read_observed(path: str | Path) -> ObservedFootprints:
-    return read_document(path, ObservedFootprints, "observations file",
-                         "pass the observed footprints `seatplan diagnose -o FILE` wrote", "seatplan.observed")
+    """The observations: the ``observed`` part of the diagnose document (or an observations file older seatplans wrote)."""
+    source, fix = Path(path), "pass the document `seatplan diagnose -o FILE` wrote"
+    data = load_document(source, "observations file", fix)
+    if isinstance(data, dict) and data.get("kind") == "seatplan.observed":
+        return validate_document(data, ObservedFootprints, "observations file", fix, "seatplan.observed", source)
+    report = validate_document(data, DiagnoseReport, "diagnose document", fix, "seatplan.diagnose", source)
+    if report.observed is None:
+        raise SeatplanError("the diagnose document carries no observations", where=str(source), fix=fix)
+    return report.observed
+
+
+def read_diagnose(path: str | Path) -> DiagnoseReport:
+    return read_document(path, DiagnoseReport, "diagnose document",
+                         "pass the document `seatplan diagnose -o FILE` (or --json) wrote", "seatplan.diagnose")
 
 
 def read_plan(path: str | Path) -> Plan:

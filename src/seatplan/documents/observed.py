@@ -1,7 +1,9 @@
 """The observe stage's documents: what the engines logged, what the GPUs showed, what it means.
 
-``DiagnoseReport`` is what ``seatplan diagnose --json`` prints; ``ObservedFootprints`` is the
-observations file ``seatplan plan --observed`` reads (``seats: {name: {footprint_bytes, source, samples}}``).
+``DiagnoseReport`` is the one diagnose document (``seatplan diagnose --json`` prints it, ``-o`` writes it);
+its ``observed`` part, an ``ObservedFootprints``, is what ``seatplan plan --observed`` reads
+(``seats: {name: {footprint_bytes, source, samples}}``); a standalone observations file (kind
+``seatplan.observed``, written by older seatplans) still reads.
 """
 
 from __future__ import annotations
@@ -146,6 +148,8 @@ class Creep(_Model):
     levelled_off: bool = True
     resolved: bool = Field(True, description="averaged history: enough records see the rise to size it")
     basis: str | None = None
+    shape: Literal["linear", "exponential"] | None = Field(None, description="averaged history: the fitted creep's shape")
+    time_constant_hours: float | None = Field(None, description="linear: the ramp's length; exponential: its time constant")
 
 
 class Segment(_Model):
@@ -155,6 +159,8 @@ class Segment(_Model):
     end: datetime
     level_after_boot_mib: float
     plateau_used_mib: float
+    plateau_uncertainty_mib: float | None = Field(None, description="± MiB of the plateau (fit and jitter)")
+    still_to_rise_mib: float | None = Field(None, description="what the fitted creep still adds after the history's end")
     creep: Creep | None = None
 
 
@@ -191,6 +197,8 @@ class GpuReport(_Model):
     creep: Creep | None = None
     segments: list[Segment] = []
     plateau_used_mib: float
+    plateau_uncertainty_mib: float | None = Field(None, description="± MiB of the plateau (fit and jitter)")
+    still_to_rise_mib: float | None = Field(None, description="what the fitted creep still adds after the history's end")
     plateau_free_mib: float | None = None
     free_after_boot_mib: float | None = None
     free_drop_after_boot_mib: float | None = Field(None, description="free just after the last boot minus free at plateau")
@@ -230,6 +238,8 @@ class GpuVerdict(_Model):
     status: Literal["pass", "fail", "unchecked"]
     planned_spare_mib: float | None = None
     observed_spare_mib: float | None = None
+    plateau_uncertainty_mib: float | None = Field(None, description="± MiB of the observed plateau (so of its spare)")
+    straddles: bool = Field(False, description="the observed spare's ± band crosses the verdict's line: it could go either way")
     reason: str
 
 
@@ -243,15 +253,6 @@ class GpuCorrection(_Model):
     source: str
 
 
-class DiagnoseReport(_Model):
-    gpus: list[GpuReport] = []
-    verdicts: list[GpuVerdict] = Field([], description="with --plan: pass/fail/unchecked per planned GPU")
-    gpu_corrections: list[GpuCorrection] = []
-    seats: list[SeatReport] = []
-    findings: list[Finding] = []
-    rejected_inputs: list[RejectedInput] = []
-
-
 class ObservedFootprints(_Model):
     """The observations file for ``seatplan plan --observed``."""
 
@@ -262,6 +263,21 @@ class ObservedFootprints(_Model):
     gpus: list[dict[str, float | int | str | None]] = []
     gpu_corrections: list[GpuCorrection] = Field([], description="plan --observed adds extra_bytes > 0 to that GPU's reserved memory")
     engines: dict[str, StatsSummary] = Field({}, description="each seat's own record of how full its KV cache got")
+
+
+class DiagnoseReport(_Model):
+    """The one diagnose document: ``--json`` prints it, ``-o`` writes it; ``plan --observed`` reads its ``observed``
+    part, ``report --diagnose`` all of it."""
+
+    kind: Literal["seatplan.diagnose"] = "seatplan.diagnose"
+    version: int = 1
+    gpus: list[GpuReport] = []
+    verdicts: list[GpuVerdict] = Field([], description="with --plan: pass/fail/unchecked per planned GPU")
+    gpu_corrections: list[GpuCorrection] = []
+    seats: list[SeatReport] = []
+    findings: list[Finding] = []
+    rejected_inputs: list[RejectedInput] = []
+    observed: ObservedFootprints | None = Field(None, description="the observations plan --observed uses instead of estimates")
 
 
 class ProcessSample(_Model):

@@ -10,22 +10,30 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   or a record is near zero (the engine was down for most of the window). The reboot lies somewhere in
   the windows of the falling record and the one before it (unless that one still reads the old level); a boot time from the engines' logs inside
   that span fixes it exactly, else it is fitted (and labelled inferred, with the span).
-* **Model of one boot's life**: the level ``P`` before the reboot ``s``, then ``L + R · clip((t − s) / T, 0, 1)``,
-  less the memory-seconds ``D`` the engine was down and loading, in the record holding the restart.
-  ``L`` is the first full post-boot level, ``R`` the creep, ``T`` how long it took; ``L + R`` the plateau.
-  For a given reboot time and ``T`` the model is linear in ``L``, ``R`` and ``D`` (all ≥ 0 where it matters),
-  so those come from weighted least squares (each record weighted by its window length: equal weight per
-  hour of history) and the reboot time and ``T`` from a grid search.
+* **Model of one boot's life**: the level ``P`` before the reboot ``s``, then ``L + R · shape(t − s)`` less the
+  memory-seconds ``D`` the engine was down and loading, in the records holding the restart. ``L`` is the level at
+  the boot instant (extrapolated: the first post-boot record already holds part of the creep), ``R`` the creep.
+  Shapes: saturating exponential ``1 − exp(−x / τ)`` (with a second, faster stage of time constant τ / FAST_RATIO
+  and its own rise ≥ 0: two-stage) and linear-then-flat ``min(x / T, 1)``. Each record is the mean of the curve
+  over its window (closed-form integrals). For a given ``s`` and τ (or ``T``) the model is linear in ``L``, the
+  rises and ``D`` (all ≥ 0 but ``L``), so those come from non-negative least squares (each record weighted by its
+  window length: equal weight per hour of history); ``s``, τ/``T`` and the shape from a coarse grid, then finer
+  grids around its best point. Fits the records cannot tell apart: the middle reboot time, then the smallest
+  rise they see.
+* **Plateau**: the level at the history's end from the latest levelled records (those after the fit reached
+  95 % of its rise) at the finest resolution among them, i.e. the fit's end level corrected by their mean
+  residual; ± twice that mean's standard error plus the fit's own movement across them. Still rising: the
+  last hour's finest records.
 * **Levelled off**: the history stays flat after the fitted rise for a quarter of the rise's duration (at
-  least an hour); else the plateau is the model's latest level and the creep is reported as still rising.
+  least an hour); else the creep is reported as still rising.
 * **Resolved**: at least three records see the rise and the restart's span is shorter than the rise.
   A 12-hour creep seen only through 8-hour (480m) records is not: its plateau is still exact, its size is
   reported but labelled unresolved.
 
-Tolerances (tests/observe/test_averaged.py, generated hub databases with Beszel's own averaging, a reboot in
-every record type's stretch at several points of a window, jitter σ = 30 MiB on the 1-minute readings,
-creeps of 0.5–3 GB over 12–48 h, 1–10 minutes down): plateau within 40 MiB; creep within 10 % wherever it
-is resolved (with the boot line from the log; without it at 120m and finer).
+Error measured (tests/observe/test_averaged_random.py, 200 random histories the fit does not assume; the
+figures in docs/diagnose.md): plateau within 40 MiB in every draw; creep within 10 % in 99 % of the draws
+with the boot line and 83 % without; without it, moving the reboot by Δ inside its window scales an
+exponential creep's rise by exp(Δ / τ), which no record can tell apart.
 """
 
 from __future__ import annotations
@@ -40,14 +48,27 @@ from seatplan.documents.observed import Creep, Segment, Step
 
 # Near zero: the GPU held (almost) nothing for most of the window.
 NEAR_ZERO_MIB = 1024.0
+# A fall or dip stands out of a record type's jitter by this many σ.
+NOISE_FACTOR = 5.0
 # Rises faster than this are the engine loading (the loss D covers them), not creep.
-RAMP_HOURS = np.geomspace(2.0, 24 * 14, 80)
-REBOOT_GRID = 48
+RAMP_HOURS = np.geomspace(2.0, 24 * 14, 32)
+# Time constants of the saturating exponential (the same floor: faster is loading).
+TAU_HOURS = np.geomspace(0.7, 24 * 5, 32)
+# A two-stage creep: a fast exponential of the time constant / FAST_RATIO beside the slow one.
+FAST_RATIO = 2.5
+# A fast stage holding more than this share of the rise makes the creep two-stage (in its basis).
+TWO_STAGE_SHARE = 0.05
+# The plateau is reached when the creep holds this share of its rise (within 5 %).
+PLATEAU_SHARE = 0.95
+REBOOT_GRID = 24
+# The fine grid around the coarse grid's best point: this many reboot times × scales.
+FINE_GRID = 9
+FINE_PASSES = 2
 FLAT_SHARE = 0.25
 # A record within this share of --min-step-mib of the one before it still reads the old level.
 UNTOUCHED_SHARE = 0.25
 # Fits whose squared residuals are this close to the best one are told apart by the smallest rise.
-TIE_SHARE, TIE_MIB = 0.02, 1.0
+TIE_SHARE, TIE_MIB = 0.005, 1.0
 # The engine may be down and loading this long after the restart (so the next record may hold part of it).
 LOSS_SPREAD_S = 900.0
 
@@ -82,12 +103,35 @@ class Reboot:
 
 @dataclass
 class Fit:
+    """One boot's life as fitted: ``level + rise · shape((t − start) / scale)`` after the reboot."""
+
     reboot_s: float | None
     level_mib: float
-    rise_mib: float
-    ramp_s: float
-    ramp_start_s: float
+    rise_mib: float          # the whole rise the shape tends to (the asymptote's, for the exponential)
+    scale_s: float           # linear-then-flat: the ramp's length; saturating exponential: the time constant
+    exponential: bool
+    start_s: float           # where the creep starts: the reboot (or, for a first life, where it began)
     residual_mib: float
+    model_mib: np.ndarray    # each record's fitted mean
+    fast_rise_mib: float = 0.0  # a two-stage creep's fast exponential (time constant scale_s / FAST_RATIO)
+    seen_mib: float = 0.0       # the rise the records see by the history's end
+
+    def value_at(self, t_s: float) -> float:
+        x = t_s - self.start_s
+        return self.level_mib + self.rise_mib * _shape(x, self.scale_s, self.exponential) \
+            + self.fast_rise_mib * _shape(x, self.scale_s / FAST_RATIO, True)
+
+    def reach_s(self, share: float) -> float:
+        """When the creep holds ``share`` of its whole rise."""
+        whole = self.rise_mib + self.fast_rise_mib
+        if self.fast_rise_mib <= 0 or whole <= 0:
+            return self.start_s + _reach_s(self.scale_s, self.exponential, share)
+        # Two stages: the share is reached between the fast and the slow stage's own times (bisection).
+        lo, hi = self.start_s, self.start_s + _reach_s(self.scale_s, True, share)
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if self.value_at(mid) - self.level_mib < share * whole else (lo, mid)
+        return hi
 
 
 @dataclass
@@ -115,13 +159,16 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
     reboots by themselves where the averages show none (a restart to a higher level hides its dip in a long window).
     """
     used, count = records.used_mib, len(records.used_mib)
+    # A fall or dip must also stand out of the jitter of its own record type (a 1-minute record is one poll).
+    noise_mib = NOISE_FACTOR * record_noise_mib(records)
+    step_mib, dip_noise_mib = np.maximum(min_step_mib, noise_mib), noise_mib
     hits: list[tuple[int, str]] = []
     for j in range(1, count):
         if used[j] < NEAR_ZERO_MIB and used[j - 1] >= NEAR_ZERO_MIB:
             hits.append((j, "fall to near zero"))
-        elif used[j] < used[j - 1] - min_step_mib:
+        elif used[j] < used[j - 1] - step_mib[j]:
             hits.append((j, f"averaged fall of {used[j - 1] - used[j]:,.0f} MiB"))
-        elif j + 1 < count and used[j] < min(used[j - 1], used[j + 1]) - min_step_mib / 2:
+        elif j + 1 < count and used[j] < min(used[j - 1], used[j + 1]) - max(min_step_mib / 2, dip_noise_mib[j]):
             hits.append((j, f"averaged dip of {min(used[j - 1], used[j + 1]) - used[j]:,.0f} MiB"))
     reboots: list[Reboot] = []
     for j, evidence in hits:
@@ -133,7 +180,9 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
         untouched = j >= 2 and abs(used[j - 1] - used[j - 2]) < min_step_mib * UNTOUCHED_SHARE
         first = j if untouched else max(j - 1, 0)
         before = float(used[j - 1]) if untouched else float(used[j - 2]) if j >= 2 else float(used[first])
-        reboots.append(Reboot(span_start_s=float(records.start_s[first]), span_end_s=float(records.end_s[j]), first=first,
+        # After a gap in the records the reboot may lie anywhere since the last record before it ended.
+        span_start_s = min(float(records.start_s[first]), float(records.end_s[first - 1])) if first >= 1 else float(records.start_s[first])
+        reboots.append(Reboot(span_start_s=span_start_s, span_end_s=float(records.end_s[j]), first=first,
                               last=j, before_mib=before,
                               evidence=f"{evidence} in the {records.record_types[j]} record ending {when_utc(records.end_s[j]):%m-%d %H:%M}"))
     for reboot in reboots:
@@ -156,11 +205,37 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
     return sorted(reboots, key=lambda reboot: reboot.first)
 
 
-def _ramp_integral(t: np.ndarray, start: np.ndarray, ramp: np.ndarray) -> np.ndarray:
-    """∫ clip((u − start) / ramp, 0, 1) du from −∞ to t (broadcasting)."""
+def record_noise_mib(records: Records) -> np.ndarray:
+    """Each record's jitter (MiB): the robust spread of the differences between consecutive records of its type."""
+    noise = np.zeros(len(records.used_mib))
+    for kind in np.unique(records.record_types):
+        mine = records.record_types == kind
+        steps = np.diff(records.used_mib[mine])
+        if len(steps) >= 5:
+            noise[mine] = float(np.median(np.abs(steps - np.median(steps)))) / 0.6745 / np.sqrt(2)
+    return noise
+
+
+def _shape_integral(t: np.ndarray, start: np.ndarray, scale: np.ndarray, exponential: np.ndarray) -> np.ndarray:
+    """∫ shape(u − start) du from −∞ to t (broadcasting): shape is clip(x / scale, 0, 1) (linear-then-flat) or
+    1 − exp(−x / scale) (saturating exponential), zero before ``start``."""
     x = np.clip(t - start, 0.0, None)
-    inside = np.minimum(x, ramp)
-    return inside * inside / (2 * ramp) + np.maximum(x - ramp, 0.0)
+    inside = np.minimum(x, scale)
+    linear = inside * inside / (2 * scale) + np.maximum(x - scale, 0.0)
+    saturating = x - scale * -np.expm1(-x / scale)
+    return np.where(exponential, saturating, linear)
+
+
+def _shape(x: float, scale: float, exponential: bool) -> float:
+    """The creep's share of its rise ``x`` seconds after the reboot."""
+    if x <= 0:
+        return 0.0
+    return float(-np.expm1(-x / scale)) if exponential else min(x / scale, 1.0)
+
+
+def _reach_s(scale: float, exponential: bool, share: float) -> float:
+    """Seconds from the reboot until the creep holds ``share`` of its rise."""
+    return float(-scale * np.log1p(-share)) if exponential else share * scale
 
 
 def _overlap(a: np.ndarray, b: np.ndarray, lo: np.ndarray | float, hi: np.ndarray | float) -> np.ndarray:
@@ -192,22 +267,62 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
              known_reboot_s: float | None = None) -> Fit:
     """Fit one boot's life (see the module docstring) to records that start at or after ``reboot_lo_s``.
 
-    ``before_mib`` is None for the first life in the history (no reboot seen: the ramp may start anywhere
-    up to the records' start, and nothing before it is modelled).
+    ``before_mib`` is None for the first life in the history (no reboot seen: the creep may start anywhere
+    up to the records' start, and nothing before it is modelled). Both shapes are fitted over a coarse grid
+    of reboot times and scales, then over a fine grid around the best point; the best fit wins.
     """
-    a, b = records.start_s[None, :].astype(float), records.end_s[None, :].astype(float)
-    width = b - a
-    weights = records.window_s.astype(float)
     if known_reboot_s is not None:
         reboots = np.array([known_reboot_s])
     else:
         reboots = np.linspace(reboot_lo_s, reboot_hi_s, REBOOT_GRID) if reboot_hi_s > reboot_lo_s else np.array([reboot_lo_s])
-    ramps = RAMP_HOURS * 3600.0
-    grid_reboot, grid_ramp = (g.ravel()[:, None] for g in np.meshgrid(reboots, ramps, indexing="ij"))
+    scales = np.r_[RAMP_HOURS, TAU_HOURS] * 3600.0
+    kinds = np.r_[np.zeros(len(RAMP_HOURS), dtype=bool), np.ones(len(TAU_HOURS), dtype=bool)]
+    # Every reboot time with every (scale, shape) pair.
+    coarse = _fit_grid(records, before_mib, np.repeat(reboots, len(scales)), np.tile(scales, len(reboots)),
+                       np.tile(kinds, len(reboots)))
+    best = coarse
+    reboot_step = float(reboots[1] - reboots[0]) if len(reboots) > 1 else 0.0
+    grid = TAU_HOURS if coarse.exponential else RAMP_HOURS
+    ratio = float(grid[1] / grid[0])
+    # Finer grids around the best point, each narrowing the steps (reboot time and scale) to a grid point's span.
+    for _ in range(FINE_PASSES):
+        near_reboots = np.clip(best.start_s + np.linspace(-reboot_step, reboot_step, FINE_GRID), reboot_lo_s, reboot_hi_s) \
+            if known_reboot_s is None and before_mib is not None else np.array([best.start_s])
+        near_scales = best.scale_s * np.geomspace(1 / ratio, ratio, FINE_GRID)
+        fine = _fit_grid(records, before_mib, np.repeat(near_reboots, len(near_scales)), np.tile(near_scales, len(near_reboots)),
+                         np.full(len(near_reboots) * len(near_scales), best.exponential))
+        best = fine if _better(fine, best) else best
+        reboot_step, ratio = 2 * reboot_step / (FINE_GRID - 1), ratio ** (2 / (FINE_GRID - 1))
+    return best
+
+
+def _near(a: float, b: float) -> bool:
+    """Squared residuals this close cannot tell two fits apart (see TIE_SHARE)."""
+    return a * a <= b * b * (1 + TIE_SHARE) + TIE_MIB ** 2
+
+
+def _better(candidate: Fit, best: Fit) -> bool:
+    """The better fit; between fits the records cannot tell apart, the one with the smaller rise they see."""
+    if _near(candidate.residual_mib, best.residual_mib) and _near(best.residual_mib, candidate.residual_mib):
+        return candidate.seen_mib < best.seen_mib
+    return candidate.residual_mib < best.residual_mib
+
+
+def _fit_grid(records: Records, before_mib: float | None, reboot_s: np.ndarray, scale_s: np.ndarray,
+              exponential: np.ndarray) -> Fit:
+    """The best fit over grid points (reboot time, scale, shape); level and rises by non-negative least squares."""
+    a, b = records.start_s[None, :].astype(float), records.end_s[None, :].astype(float)
+    width = b - a
+    weights = records.window_s.astype(float)
+    grid_reboot, grid_scale, grid_kind = reboot_s[:, None], scale_s[:, None], exponential[:, None]
     start = grid_reboot
     pre = _overlap(a, b, -np.inf, grid_reboot) / width
     post = np.ones_like(pre) if before_mib is None else _overlap(a, b, start, np.inf) / width
-    ramp_mean = (_ramp_integral(b, start, grid_ramp) - _ramp_integral(a, start, grid_ramp)) / width
+    shape_mean = (_shape_integral(b, start, grid_scale, grid_kind) - _shape_integral(a, start, grid_scale, grid_kind)) / width
+    # Two stages: a fast exponential beside the slow one (zero for the linear shape; ≥ 0 like every rise).
+    fast_scale = grid_scale / FAST_RATIO
+    fast_mean = np.where(grid_kind, (_shape_integral(b, start, fast_scale, grid_kind)
+                                     - _shape_integral(a, start, fast_scale, grid_kind)) / width, 0.0)
     target = records.used_mib[None, :] - (before_mib or 0.0) * pre
     # The minutes the engine was down and loading: a loss of memory-seconds in the record holding the restart
     # and, when the loading runs past its end, in the next one (their lengths are unknown, and 1-minute polls
@@ -219,20 +334,29 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
     else:
         losses = [np.zeros_like(pre), np.zeros_like(pre)]
     w = np.broadcast_to(weights[None, :], pre.shape)
-    columns = np.stack([post, ramp_mean, *losses], axis=1)  # (grid, 4, records)
+    columns = np.stack([post, shape_mean, fast_mean, *losses], axis=1)  # (grid, 5, records)
     normal = np.einsum("gir,gjr,gr->gij", columns, columns, w)
     right = np.einsum("gir,gr,gr->gi", columns, target, w)
     coef = _nonnegative_tail(normal, right)
-    level, rise = coef[:, 0], coef[:, 1]
+    level, rise, fast = coef[:, 0], coef[:, 1], coef[:, 2]
     model = np.einsum("gir,gi->gr", columns, coef)
     residual = (w * (target - model) ** 2).sum(1) / weights.sum()
     # Where the records cannot tell fits apart (a rise hidden inside the window that holds the restart), the
-    # smallest rise is the one they show: no creep is claimed that no record sees.
+    # smallest rise seen by the history's end is the one they show: no creep is claimed that no record sees.
+    elapsed = np.clip(float(records.end_s[-1]) - start[:, 0], 0.0, None)
+    seen = rise * np.where(grid_kind[:, 0], -np.expm1(-elapsed / grid_scale[:, 0]), np.minimum(elapsed / grid_scale[:, 0], 1.0)) \
+        + fast * -np.expm1(-elapsed / fast_scale[:, 0])
     near_best = residual <= residual.min() * (1 + TIE_SHARE) + TIE_MIB ** 2
-    best = int(np.flatnonzero(near_best)[np.argmin(rise[near_best])])
+    # The reboot times the records cannot tell apart: the middle one (an error of at most half their spread),
+    # then, among the fits at that time, the smallest rise.
+    times = grid_reboot[near_best, 0]
+    middle = times[np.argmin(np.abs(times - np.median(times)))]
+    near_best &= grid_reboot[:, 0] == middle
+    best = int(np.flatnonzero(near_best)[np.argmin(seen[near_best])])
     return Fit(reboot_s=float(grid_reboot[best, 0]) if before_mib is not None else None, level_mib=float(level[best]),
-               rise_mib=float(rise[best]), ramp_s=float(grid_ramp[best, 0]), ramp_start_s=float(start[best, 0]),
-               residual_mib=float(np.sqrt(residual[best])))
+               rise_mib=float(rise[best]), scale_s=float(grid_scale[best, 0]), exponential=bool(grid_kind[best, 0]),
+               start_s=float(start[best, 0]), residual_mib=float(np.sqrt(residual[best])),
+               model_mib=model[best] + (before_mib or 0.0) * pre[best], fast_rise_mib=float(fast[best]), seen_mib=float(seen[best]))
 
 
 def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_mib: float = 256.0,
@@ -257,6 +381,10 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
         if len(life.end_s) == 0:
             continue
         if reboot is None:
+            # The history may begin while an engine was booting: a first record far below the next is that boot
+            # (its minutes at zero and loading in the mean), not creep: nothing to fit there.
+            while len(life.end_s) > 2 and life.used_mib[0] < life.used_mib[1] - min_step_mib:
+                life = life.part(np.arange(1, len(life.end_s)))
             fit = fit_life(life, before_mib=None, reboot_lo_s=float(life.start_s[0]) - 2 * 86400.0,
                            reboot_hi_s=float(life.end_s[-1]))
         else:
@@ -273,33 +401,61 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
 
 def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: float) -> Segment:
     history_end = float(life.end_s[-1])
-    ramp_end = fit.ramp_start_s + fit.ramp_s
+    reached_s = fit.reach_s(PLATEAU_SHARE)
     # Levelled off when the history stays flat after the rise long enough to tell a plateau from a rise that
     # is still going on: a quarter of the rise's duration, at least an hour and two of the last records.
-    levelled_off = history_end - ramp_end >= max(FLAT_SHARE * fit.ramp_s, 3600.0, 2 * float(life.window_s[-1]))
-    # Still rising: the latest level as the last hour of records shows it (the model's end is an extrapolation).
-    latest = float(np.median(life.used_mib[life.end_s >= history_end - max(3600.0, float(life.window_s[-1]))]))
-    plateau = fit.level_mib + fit.rise_mib if levelled_off else latest
+    levelled_off = history_end - reached_s >= max(FLAT_SHARE * (reached_s - fit.start_s), 3600.0, 2 * float(life.window_s[-1]))
+    plateau, uncertainty, still_to_rise, basis = _plateau(life, fit, reached_s if levelled_off else None)
     start_s = fit.reboot_s if fit.reboot_s is not None else float(life.start_s[0])
     creep = None
     if plateau - fit.level_mib >= min_creep_mib:
-        reached = min(ramp_end, history_end)
+        reached = reached_s if levelled_off else history_end
         # Resolved: at least three records see the rise, and the restart is known to better than the rise lasted.
-        seen_by = np.count_nonzero((life.end_s > fit.ramp_start_s) & (life.start_s < ramp_end))
+        seen_by = np.count_nonzero((life.end_s > fit.start_s) & (life.start_s < reached_s))
         span_s = 0.0 if reboot is None or reboot.known_at_s is not None else reboot.span_end_s - reboot.span_start_s
-        resolved = seen_by >= 3 and span_s <= fit.ramp_s
+        resolved = seen_by >= 3 and span_s <= reached_s - fit.start_s
+        two_stage = fit.fast_rise_mib > TWO_STAGE_SHARE * (fit.rise_mib + fit.fast_rise_mib)
+        shape = ("two-stage exponential" if two_stage else "saturating exponential") if fit.exponential else "linear then flat"
         creep = Creep(
             start=when_utc(start_s), plateau_at=when_utc(reached), rise_mib=round(plateau - fit.level_mib, 1),
             hours_to_plateau=round((reached - start_s) / 3600, 2),
-            hours_to_90pct=round((fit.ramp_start_s + 0.9 * fit.ramp_s - start_s) / 3600, 2) if levelled_off else None,
-            levelled_off=levelled_off, resolved=resolved,
+            hours_to_90pct=round((fit.reach_s(0.9) - start_s) / 3600, 2) if levelled_off else None,
+            levelled_off=levelled_off, resolved=resolved, shape="exponential" if fit.exponential else "linear",
+            time_constant_hours=round(fit.scale_s / 3600, 2),
             basis=("" if resolved else "NOT RESOLVED: the rise is shorter than the averaging windows around it (pass the "
-                   "engine log for the boot time, or keep finer history); ") + f"fitted to {len(life.end_s)} averaged records ({', '.join(_types(life))}); "
+                   "engine log for the boot time, or keep finer history); ") + f"{shape} fitted to {len(life.end_s)} averaged records ({', '.join(_types(life))}); "
                   + ("reboot time from the boot line" if reboot is not None and reboot.known_at_s is not None
-                     else "reboot time inferred inside its window" if reboot is not None else "no reboot in the history"),
+                     else "reboot time inferred inside its window" if reboot is not None else "no reboot in the history")
+                  + f"; plateau from {basis}",
         )
     return Segment(start=when_utc(start_s), end=when_utc(history_end), level_after_boot_mib=round(fit.level_mib, 1),
-                   plateau_used_mib=round(plateau, 1), creep=creep)
+                   plateau_used_mib=round(plateau, 1), plateau_uncertainty_mib=round(uncertainty, 1),
+                   still_to_rise_mib=round(still_to_rise, 1) if levelled_off else None, creep=creep)
+
+
+def _plateau(life: Records, fit: Fit, levelled_from_s: float | None) -> tuple[float, float, float, str]:
+    """The level now, its ± MiB, what the fit says is still to come, and which records gave it.
+
+    The records used are the latest levelled ones (starting after the plateau was reached) at the finest
+    resolution among them; while still rising, those of the last hour. Their mean residual corrects the fit's
+    level at the history's end, so a shape that fits the whole life a little off does not move the plateau.
+    ± is twice the standard error of that mean (the jitter) plus how much the fit moves across those records.
+    """
+    history_end = float(life.end_s[-1])
+    chosen = life.start_s >= levelled_from_s if levelled_from_s is not None else np.zeros(len(life.end_s), dtype=bool)
+    if not chosen.any():
+        chosen = life.end_s >= history_end - max(3600.0, float(life.window_s[-1]))
+    finest = float(life.window_s[chosen].min())
+    chosen &= life.window_s == finest
+    residual = life.used_mib[chosen] - fit.model_mib[chosen]
+    now_mib = fit.value_at(history_end)
+    count = int(chosen.sum())
+    spread = float(np.std(residual, ddof=1)) if count >= 3 else fit.residual_mib
+    drift = abs(now_mib - float(fit.model_mib[chosen].mean()))
+    uncertainty = max(2 * spread / np.sqrt(count) + drift, 1.0)
+    still_to_rise = max(fit.level_mib + fit.rise_mib + fit.fast_rise_mib - now_mib, 0.0)
+    kinds = ", ".join(sorted(set(life.record_types[chosen].tolist())))
+    return now_mib + float(residual.mean()), uncertainty, still_to_rise, f"{count} × {kinds} ({'levelled' if levelled_from_s is not None else 'latest, still rising'})"
 
 
 def _types(records: Records) -> list[str]:

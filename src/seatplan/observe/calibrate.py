@@ -122,10 +122,37 @@ def verdicts(plan: PlanView, reports: list[GpuReport]) -> list[GpuVerdict]:
         held = short_mib <= FOOTPRINT_TOLERANCE_MIB
         out.append(GpuVerdict(host=gpu.host, index=gpu.index, status="pass" if held else "fail",
                               planned_spare_mib=check.planned_spare_mib, observed_spare_mib=check.observed_spare_mib,
+                              plateau_uncertainty_mib=matched[0].plateau_uncertainty_mib,
+                              straddles=_straddles(check, matched[0]),
                               reason=f"observed spare {check.observed_spare_mib:,.0f} MiB at plateau against {check.planned_spare_mib:,.0f} MiB planned"
                                      + ("" if held else f": {short_mib:,.0f} MiB short"
-                                        + ("" if check.spare_held else ", the GPU's memory overran"))))
+                                        + ("" if check.spare_held else ", the GPU's memory overran"))
+                                     + _uncertainty_note(check, matched[0])))
     return out
+
+
+def _straddles(check: PlanCheck, report: GpuReport) -> bool:
+    """The observed spare's ± band (widened downwards by what the creep may still add) crosses the verdict's line:
+    the planned spare less the footprint tolerance, so the verdict could go either way."""
+    band = report.plateau_uncertainty_mib or 0.0
+    to_come = report.still_to_rise_mib or 0.0
+    line = check.planned_spare_mib - FOOTPRINT_TOLERANCE_MIB
+    return check.observed_spare_mib - band - to_come < line <= check.observed_spare_mib + band
+
+
+def _uncertainty_note(check: PlanCheck, report: GpuReport) -> str:
+    band = report.plateau_uncertainty_mib
+    notes = []
+    if band is not None:
+        notes.append(f"± {band:,.0f} MiB")
+    if report.still_to_rise_mib:
+        notes.append(f"the creep may still add {report.still_to_rise_mib:,.0f} MiB")
+    if report.creep is not None and not report.creep.levelled_off:
+        notes.append("still rising at the history's end: the spare can only shrink")
+    note = f" ({'; '.join(notes)})" if notes else ""
+    if _straddles(check, report):
+        note += ": the uncertainty straddles the planned spare, so the verdict could go either way; keep more history and re-check"
+    return note
 
 
 def plateau_of(values: np.ndarray) -> float:
@@ -239,7 +266,8 @@ def gpu_report(series: GpuSeries, analysis: Analysis) -> GpuReport:
         host=series.host, index=series.index, samples=analysis.samples, start=analysis.start, end=analysis.end,
         gaps=analysis.gaps, history=analysis.history, total_mib=series.total_mib, steps=analysis.steps,
         creep=last.creep or (creeps[-1] if creeps else None), segments=analysis.segments,
-        plateau_used_mib=last.plateau_used_mib,
+        plateau_used_mib=last.plateau_used_mib, plateau_uncertainty_mib=last.plateau_uncertainty_mib,
+        still_to_rise_mib=last.still_to_rise_mib,
         plateau_free_mib=round(plateau_free, 1) if plateau_free is not None else None,
         free_after_boot_mib=round(free_after_boot, 1) if free_after_boot is not None else None,
         free_drop_after_boot_mib=round(free_after_boot - plateau_free, 1) if plateau_free is not None and free_after_boot is not None else None,

@@ -35,7 +35,7 @@ def diagnose_command(
                                        help="Smallest level change reported as a step."),
     min_creep_mib: float = typer.Option(256.0, "--min-creep-mib", parser=number_option("--min-creep-mib", minimum=0, maximum=1 << 30, example="256"),
                                         help="Smallest rise after a boot reported as creep."),
-    output: Path | None = typer.Option(None, "-o", "--output", help="Write the observations file for seatplan plan --observed."),
+    output: Path | None = typer.Option(None, "-o", "--output", help="Write the diagnose document (what --json prints), for seatplan plan --observed and report --diagnose."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
     wide: bool = WIDE,
 ) -> None:
@@ -67,9 +67,10 @@ def diagnose_command(
         rule_pins = inputs.kv_rule_pins(boots, fleet) if boots else {}
         report, observed = diagnose(boots=boots, stats=stats, series=series, processes=processes, plan=plan_view,
                                     rule_pins=rule_pins, settings=settings, checking_plan=plan is not None)
-        report = report.model_copy(update={"rejected_inputs": rejected.as_list()})
+        # One document: -o writes what --json prints; plan --observed reads its observed part.
+        report = report.model_copy(update={"rejected_inputs": rejected.as_list(), "observed": observed})
     if output is not None:
-        atomic_write_json(output, to_jsonable(observed))
+        atomic_write_json(output, to_jsonable(report))
     if json_output:
         emit_json(report)
     else:

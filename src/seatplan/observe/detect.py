@@ -90,6 +90,36 @@ def rolling_median(values: np.ndarray, width: int) -> np.ndarray:
     return np.r_[head, tail]
 
 
+# A pause in readings shorter than this is never a gap.
+GAP_FLOOR_S = 2 * 60
+GAP_WINDOW = 9
+
+
+def count_gaps(spacing_s: np.ndarray, gap_factor: float) -> int:
+    """Pauses longer than ``gap_factor`` × the local spacing (the median of the next GAP_WINDOW), and than GAP_FLOOR_S.
+
+    Against the local spacing, so a history that is coarser further back (Beszel's 120m records) has no "gaps".
+    Only pauses over the floor can count, so the local median is taken at those alone (a year of 1-minute
+    readings has a few hundred, not half a million).
+    """
+    candidates = np.flatnonzero(spacing_s > GAP_FLOOR_S)
+    if len(candidates) == 0:
+        return 0
+    local = rolling_median_at(spacing_s, GAP_WINDOW, candidates)
+    return int(np.count_nonzero(spacing_s[candidates] > np.maximum(gap_factor * local, GAP_FLOOR_S)))
+
+
+def rolling_median_at(values: np.ndarray, width: int, positions: np.ndarray) -> np.ndarray:
+    """``median(values[j : j + width])`` at each position j (shorter at the end), as rolling_median gives it there."""
+    full = positions <= len(values) - width
+    out = np.empty(len(positions))
+    if full.any():
+        out[full] = np.median(np.lib.stride_tricks.sliding_window_view(values, width)[positions[full]], axis=1)
+    for k in np.flatnonzero(~full):
+        out[k] = np.median(values[positions[k]:])
+    return out
+
+
 def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot_times_s: Sequence[float] = (),
             boots_here_s: Sequence[float] = ()) -> Analysis:
     """Steps, segments and creep; averaged history (Beszel) goes to observe/averaged.py, readings are binned here.
@@ -108,9 +138,7 @@ def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot
         times, used = times[order], used[order]
     spacing = np.diff(times)
     typical = float(np.median(spacing)) if len(spacing) else float(settings.bin_seconds)
-    # Against the local spacing, so a history that is coarser further back (Beszel's 120m records) has no "gaps".
-    local = rolling_median(spacing.astype(np.float64), 9) if len(spacing) else spacing
-    gaps = int(np.count_nonzero(spacing > np.maximum(settings.gap_factor * local, 2 * 60)))
+    gaps = count_gaps(spacing.astype(np.float64), settings.gap_factor)
     # Short captures (minutes of nvidia-smi -l 15) get finer bins so the windows still fit.
     span = float(times[-1] - times[0])
     bin_seconds = int(max(typical, min(settings.bin_seconds, span / 16)))

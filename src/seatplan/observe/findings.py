@@ -1,7 +1,7 @@
 """What the boots of one seat say is wrong, each with the fix (pure).
 
-* **co-boot race**: a seat sized by ``--gpu-memory-utilization`` whose boot overlapped a boot of another
-  engine on the same GPU (by the plan or fleet; without one, engines in the same log file are assumed to
+* **co-boot race**: a seat sized by ``--gpu-memory-utilization`` whose KV or non-torch figure moved between
+  its boots (by at least 0.5 GiB) and whose boot overlapped a boot of another engine on the same GPU (by the plan or fleet; without one, engines in the same log file are assumed to
   share it, and the finding says so). vLLM reads free memory device-wide while it profiles, so a neighbour
   loading or freeing memory at the same time lands in this seat's budget (VLLM.md §3).
 * **KV drift**: the same seat's KV or non-torch figure moves between whole boots but no overlapping boot
@@ -83,7 +83,8 @@ def co_boot_race(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None =
     kv_spread = max(kv) - min(kv) if kv else 0
     non_torch_spread = max(non_torch) - min(non_torch) if len(non_torch) >= 2 else 0
     moved_between_boots = len(sized) >= 2 and (kv_spread >= RACE_SPREAD_BYTES or non_torch_spread >= RACE_SPREAD_BYTES)
-    if not races and not moved_between_boots:
+    # A race needs a figure that moved: an overlap after which KV and non-torch came out the same did no harm.
+    if not moved_between_boots:
         return None
     evidence = [f"{boot.source}: KV {format_gib(kv_bytes)} GiB"
                 + (f", non-torch {format_gib(boot.non_torch_bytes)} GiB" if boot.non_torch_bytes is not None else "")
@@ -99,9 +100,10 @@ def co_boot_race(seat: str, boots: list[Boot], *, planned_kv_bytes: int | None =
     else:
         pin = max(kv) // PIN_STEP_BYTES * PIN_STEP_BYTES
         why = "the largest KV it got, rounded down to 0.5 GiB"
-    moved = f"KV went {_trail(kv)}"
-    if len(non_torch) >= 2:
-        moved = f"non-torch {_trail(non_torch)} while {moved}"
+    # Only the figures that moved are named as moving (a race's evidence must agree with itself).
+    parts = ([f"non-torch {_trail(non_torch)}"] if non_torch_spread >= RACE_SPREAD_BYTES else []) \
+        + ([f"KV went {_trail(kv)}"] if kv_spread >= RACE_SPREAD_BYTES else [])
+    moved = " while ".join(parts)
     if races:
         others = sorted({other.seat for _, other in races})
         message = (f"{seat}: sized by --gpu-memory-utilization and booted while {', '.join(others)} booted on the same GPU"

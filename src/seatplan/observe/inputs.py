@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from datetime import UTC, datetime
@@ -184,12 +185,27 @@ def kv_rule_pins(boots: list[Boot], fleet: Path | None) -> dict[str, tuple[int, 
             rule_bytes = policy.rule_kv_bytes(request_bytes, facts.min_kv_cache_bytes(boot.max_model_len), spec.kv_factor)
         except SeatplanError:
             continue  # no config here for this model: the log alone decides
-        factor = spec.kv_factor or policy.kv_factor
-        pins[spec.name if boot.seat in specs else boot.seat] = (
-            spec.kv_cache_memory_bytes or rule_bytes,
-            f"the plan's rule for {boot.max_model_len:,} tokens of {spec.model}: {request_bytes:,} B × {factor:g}, "
-            f"rounded up to {human_bytes(policy.rounding_step_bytes)}")
+        name = spec.name if boot.seat in specs else boot.seat
+        if spec.kv_cache_memory_bytes:
+            # The operator pinned it: that figure is the pin, and it is named as theirs, not as the rule's.
+            pins[name] = (spec.kv_cache_memory_bytes, f"the operator's pin in the fleet (kv_cache_memory_bytes "
+                          f"{spec.kv_cache_memory_bytes:,} B); the plan's rule would give {rule_bytes:,} B")
+        else:
+            floor_bytes = facts.min_kv_cache_bytes(boot.max_model_len)
+            pins[name] = (rule_bytes, rule_arithmetic(request_bytes, spec.kv_factor or policy.kv_factor, floor_bytes,
+                                                      policy.rounding_step_bytes, rule_bytes, f"{boot.max_model_len:,} tokens of {spec.model}"))
     return pins
+
+
+def rule_arithmetic(request_bytes: int, factor: float, floor_bytes: int, step_bytes: int, rule_bytes: int, what: str) -> str:
+    """The KV rule's arithmetic, written so that it gives ``rule_bytes`` (Policy.rule_kv_bytes)."""
+    product = math.ceil(request_bytes * factor)
+    text = f"the plan's rule for {what}: {request_bytes:,} B × {factor:g} = {product:,} B"
+    if floor_bytes > product:
+        text += f", below vLLM's minimum {floor_bytes:,} B"
+    if step_bytes and rule_bytes != max(product, floor_bytes):
+        text += f", rounded up to {human_bytes(step_bytes)}"
+    return text + f" = {rule_bytes:,} B"
 
 
 def read_plan(plan: Path | None, fleet: Path | None) -> PlanView | None:

@@ -63,4 +63,4 @@ def show_report(report: DiagnoseReport, written: Path | None, wide: bool = False
     if not report.findings and all(verdict.status == "pass" for verdict in report.verdicts):
         out.print("[green]no findings[/]")
     if written is not None:
-        out.print(f"observations written to {written}")
+        out.print(f"diagnose document written to {written} (for plan --observed and report --diagnose)")

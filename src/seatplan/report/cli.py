@@ -31,8 +31,8 @@ def check_output_path(output: Path) -> None:
 def report_command(
     plan: Path = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan -o plan.json`"),
     usage: Path | None = typer.Option(None, "--usage", help="usage report from `seatplan usage -o usage.json`"),
-    observed: Path | None = typer.Option(None, "--observed", help="observations from `seatplan diagnose -o observed.json`"),
-    diagnose: Path | None = typer.Option(None, "--diagnose", help="diagnose report from `seatplan diagnose --json`"),
+    observed: Path | None = typer.Option(None, "--observed", help="observations (a diagnose document, or an older observations file); --diagnose alone carries them"),
+    diagnose: Path | None = typer.Option(None, "--diagnose", help="the diagnose document from `seatplan diagnose -o diagnose.json` (or --json)"),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="the HTML file to write (atomic, with a backup)"),
     json_output: bool = typer.Option(False, "--json", help="print what was written (figures, tables) as JSON"),
 ) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from seatplan.documents.io import read_observed
 from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
 from seatplan.documents.plan import Plan
 from seatplan.documents.usage import UsageReport
@@ -75,8 +76,9 @@ def read_inputs(plan_path: Path, usage_path: Path | None = None, diagnose_path: 
                                   "diagnose report", made_by)
         names["diagnose"] = diagnose_path.name
     if observed_path is not None:
-        made_by = "seatplan diagnose -o observed.json"
-        observed = parse_document(ObservedFootprints, read_json(observed_path, "observations file", made_by), observed_path,
-                                  "observations file", made_by)
+        observed = read_observed(observed_path)
         names["observed"] = observed_path.name
+    elif diagnose is not None and diagnose.observed is not None:
+        # One diagnose document holds the observations too: the report needs no second file.
+        observed = diagnose.observed
     return ReportInputs(plan=plan, plan_raw=plan_raw, usage=usage, diagnose=diagnose, observed=observed, names=names)

@@ -65,7 +65,6 @@ def read_bounded_json(source: Path, what: str, fix: str) -> object:
         raise SeatplanError(f"the {what} is not JSON: {problem.msg}", where=f"{source}:{problem.lineno}", fix=fix) from None
     except (JsonTooDeep, ValueError) as problem:
         raise SeatplanError(f"the {what} is not a document seatplan writes: {problem}", where=str(source), fix=fix) from None
-    return data
 
 
 def validated(model: type[Document], data: object, where: str, fix: str) -> Document:
@@ -86,10 +85,12 @@ def read_usage(path: str | Path) -> UsageReport:
 def read_observed(path: str | Path) -> ObservedFootprints:
     """The observations: the ``observed`` part of the diagnose document (or an observations file older seatplans wrote)."""
     source, fix = Path(path), "pass the document `seatplan diagnose -o FILE` wrote"
-    data = load_document(source, "observations file", fix)
+    data = read_bounded_json(source, "observations file", fix)
     if isinstance(data, dict) and data.get("kind") == "seatplan.observed":
-        return validate_document(data, ObservedFootprints, "observations file", fix, "seatplan.observed", source)
-    report = validate_document(data, DiagnoseReport, "diagnose document", fix, "seatplan.diagnose", source)
+        check_kind(data, "seatplan.observed", "observations file", str(source), fix)
+        return validated(ObservedFootprints, data, str(source), fix)
+    check_kind(data, "seatplan.diagnose", "diagnose document", str(source), fix)
+    report = validated(DiagnoseReport, data, str(source), fix)
     if report.observed is None:
         raise SeatplanError("the diagnose document carries no observations", where=str(source), fix=fix)
     return report.observed

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 
 import pytest
@@ -152,3 +153,12 @@ def test_length_above_the_derived_maximum_is_flagged():
     assert document["max_context_derived"] == 40960
     assert any("VLLM_ALLOW_LONG_MAX_MODEL_LEN" in warning for warning in document["warnings"])
     assert _json(str(fixture_dir("Qwen--Qwen3-8B")))["warnings"] == []
+
+
+@pytest.mark.parametrize("relative", ["./no-such-model", "../no-such-model", "models/a/b/no-such-model"])
+def test_a_relative_model_path_that_is_missing_names_the_absolute_path_tried(relative, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    completed = run_cli("model", relative, env={**os.environ, "COLUMNS": "500"})
+    assert completed.returncode == 2
+    assert f"looked for {(tmp_path / relative).resolve()}" in completed.stderr
+    assert "Traceback" not in completed.stderr

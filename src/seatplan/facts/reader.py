@@ -59,8 +59,9 @@ def locate_model(model: str) -> Path:
             where=str(repo_dir),
             fix="give the model's directory, or set HF_HUB_CACHE / HF_HOME to the cache that holds it",
         )
-    raise SeatplanError(f"model directory {model} does not exist", where=model,
-                        fix="give a directory with a config.json or a Hugging Face id (ORG/NAME) in the local cache")
+    # A relative path is taken from the working directory; the absolute one says where that was.
+    raise SeatplanError(f"model directory {model} does not exist (looked for {path.resolve()})", where=model,
+                        fix="give a directory with a config.json, or a Hugging Face id (ORG/NAME[@REVISION])")
 
 
 def read_optional_json(path: Path) -> dict[str, Any] | None:

@@ -8,30 +8,33 @@ address nor a host name is refused rather than pasted into a URL, a playbook or 
 from __future__ import annotations
 
 import ipaddress
-import re
 
+from seatplan.encode import address_problem
 from seatplan.errors import SeatplanError
 
 DEFAULT_PORT = 8000  # vLLM's own default for --port: what an engine started without it listens on
-# Host names: dot-separated labels of letters, digits, hyphens and underscores (Compose service names
-# carry them); nothing that could end the host part of a URL or a YAML scalar.
-_HOST_NAME = re.compile(r"^(?=.{1,253}\Z)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?\Z")
 
 
 def url_host(address: str) -> str:
-    """The address as the host part of a URL: an IPv6 address bracketed, an IPv4 address or a name as is."""
+    """The address as the host part of a URL: an IPv6 address bracketed, an IPv4 address or a name as is.
+
+    What an address may be is ``encode.address_problem``'s rule, the one the fleet file is checked by."""
     bare = address[1:-1] if address.startswith("[") and address.endswith("]") else address
-    try:
-        parsed = ipaddress.ip_address(bare)
-    except ValueError:
-        if bare == address and _HOST_NAME.match(address):
-            return address
-        raise SeatplanError(
-            f"{address!r} is neither an IP address nor a host name", where="hosts[].address",
-            fix="write the host's IPv4 or IPv6 address (fd00::5) or its DNS name (gpu-a.lan)",
-        ) from None
+    problem = address_problem(bare)
+    if problem is None and bare != address:
+        problem = None if _is_ipv6(bare) else f"address {address!r}: only an IPv6 address goes in brackets"
+    if problem is not None:
+        raise SeatplanError(problem, where="hosts[].address",
+                            fix="write the host's IPv4 or IPv6 address (fd00::5) or its DNS name (gpu-a.lan)")
     # Written as the fleet file spells it: the scrape target and the rules must name it alike.
-    return f"[{bare}]" if parsed.version == 6 else bare
+    return f"[{bare}]" if _is_ipv6(bare) else bare
+
+
+def _is_ipv6(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).version == 6
+    except ValueError:
+        return False
 
 
 def instance_label(address: str, port: int | None) -> str:

@@ -16,6 +16,10 @@ WIDE = typer.Option(False, "--wide", help="keep every table column, however wide
 # The examples under each command's --help, run from a checkout (examples/ is shipped data); tests/report/test_docs.py
 # checks that every command has some and that docs/*.md describes every command.
 EXAMPLES: dict[str, tuple[str, ...]] = {
+    'adopt': (
+        'seatplan adopt --compose gpu-box=examples/adopt/compose.yaml --env-dir gpu-box=examples/adopt/env --nvidia-smi gpu-box=examples/adopt/nvidia-smi.csv -o fleet.yaml',
+        'seatplan adopt --litellm-config /etc/litellm/config.yaml --env-dir /etc/vllm --gpus-from-host -o fleet.yaml',
+    ),
     'model': (
         'seatplan model examples/demo/models/Qwen--Qwen3-8B --kv-cache-memory-bytes 20GiB',
         'seatplan model examples/demo/models/Qwen--Qwen3-Next-80B-A3B-Thinking --max-model-len 32K --json',
@@ -23,6 +27,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     'usage': (
         'seatplan usage --from examples/night/spend-logs.csv --fleet examples/demo/fleet.yaml -o usage.json',
         'seatplan usage --from postgresql://litellm@db/litellm --days 7 --fleet fleet.yaml --json',
+        'seatplan usage --from https://gateway.example/ --key-file ~/.config/litellm-key --days 7 -o usage.json',
     ),
     'diagnose': (
         'seatplan diagnose --vllm-log qwen3-32b=examples/night/vllm/qwen3-32b.log --nvidia-smi examples/night/nvidia-smi.csv',

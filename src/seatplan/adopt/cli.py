@@ -6,9 +6,12 @@ from pathlib import Path
 
 import typer
 
+from seatplan.clihelp import add_command
+from seatplan.numeric_options import number_option
+
 
 def register(app: typer.Typer) -> None:
-    app.command("adopt")(adopt_command)
+    add_command(app, "adopt", adopt_command)
 
 
 def adopt_command(
@@ -19,7 +22,8 @@ def adopt_command(
     env_dir: list[str] = typer.Option([], "--env-dir", help="[HOST=]DIR: a directory of the engines' .env files (the vllm command, CUDA_VISIBLE_DEVICES); repeatable"),
     nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help="[HOST=]CSV of nvidia-smi --query-gpu=index,name,uuid,memory.total,memory.reserved --format=csv; repeatable"),
     gpus_from_host: bool = typer.Option(False, "--gpus-from-host", help="run nvidia-smi here (the engines' only host)"),
-    timeout_s: float = typer.Option(10.0, "--timeout", min=0.1, help="seconds each request to an engine may take"),
+    timeout_s: float = typer.Option(10.0, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="10"),
+                                   help="seconds each request to an engine may take, from connecting to the answer's last byte"),
     json_output: bool = typer.Option(False, "--json", help="print {fleet, seats, hosts, todo, warnings}"),
 ) -> None:
     """Write a fleet file from the running deployment: GPUs, engines, their files and the gateway; unknowns are TODO."""

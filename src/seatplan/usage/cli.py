@@ -84,7 +84,7 @@ def anchor_days(window: Window, days: float | None, until: str | None, source: s
 
 def usage_command(
     source: str | None = typer.Option(
-        None, "--from", help="https://… base URL of a LiteLLM gateway (its /spend/logs/v2, key from --key-env / --key-file), "
+        None, "--from", help="https://GATEWAY/ base URL of a LiteLLM gateway (its /spend/logs/v2, key from --key-env / --key-file), "
         "postgresql://USER@HOST/DB DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
         "or a CSV / JSON Lines / JSON export of LiteLLM_SpendLogs"),
     key_env: str = typer.Option("LITELLM_MASTER_KEY", "--key-env", help="with an https:// --from: the environment variable "

@@ -11,7 +11,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from seatplan.errors import SeatplanError
 from seatplan.jsontext import dumps_strict
+
+
+def read_bounded_bytes(path: Path, what: str, fix: str, max_bytes: int, too_large_fix: str | None = None) -> bytes:
+    """At most ``max_bytes`` of a file seatplan is handed, read before anything parses it; a file that cannot be
+    read or is larger is a SeatplanError naming it (``too_large_fix``: the fix for the latter, else ``fix``)."""
+    try:
+        with path.open("rb") as stream:
+            raw = stream.read(max_bytes + 1)
+    except OSError as problem:
+        raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(path), fix=fix) from None
+    if len(raw) > max_bytes:
+        raise SeatplanError(f"the {what} is larger than {max_bytes:,} bytes", where=str(path), fix=too_large_fix or fix)
+    return raw
 
 
 def backup_name(path: Path, now: datetime | None = None, tag: str = "seatplan") -> Path:

@@ -19,6 +19,7 @@ from seatplan.documents.fleet_file import check_yaml_limits
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_env
 from seatplan.errors import SeatplanError
+from seatplan.fileio import read_bounded_bytes
 
 MAX_FILE_BYTES = 1 << 20  # a LiteLLM config, a compose file or an env file is a few kilobytes
 MAX_ENV_FILES = 1000
@@ -34,13 +35,7 @@ LAUNCHER_ENDS = ("serve", "vllm.entrypoints.openai.api_server")
 
 
 def read_text(path: Path, what: str, fix: str) -> str:
-    try:
-        with path.open("rb") as stream:
-            raw = stream.read(MAX_FILE_BYTES + 1)
-    except OSError as problem:
-        raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(path), fix=fix) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise SeatplanError(f"the {what} is larger than {MAX_FILE_BYTES:,} bytes", where=str(path), fix=f"check that this is the {what}")
+    raw = read_bounded_bytes(path, what, fix, MAX_FILE_BYTES, too_large_fix=f"check that this is the {what}")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as problem:

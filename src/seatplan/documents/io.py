@@ -17,6 +17,7 @@ from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
 from seatplan.documents.plan import Plan
 from seatplan.documents.usage import UsageReport
 from seatplan.errors import SeatplanError
+from seatplan.fileio import read_bounded_bytes
 from seatplan.jsontext import JsonTooDeep, loads_bounded
 
 Document = TypeVar("Document", bound=BaseModel)
@@ -49,13 +50,7 @@ def read_document(path: str | Path, model: type[Document], what: str, fix: str, 
 
 def read_bounded_json(source: Path, what: str, fix: str) -> object:
     """A JSON file of at most MAX_DOCUMENT_BYTES, UTF-8, bounded in depth, finite numbers; else a SeatplanError."""
-    try:
-        with source.open("rb") as stream:
-            raw = stream.read(MAX_DOCUMENT_BYTES + 1)
-    except OSError as problem:
-        raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(source), fix=fix) from None
-    if len(raw) > MAX_DOCUMENT_BYTES:
-        raise SeatplanError(f"the {what} is larger than {MAX_DOCUMENT_BYTES:,} bytes", where=str(source), fix=fix)
+    raw = read_bounded_bytes(source, what, fix, MAX_DOCUMENT_BYTES)
     try:
         return loads_bounded(raw.decode("utf-8"))
     except UnicodeDecodeError as problem:

@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seatplan.documents.fleet import Fleet
-from seatplan.documents.io import read_plan
+from seatplan.documents.io import read_bounded_json, read_plan
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_env, split_shell_line
 from seatplan.errors import SeatplanError
-from seatplan.jsontext import loads_bounded
 
 # written by the render stage beside its files; read here as a document, not through render's code
 RENDER_MANIFEST = "seatplan-render.json"
@@ -47,10 +46,7 @@ def read_current(path: Path, fleet: Fleet) -> CurrentLayout:
 
 
 def read_manifest(path: Path) -> dict:
-    try:
-        document = loads_bounded(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as problem:
-        raise SeatplanError(f"the render manifest is not JSON ({problem})", where=str(path), fix="render the directory again") from None
+    document = read_bounded_json(path, "render manifest", "render the directory again")
     if not isinstance(document, dict):
         raise SeatplanError("the render manifest is not a JSON object", where=str(path), fix="render the directory again")
     return document

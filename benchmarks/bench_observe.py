@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from observe.series import DAY, HOUR, MINUTE, Boot, Scenario, write_nvidia_smi  # noqa: E402
 from seatplan.observe.detect import GpuSeries, analyse  # noqa: E402
-from seatplan.observe.sources import read_nvidia_smi  # noqa: E402
+from seatplan.observe.sources.nvidia_smi import read_nvidia_smi  # noqa: E402
 
 
 def year_scenario(index: int, days: float) -> tuple[Scenario, int]:

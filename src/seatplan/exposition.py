@@ -17,7 +17,7 @@ _LABEL = re.compile(r'([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"')
 
 
 class RejectionLog(Protocol):
-    """Where a reader counts the lines it left out (``observe.sources.Rejections``)."""
+    """Where a reader counts the lines it left out (``observe.sources.shared.Rejections``)."""
 
     def add(self, source: str, reason: str, where: str) -> None: ...
 

@@ -24,7 +24,10 @@ with atheris.instrument_imports(include=["seatplan"]):
     import seatplan.jsontext  # noqa: F401
     import seatplan.observe.inputs  # noqa: F401
     import seatplan.observe.logparse  # noqa: F401
-    import seatplan.observe.sources  # noqa: F401
+    import seatplan.observe.sources.beszel  # noqa: F401
+    import seatplan.observe.sources.nvidia_smi  # noqa: F401
+    import seatplan.observe.sources.prometheus  # noqa: F401
+    import seatplan.observe.sources.vllm_metrics  # noqa: F401
     import seatplan.usage.csvscan  # noqa: F401
     import seatplan.usage.report  # noqa: F401
     import seatplan.usage.sources  # noqa: F401

@@ -139,7 +139,7 @@ def _check_series(series, reader: str) -> None:
 
 
 def nvidia_smi(data: bytes) -> str:
-    from seatplan.observe.sources import read_nvidia_smi
+    from seatplan.observe.sources.nvidia_smi import read_nvidia_smi
 
     def run(path: Path) -> None:
         series, processes = read_nvidia_smi(path)
@@ -151,7 +151,7 @@ def nvidia_smi(data: bytes) -> str:
 
 def prometheus(data: bytes) -> str:
     from seatplan.observe.inputs import read_vllm_metrics
-    from seatplan.observe.sources import read_prometheus_text
+    from seatplan.observe.sources.prometheus import read_prometheus_text
 
     def run(path: Path) -> None:
         series, stats = read_prometheus_text(path)
@@ -177,7 +177,7 @@ BESZEL_SCHEMA = (
 
 def beszel(data: bytes) -> str:
     """Rows of a hub database from the bytes: each line is ``created<TAB>type<TAB>stats``."""
-    from seatplan.observe.sources import read_beszel
+    from seatplan.observe.sources.beszel import read_beszel
 
     with scratch() as directory:
         path = directory / "data.db"

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from integration.boot_matrix import BOOT_PLANS
+from seatplan.exposition import parse_exposition
 from seatplan.observe.logparse import parse_log
-from seatplan.observe.sources import parse_exposition, vllm_stats
+from seatplan.observe.sources.vllm_metrics import vllm_stats
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 

@@ -16,7 +16,7 @@ import pytest
 
 from observe.beszel_hub import DAY, HOUR, MINUTE, NOW, Gpu, Hub, Life
 from seatplan.observe.detect import analyse
-from seatplan.observe.sources import read_beszel
+from seatplan.observe.sources.beszel import read_beszel
 
 PLATEAU_MIB = 40.0
 CREEP_SHARE = 0.10

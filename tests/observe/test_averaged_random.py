@@ -20,7 +20,7 @@ import numpy as np
 
 from observe.random_hub import Draw, draw, write_hub
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
-from seatplan.observe.sources import read_beszel
+from seatplan.observe.sources.beszel import read_beszel
 
 DRAWS = 200
 SEED = 2026

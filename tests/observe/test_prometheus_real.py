@@ -11,7 +11,7 @@ import pytest
 from conftest import free_port, require_binary, stop_process
 from observe.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios
 from seatplan.observe.detect import analyse
-from seatplan.observe.sources import read_prometheus
+from seatplan.observe.sources.prometheus import read_prometheus
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(300)]
 

@@ -11,15 +11,12 @@ import pytest
 from conftest import FORMAT_FIXTURES
 from observe.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios, write_beszel, write_nvidia_smi
 from seatplan.errors import SeatplanError
+from seatplan.exposition import parse_exposition
 from seatplan.observe.detect import analyse
-from seatplan.observe.sources import (
-    parse_exposition,
-    read_beszel,
-    read_nvidia_smi,
-    read_prometheus_text,
-    series_from_query_range,
-    vllm_stats,
-)
+from seatplan.observe.sources.beszel import read_beszel
+from seatplan.observe.sources.nvidia_smi import read_nvidia_smi
+from seatplan.observe.sources.prometheus import read_prometheus_text, series_from_query_range
+from seatplan.observe.sources.vllm_metrics import vllm_stats
 
 
 def utc(text: str) -> datetime:

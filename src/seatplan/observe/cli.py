@@ -45,7 +45,7 @@ def diagnose_command(
     from seatplan.observe import inputs
     from seatplan.observe.detect import DetectSettings
     from seatplan.observe.diagnose import diagnose
-    from seatplan.observe.sources import Rejections
+    from seatplan.observe.sources.shared import Rejections
     from seatplan.output import emit_json, progress, to_jsonable
 
     if not (vllm_log or beszel or nvidia_smi or prometheus or vllm_metrics):

@@ -18,17 +18,11 @@ from seatplan.facts.api import load_model_facts
 from seatplan.observe.calibrate import PlanGpu, PlanSeat, PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
-from seatplan.observe.sources import (
-    Rejections,
-    number_of_lines,
-    read_beszel,
-    read_exposition_file,
-    read_nvidia_smi,
-    read_prometheus,
-    read_prometheus_text,
-    read_vllm_metrics_url,
-    vllm_stats,
-)
+from seatplan.observe.sources.beszel import read_beszel
+from seatplan.observe.sources.nvidia_smi import read_nvidia_smi
+from seatplan.observe.sources.prometheus import read_exposition_file, read_prometheus, read_prometheus_text
+from seatplan.observe.sources.shared import Rejections, number_of_lines
+from seatplan.observe.sources.vllm_metrics import read_vllm_metrics_url, vllm_stats
 from seatplan.units import human_bytes
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")

@@ -1,0 +1,179 @@
+"""Beszel's hub database: GPU used memory from ``system_stats`` rows of every record type.
+
+The hub is a PocketBase app keeping one SQLite file, ``beszel_data/data.db`` (Beszel ``internal/hub/update.go``).
+``system_stats`` rows carry ``created`` (PocketBase's ``YYYY-MM-DD HH:MM:SS.mmmZ``, UTC), ``system`` (→ ``systems.id``),
+``type`` (``1m``, ``10m``, ``20m``, ``120m``, ``480m``) and ``stats``, compact JSON whose ``g`` holds each GPU's
+``mu``/``mt`` (``internal/entities/system/system.go GPUData``). The ``*/10`` cron averages shorter records into
+longer ones (``internal/records/records.go CreateLongerRecords``, ``AverageSystemStatsSlice``) and an hourly one
+deletes old rows (``records_deletion.go``), so a long history is held only as averages: each is kept as the mean
+over its own window (``observe/averaged.py``), never as a point.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from seatplan.errors import SeatplanError
+from seatplan.exposition import plausible_time
+from seatplan.jsontext import loads_bounded
+from seatplan.observe.detect import GpuSeries
+from seatplan.observe.sources.shared import Rejections, series_of_points
+
+# Beszel's NVIDIA collectors store nvidia-smi MiB divided by 1.024 (agent/gpu.go mebibytesInAMegabyte).
+BESZEL_MIB_FACTOR = 1.024
+# Finest first: a coarser record type only fills the time before the finer ones begin.
+BESZEL_RECORD_TYPES = ("1m", "10m", "20m", "120m", "480m")
+# Each record averages the shorter ones created in (created − window, created] (internal/records/records.go).
+BESZEL_WINDOW_S = {"1m": 60, "10m": 600, "20m": 1200, "120m": 7200, "480m": 28800}
+
+
+def _pocketbase_time(text: str) -> float:
+    return datetime.strptime(text[:19], "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp() + (
+        float("0" + text[19:].rstrip("Z")) if len(text) > 19 else 0.0)
+
+
+def read_beszel(path: str | Path, *, system: str | None = None, rejected: Rejections | None = None) -> list[GpuSeries]:
+    """GPU used-memory series from a Beszel hub database (``beszel_data/data.db``).
+
+    A row whose stats are not JSON, whose time is not PocketBase's, or whose GPU readings are not finite numbers
+    is left out and counted in ``rejected``; the other rows still count.
+    """
+    db_path = Path(path)
+    rejected = rejected if rejected is not None else Rejections()
+    if not db_path.is_file():
+        raise SeatplanError("no such file", where=str(db_path), fix="pass the hub's data.db (Docker volume /beszel_data/data.db)")
+    connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        systems = dict(connection.execute("SELECT id, name FROM systems").fetchall())
+        # json_valid first: json_extract on one malformed row would fail the whole query.
+        rows = connection.execute(
+            "SELECT rowid, system, type, created, CASE WHEN json_valid(stats) THEN json_extract(stats, '$.g') ELSE NULL END, "
+            "json_valid(stats) FROM system_stats"
+        ).fetchall()
+    except sqlite3.DatabaseError as problem:
+        raise SeatplanError(f"not a Beszel hub database ({problem})", where=str(db_path),
+                            fix="pass Beszel's beszel_data/data.db (tables systems and system_stats)") from None
+    finally:
+        connection.close()
+    if system is not None:
+        wanted = {key for key, name in systems.items() if system in (key, name)}
+        if not wanted:
+            raise SeatplanError(f"no system named {system!r}", where=str(db_path), fix=f"use one of: {', '.join(sorted(map(str, systems.values())))}")
+        rows = [row for row in rows if row[1] in wanted]
+    by_type: dict[tuple[str, str], list[tuple[float, dict]]] = defaultdict(list)
+    for rowid, system_id, record_type, created, gpus, valid in rows:
+        if not valid:
+            rejected.add(str(db_path), "system_stats.stats is not JSON", f"{db_path}: system_stats rowid {rowid}")
+        elif gpus is not None and record_type in BESZEL_RECORD_TYPES:
+            record = _beszel_record(created, gpus)
+            if record is None:
+                rejected.add(str(db_path), "a GPU record that is not finite MiB readings at a PocketBase time",
+                             f"{db_path}: system_stats rowid {rowid}")
+            else:
+                by_type[(system_id, record_type)].append(record)
+    series: list[GpuSeries] = []
+    for system_id in sorted({key[0] for key in by_type}):
+        records_by_type = [by_type.get((system_id, t), []) for t in BESZEL_RECORD_TYPES]
+        series.extend(_beszel_system(systems.get(system_id, system_id), _effective_ends(records_by_type), str(db_path)))
+    if not series:
+        left_out = f", {rejected.count(str(db_path))} rejected" if rejected.count(str(db_path)) else ""
+        raise SeatplanError(f"the Beszel database holds no GPU readings ({len(rows)} system_stats rows{left_out})",
+                            where=str(db_path), fix="expected a hub whose agents report NVIDIA GPUs (system_stats.stats.g); "
+                            "check the system name and that the agents run with GPU monitoring")
+    return series
+
+
+def _beszel_record(created: object, gpus_json: object) -> tuple[float, dict[int, tuple[float, float | None]]] | None:
+    """(time, {gpu: (used MiB, total MiB or None)}) of one row, or None when any part of it is unreadable."""
+    try:
+        at = _pocketbase_time(str(created))
+        gpus = loads_bounded(str(gpus_json))
+    except ValueError:
+        return None
+    if not plausible_time(at) or not isinstance(gpus, dict):
+        return None
+    readings: dict[int, tuple[float, float | None]] = {}
+    for gpu_id, data in gpus.items():
+        if not str(gpu_id).isdigit() or not isinstance(data, dict):
+            continue
+        # mu is omitted when it is 0 (Go omitempty): a GPU present without mu used nothing.
+        used, total = data.get("mu", 0), data.get("mt")
+        if not _finite_number(used) or (total is not None and not _finite_number(total)):
+            return None
+        readings[int(gpu_id)] = (float(used) * BESZEL_MIB_FACTOR, float(total) * BESZEL_MIB_FACTOR if total else None)
+    return at, readings
+
+
+def _finite_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+_CRON_S = 600  # the hub's */10 cron makes every longer record
+
+
+def _phase(records: list[tuple[float, dict]], period_runs: int) -> int:
+    """Which cron run (mod ``period_runs``) this type's records are made on (they keep their phase)."""
+    runs = [round(created / _CRON_S) % period_runs for created, _ in records]
+    return max(set(runs), key=runs.count) if runs else 0
+
+
+def _shift_to(run: int, phase: int, period_runs: int) -> int:
+    """Cron runs back from ``run`` to the latest run on ``phase``."""
+    return (run - phase) % period_runs
+
+
+def _effective_ends(records_by_type: list[list[tuple[float, dict]]]) -> list[list[tuple[float, dict]]]:
+    """Each record's time moved to the end of what it really averages.
+
+    A 120m record averages the 20m records made in its last 2 h; when those are made on other cron runs
+    than the 120m one (their phases differ), the averaged minutes end at the latest 20m record, up to
+    10 minutes before the 120m record's own time; a 480m record likewise ends where its latest 120m record's
+    minutes end. The phases are read from the records of each type the hub still keeps.
+    """
+    one, ten, twenty, long, longest = records_by_type
+    phase20, phase120 = _phase(twenty, 2), _phase(long, 12)
+
+    def shift120(created: float) -> int:
+        return _shift_to(round(created / _CRON_S), phase20, 2) * _CRON_S
+
+    def shift480(created: float) -> int:
+        back = _shift_to(round(created / _CRON_S), phase120, 12) * _CRON_S
+        return back + shift120(created - back)
+
+    return [one, ten, twenty, [(c - shift120(c), g) for c, g in long], [(c - shift480(c), g) for c, g in longest]]
+
+
+def _beszel_system(host: str, records_by_type: list[list[tuple[float, dict[int, tuple[float, float | None]]]]],
+                   source: str) -> list[GpuSeries]:
+    """Per GPU, each stretch of time from the finest record type that covers it, every record kept as the
+    mean over its own window (never re-read as points of one series: see observe/averaged.py)."""
+    points: dict[int, list[tuple[float, float, float, str]]] = defaultdict(list)
+    totals: dict[int, float] = {}
+    covered_from = math.inf
+    for record_type, records in zip(BESZEL_RECORD_TYPES, records_by_type):
+        earliest = covered_from
+        window_s = BESZEL_WINDOW_S[record_type]
+        for created, gpus in records:
+            # A coarser record fills only the time before the finer ones begin (its whole window included).
+            if created > covered_from + BESZEL_WINDOW_S["1m"] / 2:
+                continue
+            earliest = min(earliest, created - window_s)
+            for gpu, (used, total) in gpus.items():
+                points[gpu].append((created, used, window_s, record_type))
+                if total:
+                    totals[gpu] = total
+        covered_from = earliest
+    series = []
+    for index, pts in sorted(points.items()):
+        pts.sort()
+        one = series_of_points(index, host, [(p[0], p[1]) for p in pts], totals.get(index), None, source)
+        one.window_s = np.array([p[2] for p in pts], dtype=np.int64)
+        one.record_types = np.array([p[3] for p in pts])
+        series.append(one)
+    return series

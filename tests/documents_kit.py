@@ -1,13 +1,14 @@
 """Whole, valid stage documents for tests that care about a few fields.
 
 The documents are validated on read (every field the producing stage writes is required), so a test
-that feeds the plan a usage report builds one here and names only the figures it is about.
+that feeds the plan a usage report, or diagnose a plan, builds one here and names only the figures it is about.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from seatplan.documents.plan import Plan, PlannedGpu, PlannedSeat
 from seatplan.documents.usage import ModelUsage, RunawayRule, UsageReport, UsageWindow
 
 
@@ -37,3 +38,35 @@ def usage_report(models: dict[str, ModelUsage], **fields: Any) -> UsageReport:
         "unmapped_models": [], "rejected_rows": 0, "rejected_by_reason": {}, "rejected_example_request_ids": {},
     }
     return UsageReport.model_validate(base | fields)
+
+
+def planned_seat(name: str, gpus: list[str], footprint_bytes: int, **fields: Any) -> PlannedSeat:
+    """A vLLM seat of a plan, placed on ``gpus`` ("host:index"), with nothing but its footprint sized."""
+    base: dict[str, Any] = {
+        "name": name, "engine": "vllm", "model": name, "served_model_name": name, "port": 8000, "gpus": gpus,
+        "tensor_parallel_size": len(gpus), "kv_cache_memory_bytes": None, "max_model_len": None, "max_new_tokens": None,
+        "kv_cache_tokens": None, "max_concurrency": None, "footprint_bytes": footprint_bytes, "footprint_basis": "estimate",
+        "footprint_parts": [], "vllm_args": [], "env": {}, "gpu_memory_utilization": None, "boot_order": 0,
+        "explanation": [], "warnings": [], "host": gpus[0].rsplit(":", 1)[0] if gpus else None,
+    }
+    return PlannedSeat.model_validate(base | fields)
+
+
+def planned_gpu(host: str, index: int, used_bytes: int, spare_bytes: int, seats: list[str], **fields: Any) -> PlannedGpu:
+    base: dict[str, Any] = {
+        "host": host, "index": index, "name": "H200", "total_bytes": used_bytes + spare_bytes, "reserved_bytes": 0,
+        "keep_clear": False, "seats": seats, "used_bytes": used_bytes, "spare_bytes": spare_bytes, "headroom_bytes": 0,
+    }
+    return PlannedGpu.model_validate(base | fields)
+
+
+def plan_document(seats: list[PlannedSeat], gpus: list[PlannedGpu], **fields: Any) -> Plan:
+    """A whole plan of these seats and GPUs; its worst-case spare is the GPUs' smallest."""
+    worst = min(gpus, key=lambda gpu: gpu.spare_bytes, default=None)
+    base: dict[str, Any] = {
+        "seats": seats, "gpus": gpus, "worst_case_spare_bytes": worst.spare_bytes if worst else None,
+        "worst_case_gpu": f"{worst.host}:{worst.index}" if worst else None, "optimal": True, "method": "test",
+        "bound_bytes": None, "solve_seconds": 0.0, "moves": None, "runner_ups": [], "infeasible": None, "warnings": [],
+        "inputs": {"fleet_path": "fleet.yaml", "fleet_sha256": "0" * 64, "seatplan_version": "test", "vllm_version": "0.32"},
+    }
+    return Plan.model_validate(base | fields)

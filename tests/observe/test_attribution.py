@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from documents_kit import plan_document, planned_gpu, planned_seat
 from observe.series import DAY, T0, Scenario
 from observe.series import Boot as Life
 from observe.test_logparse import boot_lines
-from seatplan.observe.calibrate import PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.diagnose import diagnose
 from seatplan.observe.logparse import parse_log
@@ -37,11 +37,9 @@ def three_seat_gpu() -> GpuSeries:
     return GpuSeries(index=1, host="gpu-box", times_s=times, used_mib=used, total_mib=97_871.0)
 
 
-PLAN = PlanView.model_validate({
-    "gpus": [{"host": "gpu-box", "index": 1, "spare_bytes": 6_000 * MiB, "used_bytes": 88_000 * MiB, "reserved_bytes": 0}],
-    "seats": [{"name": name, "served_model_name": name, "gpus": ["gpu-box:1"], "footprint_bytes": size * MiB}
-              for name, size in (("gen-small", 30_000), ("emb", 18_000), ("rerank", 40_000))],
-})
+SEATS = (("gen-small", 30_000), ("emb", 18_000), ("rerank", 40_000))
+PLAN = plan_document([planned_seat(name, ["gpu-box:1"], size * MiB) for name, size in SEATS],
+                     [planned_gpu("gpu-box", 1, 88_000 * MiB, 6_000 * MiB, [name for name, _ in SEATS])])
 
 
 def test_whole_gpu_restart_stays_at_gpu_level():

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from conftest import REPO_ROOT
+from documents_kit import plan_document, planned_gpu, planned_seat
 from observe.series import DAY, HOUR, MINUTE, T0, seed_scenarios, write_nvidia_smi
 from observe.test_logparse import boot_lines
 from seatplan.units import GiB, MiB
@@ -38,20 +39,13 @@ def scene(tmp_path_factory):
         stamp = datetime.fromtimestamp(T0 + 5 * DAY + minute * MINUTE, tz=UTC).strftime("%Y/%m/%d %H:%M:%S.000")
         apps.append(f"{stamp}, GPU-1, 42, VLLM::EngineCore, {used} MiB")
     (root / "apps.csv").write_text("\n".join(apps) + "\n")
-    plan = {
-        "kind": "seatplan.plan", "version": 1,
-        "gpus": [
-            {"host": "node-1", "index": 0, "name": "H200", "total_bytes": 97_871 * MiB, "reserved_bytes": 0, "keep_clear": False,
-             "seats": ["big"], "used_bytes": 86_000 * MiB, "spare_bytes": 6_000 * MiB, "headroom_bytes": 0},
-            {"host": "node-1", "index": 1, "name": "H200", "total_bytes": 97_871 * MiB, "reserved_bytes": 0, "keep_clear": False,
-             "seats": ["racy", "emb"], "used_bytes": 90_000 * MiB, "spare_bytes": 4_000 * MiB, "headroom_bytes": 0},
-        ],
-        "seats": [
-            {"name": "big", "served_model_name": "big", "gpus": ["node-1:0"], "footprint_bytes": 86_000 * MiB, "kv_cache_memory_bytes": 60 * GiB},
-            {"name": "racy", "served_model_name": "racy", "gpus": ["node-1:1"], "footprint_bytes": 30_000 * MiB, "kv_cache_memory_bytes": 27 * GiB},
-            {"name": "emb", "served_model_name": "emb", "gpus": ["node-1:1"], "footprint_bytes": 60_000 * MiB, "kv_cache_memory_bytes": None},
-        ],
-    }
+    plan = plan_document(
+        [planned_seat("big", ["node-1:0"], 86_000 * MiB, kv_cache_memory_bytes=60 * GiB),
+         planned_seat("racy", ["node-1:1"], 30_000 * MiB, kv_cache_memory_bytes=27 * GiB),
+         planned_seat("emb", ["node-1:1"], 60_000 * MiB)],
+        [planned_gpu("node-1", 0, 86_000 * MiB, 6_000 * MiB, ["big"], total_bytes=97_871 * MiB),
+         planned_gpu("node-1", 1, 90_000 * MiB, 4_000 * MiB, ["racy", "emb"], total_bytes=97_871 * MiB)],
+    ).model_dump(mode="json")
     (root / "plan.json").write_text(json.dumps(plan))
     return root
 
@@ -128,7 +122,9 @@ def test_bad_input_is_a_clean_error(args, where):
 
 def test_bad_plan_is_a_clean_error(tmp_path, scene):
     bad = tmp_path / "plan.json"
-    bad.write_text(json.dumps({"kind": "seatplan.plan", "version": 1, "gpus": [{"index": "zero"}], "seats": []}))
+    plan = json.loads((scene / "plan.json").read_text())
+    plan["gpus"][0]["index"] = "zero"
+    bad.write_text(json.dumps(plan))
     result = run("--nvidia-smi", str(scene / "smi.csv"), "--plan", str(bad), "-o", str(tmp_path / "out.json"))
     assert result.returncode == 2 and "gpus.0.index" in result.stderr
     assert not (tmp_path / "out.json").exists()

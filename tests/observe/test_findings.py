@@ -66,14 +66,14 @@ seats:
 def test_fleet_names_the_seat_and_its_rule(tmp_path):
     fleet = big_seat_fleet(tmp_path, "kv_factor: 1.5", "current_layout:\n  big: node-1:1\n")
     from seatplan.observe.diagnose import diagnose
-    from seatplan.observe.inputs import read_plan
+    from seatplan.observe.inputs import seat_map
 
     boots = racy_boots("/elsewhere/on/the/gpu/host")  # the log's path need not exist here: the fleet's does
-    view = read_plan(None, fleet)
-    assert view.seats_on("node-1", 1)[0].name == "big"
+    view = seat_map(None, fleet)
+    assert view is not None and view.seats_on("node-1", 1) == ["big"]
     pins = kv_rule_pins(boots, fleet)
     assert pins["big"][0] == 12 * GiB  # 8 GiB × the seat's own factor 1.5
-    report, _ = diagnose(boots=boots, stats=[], series=[], processes=[], plan=view, rule_pins=pins)
+    report, _ = diagnose(boots=boots, stats=[], series=[], processes=[], seat_map=view, rule_pins=pins)
     seat = next(s for s in report.seats if s.name == "big")
     assert len(seat.boots) == 3
     assert next(f for f in seat.findings if f.kind == "kv_drift").pin_kv_cache_memory_bytes == 12 * GiB

@@ -7,8 +7,9 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
+from documents_kit import plan_document, planned_gpu
 from seatplan.documents.observed import GpuReport
-from seatplan.observe.calibrate import FOOTPRINT_TOLERANCE_MIB, PlanView, check_plan, verdicts
+from seatplan.observe.calibrate import FOOTPRINT_TOLERANCE_MIB, check_plan, verdicts
 from seatplan.units import MiB
 
 TOTAL_MIB = 97_871.0
@@ -24,8 +25,7 @@ def report(plateau_mib: float, band_mib: float, to_come_mib: float | None = None
 def test_the_check_says_when_the_band_straddles_the_planned_spare(seed):
     rng = np.random.default_rng(seed)
     used_mib, spare_mib = float(rng.uniform(40_000, 90_000)), float(rng.uniform(200, 4_000))
-    plan = PlanView.model_validate({"gpus": [{"host": "box", "index": 0, "used_bytes": int(used_mib * MiB),
-                                              "spare_bytes": int(spare_mib * MiB), "reserved_bytes": 0}], "seats": []})
+    plan = plan_document([], [planned_gpu("box", 0, int(used_mib * MiB), int(spare_mib * MiB), [])])
     band = float(rng.uniform(5, 60))
     # The verdict's line: an observed spare the tolerance short of the planned one. Observed: the use at that line
     # plus an offset drawn inside the band (straddles: pass or fail could flip) or well outside it (does not).

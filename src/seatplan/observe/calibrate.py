@@ -3,8 +3,9 @@
 A seat's footprint at plateau comes, best first, from per-process readings
 (``nvidia-smi --query-compute-apps``; the process ids are the ones its boots logged) or from the step
 its own restart made on its GPU: the GPU's plateau after the restart minus the lowest reading while
-the seat was down. The plan is read tolerantly: only ``gpus[] {host, index, spare_bytes}`` and
-``seats[] {name, gpus, footprint_bytes, kv_cache_memory_bytes}`` matter here.
+the seat was down. The plateau check reads the plan (``documents.plan.Plan``): each GPU's ``used_bytes``,
+``reserved_bytes``, ``spare_bytes`` and ``seats``, and each seat's ``footprint_bytes``; attributing a restart's
+step needs only which seat runs where (``seatmap.SeatMap``, from the plan or the fleet file).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator
 
 from seatplan.documents.observed import (
     Boot,
@@ -25,7 +25,9 @@ from seatplan.documents.observed import (
     PlanCheck,
     ProcessSample,
 )
+from seatplan.documents.plan import Plan, PlannedGpu, PlannedSeat
 from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries
+from seatplan.observe.seatmap import SeatMap, on_gpu
 from seatplan.units import MiB
 
 # A restart's step must start this close to a boot the seat's log shows (log clocks are minutes apart at most).
@@ -38,77 +40,24 @@ FOOTPRINT_TOLERANCE_MIB = 256.0
 FOOTPRINT_TOLERANCE_SHARE = 0.02
 
 
-class _Loose(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+def planned_gpu(plan: Plan, host: str | None, index: int) -> PlannedGpu | None:
+    """The plan's GPU a history of GPU ``index`` on ``host`` is of (``seatmap.on_gpu``), or None."""
+    hosts = {gpu.host for gpu in plan.gpus}
+    return next((gpu for gpu in plan.gpus if on_gpu(gpu.host, gpu.index, host, index, hosts)), None)
 
 
-class PlanGpu(_Loose):
-    host: str | None = None
-    index: int
-    spare_bytes: int | None = None
-    used_bytes: int | None = None
-    reserved_bytes: int | None = None
+def planned_seats(plan: Plan, gpu: PlannedGpu) -> list[PlannedSeat]:
+    return [seat for seat in (plan.seat(name) for name in gpu.seats) if seat is not None]
 
 
-class PlanSeat(_Loose):
-    name: str
-    served_model_name: str | None = None
-    host: str | None = None
-    gpus: list[tuple[str | None, int]] = []
-    footprint_bytes: int | None = None
-    kv_cache_memory_bytes: int | None = None
-
-    @field_validator("gpus", mode="before")
-    @classmethod
-    def _gpu_refs(cls, value: object) -> list[tuple[str | None, int]]:
-        refs = value if isinstance(value, list) else [value]
-        out: list[tuple[str | None, int]] = []
-        for ref in refs:
-            if isinstance(ref, bool):
-                raise ValueError("a GPU is an index, 'host:index' or {host, index}")
-            if isinstance(ref, int):
-                out.append((None, ref))
-            elif isinstance(ref, str) and ref.rsplit(":", 1)[-1].isdigit():
-                host, _, index = ref.rpartition(":")
-                out.append((host or None, int(index)))
-            elif isinstance(ref, dict) and isinstance(index_value := ref.get("index", ref.get("gpu")), int):
-                out.append((ref.get("host"), int(index_value)))
-            else:
-                raise ValueError(f"cannot read GPU {ref!r}: write an index, 'host:index' or {{host, index}}")
-        return out
-
-
-class PlanView(_Loose):
-    gpus: list[PlanGpu] = []
-    seats: list[PlanSeat] = []
-
-    def seats_on(self, host: str | None, index: int) -> list[PlanSeat]:
-        return [seat for seat in self.seats
-                if any(i == index and _same_host(h or seat.host, host) for h, i in seat.gpus)]
-
-    def seat_name(self, logged: str) -> str:
-        """The plan's name for a seat the logs call by its served model name."""
-        for seat in self.seats:
-            if logged in (seat.name, seat.served_model_name):
-                return seat.name
-        return logged
-
-    def gpu(self, host: str | None, index: int) -> PlanGpu | None:
-        return next((gpu for gpu in self.gpus if gpu.index == index and _same_host(gpu.host, host)), None)
-
-
-def _same_host(a: str | None, b: str | None) -> bool:
-    return a is None or b is None or a == b
-
-
-def verdicts(plan: PlanView, reports: list[GpuReport]) -> list[GpuVerdict]:
+def verdicts(plan: Plan, reports: list[GpuReport]) -> list[GpuVerdict]:
     """Pass/fail per planned GPU; a GPU no history matched is 'unchecked', never a silent pass."""
     out = []
-    plan_hosts = {gpu.host for gpu in plan.gpus if gpu.host}
+    plan_hosts = {gpu.host for gpu in plan.gpus}
     for gpu in plan.gpus:
-        matched = [report for report in reports if report.index == gpu.index and report.plan is not None
-                   and (report.host == gpu.host or (report.host is None and len(plan_hosts) <= 1))]
-        spare = (gpu.spare_bytes or 0) / MiB if gpu.spare_bytes is not None else None
+        matched = [report for report in reports if report.plan is not None
+                   and on_gpu(gpu.host, gpu.index, report.host, report.index, plan_hosts)]
+        spare = gpu.spare_bytes / MiB
         if not matched:
             seen = sorted({str(report.host) for report in reports})
             out.append(GpuVerdict(host=gpu.host, index=gpu.index, status="unchecked", planned_spare_mib=spare,
@@ -195,7 +144,7 @@ def own_lines_bytes(boot: Boot) -> int | None:
     return boot.weights_bytes + max(boot.available_kv_bytes, 0) + (boot.cuda_graph_bytes or boot.cuda_graph_estimate_bytes or 0)
 
 
-def footprints_from_steps(boots: list[Boot], gpus: list[tuple[GpuSeries, Analysis]], plan: PlanView | None,
+def footprints_from_steps(boots: list[Boot], gpus: list[tuple[GpuSeries, Analysis]], seat_map: SeatMap | None,
                           settings: DetectSettings) -> dict[str, ObservedSeat]:
     """A seat's restart shows as a dip to the level without it; its footprint is plateau − that level.
 
@@ -205,7 +154,7 @@ def footprints_from_steps(boots: list[Boot], gpus: list[tuple[GpuSeries, Analysi
     """
     out: dict[str, ObservedSeat] = {}
     for series, analysis in gpus:
-        planned_here = {seat.name for seat in plan.seats_on(series.host, series.index)} if plan else None
+        planned_here = set(seat_map.seats_on(series.host, series.index)) if seat_map else None
         for number, step in enumerate(analysis.steps):
             near = [boot for boot in boots
                     if boot.started_at is not None and not boot.fragment and abs(boot.started_at - step.at) <= STEP_MATCH
@@ -236,17 +185,16 @@ def footprints_from_steps(boots: list[Boot], gpus: list[tuple[GpuSeries, Analysi
     return out
 
 
-def gpu_corrections(reports: list[GpuReport], plan: PlanView, observed: dict[str, ObservedSeat]) -> list[GpuCorrection]:
+def gpu_corrections(reports: list[GpuReport], plan: Plan, observed: dict[str, ObservedSeat]) -> list[GpuCorrection]:
     """Per planned GPU: plateau − reserved − Σ its seats' footprints (observed where attributed, else planned)."""
     corrections = []
     for report in reports:
-        plan_gpu = plan.gpu(report.host, report.index)
-        seats = plan.seats_on(report.host, report.index)
-        if plan_gpu is None or not seats or any(seat.footprint_bytes is None and seat.name not in observed for seat in seats):
+        plan_gpu = planned_gpu(plan, report.host, report.index)
+        seats = planned_seats(plan, plan_gpu) if plan_gpu is not None else []
+        if plan_gpu is None or not seats:
             continue
-        # `or 0` never applies: the guard above skipped seats with neither an observed nor a planned footprint
-        accounted = sum(observed[seat.name].footprint_bytes if seat.name in observed else seat.footprint_bytes or 0 for seat in seats)
-        extra = int(round(report.plateau_used_mib * MiB)) - (plan_gpu.reserved_bytes or 0) - accounted
+        accounted = sum(observed[seat.name].footprint_bytes if seat.name in observed else seat.footprint_bytes for seat in seats)
+        extra = int(round(report.plateau_used_mib * MiB)) - plan_gpu.reserved_bytes - accounted
         if abs(extra) / MiB <= FOOTPRINT_TOLERANCE_MIB:
             continue
         corrections.append(GpuCorrection(
@@ -279,24 +227,17 @@ def _off(observed_bytes: int, planned_bytes: int) -> bool:
     return gap_mib > max(FOOTPRINT_TOLERANCE_MIB, FOOTPRINT_TOLERANCE_SHARE * planned_bytes / MiB)
 
 
-def check_plan(report: GpuReport, plan: PlanView, observed: dict[str, ObservedSeat]) -> tuple[PlanCheck | None, list[Finding]]:
-    plan_gpu = plan.gpu(report.host, report.index)
-    seats = plan.seats_on(report.host, report.index)
-    if plan_gpu is None and not seats:
+def check_plan(report: GpuReport, plan: Plan, observed: dict[str, ObservedSeat]) -> tuple[PlanCheck | None, list[Finding]]:
+    """The GPU's plateau against what the plan put on it; (None, []) for a GPU the plan does not have."""
+    plan_gpu = planned_gpu(plan, report.host, report.index)
+    if plan_gpu is None:
         return None, []
-    planned_figures = (plan_gpu is not None and plan_gpu.used_bytes is not None) or any(seat.footprint_bytes is not None for seat in seats)
-    if not planned_figures:
-        return None, []  # a fleet file tells who runs where, not what the GPU should hold: nothing to check against
-    if plan_gpu is not None and plan_gpu.used_bytes is not None:
-        # nvidia-smi's "used" also counts the processes the plan reserved memory for.
-        planned_used_mib = (plan_gpu.used_bytes + (plan_gpu.reserved_bytes or 0)) / MiB
-    else:
-        planned_used_mib = sum(seat.footprint_bytes or 0 for seat in seats) / MiB
-    planned_spare_mib = (plan_gpu.spare_bytes or 0) / MiB if plan_gpu else 0.0
+    seats = planned_seats(plan, plan_gpu)
+    # nvidia-smi's "used" also counts the processes the plan reserved memory for.
+    planned_used_mib = (plan_gpu.used_bytes + plan_gpu.reserved_bytes) / MiB
+    planned_spare_mib = plan_gpu.spare_bytes / MiB
     miss = report.plateau_used_mib - planned_used_mib
-    off = [seat.name for seat in seats
-           if seat.name in observed and seat.footprint_bytes is not None
-           and _off(observed[seat.name].footprint_bytes, seat.footprint_bytes)]
+    off = [seat.name for seat in seats if seat.name in observed and _off(observed[seat.name].footprint_bytes, seat.footprint_bytes)]
     if not off and abs(miss) > FOOTPRINT_TOLERANCE_MIB:
         off = [seat.name for seat in seats if seat.name not in observed]
     check = PlanCheck(planned_used_mib=round(planned_used_mib, 1), planned_spare_mib=round(planned_spare_mib, 1),
@@ -313,7 +254,7 @@ def check_plan(report: GpuReport, plan: PlanView, observed: dict[str, ObservedSe
             else "re-plan with --observed so the spare is sized from the plateau",
             evidence=[f"plateau reached {report.creep.plateau_at.isoformat()}" if report.creep else f"plateau over {report.start.isoformat()} … {report.end.isoformat()}"]))
     for seat in seats:
-        if seat.name in observed and seat.footprint_bytes is not None and seat.name in off:
+        if seat.name in observed and seat.name in off:
             seen = observed[seat.name]
             findings.append(Finding(
                 kind="seat_estimate_off", seat=seat.name, gpu=report.index,

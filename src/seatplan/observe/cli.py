@@ -40,6 +40,7 @@ def diagnose_command(
     wide: bool = WIDE,
 ) -> None:
     """Read vLLM logs and GPU memory history: boots, co-boot races, steps, creep, plateaus, the plan check."""
+    from seatplan.documents.io import read_plan
     from seatplan.errors import SeatplanError
     from seatplan.fileio import atomic_write_json
     from seatplan.observe import inputs
@@ -62,11 +63,11 @@ def diagnose_command(
         stats.extend(gpu_side_stats)
         stats.extend(inputs.read_vllm_metrics(vllm_metrics, rejected))
         report_rejections(rejected.as_list())
-        plan_view = inputs.read_plan(plan, fleet)
+        planned = read_plan(plan) if plan is not None else None
         settings = DetectSettings(min_step_mib=min_step_mib, min_creep_mib=min_creep_mib)
         rule_pins = inputs.kv_rule_pins(boots, fleet) if boots else {}
-        report, observed = diagnose(boots=boots, stats=stats, series=series, processes=processes, plan=plan_view,
-                                    rule_pins=rule_pins, settings=settings, checking_plan=plan is not None)
+        report, observed = diagnose(boots=boots, stats=stats, series=series, processes=processes, plan=planned,
+                                    seat_map=inputs.seat_map(planned, fleet), rule_pins=rule_pins, settings=settings)
         # One document: -o writes what --json prints; plan --observed reads its observed part.
         report = report.model_copy(update={"rejected_inputs": rejected.as_list(), "observed": observed})
     if output is not None:

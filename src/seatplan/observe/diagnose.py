@@ -16,8 +16,8 @@ from seatplan.documents.observed import (
     SeatReport,
     StatsSummary,
 )
+from seatplan.documents.plan import Plan
 from seatplan.observe.calibrate import (
-    PlanView,
     check_plan,
     footprints_from_processes,
     footprints_from_steps,
@@ -27,6 +27,7 @@ from seatplan.observe.calibrate import (
 )
 from seatplan.observe.detect import Analysis, DetectSettings, GpuSeries, analyse
 from seatplan.observe.findings import seat_findings
+from seatplan.observe.seatmap import SeatMap
 from seatplan.observe.series import compact_series
 
 
@@ -52,47 +53,49 @@ def summarise_stats(stats: list[EngineStats]) -> StatsSummary:
                         peak_waiting_requests=max(waiting) if waiting else None, preemptions=preemptions)
 
 
-def boot_times_on(series: GpuSeries, boots: list[Boot], plan: PlanView | None) -> list[float]:
+def boot_times_on(series: GpuSeries, boots: list[Boot], seat_map: SeatMap | None) -> list[float]:
     """Start times of the whole boots that ran on this GPU (by the plan or fleet; without one, every boot)."""
-    here = {seat.name for seat in plan.seats_on(series.host, series.index)} if plan else None
+    here = set(seat_map.seats_on(series.host, series.index)) if seat_map else None
     return sorted(boot.started_at.timestamp() for boot in boots
                   if boot.started_at is not None and not boot.fragment and (here is None or boot.seat in here))
 
 
-def analyse_with_boots(series: GpuSeries, boots: list[Boot], plan: PlanView | None, settings: DetectSettings) -> Analysis:
+def analyse_with_boots(series: GpuSeries, boots: list[Boot], seat_map: SeatMap | None, settings: DetectSettings) -> Analysis:
     """With a plan or fleet, the boots of this GPU's seats are its reboots; without one, boot lines only pin reboots."""
-    times = boot_times_on(series, boots, plan)
-    return analyse(series, settings, boot_times_s=times, boots_here_s=times if plan is not None else [])
+    times = boot_times_on(series, boots, seat_map)
+    return analyse(series, settings, boot_times_s=times, boots_here_s=times if seat_map is not None else [])
 
 
-def neighbours_of(seat: str, boots: list[Boot], plan: PlanView | None) -> tuple[list[Boot], str]:
+def neighbours_of(seat: str, boots: list[Boot], seat_map: SeatMap | None) -> tuple[list[Boot], str]:
     """Boots of other engines that share a GPU with ``seat``: by the plan or fleet, else those in the same log file."""
-    if plan is not None:
-        mine = {(host, index) for one in plan.seats if one.name == seat for host, index in one.gpus}
-        sharing = {one.name for one in plan.seats if one.name != seat
-                   and any(index == i and (host is None or h is None or host == h) for host, index in one.gpus for h, i in mine)}
+    if seat_map is not None:
+        sharing = seat_map.neighbours(seat)
         return [boot for boot in boots if boot.seat in sharing], " on a GPU they share in the plan"
     files = {boot.source.rsplit(":", 1)[0] for boot in boots if boot.seat == seat}
     return ([boot for boot in boots if boot.seat != seat and boot.source.rsplit(":", 1)[0] in files],
             " (same log file; no --fleet, so the GPU is assumed shared)")
 
 
-def _neighbours(seat: str, boots: list[Boot], plan: PlanView | None) -> dict:
-    neighbours, basis = neighbours_of(seat, boots, plan)
+def _neighbours(seat: str, boots: list[Boot], seat_map: SeatMap | None) -> dict:
+    neighbours, basis = neighbours_of(seat, boots, seat_map)
     return {"neighbours": neighbours, "neighbours_basis": basis}
 
 
 def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSeries],
-             processes: list[ProcessSample], plan: PlanView | None = None,
+             processes: list[ProcessSample], plan: Plan | None = None, seat_map: SeatMap | None = None,
              rule_pins: dict[str, tuple[int, str]] | None = None,
-             settings: DetectSettings = DetectSettings(), checking_plan: bool = False) -> tuple[DiagnoseReport, ObservedFootprints]:
-    if plan is not None:
-        boots = [boot.model_copy(update={"seat": plan.seat_name(boot.seat)}) for boot in boots]
-        stats = [record.model_copy(update={"seat": plan.seat_name(record.seat)}) for record in stats]
+             settings: DetectSettings = DetectSettings()) -> tuple[DiagnoseReport, ObservedFootprints]:
+    """With a plan, the plateau check and the verdicts; the seat map (by default the plan's, else the fleet's)
+    says which seat runs where."""
+    if seat_map is None and plan is not None:
+        seat_map = SeatMap.of_plan(plan)
+    if seat_map is not None:
+        boots = [boot.model_copy(update={"seat": seat_map.seat_name(boot.seat)}) for boot in boots]
+        stats = [record.model_copy(update={"seat": seat_map.seat_name(record.seat)}) for record in stats]
     # A GPU with no readings at all (every value [N/A]) has nothing to analyse.
-    analysed = [(one, analyse_with_boots(one, boots, plan, settings)) for one in series if np.any(~np.isnan(one.used_mib))]
+    analysed = [(one, analyse_with_boots(one, boots, seat_map, settings)) for one in series if np.any(~np.isnan(one.used_mib))]
     gpus = [gpu_report(one, analysis).model_copy(update={"series": compact_series(one)}) for one, analysis in analysed]
-    observed = footprints_from_steps(boots, analysed, plan, settings)
+    observed = footprints_from_steps(boots, analysed, seat_map, settings)
     observed.update(footprints_from_processes(boots, processes))
     report = DiagnoseReport(gpus=gpus)
     if plan is not None:
@@ -101,8 +104,7 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
             gpu.plan = check
             report.findings.extend(findings)
         report.gpu_corrections = gpu_corrections(gpus, plan, observed)
-        if checking_plan:
-            report.verdicts = verdicts(plan, gpus)
+        report.verdicts = verdicts(plan, gpus)
     boots_by_seat: dict[str, list[Boot]] = defaultdict(list)
     for boot in boots:
         boots_by_seat[boot.seat].append(boot)
@@ -110,7 +112,7 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
     for record in stats:
         stats_by_seat[record.seat].append(record)
     planned = {seat.name: seat for seat in plan.seats} if plan else {}
-    names = list(dict.fromkeys([*boots_by_seat, *stats_by_seat, *observed, *planned]))
+    names = list(dict.fromkeys([*boots_by_seat, *stats_by_seat, *observed, *(seat_map.seats if seat_map else ())]))
     for name in names:
         seat_boots = sorted(boots_by_seat.get(name, []), key=lambda b: b.started_at.timestamp() if b.started_at else 0.0)
         plan_seat = planned.get(name)
@@ -120,7 +122,7 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
             observed=observed.get(name),
             planned_footprint_bytes=plan_seat.footprint_bytes if plan_seat else None,
             findings=seat_findings(name, seat_boots, planned_kv_bytes=plan_seat.kv_cache_memory_bytes if plan_seat else None,
-                                   rule_pin=(rule_pins or {}).get(name), **_neighbours(name, boots, plan)),
+                                   rule_pin=(rule_pins or {}).get(name), **_neighbours(name, boots, seat_map)),
         )
         seat.findings.extend(f for f in report.findings if f.seat == name)
         report.seats.append(seat)

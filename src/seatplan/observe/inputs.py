@@ -9,15 +9,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from seatplan.documents.fleet import Policy, SeatSpec
-from seatplan.documents.fleet_file import gpu_refs, load_fleet, resolve_gpu_ref, resolve_model
-from seatplan.documents.io import read_document
+from seatplan.documents.fleet_file import load_fleet, resolve_model
 from seatplan.documents.observed import Boot, EngineStats, ProcessSample
+from seatplan.documents.plan import Plan
 from seatplan.engine.settings import EngineHost, engine_settings
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
-from seatplan.observe.calibrate import PlanGpu, PlanSeat, PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
+from seatplan.observe.seatmap import SeatMap
 from seatplan.observe.sources.beszel import read_beszel
 from seatplan.observe.sources.nvidia_smi import read_nvidia_smi
 from seatplan.observe.sources.prometheus import read_exposition_file, read_prometheus, read_prometheus_text
@@ -76,8 +76,6 @@ def host_names(specs: list[str], fleet: Path | None) -> dict[str, str]:
     """Monitor name → plan host: the fleet's hosts[].monitor_names, then --host-name MONITOR=HOST (which wins)."""
     names: dict[str, str] = {}
     if fleet is not None:
-        from seatplan.documents.fleet_file import load_fleet
-
         for host in load_fleet(fleet).fleet.hosts:
             names.update({monitor: host.name for monitor in host.monitor_names})
     for spec in specs:
@@ -136,19 +134,6 @@ def read_vllm_metrics(specs: list[str], rejected: Rejections | None = None) -> l
     return stats
 
 
-def _fleet_view(path: Path) -> PlanView:
-    """Which seat runs where, from a fleet file: its current layout, else the seats' pins."""
-    fleet = load_fleet(path).fleet
-    seats = []
-    for seat in fleet.seats:
-        refs = gpu_refs(fleet.current_layout.get(seat.name, seat.pin))
-        seat_gpus = [key for key in (resolve_gpu_ref(fleet, ref) for ref in refs) if key is not None]
-        seats.append(PlanSeat(name=seat.name, served_model_name=seat.served_model_name or seat.name,
-                              gpus=[{"host": host, "index": index} for host, index in seat_gpus]))
-    gpus = [PlanGpu(host=host.name, index=gpu.index) for host in fleet.hosts for gpu in host.gpus]
-    return PlanView(gpus=gpus, seats=seats)
-
-
 def kv_rule_pins(boots: list[Boot], fleet: Path | None) -> dict[str, tuple[int, str]]:
     """Per seat, the KV bytes the planner's rule gives it (facts API + plan sizing), where its model config is here.
 
@@ -202,9 +187,8 @@ def rule_arithmetic(request_bytes: int, factor: float, floor_bytes: int, step_by
     return text + f" = {rule_bytes:,} B"
 
 
-def read_plan(plan: Path | None, fleet: Path | None) -> PlanView | None:
-    """The plan (GPUs, spares, seat footprints and places); a fleet file alone tells which seat is on which GPU."""
-    if plan is None:
-        return _fleet_view(fleet) if fleet is not None else None
-    return read_document(plan, PlanView, "plan", "pass a plan written by seatplan plan -o (gpus[].index, seats[].name/gpus)",
-                         "seatplan.plan")
+def seat_map(plan: Plan | None, fleet: Path | None) -> SeatMap | None:
+    """Which seat runs where: the plan's GPUs when there is a plan, else the fleet file's layout, else nothing known."""
+    if plan is not None:
+        return SeatMap.of_plan(plan)
+    return SeatMap.of_fleet(load_fleet(fleet).fleet) if fleet is not None else None

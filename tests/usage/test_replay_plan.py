@@ -74,6 +74,7 @@ def fleet_file(directory: Path, kv_pin: str) -> Path:
         seats:
           - name: qwen3-8b
             model: {MODELS / "Qwen--Qwen3-8B"}
+            port: 8000
             max_model_len: 4096
             kv_cache_memory_bytes: {kv_pin}
         """), encoding="utf-8")

@@ -81,7 +81,7 @@ class TextNumberType(NumberType):
     def __init__(self, flag: str, reader: Callable[..., int], wanted: str, minimum: int, maximum: int, example: str, name: str) -> None:
         super().__init__(flag, int, minimum, maximum, example)
         self.reader, self.wanted = reader, wanted
-        self.__name__ = name  # click's metavar: SIZE, TOKENS
+        self.__name__ = name  # as NumberType names itself; --help shows metavar="<size>"/"<tokens>", given beside the parser
 
     def _wanted(self) -> str:
         return self.wanted

@@ -19,10 +19,10 @@ def model_command(
     dtype: str = typer.Option("auto", "--dtype", help="Model dtype: auto, bfloat16, float16, float32."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (model dtype) or fp8."),
     kv_cache_memory_bytes: int | None = typer.Option(
-        None, "--kv-cache-memory-bytes", parser=size_option("--kv-cache-memory-bytes", example="22GiB"),
+        None, "--kv-cache-memory-bytes", parser=size_option("--kv-cache-memory-bytes", example="22GiB"), metavar="<size>",
         help="KV budget per GPU as vLLM means it: 22GiB, 5.5G (2**30), 20g (10**9), bytes."
     ),
-    max_model_len: int | None = typer.Option(None, "--max-model-len", parser=tokens_option("--max-model-len", example="32768"),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", parser=tokens_option("--max-model-len", example="32768"), metavar="<tokens>",
                                              help="Context length: 32768, 32K (=32,768), 32k (=32,000)."),
     device: str = typer.Option("cuda", "--device", help="cuda (plan for GPUs) or cpu (check against the real CPU engine)."),
     block_size: int | None = typer.Option(None, "--block-size", parser=count_option("--block-size", maximum=1 << 20, example="16"), help="Override vLLM's block size."),
@@ -32,7 +32,7 @@ def model_command(
         False, "--disable-hybrid-kv-cache-manager", help="As vLLM's flag: sliding-window layers then keep full KV."
     ),
     max_num_batched_tokens: int | None = typer.Option(
-        None, "--max-num-batched-tokens", parser=tokens_option("--max-num-batched-tokens", example="8192"),
+        None, "--max-num-batched-tokens", parser=tokens_option("--max-num-batched-tokens", example="8192"), metavar="<tokens>",
             help="Sizes the sliding-window term. Default: 8192 cuda (>= 70 GiB GPUs), 2048 cpu."
     ),
     async_scheduling: bool | None = typer.Option(None, "--async-scheduling/--no-async-scheduling",

@@ -32,7 +32,7 @@ HOST_DIR = typer.Option("/etc/seatplan", "--host-dir", help="where env files and
 IMAGE = typer.Option(None, "--image", help="the engine image in compose.yaml (default: policy.image, else the plan's vLLM version's vllm/vllm-openai tag)")
 GATEWAY_KEY_ENV = typer.Option("LITELLM_MASTER_KEY", "--gateway-key-env", help="variable that holds the gateway's master key")
 ENGINE_KEY_ENV = typer.Option(None, "--engine-key-env", help="variable that holds the engines' API key, if they have one")
-FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", parser=size_option("--free-tolerance", minimum=0, example="1GiB"),
+FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", parser=size_option("--free-tolerance", minimum=0, example="1GiB"), metavar="<size>",
                               help="alert when a GPU's free memory is this far below the planned spare")
 VERIFY_GATEWAY = typer.Option(None, "--verify-gateway", help="the LiteLLM gateway URL the playbook's closing `seatplan verify` checks too")
 JSON_OUTPUT = typer.Option(False, "--json", help="print one JSON document")

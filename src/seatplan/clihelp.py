@@ -30,12 +30,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         'seatplan usage --from https://gateway.example/ --key-file ~/.config/litellm-key --days 7 -o usage.json',
     ),
     'diagnose': (
-        'seatplan diagnose --vllm-log qwen3-32b=examples/night/vllm/qwen3-32b.log --nvidia-smi examples/night/nvidia-smi.csv',
+        'seatplan diagnose --vllm-log qwen3-32b=examples/night/vllm/qwen3-32b.log --nvidia-smi examples/night/nvidia-smi.csv -o diagnose.json',
         'seatplan diagnose --beszel examples/night/beszel_data.db --plan plan.json',
     ),
     'plan': (
         'seatplan plan examples/demo/fleet.yaml -o plan.json',
         'seatplan plan examples/demo/fleet.yaml --usage usage.json --max-moves 1 --wide',
+        'seatplan plan examples/demo/fleet.yaml --current rollout -o plan2.json',
     ),
     'explain': (
         'seatplan explain plan.json qwen3-8b',

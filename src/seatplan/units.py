@@ -23,6 +23,9 @@ _BINARY = {"k": KiB, "m": MiB, "g": GiB, "t": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
+_TOKEN_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_TOKEN_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
 SIZE_FIX = "write a number of bytes or a size with a unit: 22GiB, 5.5G (2**30), 20g or 20GB (10**9), 512MiB"
 
 
@@ -71,17 +74,23 @@ def _scale(number: float, unit: str, text: object, field: str) -> int:
 
 
 def parse_tokens(text: str | int, *, field: str = "tokens") -> int:
-    """Parse a token count the way vLLM's ``--max-model-len`` does: ``32k`` = 32,000, ``32K`` = 32,768."""
+    """Parse a token count the way vLLM's ``--max-model-len`` does (vLLM 0.32 ``vllm/utils/argparse_utils.py:29``,
+    ``human_readable_int``): ``32k`` = 32,000, ``32K`` = 32,768, ``25.6k`` = 25,600; a decimal only with a
+    lower-case (decimal) suffix, so ``12.5`` and ``1.5K`` are refused as vLLM refuses them."""
     from seatplan.errors import SeatplanError
 
     if isinstance(text, int) and not isinstance(text, bool):
         return text
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*", str(text))
+    fix = "write e.g. 131072, 128K (=131,072) or 128k (=128,000)"
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT]?)", str(text).strip())
     if not match:
-        raise SeatplanError(f"{field}: cannot read {text!r} as a token count", fix="write e.g. 131072, 128K (=131,072) or 128k (=128,000)")
-    number, suffix = float(match[1]), match[2]
-    factor = {"": 1, "k": 1000, "K": 1024, "m": 10**6, "M": 1 << 20}[suffix]
-    return int(number * factor)
+        raise SeatplanError(f"{field}: cannot read {text!r} as a token count", fix=fix)
+    number, suffix = match[1], match[2]
+    if suffix in _TOKEN_DECIMAL:
+        return int(float(number) * _TOKEN_DECIMAL[suffix])
+    if "." in number:
+        raise SeatplanError(f"{field}: {text!r} is not a whole number of tokens (vLLM takes a decimal only with k, m, g or t)", fix=fix)
+    return int(number) * _TOKEN_BINARY.get(suffix, 1)
 
 
 def round_up(value: int, step: int) -> int:

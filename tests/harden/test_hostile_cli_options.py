@@ -18,7 +18,8 @@ import typer
 from conftest import MODEL_FIXTURES
 from plan.plan_testkit import one_host, run_cli, write_fleet
 from seatplan.cli import app
-from seatplan.numeric_options import NumberType
+from seatplan.numeric_options import MAX_CONTEXT_TOKENS, MAX_DEVICE_MEMORY_BYTES, NumberType, TextNumberType
+from seatplan.units import parse_bytes, parse_tokens
 
 
 def commands() -> dict:
@@ -75,12 +76,58 @@ def test_a_bad_number_is_an_error_with_a_fix(command, arguments, flag, number, c
 def test_a_number_in_range_passes_the_option(command, arguments, flag, number):
     value = random.uniform(number.minimum, number.maximum) if number.kind is float else random.randint(int(number.minimum), int(number.maximum))
     assert number(str(value)) == value and number(value) == value
-    assert number(f" {number.example} ") == number.kind(number.example)
+    example = number.reader(number.example) if isinstance(number, TextNumberType) else number.kind(number.example)
+    assert number(f" {number.example} ") == example
+
+
+TEXT_OPTIONS = [option for option in OPTIONS if isinstance(option[3], TextNumberType)]
+UNITS = {parse_bytes: [("", 1), ("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40), ("G", 2**30), ("g", 10**9),
+                       ("GB", 10**9), ("TB", 10**12), ("m", 10**6)],
+         parse_tokens: [("", 1), ("k", 10**3), ("K", 2**10), ("m", 10**6), ("M", 2**20)]}
+
+
+def test_sizes_and_token_counts_given_as_text_are_bounded():
+    """#23: a byte size or token count written as text is held to one pair of bounds (numeric_options): 0 only where
+    no memory is a real answer (--headroom, --free-tolerance), never beyond any device or context."""
+    found = {f"{name} {flag}": (number.reader, number.minimum, number.maximum) for name, _, flag, number in TEXT_OPTIONS}
+    assert found == {"fit --gpu-memory": (parse_bytes, 1, MAX_DEVICE_MEMORY_BYTES), "fit --headroom": (parse_bytes, 0, MAX_DEVICE_MEMORY_BYTES),
+                     "fit --max-num-batched-tokens": (parse_tokens, 1, MAX_CONTEXT_TOKENS),
+                     "model --kv-cache-memory-bytes": (parse_bytes, 1, MAX_DEVICE_MEMORY_BYTES),
+                     "model --max-model-len": (parse_tokens, 1, MAX_CONTEXT_TOKENS),
+                     "model --max-num-batched-tokens": (parse_tokens, 1, MAX_CONTEXT_TOKENS),
+                     "render --free-tolerance": (parse_bytes, 0, MAX_DEVICE_MEMORY_BYTES),
+                     "usage --runaway-tokens": (parse_tokens, 1, MAX_CONTEXT_TOKENS)}
+
+
+def written(draw: random.Random, reader, low: int, high: int) -> tuple[str, int]:
+    """A value in [low, high] written with a unit drawn at random that states it exactly."""
+    units = [(unit, factor) for unit, factor in UNITS[reader] if high // factor >= max(-(-low // factor), 1)]
+    unit, factor = draw.choice(units)
+    count = draw.randint(-(-low // factor), high // factor)
+    return f"{count}{unit}", count * factor
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("command, arguments, flag, number", TEXT_OPTIONS, ids=[f"{name}{flag}" for name, _, flag, _ in TEXT_OPTIONS])
+def test_a_size_or_token_count_is_read_in_range_and_refused_at_zero_or_beyond(command, arguments, flag, number, seed, capsys, monkeypatch):
+    draw = random.Random(f"{seed}{flag}")
+    for _ in range(20):  # across the whole range, in every unit that states the value exactly
+        text, value = written(draw, number.reader, int(number.minimum), int(number.maximum))
+        assert number(text) == value, text
+    refused = [written(draw, number.reader, int(number.maximum) + 1, int(number.maximum) * 10**6)[0],
+               f"{draw.randint(9, 10**6)}{'TiB' if number.reader is parse_bytes else 'G'}"]
+    if number.minimum >= 1:
+        refused += ["0", f"0{draw.choice(UNITS[number.reader])[0]}"]
+    for text in refused:
+        result = run_cli(capsys, monkeypatch, command, *arguments, flag, text)
+        assert result.exit_code == 2, (text, result.stderr)
+        assert f"error: {flag}: takes {number.wanted} from " in result.stderr and f"not '{text}'" in result.stderr, (text, result.stderr)
+        assert f"fix: pass {flag} {number.example}" in result.stderr and "Traceback" not in result.stderr
 
 
 @pytest.fixture
 def plan_file(tmp_path, capsys, monkeypatch) -> Path:
-    fleet = write_fleet(tmp_path, one_host(gpus=1) + f"seats:\n  - {{name: qwen, model: {MODEL_FIXTURES / 'Qwen--Qwen3-8B'}, max_model_len: 8192}}\n")
+    fleet = write_fleet(tmp_path, one_host(gpus=1) + f"seats:\n  - {{name: qwen, model: {MODEL_FIXTURES / 'Qwen--Qwen3-8B'}, port: 8000, max_model_len: 8192}}\n")
     path = tmp_path / "plan.json"
     assert run_cli(capsys, monkeypatch, "plan", str(fleet), "-o", str(path), "--json").exit_code == 0
     return path

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.timeout(120)
 def fleet_text(model: Path = LLAMA_8B, seat_extra: str = "") -> str:
     return (
         "hosts:\n  - name: box\n    gpus:\n      - {index: 0, name: H100, total_bytes: 80GiB}\n"
-        f"seats:\n  - {{name: chat, model: {model}{seat_extra}}}\n"
+        f"seats:\n  - {{name: chat, model: {model}, port: 8000{seat_extra}}}\n"
     )
 
 

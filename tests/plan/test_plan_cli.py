@@ -107,7 +107,7 @@ def test_bad_fleet_exits_2_with_line_and_suggestion(capsys, monkeypatch, tmp_pat
 
 
 def test_infeasible_fleet_exits_non_zero_and_writes_no_plan(capsys, monkeypatch, tmp_path):
-    path = write_fleet(tmp_path, one_host(1, "24GiB") + f"seats:\n  - {{name: long, model: {LLAMA_8B}, max_model_len: 131072}}\n")
+    path = write_fleet(tmp_path, one_host(1, "24GiB") + f"seats:\n  - {{name: long, model: {LLAMA_8B}, port: 8000, max_model_len: 131072}}\n")
     target = tmp_path / "plan.json"
     result = run_cli(capsys, monkeypatch, "plan", str(path), "-o", str(target), "--json")
     assert result.exit_code == 3

@@ -162,6 +162,7 @@ def test_tensor_parallel_seat_takes_two_gpus_of_one_host(tmp_path):
 seats:
   - name: big
     model: {LLAMA_8B}
+    port: 8000
     tensor_parallel_size: 2
     max_model_len: 8192
     avoid: [0]
@@ -177,7 +178,7 @@ seats:
 def test_infeasible_fleet_names_the_seat_and_the_shortfall(tmp_path):
     fleet = one_host(1, "24GiB") + f"""
 seats:
-  - {{name: long, model: {LLAMA_8B}, max_model_len: 131072}}
+  - {{name: long, model: {LLAMA_8B}, port: 8000, max_model_len: 131072}}
 """
     plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)))
     assert plan.infeasible is not None and plan.worst_case_spare_bytes is None
@@ -195,8 +196,8 @@ def test_published_raises_only_where_the_fleet_still_fits(tmp_path):
     # (equal costs: the later seat first) raises phi-b and leaves phi-a at 4,096.
     fleet = one_host(1, "96GiB") + f"""
 seats:
-  - {{name: phi-a, model: {PHI_35}, max_model_len: published}}
-  - {{name: phi-b, model: {PHI_35}, max_model_len: published}}
+  - {{name: phi-a, model: {PHI_35}, port: 8001, max_model_len: published}}
+  - {{name: phi-b, model: {PHI_35}, port: 8002, max_model_len: published}}
 """
     plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)))
     assert plan.infeasible is None
@@ -209,10 +210,11 @@ seats:
 def test_sizing_errors_name_the_seat_line(tmp_path):
     from seatplan.errors import SeatplanError
 
-    path = write_fleet(tmp_path, one_host() + f"seats:\n  - name: a\n    model: {LLAMA_8B}\n  - name: b\n    model: {LLAMA_8B}\n    kv_cache_memory_bytes: 1GiB\n")
+    seats = f"seats:\n  - name: a\n    model: {LLAMA_8B}\n    port: 8001\n  - name: b\n    model: {LLAMA_8B}\n    port: 8002\n    kv_cache_memory_bytes: 1GiB\n"
+    path = write_fleet(tmp_path, one_host() + seats)
     with pytest.raises(SeatplanError) as caught:
         build_plan(load_fleet(path))
-    assert caught.value.where == f"{path}:9"
+    assert caught.value.where == f"{path}:10"
     assert caught.value.message.startswith("seats[1] (b): pinned KV 1.00 GiB")
 
 
@@ -224,8 +226,8 @@ hosts:
   - name: beta
     gpus: [{{index: 0, total_bytes: 80GiB}}, {{index: 1, total_bytes: 80GiB, reserved_bytes: 10GiB}}]
 seats:
-  - {{name: pinned, model: {LLAMA_8B}, max_model_len: 8192, pin: "beta:1"}}
-  - {{name: pair, model: {LLAMA_8B}, max_model_len: 8192, tensor_parallel_size: 2, avoid: ["beta:1"]}}
+  - {{name: pinned, model: {LLAMA_8B}, port: 8001, max_model_len: 8192, pin: "beta:1"}}
+  - {{name: pair, model: {LLAMA_8B}, port: 8002, max_model_len: 8192, tensor_parallel_size: 2, avoid: ["beta:1"]}}
 """
     plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)))
     assert plan.seat("pinned").gpus == ["beta:1"] and plan.seat("pinned").env["CUDA_VISIBLE_DEVICES"] == "1"
@@ -247,8 +249,8 @@ def test_fp8_kv_and_yarn_reach_the_command_line(tmp_path):
 
     fleet = one_host(1, "96GiB") + f"""
 seats:
-  - {{name: short, model: {LLAMA_8B}, max_model_len: 32768, kv_cache_dtype: fp8}}
-  - {{name: long, model: {QWEN3_8B}, max_model_len: published, allow_yarn: true}}
+  - {{name: short, model: {LLAMA_8B}, port: 8001, max_model_len: 32768, kv_cache_dtype: fp8}}
+  - {{name: long, model: {QWEN3_8B}, port: 8002, max_model_len: published, allow_yarn: true}}
 """
     plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)))
     short = plan.seat("short")

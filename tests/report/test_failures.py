@@ -69,11 +69,29 @@ def test_a_decimal_gpu_size_warns_what_cuda_reports(tmp_path: Path, capsys, monk
     assert not any("total_bytes" in warning for warning in json.loads(run_cli(capsys, monkeypatch, "plan", str(exact), "--json").stdout)["warnings"])
 
 
-def test_a_seat_without_a_port_is_named_at_plan_time(tmp_path: Path, capsys, monkeypatch):
-    seats = seat("a", MODELS / "Qwen--Qwen3-8B", port=8000) + seat("b", MODELS / "Qwen--Qwen3-8B", port=None)
-    done = run_cli(capsys, monkeypatch, "plan", str(fleet(tmp_path, seats)))
-    assert done.exit_code == 0
-    assert "warning: b has no port; render, the gateway and verify need one: give it its own, e.g. port: 8001" in " ".join(done.stdout.split())
+@pytest.mark.parametrize("seed", range(4))
+def test_a_vllm_seat_without_a_port_is_refused_by_plan_naming_its_line(tmp_path: Path, seed: int, capsys, monkeypatch):
+    """A port-less vLLM seat stops ``plan`` (exit 2, bad input) at its own line, every such seat named, nothing
+    written; a fixed seat needs no port (seatplan neither starts nor reaches it)."""
+    draw = random.Random(seed)
+    count = draw.randint(2, 6)
+    ports = draw.sample(range(1024, 65536), count)
+    portless = sorted(draw.sample(range(count), draw.randint(1, count)))
+    seats = "  - {name: speech, engine: fixed, memory_cap_bytes: 2GiB}\n" + "".join(
+        seat(f"s{number}", draw.choice(PICKS), port=None if number in portless else ports[number], max_model_len=4096) for number in range(count))
+    path = fleet(tmp_path, seats, gpus=count)
+    lines = path.read_text().splitlines()
+    seat_lines = [lines.index(f"  - name: s{number}") + 1 for number in portless]
+    target = tmp_path / "plan.json"
+    done = run_cli(capsys, monkeypatch, "plan", str(path), "-o", str(target))
+    assert done.exit_code == 2, done.stdout + done.stderr
+    text = " ".join(done.stderr.split())
+    assert f"error: {path}:{seat_lines[0]}: seats[{portless[0] + 1}]: seat s{portless[0]} has no port" in text
+    for number, line in zip(portless[1:], seat_lines[1:]):
+        assert f"{path}:{line}: seats[{number + 1}]: seat s{number} has no port" in text
+    free = min(port for port in range(8000, 65536) if port not in {ports[number] for number in range(count) if number not in portless})
+    assert f"fix: add port: {free} to seat s{portless[0]}" in text
+    assert not target.exists() and sorted(item.name for item in tmp_path.iterdir()) == ["fleet.yaml"]
 
 
 def test_an_estimate_from_another_gpu_class_says_so(tmp_path: Path, capsys, monkeypatch):

@@ -74,6 +74,7 @@ def fleet_file(directory: Path, kv_pin: str) -> Path:
         seats:
           - name: qwen3-8b
             model: {MODELS / "Qwen--Qwen3-8B"}
+            port: 8000
             max_model_len: 4096
             kv_cache_memory_bytes: {kv_pin}
         """), encoding="utf-8")
@@ -152,3 +153,11 @@ def test_usage_table_shows_the_replay_peak(tmp_path: Path) -> None:
     shown = seatplan("usage", "--from", str(write_csv(STACKED, tmp_path / "spend.csv")))
     assert shown.returncode == 0, shown.stderr
     assert "377 x 16 tokens" in shown.stdout
+
+
+def test_the_shipped_replay_example_is_this_scenario(tmp_path: Path) -> None:
+    """examples/replay/ (docs/usage.md's KV replay example, run by tests/report/test_doc_examples.py) holds these
+    three calls and the 300-block pin: regenerated here byte for byte, so the page and this test tell one story."""
+    shipped = Path(__file__).resolve().parents[2] / "examples" / "replay"
+    assert write_csv(STACKED, tmp_path / "spend.csv").read_bytes() == (shipped / "spend-logs.csv").read_bytes()
+    assert f"kv_cache_memory_bytes: {300 * QWEN3_8B_BYTES_PER_BLOCK}\n" in (shipped / "fleet.yaml").read_text()

@@ -138,7 +138,7 @@ class SeatSpec(_Strict):
     )
     served_model_name: str | None = Field(None, description="the name clients and LiteLLM use (defaults to `name`; letters, digits and "
                                          "`. _ : / @ + -`); usage data are matched on it")
-    port: int | None = Field(None, ge=1, le=65535, description="`--port`; two seats on one host may not share one")
+    port: int | None = Field(None, ge=1, le=65535, description="`--port`; every vllm seat needs one (`seatplan plan` refuses a seat without), two seats may not share one")
     dtype: str = Field("auto", description="vLLM's `--dtype`")
     kv_cache_dtype: str = Field("auto", description="vLLM's `--kv-cache-dtype`; `fp8` halves the KV bytes of a 16-bit model")
     tensor_parallel_size: int = Field(1, ge=1, description="a power of two, at most the GPUs of one host")

@@ -439,6 +439,21 @@ def _check_layout(fleet: Fleet) -> list[FleetProblem]:
     return problems
 
 
+def require_ports(loaded: LoadedFleet) -> None:
+    """Refuse a vLLM seat without a port before it is planned: its health check, the gateway's route and verify
+    all reach the engine on it, so a plan without one could not be rendered. A fixed seat needs none (seatplan
+    neither starts nor reaches it). Every such seat is named, each with a port no seat of the file uses."""
+    fleet = loaded.fleet
+    taken = {seat.port for seat in fleet.seats if seat.port is not None}
+    free = (port for port in range(8000, 65536) if port not in taken)
+    problems = [
+        FleetProblem(("seats", seat_no), f"seat {seat.name} has no port; render, the gateway and verify reach its engine on it",
+                     f"add port: {next(free)} to seat {seat.name} (each seat its own port)")
+        for seat_no, seat in enumerate(fleet.seats) if seat.engine == "vllm" and seat.port is None
+    ]
+    _raise_problems(problems, loaded.lines, str(loaded.path))
+
+
 def _gpu(fleet: Fleet, ref: tuple[str, int]) -> GpuSpec:
     host = next(host for host in fleet.hosts if host.name == ref[0])
     return next(gpu for gpu in host.gpus if gpu.index == ref[1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from seatplan.clihelp import WIDE, add_command
-from seatplan.numeric_options import count_option
+from seatplan.numeric_options import count_option, size_option, tokens_option
 from seatplan.versions import DEFAULT_VLLM_VERSION
 
 
@@ -18,10 +18,12 @@ def model_command(
     tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=count_option("--tp", maximum=1024, example="2"), help="Tensor-parallel size (GPUs per engine)."),
     dtype: str = typer.Option("auto", "--dtype", help="Model dtype: auto, bfloat16, float16, float32."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (model dtype) or fp8."),
-    kv_cache_memory_bytes: str | None = typer.Option(
-        None, "--kv-cache-memory-bytes", help="KV budget per GPU as vLLM means it: 22GiB, 5.5G (2**30), 20g (10**9), bytes."
+    kv_cache_memory_bytes: int | None = typer.Option(
+        None, "--kv-cache-memory-bytes", parser=size_option("--kv-cache-memory-bytes", example="22GiB"), metavar="<size>",
+        help="KV budget per GPU as vLLM means it: 22GiB, 5.5G (2**30), 20g (10**9), bytes."
     ),
-    max_model_len: str | None = typer.Option(None, "--max-model-len", help="Context length: 32768, 32K (=32,768), 32k (=32,000)."),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", parser=tokens_option("--max-model-len", example="32768"), metavar="<tokens>",
+                                             help="Context length: 32768, 32K (=32,768), 32k (=32,000)."),
     device: str = typer.Option("cuda", "--device", help="cuda (plan for GPUs) or cpu (check against the real CPU engine)."),
     block_size: int | None = typer.Option(None, "--block-size", parser=count_option("--block-size", maximum=1 << 20, example="16"), help="Override vLLM's block size."),
     vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version", help="vLLM release whose formulas to use (0.8 ... 0.32)."),
@@ -30,7 +32,7 @@ def model_command(
         False, "--disable-hybrid-kv-cache-manager", help="As vLLM's flag: sliding-window layers then keep full KV."
     ),
     max_num_batched_tokens: int | None = typer.Option(
-        None, "--max-num-batched-tokens", parser=count_option("--max-num-batched-tokens", example="8192"),
+        None, "--max-num-batched-tokens", parser=tokens_option("--max-num-batched-tokens", example="8192"), metavar="<tokens>",
             help="Sizes the sliding-window term. Default: 8192 cuda (>= 70 GiB GPUs), 2048 cpu."
     ),
     async_scheduling: bool | None = typer.Option(None, "--async-scheduling/--no-async-scheduling",
@@ -45,14 +47,10 @@ def model_command(
 ) -> None:
     """Per-GPU KV layout, capacity, weights and context limits of one model, as vLLM computes them."""
     from seatplan.errors import SeatplanError
-    from seatplan.units import parse_bytes, parse_tokens
 
     if device not in ("cuda", "cpu"):
         raise SeatplanError(f"unknown device {device!r}", where="--device", fix="use cuda or cpu")
-    budget = parse_bytes(kv_cache_memory_bytes, field="--kv-cache-memory-bytes") if kv_cache_memory_bytes is not None else None
-    length = parse_tokens(max_model_len, field="--max-model-len") if max_model_len is not None else None
-    if length is not None and length < 1:
-        raise SeatplanError("--max-model-len must be at least 1", where="--max-model-len", fix="give a positive length")
+    budget, length = kv_cache_memory_bytes, max_model_len
     settings = _settings(
         tensor_parallel_size=tp, dtype=dtype, kv_cache_dtype=kv_cache_dtype, device=device, block_size=block_size,
         vllm_version=vllm_version, prefix_caching=not no_prefix_caching,

@@ -12,7 +12,7 @@ import typer
 
 from seatplan.clihelp import WIDE, add_command
 from seatplan.documents.fleet import DEFAULT_KV_FACTOR
-from seatplan.numeric_options import count_option, number_option
+from seatplan.numeric_options import count_option, number_option, size_option, tokens_option
 from seatplan.versions import DEFAULT_VLLM_VERSION
 
 EXIT_INFEASIBLE = 3
@@ -126,14 +126,17 @@ def explain_command(
 
 def fit_command(
     model: str = typer.Argument(..., help="model directory or Hugging Face id"),
-    gpu_memory: str = typer.Option(..., "--gpu-memory", help="memory per GPU the seat may use, e.g. 96GiB"),
+    gpu_memory_bytes: int = typer.Option(..., "--gpu-memory", parser=size_option("--gpu-memory", example="96GiB"), metavar="<size>",
+                                         help="memory per GPU the seat may use, e.g. 96GiB"),
     tensor_parallel_size: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=count_option("--tp", maximum=1024, example="2")),
     dtype: str = typer.Option("auto", "--dtype"),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
     vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version"),
     max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", parser=count_option("--max-num-seqs", example="256")),
-    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", parser=count_option("--max-num-batched-tokens", example="8192")),
-    headroom: str = typer.Option("0", "--headroom", help="memory to keep free on the GPU"),
+    max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", parser=tokens_option("--max-num-batched-tokens", example="8192"),
+                                                metavar="<tokens>"),
+    headroom_bytes: int = typer.Option(0, "--headroom", parser=size_option("--headroom", minimum=0, example="2GiB"), metavar="<size>",
+                                       help="memory to keep free on the GPU"),
     kv_factor: float = typer.Option(DEFAULT_KV_FACTOR, "--kv-factor", parser=number_option("--kv-factor", minimum=0.01, maximum=100, example="1.0"),
                                     help="the plan's KV factor, for the sized-by-rule answer"),
     enforce_eager: bool = typer.Option(False, "--enforce-eager"),
@@ -148,10 +151,7 @@ def fit_command(
     from seatplan.facts.models import EngineSettings, parse_vllm_version
     from seatplan.plan import footprint as fp
     from seatplan.plan.fit import fit_model, fit_shortfall
-    from seatplan.units import parse_bytes
 
-    gpu_memory_bytes = parse_bytes(gpu_memory, field="--gpu-memory")
-    headroom_bytes = parse_bytes(headroom, field="--headroom")
     try:
         parse_vllm_version(vllm_version)
         policy = Policy(vllm_version=vllm_version, kv_factor=kv_factor)

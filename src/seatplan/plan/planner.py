@@ -10,7 +10,7 @@ from functools import partial
 
 import seatplan
 from seatplan.documents.fleet import Fleet, SeatSpec
-from seatplan.documents.fleet_file import LoadedFleet
+from seatplan.documents.fleet_file import LoadedFleet, require_ports
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.documents.plan import (
     Plan,
@@ -38,6 +38,7 @@ def build_plan(
     max_moves: int | None = None,
     current: CurrentLayout | None = None,
 ) -> Plan:
+    require_ports(loaded)
     fleet, corrected = with_gpu_corrections(with_current(loaded.fleet, current), observed)
     gpus = gpu_table(fleet)
 
@@ -68,7 +69,7 @@ def build_plan(
     plan = assemble_plan(fleet, gpus, sized, result, inputs)
     if current is not None:
         plan.restarts = restarted_seats(plan, current)
-    plan.warnings += corrected + port_warnings(fleet) + decimal_gpu_warnings(fleet) + profile_class_warnings(plan, fleet.policy.vllm_version)
+    plan.warnings += corrected + decimal_gpu_warnings(fleet) + profile_class_warnings(plan, fleet.policy.vllm_version)
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}
         plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
@@ -93,15 +94,6 @@ def restarted_seats(plan: Plan, current: CurrentLayout) -> list[str]:
         seat.name for seat in plan.seats
         if seat.gpus and seat.vllm_args and (current.gpus.get(seat.name) != seat.gpus or current.commands.get(seat.name) != seat.vllm_args)
     ]
-
-
-def port_warnings(fleet: Fleet) -> list[str]:
-    """A vLLM seat without a port plans, but render, the gateway and verify need one: say so at plan time, not
-    only when ``seatplan render`` refuses it."""
-    taken = {seat.port for seat in fleet.seats if seat.port is not None}
-    free = (port for port in range(8000, 65536) if port not in taken)
-    return [f"{seat.name} has no port; render, the gateway and verify need one: give it its own, e.g. port: {next(free)}"
-            for seat in fleet.seats if seat.engine == "vllm" and seat.port is None]
 
 
 def decimal_gpu_warnings(fleet: Fleet) -> list[str]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from seatplan.clihelp import add_command
+from seatplan.numeric_options import size_option
 
 if TYPE_CHECKING:
     from seatplan.documents.plan import Plan
@@ -31,7 +32,8 @@ HOST_DIR = typer.Option("/etc/seatplan", "--host-dir", help="where env files and
 IMAGE = typer.Option(None, "--image", help="the engine image in compose.yaml (default: policy.image, else the plan's vLLM version's vllm/vllm-openai tag)")
 GATEWAY_KEY_ENV = typer.Option("LITELLM_MASTER_KEY", "--gateway-key-env", help="variable that holds the gateway's master key")
 ENGINE_KEY_ENV = typer.Option(None, "--engine-key-env", help="variable that holds the engines' API key, if they have one")
-FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", help="alert when a GPU's free memory is this far below the planned spare")
+FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", parser=size_option("--free-tolerance", minimum=0, example="1GiB"), metavar="<size>",
+                              help="alert when a GPU's free memory is this far below the planned spare")
 VERIFY_GATEWAY = typer.Option(None, "--verify-gateway", help="the LiteLLM gateway URL the playbook's closing `seatplan verify` checks too")
 JSON_OUTPUT = typer.Option(False, "--json", help="print one JSON document")
 
@@ -53,7 +55,7 @@ def build_settings(
     image: str | None,
     gateway_key_env: str,
     engine_key_env: str | None,
-    free_tolerance: str,
+    free_tolerance_bytes: int,
     verify_gateway: str | None,
 ) -> RenderSettings:
     from pydantic import ValidationError
@@ -61,7 +63,6 @@ def build_settings(
     from seatplan.errors import SeatplanError
     from seatplan.render.settings import RenderSettings, settings_error
     from seatplan.secrets import check_environment_name
-    from seatplan.units import parse_bytes
 
     check_environment_name(gateway_key_env, "--gateway-key-env")
     if engine_key_env is not None:
@@ -83,7 +84,7 @@ def build_settings(
             image=image,
             gateway_key_env=gateway_key_env,
             engine_key_env=engine_key_env,
-            free_tolerance_bytes=parse_bytes(free_tolerance, field="--free-tolerance"),
+            free_tolerance_bytes=free_tolerance_bytes,
             seatplan_command=shlex.join([sys.executable, "-m", "seatplan.cli"]),
             verify_gateway=verify_gateway,
         )
@@ -103,7 +104,7 @@ def render_command(
     image: str | None = IMAGE,
     gateway_key_env: str = GATEWAY_KEY_ENV,
     engine_key_env: str | None = ENGINE_KEY_ENV,
-    free_tolerance: str = FREE_TOLERANCE,
+    free_tolerance: int = FREE_TOLERANCE,
     verify_gateway: str | None = VERIFY_GATEWAY,
     json_output: bool = JSON_OUTPUT,
 ) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from seatplan.clihelp import WIDE, add_command
-from seatplan.numeric_options import count_option, number_option
+from seatplan.numeric_options import number_option, tokens_option
 
 if TYPE_CHECKING:  # the command imports them when it runs: `seatplan --help` stays fast
     from seatplan.documents.usage import UsageReport
@@ -97,7 +97,8 @@ def usage_command(
     until: str | None = typer.Option(None, "--until", help="end of the window (exclusive), ISO, UTC unless a zone is given"),
     fleet: Path | None = typer.Option(None, "--fleet", help="fleet file: maps LiteLLM model names to seats by served_model_name"),
     runaway_tokens: int | None = typer.Option(
-        None, "--runaway-tokens", parser=count_option("--runaway-tokens", example="16384"), help="a reply of at least this many completion tokens is a runaway (default: "
+        None, "--runaway-tokens", parser=tokens_option("--runaway-tokens", example="16384"), metavar="<tokens>",
+        help="a reply of at least this many completion tokens is a runaway (default: "
         "32 x the seat's median completion, at least 16384, at most 0.9 x max_model_len)"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write the usage JSON here (for `seatplan plan --usage`)"),
     as_json: bool = typer.Option(False, "--json", help="print the usage report as one JSON document"),

@@ -26,8 +26,8 @@ with atheris.instrument_imports(include=["seatplan"]):
     import seatplan.observe.logparse  # noqa: F401
     import seatplan.observe.sources  # noqa: F401
     import seatplan.usage.csvscan  # noqa: F401
-    import seatplan.usage.report  # noqa: F401
     import seatplan.usage.sources  # noqa: F401
+    import seatplan.usage.summary  # noqa: F401
 
 from fuzz.targets import TARGETS  # noqa: E402
 

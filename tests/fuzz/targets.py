@@ -211,9 +211,9 @@ def document(data: bytes) -> str:
 
 def _usage(path: Path, fast: bool):
     from seatplan.usage.queries import Window
-    from seatplan.usage.report import collect_usage, require_calls
-    from seatplan.usage.seats import SeatMap
+    from seatplan.usage.seat_map import SeatMap
     from seatplan.usage.sources import open_source, require_records
+    from seatplan.usage.summary import collect_usage, require_calls
     from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
 
     rule = default_runaway_rule(None)

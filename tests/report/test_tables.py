@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 import seatplan.observe.show
-import seatplan.plan.report
-import seatplan.usage.tables
-import seatplan.verify.report
+import seatplan.plan.show
+import seatplan.usage.show
+import seatplan.verify.show
 from conftest import run_cli
 from report.night import FLEET, NIGHT, NightDocuments, vllm_log_options
 from seatplan import output
@@ -86,7 +86,7 @@ def tables_of(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], object]]
         seen.append((headers, fitted))
         return fitted
 
-    for module in (seatplan.plan.report, seatplan.usage.tables, seatplan.verify.report, seatplan.observe.show, output):
+    for module in (seatplan.plan.show, seatplan.usage.show, seatplan.verify.show, seatplan.observe.show, output):
         monkeypatch.setattr(module, "fit_table", recording)
     return seen
 

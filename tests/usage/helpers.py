@@ -6,16 +6,16 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.documents.usage import UsageReport
-from seatplan.usage import report
+from seatplan.usage import summary
 from seatplan.usage.queries import Window
-from seatplan.usage.seats import SeatMap, load_seat_map
+from seatplan.usage.seat_map import SeatMap, load_seat_map
 from seatplan.usage.sweep import default_runaway_rule
 
 
 def usage_report(source: str | Path, window: Window = Window(), fleet: Path | None = None,
                  runaway_tokens: int | None = None, fast_csv: bool = True) -> UsageReport:
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
-    return report.usage_report(str(source), window, seat_map, default_runaway_rule(runaway_tokens), fast_csv)
+    return summary.summarize_usage(str(source), window, seat_map, default_runaway_rule(runaway_tokens), fast_csv)
 
 
 def figures(report: UsageReport) -> dict[str, Any]:

@@ -29,9 +29,9 @@ import pytest
 
 from conftest import free_port, run_cli
 from seatplan.errors import SeatplanError
-from seatplan.usage import report
+from seatplan.usage import summary
 from seatplan.usage.queries import Window
-from seatplan.usage.seats import SeatMap
+from seatplan.usage.seat_map import SeatMap
 from seatplan.usage.sweep import default_runaway_rule
 
 from .helpers import figures, usage_report
@@ -208,7 +208,7 @@ def test_the_api_gives_the_database_and_csv_figures(drawn, tmp_path: Path, monke
 def test_an_open_window_reads_every_row(drawn, monkeypatch) -> None:
     dsn, _, server, _ = drawn
     monkeypatch.setenv("SPEND_KEY", KEY)
-    from_api = report.usage_report(f"http://127.0.0.1:{server.server_port}", Window(), SeatMap(), default_runaway_rule(None),
+    from_api = summary.summarize_usage(f"http://127.0.0.1:{server.server_port}", Window(), SeatMap(), default_runaway_rule(None),
                                    key_env="SPEND_KEY")
     assert same_figures(figures(from_api), figures(usage_report(dsn, Window())))
 

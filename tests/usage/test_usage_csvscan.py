@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from conftest import require
 from seatplan.usage import csvscan
 from seatplan.usage.queries import METADATA_KEYS, Window
-from seatplan.usage.report import collect_usage
 from seatplan.usage.rows import MISSING
-from seatplan.usage.seats import SeatMap
+from seatplan.usage.seat_map import SeatMap
 from seatplan.usage.sources import _csv_header, open_source
+from seatplan.usage.summary import collect_usage
 from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
 
 from .helpers import figures, usage_report

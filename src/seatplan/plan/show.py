@@ -10,6 +10,7 @@ from rich.text import Text
 
 from seatplan.documents.plan import FitReport, Plan, PlannedSeat
 from seatplan.output import fit_table
+from seatplan.plan.footprint import levers
 from seatplan.units import GiB, human_bytes
 
 PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
@@ -192,36 +193,6 @@ def print_infeasible(console: Console, plan: Plan) -> None:
             console.print(Text(f"{seat.name}, GPU by GPU:", style="bold"))
             for verdict in seat.rejections:
                 console.print(Text(f"  {verdict.gpu}: {verdict.reason}"), soft_wrap=True)
-
-
-LEVER_SEQS = 256  # vLLM's max_num_seqs default before 0.11's larger server defaults; a common setting
-
-
-def levers(seat: PlannedSeat) -> list[tuple[str, int]]:
-    """What each fleet-file change would take off this seat's footprint per GPU: labelled estimates from the
-    parts' own inputs (the activation formula of plan.footprint.activation_part; KV bytes halve at half the
-    bytes per element or, for full attention, at half the context)."""
-    parts = {part.name: part for part in seat.footprint_parts}
-    found: list[tuple[str, int]] = []
-    activation = parts.get("activation_peak")
-    if activation is not None and int(activation.inputs.get("max_num_seqs") or 0) > LEVER_SEQS:
-        values = {key: float(value) for key, value in activation.inputs.items() if isinstance(value, (int, float))}
-        batched, seqs = values["max_num_batched_tokens"], values["max_num_seqs"]
-        forward = values["forward_bytes_per_token_intermediate"] * batched * values["intermediate_per_rank"]
-        per_row = values["sampler_bytes_per_row_vocab"] * values["vocab_size"]
-        before = max(per_row * min(seqs, batched), forward)
-        after = max(per_row * min(LEVER_SEQS, batched), forward)
-        if before > after:
-            found.append((f"max_num_seqs: {LEVER_SEQS} (from {int(seqs):,}): less activation", int(before - after)))
-    kv = parts.get("kv_cache")
-    if kv is not None and kv.bytes > 0:
-        found.append(("kv_cache_dtype: fp8 (a 16-bit KV cache)", kv.bytes // 2))
-        if seat.max_model_len:
-            found.append((f"max_model_len: {seat.max_model_len // 2} (half the context; full-attention layers)", kv.bytes // 2))
-    weights = parts.get("weights")
-    if weights is not None and seat.tensor_parallel_size == 1:
-        found.append(("tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", weights.bytes // 2))
-    return found
 
 
 def lever_table(plan: Plan) -> Table:

@@ -35,7 +35,7 @@ def window_title(window: UsageWindow) -> str:
     return f"{since} .. {until} UTC{counted}"
 
 
-def render_report(report: UsageReport, console: Any) -> None:
+def print_usage(report: UsageReport, console: Any) -> None:
     from rich.table import Table
 
     window = window_title(report.window)

@@ -1,4 +1,4 @@
-"""Assemble the :class:`UsageReport` from one read of a source: verdicts, counts and clients (``rows.py``),
+"""The usage summary: the :class:`UsageReport` document from one read of a source: verdicts, counts and clients (``rows.py``),
 percentiles, runaway thresholds and in-flight peaks from the request arrays (``loads.py``)."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from seatplan.usage.queries import Window
 from seatplan.usage.replay import BlockRule, default_block_rule, replay_seats
 from seatplan.usage.rows import judge, runaway_rows, summarize
 from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds
-from seatplan.usage.seats import SeatMap
+from seatplan.usage.seat_map import SeatMap
 from seatplan.usage.sources import SOURCE_FIX, open_source
 from seatplan.usage.sweep import group_runaways, lowest_runaway_threshold_tokens, runaway_threshold_tokens, summarize_keys
 from seatplan.usage.timeline import inflight_timeline, token_histograms
 
 
-def usage_report(source: str, window: Window, seat_map: SeatMap, rule: RunawayRule, fast_csv: bool = True,
+def summarize_usage(source: str, window: Window, seat_map: SeatMap, rule: RunawayRule, fast_csv: bool = True,
                  key_env: str = GATEWAY_KEY_ENV, key_file: Path | None = None) -> UsageReport:
     """Open ``source`` (a gateway URL, a PostgreSQL DSN or an export file), read it once, and build the report;
     ``fast_csv`` False reads a CSV with DuckDB even where the compiled reader could (``csvscan.py``); ``key_env``

@@ -17,8 +17,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import require
-from render.render_testkit import load_ansible_yaml
+from kits.parts import require
+from kits.render import load_ansible_yaml
 from seatplan.encode import (
     NAME_RULES,
     Unsafe,

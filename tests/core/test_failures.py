@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
-from report.night import FLEET
+from kits.cli import run_cli
+from kits.night import FLEET
 
 MODELS = FLEET.parent / "models"
 QWEN_MOE = MODELS / "Qwen--Qwen3-30B-A3B-Instruct-2507"
@@ -137,7 +137,7 @@ def test_written_files_follow_the_umask(tmp_path: Path, umask: int, capsys, monk
 def test_days_on_an_export_count_back_from_its_last_request_or_until(seed: int, capsys, monkeypatch):
     from datetime import datetime, timedelta
 
-    from report.night import NIGHT
+    from kits.night import NIGHT
 
     draw = random.Random(seed)
     days = round(draw.uniform(0.25, 6.5), 2)

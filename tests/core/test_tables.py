@@ -18,8 +18,8 @@ import seatplan.observe.show
 import seatplan.plan.show
 import seatplan.usage.show
 import seatplan.verify.show
-from conftest import run_cli
-from report.night import FLEET, NIGHT, NightDocuments, vllm_log_options
+from kits.cli import run_cli
+from kits.night import FLEET, NIGHT, NightDocuments, vllm_log_options
 from seatplan import output
 from seatplan.units import GiB
 

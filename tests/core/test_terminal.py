@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from report.night import FLEET, NIGHT, NightDocuments, seatplan, vllm_log_options
+from kits.night import FLEET, NIGHT, NightDocuments, seatplan, vllm_log_options
 from seatplan.output import fit_table, progress
 from seatplan.units import GiB
 
@@ -140,7 +140,7 @@ def test_every_error_seatplan_raises_names_its_fix():
     """Each ``SeatplanError(...)`` in the source passes ``fix=``: the CLI prints it as the ``fix:`` line."""
     import ast
 
-    from conftest import REPO_ROOT
+    from kits.paths import REPO_ROOT
 
     missing = []
     for path in sorted((REPO_ROOT / "src" / "seatplan").rglob("*.py")):

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from conftest import require
-from integration.vllm_engine import vllm_installed, vllm_python, vllm_venv
+from kits.parts import require
+from kits.vllm_engine import vllm_installed, vllm_python, vllm_venv
 from seatplan import versions
 from seatplan.facts.models import EngineSettings, parse_vllm_version
 from seatplan.observe.findings import KV_BYTES_FLAG_SINCE, version_tuple

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
-from report.test_walkthrough import printed, steps
+from kits.console_blocks import printed, steps
+from kits.paths import REPO_ROOT
 
 PAGES = sorted([REPO_ROOT / "README.md", *(REPO_ROOT / "docs").glob("*.md")])
 NOT_RUN = re.compile(r"^<!-- not run: (?P<why>[^>]*\S[^>]*) -->\n```console\n.*?```", re.S | re.M)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import REPO_ROOT
+from kits.paths import REPO_ROOT
 from seatplan.documents.fleet import Fleet, GpuSpec, Policy, SeatSpec
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO_ROOT
+from kits.paths import REPO_ROOT
 
 NIGHT = REPO_ROOT / "examples" / "night"
 

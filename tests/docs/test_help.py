@@ -8,7 +8,8 @@ import re
 import pytest
 import typer.main
 
-from conftest import REPO_ROOT, run_cli
+from kits.cli import run_cli
+from kits.paths import REPO_ROOT
 from seatplan.cli import app
 from seatplan.clihelp import EXAMPLES
 

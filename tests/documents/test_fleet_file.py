@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from plan_testkit import LLAMA_8B, GiB, one_host, write_fleet
 
+from kits.plan import LLAMA_8B, GiB, one_host, write_fleet
 from seatplan.documents.fleet_file import load_fleet, parse_fleet
 from seatplan.errors import SeatplanError
 

@@ -11,8 +11,8 @@ counts and token figures for every case here.
 from __future__ import annotations
 
 import pytest
-from facts_testkit import facts, write_config
 
+from kits.facts import facts, write_config
 from seatplan.errors import SeatplanError
 from seatplan.facts.kv_specs import ChunkedLocalAttentionSpec, MambaSpec
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, FORMAT_FIXTURES, require
 from fuzz import targets
+from kits.parts import require
+from kits.paths import FIXTURES, FORMAT_FIXTURES
 
 HERE = Path(__file__).parent
 CORPUS = HERE / "corpus"

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES, FORMAT_FIXTURES
 from fuzz import targets
+from kits.paths import FIXTURES, FORMAT_FIXTURES
 
 CHEAP = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from observe.series import hub_database
+from kits.series import hub_database
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
 NOW = int(datetime(2026, 12, 1, 0, 3, tzinfo=UTC).timestamp())

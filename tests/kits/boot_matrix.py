@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from integration.tiny_models import (
+from kits.tiny_models import (
     DEEPSEEK_V3_MLA,
     GEMMA3_TEXT,
     GPT_OSS,
@@ -20,7 +20,7 @@ from integration.tiny_models import (
     QWEN3_NEXT_GDN,
     TinyModelSpec,
 )
-from integration.vllm_engine import EngineConfig
+from kits.vllm_engine import EngineConfig
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import MODEL_FIXTURES
+from kits.paths import MODEL_FIXTURES
 from seatplan.facts.api import load_model_facts
 from seatplan.facts.models import EngineSettings, ModelFacts
 

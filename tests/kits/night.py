@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import REPO_ROOT
+from kits.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 FLEET = EXAMPLES / "demo" / "fleet.yaml"

@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from kits.paths import FORMAT_FIXTURES
+
 INITDB_CANDIDATES = ("/usr/lib/postgresql/*/bin/initdb",)
-SPENDLOGS_SQL = Path(__file__).resolve().parent.parent / "fixtures" / "formats" / "litellm_spendlogs.sql"
+SPENDLOGS_SQL = FORMAT_FIXTURES / "litellm_spendlogs.sql"
 
 
 def spendlogs_ddl() -> str:

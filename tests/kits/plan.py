@@ -5,9 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from conftest import CliResult, run_cli  # noqa: F401  (the plan tests import them from here)
+from kits.paths import MODEL_FIXTURES as MODELS
 
-MODELS = Path(__file__).resolve().parents[1] / "fixtures" / "models"
 LLAMA_8B = MODELS / "meta-llama--Llama-3.1-8B-Instruct"
 QWEN3_8B = MODELS / "Qwen--Qwen3-8B"
 PHI_35 = MODELS / "microsoft--Phi-3.5-mini-instruct"

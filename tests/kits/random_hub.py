@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from observe.series import hub_database
+from kits.series import hub_database
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
 # A Tuesday morning, aligned on no record period.

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from kits.paths import REPO_ROOT
+
+REPO = REPO_ROOT
 DEMO_FLEET = REPO / "examples" / "demo" / "fleet.yaml"
 FIXTURES = REPO / "tests" / "fixtures"
 COMPOSE_SCHEMA = FIXTURES / "compose-spec" / "compose-spec.json"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from kits.cli import run_cli
+from kits.paths import REPO_ROOT
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
@@ -23,7 +24,8 @@ from seatplan.plan.current import read_current
 from seatplan.plan.planner import build_plan
 from seatplan.render.runner import ansible_playbook
 
-FAKE_ENGINE = Path(__file__).with_name("fake_engine.py")
+# A script, run as the stand-in engine process: it stays beside the integration tests.
+FAKE_ENGINE = REPO_ROOT / "tests" / "integration" / "fake_engine.py"
 
 
 def build_plan_file(fleet_path: Path, target: Path, current: Path | None = None) -> Path:

@@ -1,7 +1,7 @@
 """Long-running real servers for end-to-end tests: vLLM CPU engines started from a plan's command lines,
 and a LiteLLM proxy in front of them (its own virtualenv, no database).
 
-Unlike :func:`integration.vllm_engine.boot_engine`, which boots, reads and stops, these keep running
+Unlike :func:`kits.vllm_engine.boot_engine`, which boots, reads and stops, these keep running
 until the context manager exits, so a test can run ``seatplan verify`` against them, restart one,
 and verify again. Every server binds 127.0.0.1 and dies with the test process.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from integration.vllm_engine import EngineBootError, _die_with_parent, _log_tail, _stop, _wait_for_health, seatplan_cache_root
+from kits.vllm_engine import EngineBootError, _die_with_parent, _log_tail, _stop, _wait_for_health, seatplan_cache_root
 
 LITELLM_VERSION = "1.108.7"
 LITELLM_START_TIMEOUT_S = 300.0

@@ -18,9 +18,11 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from integration.vllm_engine import seatplan_cache_root
+from kits.paths import REPO_ROOT
+from kits.vllm_engine import seatplan_cache_root
 
-BUILDER_SCRIPT = Path(__file__).with_name("build_tiny_model.py")
+# A script, run under the vLLM virtualenv's Python: it stays beside the integration tests.
+BUILDER_SCRIPT = REPO_ROOT / "tests" / "integration" / "build_tiny_model.py"
 TINY_VOCAB_SIZE = 512
 BUILD_TIMEOUT_S = 600
 

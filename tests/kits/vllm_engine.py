@@ -2,7 +2,7 @@
 
 Usage (from any test; the vLLM virtualenv comes from ``SEATPLAN_VLLM_VENV``)::
 
-    from integration.vllm_engine import EngineConfig, boot_engine, vllm_python
+    from kits.vllm_engine import EngineConfig, boot_engine, vllm_python
 
     config = EngineConfig(name="qwen3-dense", model_dir=model_dir, max_model_len=3000,
                           kv_cache_memory_bytes=50_000_123)

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from observe.series import DAY, T0, Scenario
-from observe.series import Boot as Life
-from observe.test_logparse import boot_lines
+from kits.series import DAY, T0, Scenario
+from kits.series import Boot as Life
+from kits.vllm_logs import boot_lines
 from seatplan.observe.calibrate import PlanView
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.diagnose import diagnose

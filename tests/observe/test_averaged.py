@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from observe.beszel_hub import DAY, HOUR, MINUTE, NOW, Gpu, Hub, Life
+from kits.beszel_hub import DAY, HOUR, MINUTE, NOW, Gpu, Hub, Life
 from seatplan.observe.detect import analyse
 from seatplan.observe.sources import read_beszel
 

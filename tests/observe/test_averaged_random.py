@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from observe.random_hub import Draw, draw, write_hub
+from kits.random_hub import Draw, draw, write_hub
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
 from seatplan.observe.sources import read_beszel
 

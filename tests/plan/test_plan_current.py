@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import run_cli
+from kits.cli import run_cli
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.plan import Plan
 from seatplan.plan.current import read_current

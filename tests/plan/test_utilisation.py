@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 import random
 
-from plan_testkit import LLAMA_8B, one_host, write_fleet
-
+from kits.plan import LLAMA_8B, one_host, write_fleet
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.plan.planner import build_plan
 from seatplan.plan.utilisation import GpuAtStart, choose, choose_pinned, highest_passing, requested_bytes

@@ -8,8 +8,8 @@ import random
 import pytest
 import yaml
 
-from conftest import run_cli
-from render.render_testkit import DEMO_FLEET
+from kits.cli import run_cli
+from kits.render import DEMO_FLEET
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.render.bundle import render_files

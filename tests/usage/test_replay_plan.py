@@ -10,11 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+from kits.spend_scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, T0, UNTIL, Call, insert_calls, write_csv
+from kits.usage import figures, usage_report
 from seatplan.documents.fleet import Policy
 from seatplan.usage.queries import Window
-
-from .helpers import figures, usage_report
-from .scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, T0, UNTIL, Call, insert_calls, write_csv
 
 MODELS = Path(__file__).resolve().parents[1] / "fixtures" / "models"
 QWEN3_8B_BYTES_PER_BLOCK = 36 * 8 * 128 * 2 * 2 * 16  # layers x KV heads x head size x (K, V) x bf16 x 16 tokens

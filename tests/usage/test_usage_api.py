@@ -27,15 +27,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conftest import free_port, run_cli
+from kits.cli import run_cli
+from kits.parts import free_port
+from kits.spend_scenario import BROWSER, EMBED_GROUP, EMBED_MODEL, HTTPX, OPENAI, T0, TEAM_IDS, Call, _api_time, export_csv, insert_calls
+from kits.usage import figures, usage_report
 from seatplan.errors import SeatplanError
 from seatplan.usage import summary
 from seatplan.usage.queries import Window
 from seatplan.usage.seat_map import SeatMap
 from seatplan.usage.sweep import default_runaway_rule
-
-from .helpers import figures, usage_report
-from .scenario import BROWSER, EMBED_GROUP, EMBED_MODEL, HTTPX, OPENAI, T0, TEAM_IDS, Call, _api_time, export_csv, insert_calls
 
 pytestmark = pytest.mark.postgres
 

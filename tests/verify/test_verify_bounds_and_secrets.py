@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODEL_FIXTURES, TEST_SECRETS
-from plan.plan_testkit import one_host, run_cli, write_fleet
-from verify.standin_server import StandIn
+from kits.cli import run_cli
+from kits.leaks import TEST_SECRETS
+from kits.paths import MODEL_FIXTURES
+from kits.plan import one_host, write_fleet
+from kits.standin_server import StandIn
 
 QWEN3_8B = MODEL_FIXTURES / "Qwen--Qwen3-8B"
 API_KEY = TEST_SECRETS[1]

@@ -45,7 +45,7 @@ def no_secret_in_any_artefact(tmp_path_factory: pytest.TempPathFactory):
     logs, rendered files, databases) and all captured output are free of the test secrets."""
     yield
     leaks = files_holding_secrets(tmp_path_factory.getbasetemp()) + _leaks
-    tally = sys.modules.get("fuzz.targets")
+    tally = sys.modules.get("kits.fuzz_targets")
     if tally is not None:
         tally.TALLY[("secrets scan", "secrets found")] += len(leaks)
     if leaks:
@@ -54,7 +54,7 @@ def no_secret_in_any_artefact(tmp_path_factory: pytest.TempPathFactory):
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """The reliability figures of this run (docs/reliability.md): inputs per reader and how each ended."""
-    targets = sys.modules.get("fuzz.targets")
+    targets = sys.modules.get("kits.fuzz_targets")
     if targets is None or not targets.TALLY:
         return
     terminalreporter.section("reliability figures")

@@ -29,7 +29,7 @@ with atheris.instrument_imports(include=["seatplan"]):
     import seatplan.usage.sources  # noqa: F401
     import seatplan.usage.summary  # noqa: F401
 
-from fuzz.targets import TARGETS  # noqa: E402
+from kits.fuzz_targets import TARGETS  # noqa: E402
 
 
 def main() -> None:

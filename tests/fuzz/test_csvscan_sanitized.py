@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import targets
+from kits import fuzz_targets as targets
 from kits.parts import require
 from kits.paths import FORMAT_FIXTURES, REPO_ROOT
 from seatplan.usage.csvscan import slots_of

@@ -25,10 +25,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from kits.paths import REPO_ROOT
 from seatplan.errors import SeatplanError
 from seatplan.units import MAX_PLAUSIBLE_BYTES
 
-REPO_TESTS = Path(__file__).resolve().parents[1]
+REPO_TESTS = REPO_ROOT / "tests"
 LLAMA_CONFIG = REPO_TESTS / "fixtures" / "models" / "meta-llama--Llama-3.1-8B-Instruct" / "config.json"
 SPEND_CSV_HEADER = (REPO_TESTS / "fixtures" / "formats" / "litellm_spend_logs.csv").read_text().splitlines()[0] + "\n"
 LATEST_EPOCH_S = 253_402_300_799

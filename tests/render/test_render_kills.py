@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz.targets import TALLY
+from kits.fuzz_targets import TALLY
 from kits.parts import free_port, require
 from kits.render import QWEN3_8B
 from kits.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, fake_launcher, localhost_inventory, render_args, run_seatplan, stop_engines

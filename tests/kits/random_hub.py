@@ -1,6 +1,6 @@
 """Random Beszel histories whose truth the fit does not assume: shapes, sizes and positions drawn at random.
 
-Independent of tests/observe/beszel_hub.py (which replays the hub's cron record by record): here each
+Independent of tests/kits/beszel_hub.py (which replays the hub's cron record by record): here each
 record type's records are the mean of the 1-minute polls over windows aligned on the type's period, what the
 hub's chained averages come to when no poll is missing, computed at once with cumulative sums (numpy), and
 the retention clean-up keeps each type for its period plus up to an hour (the clean-up runs hourly).

@@ -1,4 +1,4 @@
-"""Paths the render-stage tests share (the rollout helpers are in tests/integration/rollout.py)."""
+"""Paths the render-stage tests share (the rollout helpers are in kits.rollout)."""
 
 from __future__ import annotations
 

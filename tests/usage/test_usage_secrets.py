@@ -1,6 +1,6 @@
 """Database passwords: from the environment or libpq's own files, never from a flag; never printed, written or raised.
 
-Every test here hands seatplan one of conftest.TEST_SECRETS; the session's last check (conftest's
+Every test here hands seatplan one of kits.leaks.TEST_SECRETS; the session's last check (conftest's
 no_secret_in_any_artefact) scans every file the suite left for them.
 """
 

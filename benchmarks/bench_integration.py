@@ -21,9 +21,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from integration.boot_matrix import BOOT_PLANS  # noqa: E402
-from integration.tiny_models import QWEN3_DENSE, tiny_model_dir  # noqa: E402
-from integration.vllm_engine import boot_engine, vllm_installed, vllm_python, vllm_venv  # noqa: E402
+from kits.boot_matrix import BOOT_PLANS  # noqa: E402
+from kits.tiny_models import QWEN3_DENSE, tiny_model_dir  # noqa: E402
+from kits.vllm_engine import boot_engine, vllm_installed, vllm_python, vllm_venv  # noqa: E402
 
 
 def timed(action):

@@ -27,7 +27,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from observe.series import DAY, HOUR, MINUTE, Boot, Scenario, write_nvidia_smi  # noqa: E402
+from kits.series import DAY, HOUR, MINUTE, Boot, Scenario, write_nvidia_smi  # noqa: E402
 from seatplan.observe.detect import GpuSeries, analyse  # noqa: E402
 from seatplan.observe.sources.nvidia_smi import read_nvidia_smi  # noqa: E402
 

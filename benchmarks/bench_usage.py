@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the test kits (tests/kits/)
 
-from tests.usage.pg_cluster import find_initdb, running_cluster, spendlogs_ddl  # noqa: E402
+from kits.pg_cluster import find_initdb, running_cluster, spendlogs_ddl  # noqa: E402
 
 SECONDS_PER_WEEK = 7 * 24 * 3600
 

@@ -28,7 +28,7 @@ command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 # A C compiler builds seatplan's fast CSV reader (optional for users, tested here).
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
-# jq: the docs pipe `seatplan ... --json` through it, and tests/report/test_doc_examples.py runs those examples.
+# jq: the docs pipe `seatplan ... --json` through it, and tests/docs/test_doc_examples.py runs those examples.
 command -v jq >/dev/null 2>&1 || need_apt+=(jq)
 # clang with libFuzzer and the sanitizers' runtimes: the compiled CSV reader is fuzzed under ASan+UBSan (tests/fuzz).
 command -v clang >/dev/null 2>&1 && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 \

@@ -17,7 +17,7 @@ The story (what diagnose and usage must find):
   * The key `ci-evals` never sends max_tokens: nine replies of ~261k tokens from qwen3-30b-a3b.
 
 Deterministic (fixed seeds): run it again and the files are the same (`make_examples.py DIR` writes them to DIR
-instead; tests/report/test_examples.py checks the shipped files are what it writes). The Beszel rules (roll-ups, retention,
+instead; tests/docs/test_examples.py checks the shipped files are what it writes). The Beszel rules (roll-ups, retention,
 JSON shapes) and LiteLLM's row conventions come from the format generators in tests/fixtures/formats/.
 """
 

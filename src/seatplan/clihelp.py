@@ -13,7 +13,7 @@ import typer
 WIDE = typer.Option(False, "--wide", help="keep every table column, however wide the lines get (for `less -S` or a file)")
 
 
-# The examples under each command's --help, run from a checkout (examples/ is shipped data); tests/report/test_docs.py
+# The examples under each command's --help, run from a checkout (examples/ is shipped data); tests/docs/test_docs.py
 # checks that every command has some and that docs/*.md describes every command.
 EXAMPLES: dict[str, tuple[str, ...]] = {
     'adopt': (

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO_ROOT
+from kits.paths import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "adopt.md"
 

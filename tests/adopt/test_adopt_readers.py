@@ -17,7 +17,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import run_cli
+from kits.cli import run_cli
 from seatplan.adopt.args import read_args
 from seatplan.adopt.assemble import Noted
 from seatplan.adopt.engines import checked_base_url, probe_engine

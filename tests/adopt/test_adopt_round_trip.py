@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_cli
+from kits.cli import run_cli
 from seatplan.documents.fleet_file import todo_problems
 
 MODELS = {  # fixture config → contexts a user might set

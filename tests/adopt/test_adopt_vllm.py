@@ -24,10 +24,10 @@ import httpx
 import pytest
 import yaml
 
-from conftest import free_port, require
-from integration.serving_stack import Server, _start, litellm_installed, litellm_venv, start_litellm
-from integration.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
-from integration.vllm_engine import _wait_for_health, vllm_installed, vllm_python, vllm_venv
+from kits.parts import free_port, require
+from kits.serving_stack import Server, _start, litellm_installed, litellm_venv, start_litellm
+from kits.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
+from kits.vllm_engine import _wait_for_health, vllm_installed, vllm_python, vllm_venv
 from seatplan.documents.fleet_file import todo_problems
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(3000)]

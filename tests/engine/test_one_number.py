@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from render.render_testkit import load_ansible_yaml
+from kits.render import load_ansible_yaml
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.engine.parse import parse_command_line, parse_env
 from seatplan.engine.settings import EngineHost, engine_settings, planned_engine_settings

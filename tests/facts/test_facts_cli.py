@@ -8,7 +8,8 @@ import os
 import struct
 
 import pytest
-from facts_testkit import fixture_dir, run_cli, write_config
+
+from kits.facts import fixture_dir, run_cli, write_config
 
 LLAMA = str(fixture_dir("meta-llama--Llama-3.1-8B"))
 REQUIRED_KEYS = {"kv_bytes_per_token", "block_size", "bytes_per_block", "num_blocks", "kv_cache_tokens", "max_concurrency",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from facts_testkit import facts, fixture_dir, write_config
 
+from kits.facts import facts, fixture_dir, write_config
 from seatplan.errors import SeatplanError
 from seatplan.facts.context import derive_max_len, rope_scaling_of
 from seatplan.facts.reader import locate_model

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from facts_testkit import FIXTURE_MODEL_DIRS, facts, write_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kits.facts import FIXTURE_MODEL_DIRS, facts, write_config
 from seatplan.errors import SeatplanError
 
 CONFIGS = {path.name: json.loads((path / "config.json").read_text()) for path in FIXTURE_MODEL_DIRS}

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from facts_testkit import facts
 
-from conftest import MODEL_FIXTURES, REPO_ROOT
+from kits.facts import facts
+from kits.paths import MODEL_FIXTURES, REPO_ROOT
 
 DEMO_MODELS = REPO_ROOT / "examples" / "demo" / "models"
 DEMO_DIRS = sorted(path for path in DEMO_MODELS.iterdir() if path.is_dir())

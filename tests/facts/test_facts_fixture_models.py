@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from facts_testkit import FIXTURE_MODEL_DIRS, GiB, facts
 
+from kits.facts import FIXTURE_MODEL_DIRS, GiB, facts
 from seatplan.facts.architecture import AttentionLayer, describe
 
 EXPECTED_KV_BYTES_PER_TOKEN = {

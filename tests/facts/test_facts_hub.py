@@ -34,10 +34,10 @@ from typing import Any
 
 import httpx
 import pytest
-from facts_testkit import fixture_dir
 
-from conftest import free_port, require, stop_process
-from integration.rollout import cpu_fleet
+from kits.facts import fixture_dir
+from kits.parts import free_port, require, stop_process
+from kits.rollout import cpu_fleet
 from seatplan.documents.plan import PlannedSeat
 from seatplan.engine.command import engine_command
 

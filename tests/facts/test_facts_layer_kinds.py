@@ -1,6 +1,6 @@
 """Layer kinds beyond plain full attention, the CPU engine's own rules, TP replication and KV dtypes.
 
-The CPU cases are the tiny models the live test boots (tests/integration/tiny_models.py); the expected
+The CPU cases are the tiny models the live test boots (tests/kits/tiny_models.py); the expected
 figures are derived by hand from VLLM.md part 1's rules (block 128, MLA 16 on the reference backend and
 128 with AMX, Mamba block rounding to 128 with an fp32 SSM state, max_num_batched_tokens 2048 without
 async scheduling). The real vLLM 0.32.0 CPU engine (an AMX Xeon, booted by tests/integration, MLA both
@@ -11,8 +11,8 @@ counts and token figures for every case here.
 from __future__ import annotations
 
 import pytest
-from facts_testkit import facts, write_config
 
+from kits.facts import facts, write_config
 from seatplan.errors import SeatplanError
 from seatplan.facts.kv_specs import ChunkedLocalAttentionSpec, MambaSpec
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from facts_testkit import GiB, facts, write_config
 
-from conftest import FIXTURES
+from kits.facts import GiB, facts, write_config
+from kits.paths import FIXTURES
 from seatplan.facts.kv_cache import group_layers
 from seatplan.facts.kv_specs import FullAttentionSpec, SlidingWindowSpec
 from seatplan.facts.models import EngineSettings

@@ -7,8 +7,8 @@ import struct
 from pathlib import Path
 
 import pytest
-from facts_testkit import facts, fixture_dir, write_config
 
+from kits.facts import facts, fixture_dir, write_config
 from seatplan.errors import SeatplanError
 from seatplan.facts.weights import read_safetensors_header
 
@@ -193,7 +193,7 @@ def _excerpt_weights() -> dict[str, int]:
     """Excerpt → the weights figure its "Model loading took" / "Loading model weights took" line states (bytes)."""
     import re
 
-    from conftest import FIXTURES
+    from kits.paths import FIXTURES
     from seatplan.observe.logparse import parse_log
 
     text = (FIXTURES / "vllm-startup-logs.txt").read_text()

@@ -29,10 +29,10 @@ with atheris.instrument_imports(include=["seatplan"]):
     import seatplan.observe.sources.prometheus  # noqa: F401
     import seatplan.observe.sources.vllm_metrics  # noqa: F401
     import seatplan.usage.csvscan  # noqa: F401
-    import seatplan.usage.report  # noqa: F401
     import seatplan.usage.sources  # noqa: F401
+    import seatplan.usage.summary  # noqa: F401
 
-from fuzz.targets import TARGETS  # noqa: E402
+from kits.fuzz_targets import TARGETS  # noqa: E402
 
 
 def main() -> None:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FORMAT_FIXTURES, REPO_ROOT, require
-from fuzz import targets
+from kits import fuzz_targets as targets
+from kits.parts import require
+from kits.paths import FORMAT_FIXTURES, REPO_ROOT
 from seatplan.usage.csvscan import slots_of
 from seatplan.usage.queries import METADATA_KEYS
 

@@ -1,7 +1,7 @@
 """The coverage-guided fuzzer (atheris) on each reader for a bounded time (``SEATPLAN_FUZZ_SECONDS``, default 20).
 
 Seeds: the format's real fixtures and every input in tests/fuzz/corpus/<target>/. A crash (a traceback or a
-contract violation, see targets.py) fails the test and names the saved input; keep it in the corpus once fixed.
+contract violation, see kits/fuzz_targets.py) fails the test and names the saved input; keep it in the corpus once fixed.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, FORMAT_FIXTURES, require
-from fuzz import targets
+from kits import fuzz_targets as targets
+from kits.parts import require
+from kits.paths import FIXTURES, FORMAT_FIXTURES
 
 HERE = Path(__file__).parent
 CORPUS = HERE / "corpus"

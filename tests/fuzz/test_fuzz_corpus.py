@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fuzz import targets
+from kits import fuzz_targets as targets
 
 CORPUS = Path(__file__).parent / "corpus"
 CASES = sorted(path for path in CORPUS.glob("*/*") if path.is_file())

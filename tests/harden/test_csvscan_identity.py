@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require
+from kits.parts import require
 from seatplan.usage import csvscan
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import typer
 
-from conftest import MODEL_FIXTURES
-from plan.plan_testkit import one_host, run_cli, write_fleet
+from kits.cli import run_cli
+from kits.paths import MODEL_FIXTURES
+from kits.plan import one_host, write_fleet
 from seatplan.cli import app
 from seatplan.numeric_options import MAX_CONTEXT_TOKENS, MAX_DEVICE_MEMORY_BYTES, NumberType, TextNumberType
 from seatplan.units import parse_bytes, parse_tokens
@@ -162,7 +163,7 @@ def test_report_output_that_cannot_be_a_file_is_an_error_with_a_fix(plan_file, t
 
 def refusal_examples() -> list[tuple[str, str, list[str]]]:
     """Every ``$ seatplan ...`` example in docs/verify.md and docs/reliability.md whose output is an ``error:``."""
-    from conftest import REPO_ROOT
+    from kits.paths import REPO_ROOT
 
     found = []
     for page in ("verify.md", "reliability.md"):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FORMAT_FIXTURES, MODEL_FIXTURES
-from harden.hostile import seatplan, strict_json
+from kits.hostile import seatplan, strict_json
+from kits.paths import FORMAT_FIXTURES, MODEL_FIXTURES
 
 LLAMA_8B = MODEL_FIXTURES / "meta-llama--Llama-3.1-8B-Instruct"
 NVIDIA_SMI = FORMAT_FIXTURES / "nvidia_smi_query_gpu.csv"

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import free_port, require
-from harden.hostile import Outcome, seatplan
-from integration.rollout import ansible_installed, localhost_inventory
-from render.render_testkit import QWEN3_8B, load_ansible_yaml
+from kits.hostile import Outcome, seatplan
+from kits.parts import free_port, require
+from kits.render import QWEN3_8B, load_ansible_yaml
+from kits.rollout import ansible_installed, localhost_inventory
 from seatplan.render.runner import ansible_playbook
 
 CANARY = "CANARY"
@@ -232,7 +232,7 @@ def test_an_absolute_model_path_reaches_compose_whole_and_uninterpolated(work, p
 def schema_ok(compose_file: Path) -> None:
     from jsonschema import Draft7Validator
 
-    from render.render_testkit import COMPOSE_SCHEMA
+    from kits.render import COMPOSE_SCHEMA
 
     errors = list(Draft7Validator(json.loads(COMPOSE_SCHEMA.read_text())).iter_errors(yaml.safe_load(compose_file.read_text())))
     assert errors == [], errors[0].message if errors else ""

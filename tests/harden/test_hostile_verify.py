@@ -27,8 +27,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from conftest import MODEL_FIXTURES, TEST_SECRETS
-from plan.plan_testkit import one_host, run_cli, write_fleet
+from kits.cli import run_cli
+from kits.leaks import TEST_SECRETS
+from kits.paths import MODEL_FIXTURES
+from kits.plan import one_host, write_fleet
 from seatplan.output import printable
 from seatplan.secrets import HIDDEN, PARTIAL_MIN_CHARS, scrub, spellings
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from conftest import MODEL_FIXTURES
+from kits.paths import MODEL_FIXTURES
 from seatplan.facts.kv_specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
 

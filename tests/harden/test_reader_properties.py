@@ -2,7 +2,7 @@
 
 The inputs are built from each format's real lines, then damaged: fields swapped for hostile values (NaN,
 10^400, negative, empty, wrong type, non-UTF-8), lines cut, duplicated, shuffled and mixed with noise. The
-targets (tests/fuzz/targets.py) hold each reader to the contract; a violation is a failing example that
+targets (tests/kits/fuzz_targets.py) hold each reader to the contract; a violation is a failing example that
 Hypothesis shrinks. Inputs that once broke a reader are kept in tests/fuzz/corpus/ (test_fuzz_corpus.py).
 """
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES, FORMAT_FIXTURES
-from fuzz import targets
+from kits import fuzz_targets as targets
+from kits.paths import FIXTURES, FORMAT_FIXTURES
 
 CHEAP = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))

@@ -1,8 +1,8 @@
 """Session fixtures that boot the real vLLM CPU engine once per configuration.
 
 ``vllm_boot_cache.get(plan)`` boots ``plan`` on first use and hands the same
-:class:`~integration.vllm_engine.BootResult` (or the same boot error) to every later caller, so
-tests parametrized over :data:`~integration.boot_matrix.BOOT_PLANS` boot each engine once and
+:class:`~kits.vllm_engine.BootResult` (or the same boot error) to every later caller, so
+tests parametrized over :data:`~kits.boot_matrix.BOOT_PLANS` boot each engine once and
 spread the boots over many tests (each stays well inside pytest-timeout). ``vllm_boots`` boots the
 whole matrix and returns every result: a test using it needs ``@pytest.mark.timeout(1800)``.
 Logs, results and ``/metrics`` texts are kept in ``<test cache>/vllm-boots/``.
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require
-from integration.boot_matrix import BOOT_PLANS, BootPlan
-from integration.tiny_models import tiny_model_dir
-from integration.vllm_engine import (
+from kits.boot_matrix import BOOT_PLANS, BootPlan
+from kits.parts import require
+from kits.tiny_models import tiny_model_dir
+from kits.vllm_engine import (
     BootResult,
     EngineBootError,
     boot_engine,

@@ -22,9 +22,9 @@ TESTS_DIR = Path(__file__).resolve().parent.parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
 
-from integration.boot_matrix import BOOT_PLANS, BootPlan  # noqa: E402
-from integration.tiny_models import tiny_model_dir  # noqa: E402
-from integration.vllm_engine import (  # noqa: E402
+from kits.boot_matrix import BOOT_PLANS, BootPlan  # noqa: E402
+from kits.tiny_models import tiny_model_dir  # noqa: E402
+from kits.vllm_engine import (  # noqa: E402
     VLLM_VERSION,
     boot_engine,
     boot_log_dir,

@@ -27,11 +27,11 @@ import httpx
 import pytest
 import yaml
 
-from conftest import free_port, require
-from integration.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, localhost_inventory, render_args, run_seatplan, stop_engines
-from integration.serving_stack import litellm_installed, litellm_venv, running, start_litellm
-from integration.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
-from integration.vllm_engine import parse_cache_config_info
+from kits.parts import free_port, require
+from kits.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, localhost_inventory, render_args, run_seatplan, stop_engines
+from kits.serving_stack import litellm_installed, litellm_venv, running, start_litellm
+from kits.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
+from kits.vllm_engine import parse_cache_config_info
 
 pytestmark = [pytest.mark.vllm, pytest.mark.ansible]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from integration.boot_matrix import BOOT_PLANS
+from kits.boot_matrix import BOOT_PLANS
 from seatplan.exposition import parse_exposition
 from seatplan.observe.logparse import parse_log
 from seatplan.observe.sources.vllm_metrics import vllm_stats

@@ -13,9 +13,9 @@ import httpx
 import pytest
 import yaml
 
-from conftest import free_port, require
-from integration.rollout import build_plan_file, cpu_fleet
-from integration.serving_stack import litellm_installed, litellm_venv, running, start_litellm
+from kits.parts import free_port, require
+from kits.rollout import build_plan_file, cpu_fleet
+from kits.serving_stack import litellm_installed, litellm_venv, running, start_litellm
 from seatplan.documents.plan import Plan
 from seatplan.render.bundle import render_files
 from seatplan.render.settings import RenderSettings

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from integration.rollout import build_plan_file
+from kits.rollout import build_plan_file
 from seatplan.documents.plan import Plan
 from seatplan.engine.parse import parse_env
 from seatplan.render.bundle import render_files

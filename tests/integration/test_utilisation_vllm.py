@@ -44,8 +44,7 @@ def random_fleet(rng: random.Random) -> str:
     return hosts + f"policy: {{boot_margin_bytes: {margin}}}\nseats:\n" + "\n".join(seats) + "\n"
 
 
-def test_vllm_accepts_every_planned_start_that_fits_and_refuses_exactly_those_that_do_not(tmp_path, vllm_python_path):
-    rng = random.Random()
+def test_vllm_accepts_every_planned_start_that_fits_and_refuses_exactly_those_that_do_not(tmp_path, vllm_python_path, rng):
     cases, expected = [], []
     for trial in range(8):
         fleet = tmp_path / f"fleet-{trial}.yaml"

@@ -19,10 +19,10 @@ import httpx
 import pytest
 import yaml
 
-from conftest import free_port, require
-from integration.serving_stack import litellm_config, litellm_installed, litellm_venv, running, start_engine, start_litellm
-from integration.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
-from integration.vllm_engine import parse_cache_config_info, vllm_installed, vllm_python, vllm_venv
+from kits.parts import free_port, require
+from kits.serving_stack import litellm_config, litellm_installed, litellm_venv, running, start_engine, start_litellm
+from kits.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
+from kits.vllm_engine import parse_cache_config_info, vllm_installed, vllm_python, vllm_venv
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from integration.boot_matrix import BOOT_PLANS, BootPlan
-from integration.tiny_models import tiny_model_dir
-from integration.vllm_engine import (
+from kits.boot_matrix import BOOT_PLANS, BootPlan
+from kits.tiny_models import tiny_model_dir
+from kits.vllm_engine import (
     PROBE_MAX_TOKENS,
     VLLM_VERSION,
     BootResult,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from kits.paths import FIXTURES
 
 ORACLE = json.loads((FIXTURES / "vllm_cpu_oracle.json").read_text())
 

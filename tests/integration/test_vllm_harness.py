@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from integration.boot_matrix import BOOT_PLANS
-from integration.tiny_models import ALL_TINY_MODELS, QWEN3_DENSE, TinyModelSpec
-from integration.vllm_engine import BootResult, EngineConfig, _stop, parse_cache_config_info
+from kits.boot_matrix import BOOT_PLANS
+from kits.tiny_models import ALL_TINY_MODELS, QWEN3_DENSE, TinyModelSpec
+from kits.vllm_engine import BootResult, EngineConfig, _stop, parse_cache_config_info
 
 CPU_BLOCK_SIZE = 128
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from documents_kit import plan_document, planned_gpu, planned_seat
-from observe.series import DAY, T0, Scenario
-from observe.series import Boot as Life
-from observe.test_logparse import boot_lines
+from kits.documents import plan_document, planned_gpu, planned_seat
+from kits.series import DAY, T0, Scenario
+from kits.series import Boot as Life
+from kits.vllm_logs import boot_lines
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.diagnose import diagnose
 from seatplan.observe.logparse import parse_log

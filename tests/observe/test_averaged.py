@@ -1,6 +1,6 @@
 """Reboots and creep in Beszel's averaged history: generated hub databases with known truth.
 
-Each database is built as the hub builds it (tests/observe/beszel_hub.py): 1-minute polls with jitter,
+Each database is built as the hub builds it (tests/kits/beszel_hub.py): 1-minute polls with jitter,
 the cron's 10m/20m/120m/480m averages, the retention clean-up. The reboot of the last life falls in the
 stretch each record type covers, at different points of a window; several GPUs, gaps in polling and
 down times of 1–10 minutes. Tolerances (observe/averaged.py): plateau within 40 MiB, creep within 10 %
@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from observe.beszel_hub import DAY, HOUR, MINUTE, NOW, Gpu, Hub, Life
+from kits.beszel_hub import DAY, HOUR, MINUTE, NOW, Gpu, Hub, Life
 from seatplan.observe.detect import analyse
 from seatplan.observe.sources.beszel import read_beszel
 

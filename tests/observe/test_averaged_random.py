@@ -1,6 +1,6 @@
 """Property test: creep and plateau on random Beszel histories whose truth the fit does not assume.
 
-The generator (tests/observe/random_hub.py) draws the creep's shape (exponential, linear-then-flat,
+The generator (tests/kits/random_hub.py) draws the creep's shape (exponential, linear-then-flat,
 two-stage), time constant 3–24 h, rise 0.3–3 GB, the reboot anywhere (so anywhere inside its window),
 1–10 minutes down, jitter σ 5–50 MiB, polling gaps and 1–30 days of history (so the reboot falls in the
 10m, 20m, 120m or 480m stretch); half the draws give the boot line. Each hub database goes through the
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from observe.random_hub import Draw, draw, write_hub
+from kits.random_hub import Draw, draw, write_hub
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
 from seatplan.observe.sources.beszel import read_beszel
 

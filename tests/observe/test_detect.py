@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from observe.series import DAY, HOUR, MINUTE, T0, Boot, Scenario, seed_scenarios
+from kits.series import DAY, HOUR, MINUTE, T0, Boot, Scenario, seed_scenarios
 from seatplan.observe.detect import GpuSeries, analyse
 
 

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from observe.beszel_hub import DAY, NOW, Gpu, Hub, Life
-from observe.test_logparse import boot_lines
+from kits.beszel_hub import DAY, NOW, Gpu, Hub, Life
+from kits.vllm_logs import boot_lines
 
 MIDNIGHT = int(datetime(2026, 11, 28, tzinfo=UTC).timestamp())
 TOTAL_MIB = 95_722

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from conftest import REPO_ROOT
-from documents_kit import plan_document, planned_gpu, planned_seat
-from observe.series import DAY, HOUR, MINUTE, T0, seed_scenarios, write_nvidia_smi
-from observe.test_logparse import boot_lines
+from kits.documents import plan_document, planned_gpu, planned_seat
+from kits.paths import REPO_ROOT
+from kits.series import DAY, HOUR, MINUTE, T0, seed_scenarios, write_nvidia_smi
+from kits.vllm_logs import boot_lines
 from seatplan.units import GiB, MiB
 
 
@@ -98,7 +98,7 @@ def test_json_report_and_observations(scene):
 
 
 def test_human_output_and_engine_stats(scene, tmp_path):
-    from conftest import FORMAT_FIXTURES
+    from kits.paths import FORMAT_FIXTURES
 
     observed_path = tmp_path / "observed.json"
     result = run("--nvidia-smi", str(scene / "smi.csv"), "--vllm-log", f"renamed={scene / 'engines.log'}",

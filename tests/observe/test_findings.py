@@ -7,8 +7,8 @@ import re
 
 import numpy as np
 
-from conftest import MODEL_FIXTURES
-from observe.test_logparse import boot_lines
+from kits.paths import MODEL_FIXTURES
+from kits.vllm_logs import boot_lines
 from seatplan.documents.fleet import Policy
 from seatplan.observe.findings import seat_findings
 from seatplan.observe.inputs import kv_rule_pins, rule_arithmetic

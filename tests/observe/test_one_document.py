@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import FORMAT_FIXTURES, run_cli
+from kits.cli import run_cli
+from kits.paths import FORMAT_FIXTURES
 from seatplan.documents.io import read_observed
 from seatplan.report.inputs import read_inputs
 

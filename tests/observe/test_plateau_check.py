@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from documents_kit import plan_document, planned_gpu
+from kits.documents import plan_document, planned_gpu
 from seatplan.documents.observed import GpuReport
 from seatplan.observe.calibrate import FOOTPRINT_TOLERANCE_MIB, check_plan, verdicts
 from seatplan.units import MiB

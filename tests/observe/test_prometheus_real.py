@@ -8,8 +8,8 @@ import time
 import httpx
 import pytest
 
-from conftest import free_port, require_binary, stop_process
-from observe.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios
+from kits.parts import free_port, require_binary, stop_process
+from kits.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios
 from seatplan.observe.detect import analyse
 from seatplan.observe.sources.prometheus import read_prometheus
 

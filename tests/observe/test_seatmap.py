@@ -12,7 +12,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from documents_kit import plan_document, planned_gpu, planned_seat
+from kits.documents import plan_document, planned_gpu, planned_seat
 from seatplan.documents.fleet import Fleet
 from seatplan.observe.calibrate import planned_gpu as plan_gpu_of
 from seatplan.observe.seatmap import SeatMap

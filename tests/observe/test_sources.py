@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from conftest import FORMAT_FIXTURES
-from observe.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios, write_beszel, write_nvidia_smi
+from kits.paths import FORMAT_FIXTURES
+from kits.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios, write_beszel, write_nvidia_smi
 from seatplan.errors import SeatplanError
 from seatplan.exposition import parse_exposition
 from seatplan.observe.detect import analyse

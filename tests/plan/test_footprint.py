@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from plan_testkit import LLAMA_8B, MODELS, GiB, MiB
 
+from kits.plan import LLAMA_8B, MODELS, GiB, MiB
 from seatplan.documents.observed import ObservedSeat
 from seatplan.facts.api import load_model_facts
 from seatplan.facts.models import EngineSettings

@@ -116,7 +116,8 @@ current_layout: {a: 0, b: 0, c: 0, d: 1, e: 2}
 def test_plan_shows_the_frontier_and_takes_max_moves_and_move_cost(capsys, monkeypatch, tmp_path):
     import json
 
-    from plan_testkit import run_cli, write_fleet
+    from kits.cli import run_cli
+    from kits.plan import write_fleet
 
     fleet = write_fleet(tmp_path, FLEET)
     plain = json.loads(run_cli(capsys, monkeypatch, "plan", str(fleet), "--json").stdout)

@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from plan_testkit import LLAMA_8B, GiB, MiB, one_host, run_cli, write_fleet
 
+from kits.cli import run_cli
+from kits.plan import LLAMA_8B, GiB, MiB, one_host, write_fleet
 from seatplan.documents.plan import Plan
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "fleet.yaml"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import run_cli
+from kits.cli import run_cli
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.plan import Plan
 from seatplan.plan.current import read_current
@@ -47,8 +47,7 @@ def one_seat_edit(document: dict, plan: Plan, rng: random.Random) -> tuple[dict,
     return edited, seat["name"]
 
 
-def test_a_one_seat_edit_replanned_from_what_runs_restarts_that_seat_alone(tmp_path):
-    rng = random.Random()
+def test_a_one_seat_edit_replanned_from_what_runs_restarts_that_seat_alone(tmp_path, rng):
     document = demo_fleet(tmp_path)
     document.pop("current_layout", None)  # what runs comes from --current only
     before = build_plan(load_fleet(save(document, tmp_path / "fleet.yaml")))

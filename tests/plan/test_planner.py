@@ -9,9 +9,9 @@ import json
 import math
 
 import pytest
-from plan_testkit import LLAMA_8B, PHI_35, GiB, MiB, one_host, write_fleet
 
-from documents_kit import model_usage, runaway, usage_report
+from kits.documents import model_usage, runaway, usage_report
+from kits.plan import LLAMA_8B, PHI_35, GiB, MiB, one_host, write_fleet
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.documents.plan import Plan
@@ -245,7 +245,7 @@ def test_observations_for_unknown_seats_are_reported(tmp_path):
 
 
 def test_fp8_kv_and_yarn_reach_the_command_line(tmp_path):
-    from plan_testkit import QWEN3_8B
+    from kits.plan import QWEN3_8B
 
     fleet = one_host(1, "96GiB") + f"""
 seats:

@@ -7,9 +7,9 @@ a 16-token block is 2 MiB. Qwen3-8B: 36 layers, same heads → 144 KiB (147,456 
 from __future__ import annotations
 
 import pytest
-from plan_testkit import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB
 
-from documents_kit import model_usage, runaway
+from kits.documents import model_usage, runaway
+from kits.plan import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB
 from seatplan.documents.fleet import Policy, SeatSpec
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts

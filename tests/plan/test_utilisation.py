@@ -9,10 +9,8 @@ The check is written out again here (``vllm_starts``), independently of the modu
 from __future__ import annotations
 
 import math
-import random
 
-from plan_testkit import LLAMA_8B, one_host, write_fleet
-
+from kits.plan import LLAMA_8B, one_host, write_fleet
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.plan.planner import build_plan
 from seatplan.plan.utilisation import GpuAtStart, choose, choose_pinned, highest_passing, requested_bytes
@@ -88,8 +86,7 @@ def test_highest_passing_holds_on_odd_sizes_to_the_byte():
         assert math.ceil(total * (value + 0.001)) > free
 
 
-def test_pinned_value_is_the_smallest_that_covers_what_the_engine_allocates_plus_a_margin_within_1_gib():
-    rng = random.Random()
+def test_pinned_value_is_the_smallest_that_covers_what_the_engine_allocates_plus_a_margin_within_1_gib(rng):
     for _ in range(500):
         total = rng.randint(4 * GiB, 200 * GiB)
         allocated = rng.randint(1, int(total * 0.95))
@@ -127,8 +124,7 @@ def test_a_total_beyond_a_double_is_worked_exactly_and_raises_no_overflow():
     assert choose_pinned([GpuAtStart("h:0", huge, huge, huge)], own_context_bytes=CONTEXT, inside_budget_bytes=GiB, margin_bytes=MARGIN).value == 0.001
 
 
-def test_a_replan_leaves_an_untouched_seats_value_alone(tmp_path):
-    rng = random.Random()
+def test_a_replan_leaves_an_untouched_seats_value_alone(tmp_path, rng):
     lengths = [rng.choice([4096, 8192, 16384, 32768]) for _ in range(4)]
     seats = "\n".join(f"  - {{name: llama-{n}, model: {LLAMA_8B}, port: {8001 + n}, max_model_len: {length}}}" for n, length in enumerate(lengths))
     before = build_plan(load_fleet(write_fleet(tmp_path, one_host(2, "95.59GiB") + "seats:\n" + seats + "\n", "a.yaml")))

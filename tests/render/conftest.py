@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from integration.rollout import build_plan_file
-from render.render_testkit import DEMO_FLEET
+from kits.render import DEMO_FLEET
+from kits.rollout import build_plan_file
 from seatplan.documents.plan import Plan
 
 

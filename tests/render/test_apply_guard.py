@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, require
-from integration.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, fake_launcher, render_args, run_seatplan
-from render.render_testkit import QWEN3_8B
+from kits.parts import free_port, require
+from kits.render import QWEN3_8B
+from kits.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, fake_launcher, render_args, run_seatplan
 from seatplan.documents.plan import Plan
 from seatplan.render.guard import misfits
 

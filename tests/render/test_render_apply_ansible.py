@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from conftest import free_port, require
-from integration.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, fake_launcher, localhost_inventory, render_args, run_seatplan, stop_engines
-from render.render_testkit import QWEN3_8B
+from kits.parts import free_port, require
+from kits.render import QWEN3_8B
+from kits.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, fake_launcher, localhost_inventory, render_args, run_seatplan, stop_engines
 
 pytestmark = pytest.mark.ansible
 

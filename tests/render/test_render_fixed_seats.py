@@ -8,8 +8,8 @@ import random
 
 import yaml
 
-from conftest import run_cli
-from render.render_testkit import DEMO_FLEET, load_ansible_yaml
+from kits.cli import run_cli
+from kits.render import DEMO_FLEET, load_ansible_yaml
 from seatplan.documents.plan import Plan
 from seatplan.render.bundle import render_files
 from seatplan.render.settings import RenderSettings

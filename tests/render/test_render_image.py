@@ -3,13 +3,11 @@ be the plan's; a version without a known image is a render error unless the flee
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import yaml
 
-from conftest import run_cli
-from render.render_testkit import DEMO_FLEET
+from kits.cli import run_cli
+from kits.render import DEMO_FLEET
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.render.bundle import render_files
@@ -30,7 +28,7 @@ def test_compose_runs_the_image_of_the_plans_vllm_version(demo_plan):
     assert images(render_files(demo_plan, RenderSettings(), ["compose"])) == {"vllm/vllm-openai:v0.32.0"}
 
 
-def test_a_version_without_a_known_image_is_a_render_error_unless_an_image_is_named(demo_plan, tmp_path, capsys, monkeypatch):
+def test_a_version_without_a_known_image_is_a_render_error_unless_an_image_is_named(demo_plan, tmp_path, capsys, monkeypatch, rng):
     # The demo pins KV bytes, a flag vLLM has from 0.10.2 on; an older plan is refused for that flag first
     # (test_versions covers it), so the image rule is checked on every release that has the plan's flags.
     unknown = [f"0.{minor}" for minor in range(max(OLDEST_MODELLED[1], 11), NEWEST_MODELLED[1] + 1)
@@ -40,7 +38,7 @@ def test_a_version_without_a_known_image_is_a_render_error_unless_an_image_is_na
         with pytest.raises(SeatplanError) as refused:
             render_files(with_version(demo_plan, each), RenderSettings(), ["compose"])
         assert f"vLLM {each}" in refused.value.message and "policy.image" in refused.value.fix, each
-    version = random.choice(unknown)
+    version = rng.choice(unknown)
     plan = with_version(demo_plan, version)
     # the env files alone need no image
     assert render_files(plan, RenderSettings(), ["env"])

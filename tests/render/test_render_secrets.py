@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import TEST_SECRETS
-from integration.rollout import run_seatplan
+from kits.leaks import TEST_SECRETS
+from kits.rollout import run_seatplan
 
 GATEWAY_KEY, ENGINE_KEY = TEST_SECRETS[1], TEST_SECRETS[0]
 

@@ -10,8 +10,8 @@ import jsonschema
 import pytest
 import yaml
 
-from conftest import require_binary
-from render.render_testkit import COMPOSE_SCHEMA, GiB, MiB, load_ansible_yaml
+from kits.parts import require_binary
+from kits.render import COMPOSE_SCHEMA, GiB, MiB, load_ansible_yaml
 from seatplan.engine.command import MODULE_LAUNCHER, engine_command, shell_line, unsupported_flags
 from seatplan.errors import SeatplanError
 from seatplan.render.bundle import render_files

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from integration.rollout import run_seatplan
+from kits.rollout import run_seatplan
 from seatplan.documents.plan import Plan
 
 

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, require
-from report.browser import open_page
-from report.night import NightDocuments, seatplan
+from kits.browser import open_page
+from kits.night import NightDocuments, seatplan
+from kits.parts import require
+from kits.paths import REPO_ROOT
 
 ARTIFACTS = Path(os.environ.get("SEATPLAN_TEST_ARTIFACTS", REPO_ROOT / "test-artifacts"))
 EXPECTED_FIGURES = ["memory", "frontier", "kv", "history", "lengths", "inflight", "runaways"]

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import numpy as np
 import pytest
 
-from report.night import NightDocuments
+from kits.night import NightDocuments
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.series import SERIES_BINS, compact_series
 from seatplan.report.figures import (

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, require, require_binary
-
-from .pg_cluster import INITDB_CANDIDATES, running_cluster, spendlogs_ddl
+from kits.parts import free_port, require, require_binary
+from kits.pg_cluster import INITDB_CANDIDATES, running_cluster, spendlogs_ddl
 
 
 @pytest.fixture(scope="session")

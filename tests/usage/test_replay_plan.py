@@ -10,11 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+from kits.spend_scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, T0, UNTIL, Call, insert_calls, write_csv
+from kits.usage import figures, usage_report
 from seatplan.documents.fleet import Policy
 from seatplan.usage.queries import Window
-
-from .helpers import figures, usage_report
-from .scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, T0, UNTIL, Call, insert_calls, write_csv
 
 MODELS = Path(__file__).resolve().parents[1] / "fixtures" / "models"
 QWEN3_8B_BYTES_PER_BLOCK = 36 * 8 * 128 * 2 * 2 * 16  # layers x KV heads x head size x (K, V) x bf16 x 16 tokens
@@ -156,7 +155,7 @@ def test_usage_table_shows_the_replay_peak(tmp_path: Path) -> None:
 
 
 def test_the_shipped_replay_example_is_this_scenario(tmp_path: Path) -> None:
-    """examples/replay/ (docs/usage.md's KV replay example, run by tests/report/test_doc_examples.py) holds these
+    """examples/replay/ (docs/usage.md's KV replay example, run by tests/docs/test_doc_examples.py) holds these
     three calls and the 300-block pin: regenerated here byte for byte, so the page and this test tell one story."""
     shipped = Path(__file__).resolve().parents[2] / "examples" / "replay"
     assert write_csv(STACKED, tmp_path / "spend.csv").read_bytes() == (shipped / "spend-logs.csv").read_bytes()

@@ -27,15 +27,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from conftest import free_port, run_cli
+from kits.cli import run_cli
+from kits.parts import free_port
+from kits.spend_scenario import BROWSER, EMBED_GROUP, EMBED_MODEL, HTTPX, OPENAI, T0, TEAM_IDS, Call, _api_time, export_csv, insert_calls
+from kits.usage import figures, usage_report
 from seatplan.errors import SeatplanError
-from seatplan.usage import report
+from seatplan.usage import summary
 from seatplan.usage.queries import Window
-from seatplan.usage.seats import SeatMap
+from seatplan.usage.seat_map import SeatMap
 from seatplan.usage.sweep import default_runaway_rule
-
-from .helpers import figures, usage_report
-from .scenario import BROWSER, EMBED_GROUP, EMBED_MODEL, HTTPX, OPENAI, T0, TEAM_IDS, Call, _api_time, export_csv, insert_calls
 
 pytestmark = pytest.mark.postgres
 
@@ -208,7 +208,7 @@ def test_the_api_gives_the_database_and_csv_figures(drawn, tmp_path: Path, monke
 def test_an_open_window_reads_every_row(drawn, monkeypatch) -> None:
     dsn, _, server, _ = drawn
     monkeypatch.setenv("SPEND_KEY", KEY)
-    from_api = report.usage_report(f"http://127.0.0.1:{server.server_port}", Window(), SeatMap(), default_runaway_rule(None),
+    from_api = summary.summarize_usage(f"http://127.0.0.1:{server.server_port}", Window(), SeatMap(), default_runaway_rule(None),
                                    key_env="SPEND_KEY")
     assert same_figures(figures(from_api), figures(usage_report(dsn, Window())))
 

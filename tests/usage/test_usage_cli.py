@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from kits.spend_scenario import CHAT_MODEL, SCENARIO, insert_calls, write_csv
 from seatplan.usage.cli import resolve_window
-
-from .scenario import CHAT_MODEL, SCENARIO, insert_calls, write_csv
 
 WINDOW_FLAGS = ["--since", "2026-11-23T00:16:40", "--until", "2026-11-23T10:00:00Z"]
 

@@ -20,17 +20,16 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conftest import require
+from kits.parts import require
+from kits.spend_scenario import SCENARIO, write_csv
+from kits.usage import figures, usage_report
 from seatplan.usage import csvscan
 from seatplan.usage.queries import METADATA_KEYS, Window
-from seatplan.usage.report import collect_usage
 from seatplan.usage.rows import MISSING
-from seatplan.usage.seats import SeatMap
+from seatplan.usage.seat_map import SeatMap
 from seatplan.usage.sources import _csv_header, open_source
+from seatplan.usage.summary import collect_usage
 from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
-
-from .helpers import figures, usage_report
-from .scenario import SCENARIO, write_csv
 
 COLUMNS = ("request_id", "api_key", "prompt_tokens", "completion_tokens", "startTime", "endTime", "model", "model_group",
            "user", "metadata", "cache_hit", "request_tags", "team_id", "requester_ip_address", "messages", "status")

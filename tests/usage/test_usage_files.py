@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from kits.spend_scenario import CHAT_MODEL, SCENARIO, SINCE, UNTIL, write_csv
+from kits.usage import figures, usage_report
 from seatplan.errors import SeatplanError
 from seatplan.usage.queries import Window
-
-from .helpers import figures, usage_report
-from .scenario import CHAT_MODEL, SCENARIO, SINCE, UNTIL, write_csv
 
 WINDOW = Window(since=SINCE, until=UNTIL)
 
@@ -82,7 +81,7 @@ def test_broken_metadata_json_reads_as_no_metadata(scenario_csv: Path) -> None:
 
 def test_jsonl_broken_and_blank_lines(scenario_csv: Path, tmp_path: Path) -> None:
     reference = figures(usage_report(scenario_csv, WINDOW))
-    from .scenario import spend_log_row
+    from kits.spend_scenario import spend_log_row
 
     def api_line(call) -> str:
         row = spend_log_row(call)

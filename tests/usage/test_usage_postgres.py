@@ -6,13 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from kits.pg_cluster import SPENDLOGS_SQL
+from kits.spend_scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, UNTIL, export_csv, export_jsonl, insert_calls
+from kits.usage import figures, usage_report
 from seatplan.errors import SeatplanError
 from seatplan.usage.queries import Window
 from seatplan.usage.sources import open_source
-
-from .helpers import figures, usage_report
-from .pg_cluster import SPENDLOGS_SQL
-from .scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, UNTIL, export_csv, export_jsonl, insert_calls
 
 pytestmark = pytest.mark.postgres
 WINDOW = Window(since=SINCE, until=UNTIL)
@@ -163,7 +162,7 @@ def test_missing_table_and_bad_dsn_are_user_errors(new_spend_database, postgres_
 
 def _busy_table(new_spend_database) -> str:
     """The scenario plus 3000 more calls from many clients: the table spans dozens of heap pages."""
-    from .scenario import Call
+    from kits.spend_scenario import Call
 
     dsn = new_spend_database()
     filler = [Call(f"fill-{number}", 1000 + number * 7 % 30000, 1000 + number * 7 % 30000 + number % 50, number % 900,
@@ -195,8 +194,7 @@ def test_helper_connection_reads_the_same_snapshot(new_spend_database, monkeypat
     import psycopg
 
     import seatplan.usage.postgres as postgres
-
-    from .scenario import Call
+    from kits.spend_scenario import Call
 
     dsn = _busy_table(new_spend_database)
     before = usage_report(dsn, WINDOW).models[CHAT_MODEL].calls

@@ -1,6 +1,6 @@
 """Database passwords: from the environment or libpq's own files, never from a flag; never printed, written or raised.
 
-Every test here hands seatplan one of conftest.TEST_SECRETS; the session's last check (conftest's
+Every test here hands seatplan one of kits.leaks.TEST_SECRETS; the session's last check (conftest's
 no_secret_in_any_artefact) scans every file the suite left for them.
 """
 
@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FORMAT_FIXTURES, TEST_SECRETS, free_port
-from harden.hostile import seatplan
+from kits.hostile import seatplan
+from kits.leaks import TEST_SECRETS
+from kits.parts import free_port
+from kits.paths import FORMAT_FIXTURES
 from seatplan.errors import SeatplanError
 from seatplan.secrets import read_secret, redact_dsn, scrub
 
@@ -62,7 +64,7 @@ def test_a_non_url_in_the_environment_is_refused_without_echoing_the_password(mo
 def test_the_report_names_the_database_with_the_password_hidden(new_spend_database, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The real server (trust authentication here, so the password travels and is ignored)."""
-    from .scenario import SCENARIO, insert_calls
+    from kits.spend_scenario import SCENARIO, insert_calls
 
     plain = new_spend_database()
     insert_calls(plain, SCENARIO[:3])

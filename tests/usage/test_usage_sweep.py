@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kits.spend_scenario import CHAT_MODEL, T0, Call, write_csv
+from kits.usage import usage_report
 from seatplan.documents.usage import RunawayGroup
 from seatplan.usage.queries import Window
 from seatplan.usage.sweep import (
@@ -25,9 +27,6 @@ from seatplan.usage.sweep import (
     summarize_keys,
     token_percentiles,
 )
-
-from .helpers import usage_report
-from .scenario import CHAT_MODEL, T0, Call, write_csv
 
 
 def at(seconds: float) -> datetime:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODEL_FIXTURES, free_port
-from plan.plan_testkit import run_cli
+from kits.cli import run_cli
+from kits.parts import free_port
+from kits.paths import MODEL_FIXTURES
 
 GEMMA_27B = MODEL_FIXTURES / "google--gemma-3-27b-it"
 QWEN3_8B = MODEL_FIXTURES / "Qwen--Qwen3-8B"

@@ -1,6 +1,6 @@
 """verify's live probes are bounded, and its gateway key stays secret.
 
-A stand-in server (tests/verify/standin_server.py; no real engine hangs or floods on demand) hangs, trickles an
+A stand-in server (tests/kits/standin_server.py; no real engine hangs or floods on demand) hangs, trickles an
 endless body, floods, or echoes the key it was sent. verify runs as a subprocess (`python -m seatplan.cli verify`):
 it must end with failed checks (exit 1), never hang, and send a bounded number of requests. The key comes from
 `--key-env` or `--key-file` and is never in verify's output, even when the gateway quotes it back.
@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODEL_FIXTURES, TEST_SECRETS
-from plan.plan_testkit import one_host, run_cli, write_fleet
-from verify.standin_server import StandIn
+from kits.cli import run_cli
+from kits.leaks import TEST_SECRETS
+from kits.paths import MODEL_FIXTURES
+from kits.plan import one_host, write_fleet
+from kits.standin_server import StandIn
 
 QWEN3_8B = MODEL_FIXTURES / "Qwen--Qwen3-8B"
 API_KEY = TEST_SECRETS[1]

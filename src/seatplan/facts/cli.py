@@ -59,7 +59,7 @@ def model_command(
         attention_backend=attention_backend,
     )
     from seatplan.facts.api import load_model_facts
-    from seatplan.facts.report import model_document
+    from seatplan.facts.document import model_document
 
     facts = load_model_facts(model, settings)
     document = model_document(facts, budget, length)
@@ -68,7 +68,7 @@ def model_command(
 
         emit_json(document)
         return
-    from seatplan.facts.report import print_breakdown
+    from seatplan.facts.show import print_breakdown
 
     print_breakdown(facts, document, wide)
 

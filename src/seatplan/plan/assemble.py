@@ -21,7 +21,7 @@ from seatplan.documents.plan import (
 from seatplan.engine.command import engine_command, unsupported_flags
 from seatplan.plan import utilisation
 from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label
-from seatplan.plan.seats import GpuKey, SizedSeat
+from seatplan.plan.size_seat import GpuKey, SizedSeat
 from seatplan.units import human_bytes
 from seatplan.versions import has, modelled
 

@@ -75,7 +75,7 @@ def plan_command(
         emit_json(plan)
     else:
         from seatplan.output import console
-        from seatplan.plan.report import print_plan
+        from seatplan.plan.show import print_plan
 
         out = console(wide)
         print_plan(out, plan)
@@ -118,7 +118,7 @@ def explain_command(
         emit_json(entry)
         return
     from seatplan.output import console
-    from seatplan.plan.report import explanation_renderable
+    from seatplan.plan.show import explanation_renderable
 
     out = console(wide)
     out.print(explanation_renderable(entry, out.width), soft_wrap=True)
@@ -173,7 +173,7 @@ def fit_command(
         emit_json(report)
     else:
         from seatplan.output import console
-        from seatplan.plan.report import print_fit
+        from seatplan.plan.show import print_fit
 
         print_fit(console(wide), report)
     shortfall = fit_shortfall(report, tensor_parallel_size)

@@ -9,7 +9,7 @@ from seatplan.documents.fleet import Fleet, SeatSpec
 from seatplan.documents.plan import ExplanationLine
 from seatplan.plan.assemble import seat_demand
 from seatplan.plan.placement import PlacementResult, SeatDemand
-from seatplan.plan.seats import SizedSeat
+from seatplan.plan.size_seat import SizedSeat
 from seatplan.units import human_bytes
 
 

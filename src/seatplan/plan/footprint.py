@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from seatplan import versions
 from seatplan.documents.observed import ObservedSeat
-from seatplan.documents.plan import Basis, FootprintPart
+from seatplan.documents.plan import Basis, FootprintPart, PlannedSeat
 from seatplan.engine.settings import BatchDefaults
 from seatplan.facts.models import ModelShape
 from seatplan.units import GiB
@@ -120,12 +120,22 @@ def intermediate_per_token(shape: ModelShape) -> int:
     return shape.intermediate_size or 4 * shape.hidden_size
 
 
+def sampler_peak_bytes(bytes_per_row_vocab: float, vocab_size: int, max_num_seqs: int, max_num_batched_tokens: int) -> float:
+    """Full-vocab logits for each row the sampler takes at once: one per sequence, at most one per batched token."""
+    return bytes_per_row_vocab * min(max_num_seqs, max_num_batched_tokens) * vocab_size
+
+
+def forward_peak_bytes(bytes_per_token_intermediate: float, max_num_batched_tokens: int, intermediate_per_rank: int) -> float:
+    """The forward pass's MLP activations for a full batch of tokens on one rank."""
+    return bytes_per_token_intermediate * max_num_batched_tokens * intermediate_per_rank
+
+
 def activation_part(shape: ModelShape, limits: EngineLimits, tensor_parallel_size: int, profile: OverheadProfile) -> FootprintPart:
     """The profile run's peak: full-vocab sampler logits on every rank, or the forward pass, whichever is larger."""
-    sampler_rows = min(limits.max_num_seqs, limits.max_num_batched_tokens)
-    sampler_bytes = profile.sampler_bytes_per_row_vocab * sampler_rows * shape.vocab_size
+    sampler_bytes = sampler_peak_bytes(profile.sampler_bytes_per_row_vocab, shape.vocab_size, limits.max_num_seqs,
+                                       limits.max_num_batched_tokens)
     intermediate_per_rank = intermediate_per_token(shape) // tensor_parallel_size
-    forward_bytes = profile.forward_bytes_per_token_intermediate * limits.max_num_batched_tokens * intermediate_per_rank
+    forward_bytes = forward_peak_bytes(profile.forward_bytes_per_token_intermediate, limits.max_num_batched_tokens, intermediate_per_rank)
     moe_bytes = profile.moe_activation_extra_gib * GiB if is_moe(shape) else 0.0
     driver = "sampler (max_num_seqs × vocab)" if sampler_bytes >= forward_bytes else "forward (max_num_batched_tokens × intermediate)"
     return FootprintPart(
@@ -143,6 +153,36 @@ def activation_part(shape: ModelShape, limits: EngineLimits, tensor_parallel_siz
         },
         note=f"driven by the {driver}; {limits.source}; profile {profile.name}",
     )
+
+
+LEVER_SEQS = 256  # vLLM's max_num_seqs default before 0.11's larger server defaults; a common setting
+
+
+def levers(seat: PlannedSeat) -> list[tuple[str, int]]:
+    """What each fleet-file change would take off this seat's footprint per GPU: labelled estimates from the
+    parts' own inputs (the activation peak of :func:`activation_part` at fewer sequences; KV bytes halve at
+    half the bytes per element or, for full attention, at half the context)."""
+    parts = {part.name: part for part in seat.footprint_parts}
+    found: list[tuple[str, int]] = []
+    activation = parts.get("activation_peak")
+    if activation is not None and int(activation.inputs.get("max_num_seqs") or 0) > LEVER_SEQS:
+        values = {key: float(value) for key, value in activation.inputs.items() if isinstance(value, (int, float))}
+        batched, seqs, vocab = int(values["max_num_batched_tokens"]), int(values["max_num_seqs"]), int(values["vocab_size"])
+        forward = forward_peak_bytes(values["forward_bytes_per_token_intermediate"], batched, int(values["intermediate_per_rank"]))
+        per_row = values["sampler_bytes_per_row_vocab"]
+        before = max(sampler_peak_bytes(per_row, vocab, seqs, batched), forward)
+        after = max(sampler_peak_bytes(per_row, vocab, LEVER_SEQS, batched), forward)
+        if before > after:
+            found.append((f"max_num_seqs: {LEVER_SEQS} (from {seqs:,}): less activation", int(before - after)))
+    kv = parts.get("kv_cache")
+    if kv is not None and kv.bytes > 0:
+        found.append(("kv_cache_dtype: fp8 (a 16-bit KV cache)", kv.bytes // 2))
+        if seat.max_model_len:
+            found.append((f"max_model_len: {seat.max_model_len // 2} (half the context; full-attention layers)", kv.bytes // 2))
+    weights = parts.get("weights")
+    if weights is not None and seat.tensor_parallel_size == 1:
+        found.append(("tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", weights.bytes // 2))
+    return found
 
 
 def vllm_footprint(

@@ -22,7 +22,7 @@ from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
 from seatplan.plan.contexts import lower_raised_contexts
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.placement import place
-from seatplan.plan.seats import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat
+from seatplan.plan.size_seat import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat
 from seatplan.units import human_bytes
 
 

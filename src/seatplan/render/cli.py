@@ -153,7 +153,7 @@ def diff_command(
         emit_json(report)
     else:
         from seatplan.output import console
-        from seatplan.render.report import print_diff
+        from seatplan.render.show import print_diff
 
         print_diff(console(), report)
     if report.changed:

@@ -108,9 +108,9 @@ def usage_command(
     from seatplan.fileio import atomic_write_json
     from seatplan.output import console, emit_json, progress
     from seatplan.usage.queries import Window
-    from seatplan.usage.report import require_calls, usage_report
-    from seatplan.usage.seats import SeatMap, load_seat_map
+    from seatplan.usage.seat_map import SeatMap, load_seat_map
     from seatplan.usage.sources import require_records, resolve_source
+    from seatplan.usage.summary import require_calls, summarize_usage
     from seatplan.usage.sweep import default_runaway_rule
 
     window = resolve_window(since, until, days, datetime.now(UTC).replace(tzinfo=None))
@@ -120,8 +120,8 @@ def usage_command(
     rule = default_runaway_rule(runaway_tokens)
     with progress("reading the spend logs", enabled=not as_json):
         window, anchor = anchor_days(window, days, until, resolved,
-                                     lambda: usage_report(resolved, Window(), seat_map, rule, key_env=key_env, key_file=key_file))
-        report = usage_report(resolved, window, seat_map, rule, key_env=key_env, key_file=key_file)
+                                     lambda: summarize_usage(resolved, Window(), seat_map, rule, key_env=key_env, key_file=key_file))
+        report = summarize_usage(resolved, window, seat_map, rule, key_env=key_env, key_file=key_file)
     report.window.days_counted_back_from = anchor
     require_calls(report)
     if output is not None:
@@ -129,9 +129,9 @@ def usage_command(
     if as_json:
         emit_json(report)
         return
-    from seatplan.usage.tables import render_report
+    from seatplan.usage.show import print_usage
 
-    render_report(report, console(wide))
+    print_usage(report, console(wide))
     if output is not None:
         console().print(f"wrote {output}")
 

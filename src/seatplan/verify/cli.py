@@ -53,7 +53,7 @@ def verify_command(
         emit_json(report)
     else:
         from seatplan.output import console
-        from seatplan.verify.report import print_verify
+        from seatplan.verify.show import print_verify
 
         print_verify(console(wide), report)
     if not report.ok:
@@ -90,6 +90,6 @@ def upgrade_check_command(
         emit_json(report)
     else:
         from seatplan.output import console
-        from seatplan.verify.report import print_upgrade
+        from seatplan.verify.show import print_upgrade
 
         print_upgrade(console(wide), report)

@@ -1,0 +1,76 @@
+"""How ``seatplan model`` prints for people: a readable Rich breakdown of the model document (``document.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from seatplan.facts.models import ModelFacts
+from seatplan.units import human_bytes
+
+
+def layer_list(layers: list[int]) -> str:
+    """``0-47``, ``3,7,...,47 (every 4)`` or a short explicit list."""
+    if len(layers) == 1:
+        return str(layers[0])
+    steps = {b - a for a, b in zip(layers, layers[1:])}
+    if steps == {1}:
+        return f"{layers[0]}-{layers[-1]}"
+    if len(steps) == 1 and len(layers) > 3:
+        return f"{layers[0]},{layers[1]},...,{layers[-1]} (every {steps.pop()})"
+    return ",".join(str(layer) for layer in layers)
+
+
+def print_breakdown(facts: ModelFacts, document: dict[str, Any], wide: bool = False) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from seatplan.output import console, fit_table
+
+    out = console(wide)
+    settings = facts.settings
+    out.print(f"[bold]{escape(facts.model)}[/]  {escape(facts.architecture)} ({escape(facts.model_type)})")
+    out.print(
+        f"  vLLM {settings.vllm_version} on {settings.device}, TP {settings.tensor_parallel_size}, dtype {facts.dtype}, "
+        f"KV {facts.kv_cache_dtype} ({facts.kv_dtype_bytes} B), KV heads/rank {facts.kv_heads_per_rank}, "
+        f"prefix caching {'on' if settings.prefix_caching else 'off'}, in-flight tokens {settings.in_flight_tokens:,}"
+    )
+    length = document["max_model_len"]
+    table = Table(title=f"KV cache groups (per GPU, at max_model_len {length:,})")
+    for column in ("kind", "layers", "count", "padding", "block size", "page bytes", "blocks/request"):
+        table.add_column(column, justify="left" if column in ("kind", "layers") else "right")
+    for group in facts.layer_groups:
+        table.add_row(group.kind, layer_list(group.layers), str(len(group.layers)), str(group.padding_layers),
+                      str(group.block_size), f"{group.page_bytes:,}",
+                      str(group.spec.blocks_per_request(length, settings.in_flight_tokens)))
+    # The block size is printed below the table too; padding is the least telling column.
+    out.print(fit_table(table, out.width, ("padding", "block size")))
+    out.print(f"  KV bytes per token      {facts.kv_bytes_per_token:,} B ({human_bytes(facts.kv_bytes_per_token)})")
+    if facts.state_bytes_per_request:
+        out.print(f"  recurrent state/request {facts.state_bytes_per_request:,} B ({human_bytes(facts.state_bytes_per_request)})")
+    out.print(f"  block size              {facts.block_size} tokens, {facts.bytes_per_block:,} B per block")
+    out.print(f"  one {length:,}-token request  {document['blocks_per_request']:,} blocks, {human_bytes(document['request_kv_bytes'])}"
+              f" (smallest budget that boots: {human_bytes(document['min_kv_cache_bytes'])})")
+    if document["num_blocks"] is not None:
+        out.print(f"  budget {human_bytes(document['kv_cache_memory_bytes'])}: {document['num_blocks']:,} blocks; "
+                  f"longest max_model_len that fits: {document['max_model_len_fit']:,}")
+        style = "green" if document["fits_one_request"] else "red"
+        out.print(f"  [{style}]{document['log_line']}[/]")
+    else:
+        out.print("  (give --kv-cache-memory-bytes for blocks, tokens and concurrency)")
+    source = f"exact, {facts.weights_source}" if facts.weights_exact else facts.weights_source
+    out.print(f"  weights per GPU         {human_bytes(facts.weights_bytes)} as loaded ({escape(facts.weights_rule)}); "
+              f"{human_bytes(facts.weights_stored_bytes or facts.weights_bytes)} as stored ({escape(source)}); "
+              f"{facts.shape.total_params / 1e9:.2f}B params, {facts.shape.active_params / 1e9:.2f}B active")
+    published = f"{facts.max_context_published:,}" if facts.max_context_published else "unknown"
+    out.print(f"  context                 derived {facts.max_context_derived:,}, default {facts.max_context_default:,}, "
+              f"published {published}")
+    if facts.yarn:
+        yarn = facts.yarn
+        state = "enabled" if yarn.enabled else "not enabled"
+        out.print(f"  YaRN ({state})          x{yarn.factor:g} from {yarn.original_max_position_embeddings:,} → "
+                  f"{yarn.extended_max_model_len:,} tokens, {human_bytes(yarn.extended_request_kv_bytes)} KV per request"
+                  + (" (needs VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)" if yarn.needs_long_max_model_len_env else ""))
+    for note in facts.notes:
+        out.print(f"  [dim]vLLM: {note}[/]")
+    for warning in document["warnings"]:
+        out.print(f"  [yellow]warning: {warning}[/]")

@@ -1,0 +1,255 @@
+"""Rich tables for a plan, a seat's explanation and a fit report (people's view; ``--json`` prints the documents)."""
+
+from __future__ import annotations
+
+import shlex
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from seatplan.documents.plan import FitReport, Plan, PlannedSeat
+from seatplan.output import fit_table
+from seatplan.plan.footprint import levers
+from seatplan.units import GiB, human_bytes
+
+PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
+# Columns left out first when a table does not fit the terminal (least important first); names and figures that
+# remain are never cut, and the caption names what was left out (output.fit_table). The footprint's parts add up
+# to its total, so none of them is dropped: the table stacks instead.
+GPU_DROP = ("headroom", "reserved", "name")
+FOOTPRINT_DROP = ("basis",)
+SEAT_DROP = ("util", "conc.", "boot", "KV GiB", "KV tokens")
+PART_TITLES = {"cuda_context": "ctx", "nccl_allreduce": "NCCL", "weights": "weights", "activation_peak": "activ.",
+    "cuda_graphs": "graphs", "kv_cache": "KV", "creep_allowance": "creep", "observed_non_kv": "obs. non-KV", "declared_cap": "declared"}
+
+
+def gib(num_bytes: int | None) -> str:
+    return "-" if num_bytes is None else f"{num_bytes / GiB:.2f}"
+
+
+def headline(plan: Plan) -> str:
+    if plan.infeasible is not None:
+        return "the fleet does not fit"
+    if plan.worst_case_spare_bytes is None:
+        return "no layout found within the time limit"
+    proof = "proven optimal" if plan.optimal else f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)}, gap {gap(plan)})"
+    return f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s, {moves_said(plan)})"
+
+
+def moves_said(plan: Plan) -> str:
+    """Moves count only against a known current layout (issue 18): without one, "0 moves" would say nothing."""
+    if plan.inputs.current_from is None:
+        return "no current layout: pass --current PLAN|DIR to count moves"
+    said = f"{plan.moves} move(s)"
+    return said if plan.restarts is None else f"{said}, {len(plan.restarts)} restart(s)" + (f": {', '.join(plan.restarts)}" if plan.restarts else "")
+
+
+def gap(plan: Plan) -> str:
+    """How far the worst-case spare can at most be from the optimum: bound − spare, and as a share of the bound."""
+    if plan.bound_bytes is None or plan.worst_case_spare_bytes is None:
+        return "unknown"
+    missing = max(0, plan.bound_bytes - plan.worst_case_spare_bytes)
+    share = f" = {100 * missing / plan.bound_bytes:.2f} %" if plan.bound_bytes > 0 else ""
+    return f"≤ {human_bytes(missing)}{share}"
+
+
+def frontier_table(plan: Plan) -> Table:
+    table = Table(title="Spare against moves from current_layout (each move restarts that seat elsewhere)", title_justify="left")
+    for column in ("at most", "moves", "worst spare GiB", "proven", "seats that move"):
+        table.add_column(column, justify="left" if column == "seats that move" else "right")
+    taken = plan.moves
+    for point in plan.frontier:
+        mark = " ←" if point.moves == taken and point.worst_case_spare_bytes == plan.worst_case_spare_bytes else ""
+        table.add_row(str(point.max_moves), f"{point.moves}{mark}", gib(point.worst_case_spare_bytes), "yes" if point.proven else "no", ", ".join(point.moved) or "-")
+    return table
+
+
+def gpu_table(plan: Plan) -> Table:
+    table = Table(title="GPUs at plateau (GiB)", title_justify="left")
+    for column in ("GPU", "name", "total", "reserved", "seats", "used", "spare", "headroom"):
+        table.add_column(column, justify="right" if column in ("total", "reserved", "used", "spare", "headroom") else "left")
+    for gpu in plan.gpus:
+        seats = "[dim]keep clear[/]" if gpu.keep_clear and not gpu.seats else ", ".join(gpu.seats) or "-"
+        spare = gib(gpu.spare_bytes)
+        if plan.worst_case_gpu == f"{gpu.host}:{gpu.index}":
+            spare = f"[bold]{spare}[/]"
+        table.add_row(f"{gpu.host}:{gpu.index}", gpu.name, gib(gpu.total_bytes), gib(gpu.reserved_bytes), seats, gib(gpu.used_bytes), spare, gib(gpu.headroom_bytes))
+    return table
+
+
+def footprint_table(plan: Plan) -> Table:
+    used = [name for name in PART_COLUMNS if any(part.name == name for seat in plan.seats for part in seat.footprint_parts)]
+    table = Table(title="Footprint per GPU of each seat (GiB; estimate = labelled estimate, exact = pinned/measured)", title_justify="left")
+    table.add_column("seat")
+    for name in used:
+        table.add_column(PART_TITLES[name], justify="right")
+    table.add_column("total", justify="right")
+    table.add_column("basis")
+    for seat in plan.seats:
+        by_name = {part.name: part for part in seat.footprint_parts}
+        cells = [_part_cell(by_name.get(name)) for name in used]
+        table.add_row(seat.name, *cells, f"[bold]{gib(seat.footprint_bytes)}[/]", seat.footprint_basis)
+    return table
+
+
+def _part_cell(part) -> str:
+    if part is None:
+        return "-"
+    return gib(part.bytes) + ("~" if part.basis == "estimate" else "")
+
+
+def seat_table(plan: Plan) -> Table:
+    table = Table(title="Seats", title_justify="left")
+    for column in ("boot", "seat", "GPUs", "KV bytes", "KV GiB", "max_model_len", "output cap", "KV tokens", "conc.", "util"):
+        table.add_column(column, justify="left" if column in ("seat", "GPUs") else "right")
+    for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
+        table.add_row(
+            str(seat.boot_order),
+            seat.name,
+            ",".join(seat.gpus) or "-",
+            f"{seat.kv_cache_memory_bytes:,}" if seat.kv_cache_memory_bytes is not None else "-",
+            gib(seat.kv_cache_memory_bytes),
+            f"{seat.max_model_len:,}" if seat.max_model_len else "-",
+            f"{seat.max_new_tokens:,}" if seat.max_new_tokens else "-",
+            f"{seat.kv_cache_tokens:,}" if seat.kv_cache_tokens is not None else "-",
+            f"{seat.max_concurrency:.2f}x" if seat.max_concurrency is not None else "-",
+            f"{seat.gpu_memory_utilization:.3f}" if seat.gpu_memory_utilization is not None else "-",
+        )
+    return table
+
+
+def replay_table(plan: Plan) -> Table | None:
+    """The usage stage's replay at each seat's planned KV (``kv_replay`` lines; ``plan --usage``)."""
+    lines = [(seat.name, line) for seat in plan.seats for line in seat.explanation if line.rule == "kv_replay" and "usable_blocks" in line.inputs]
+    if not lines:
+        return None
+    table = Table(title="The window's requests replayed against each KV cache (blocks in flight; an upper bound: no prefix-cache credit)", title_justify="left")
+    for column in ("seat", "KV GiB", "usable blocks", "peak blocks", "peak at", "min above", "waited", "smallest KV GiB (rounded)", "rule's KV GiB"):
+        table.add_column(column, justify="left" if column in ("seat", "peak at") else "right")
+    for name, line in lines:
+        values = line.inputs
+        bound = "" if values["exact"] else "≤ "
+        table.add_row(
+            name, gib(int(values["kv_cache_memory_bytes"] or 0)), f"{values['usable_blocks']:,}", f"{values['peak_blocks']:,}", str(values["peak_at"]),
+            f"{bound}{float(values['minutes_above'] or 0):,.2f}", f"{bound}{values['waited_requests']:,}",
+            f"{gib(int(values['smallest_kv_bytes'] or 0))} ({gib(int(values['smallest_kv_bytes_rounded'] or 0))})", gib(int(values["rule_kv_bytes"] or 0)),
+        )
+    return table
+
+
+def command_line(seat: PlannedSeat) -> str:
+    env = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(seat.env.items()))
+    return f"{env} {shlex.join(seat.vllm_args)}".strip()
+
+
+def print_plan(console: Console, plan: Plan) -> None:
+    console.print(Text(headline(plan), style="bold green" if plan.infeasible is None and plan.optimal else "bold yellow"))
+    if plan.infeasible is not None:
+        print_infeasible(console, plan)
+        return
+    if plan.worst_case_spare_bytes is None:
+        return
+    console.print(fit_table(gpu_table(plan), console.width, GPU_DROP))
+    console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP, stack=True))
+    console.print(fit_table(seat_table(plan), console.width, SEAT_DROP))
+    replayed = replay_table(plan)
+    if replayed is not None:
+        console.print(fit_table(replayed, console.width))
+    console.print(Text("Command lines (in boot order; start each when the one before it is ready)", style="bold"))
+    for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
+        if seat.vllm_args:
+            console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(command_line(seat)), soft_wrap=True)
+        else:
+            console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(f"fixed seat, {gib(seat.footprint_bytes)} GiB on {', '.join(seat.gpus)}"))
+    if len(plan.frontier) > 1:
+        console.print(frontier_table(plan))
+    if plan.chosen_because:
+        console.print(Text(f"layout taken from the frontier: {plan.chosen_because}", style="bold"), soft_wrap=True)
+    if plan.runner_ups:
+        table = Table(title="Runner-up layouts", title_justify="left")
+        for column in ("#", "worst spare GiB", "moves", "why it lost"):
+            table.add_column(column)
+        for rank, alternative in enumerate(plan.runner_ups, start=2):
+            table.add_row(str(rank), gib(alternative.worst_case_spare_bytes), str(alternative.moves), alternative.why_lost)
+        console.print(fit_table(table, console.width))
+    for warning in plan.warnings:
+        console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
+
+
+def print_infeasible(console: Console, plan: Plan) -> None:
+    assert plan.infeasible is not None
+    console.print(Text(plan.infeasible.summary), soft_wrap=True)
+    table = Table(title="Seats that do not fit", title_justify="left")
+    for column in ("seat", "footprint GiB", "closest GPU", "short by GiB", "why"):
+        table.add_column(column)
+    for seat in plan.infeasible.seats:
+        table.add_row(seat.name, gib(seat.footprint_bytes), seat.best_gpu or "-", gib(seat.short_by_bytes), seat.reason)
+    console.print(fit_table(table, console.width))
+    console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP, stack=True))
+    console.print(fit_table(lever_table(plan), console.width, stack=True))
+    for seat in plan.infeasible.seats:
+        if seat.rejections:
+            console.print(Text(f"{seat.name}, GPU by GPU:", style="bold"))
+            for verdict in seat.rejections:
+                console.print(Text(f"  {verdict.gpu}: {verdict.reason}"), soft_wrap=True)
+
+
+def lever_table(plan: Plan) -> Table:
+    assert plan.infeasible is not None
+    table = Table(title="What would make room (per GPU; estimates)", title_justify="left")
+    for column in ("seat", "change in the fleet file", "frees GiB", "short by GiB"):
+        table.add_column(column, justify="right" if "GiB" in column else "left")
+    for short in plan.infeasible.seats:
+        seat = plan.seat(short.name)
+        for lever, freed_bytes in levers(seat) if seat is not None else []:
+            table.add_row(short.name, lever, f"{freed_bytes / GiB:.2f}~", gib(short.short_by_bytes))
+    return table
+
+
+def explanation_renderable(seat: PlannedSeat, width: int = 80) -> Group:
+    """Each rule as a short paragraph: result, why, and the numbers it used."""
+    items: list = [Text(f"{seat.name}: why these numbers", style="bold")]
+    for line in seat.explanation:
+        items.append(Text.assemble((f"{line.rule}: ", "bold"), line.result))
+        if line.note:
+            items.append(Text(f"    why: {line.note}"))
+        if line.inputs:
+            items.append(Text("    inputs: " + ", ".join(f"{key}={_value(value)}" for key, value in line.inputs.items()), style="dim"))
+    parts = Table(title="footprint parts (per GPU)", title_justify="left")
+    for column in ("part", "bytes", "GiB", "basis", "note"):
+        parts.add_column(column, overflow="fold")
+    for part in seat.footprint_parts:
+        parts.add_row(part.name, f"{part.bytes:,}", gib(part.bytes), part.basis, part.note)
+    items.append(fit_table(parts, width, ("GiB", "basis")))
+    if seat.vllm_args:
+        items.append(Text("command line: " + command_line(seat)))
+    items += [Text(f"warning: {warning}", style="yellow") for warning in seat.warnings]
+    return Group(*items)
+
+
+def _value(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10_000:
+        return f"{value:,}"
+    return str(value)
+
+
+def print_fit(console: Console, report: FitReport) -> None:
+    console.print(
+        Text(
+            f"{report.model}: on {human_bytes(report.gpu_memory_bytes)} per GPU (TP {report.tensor_parallel_size}), "
+            f"the KV cache gets {human_bytes(report.kv_budget_bytes)}; the longest context is {report.largest_max_model_len:,} tokens "
+            f"({report.largest_max_model_len_with_factor:,} with KV sized at {report.kv_factor:g}× one request); "
+            f"at the published {report.published_context:,} tokens: {report.published_max_concurrency:.2f}× concurrency",
+            style="bold",
+        ),
+        soft_wrap=True,
+    )
+    table = Table(title="footprint without KV (per GPU)", title_justify="left")
+    for column in ("part", "GiB", "basis", "note"):
+        table.add_column(column, overflow="fold")
+    for part in report.footprint_parts:
+        table.add_row(part.name, gib(part.bytes), part.basis, part.note)
+    console.print(fit_table(table, console.width))
+    for line in report.explanation:
+        console.print(Text(f"{line.rule}: {line.result}  ({line.note})"), soft_wrap=True)

@@ -1,0 +1,73 @@
+"""scripts/demo.sh says what it does while it installs (issue 21: "85 silent seconds"), then plans the demo fleet.
+
+The script runs for real on a copy of the checkout. What it would download cannot be here (no network on the test
+machines), so the virtualenv it creates and the pip inside it are a stand-in, said so in the stand-in itself: a
+``python`` that answers ``-m venv`` and ``-m pip`` with pip's own kind of lines and hands everything else to this
+interpreter. The test installs nothing; what it checks is the script's side: each step named on stderr before it
+starts, pip's lines passed through (and its download noise not), then the plan on stdout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kits.paths import REPO_ROOT
+
+PIP_LINES = ["Collecting ortools>=9.10", "  Downloading ortools-9.14.6206-cp311-cp311-manylinux_2_27_x86_64.whl (27.9 MB)",
+             "Installing collected packages: ortools, seatplan", "Successfully installed ortools-9.14.6206 seatplan-0.1.0"]
+
+STAND_IN = """#!/bin/sh
+# A stand-in for the python of a fresh .venv: nothing may be downloaded here. `-m venv DIR` makes DIR a .venv whose
+# python is this file; `-m pip install` prints pip's kind of lines and marks seatplan installed; the rest runs the
+# test's interpreter on this checkout's src.
+if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
+  mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && printf '#!/bin/sh\\nexec "%s" -m seatplan.cli "$@"\\n' "$REAL_PYTHON" > "$3/bin/seatplan"
+  chmod +x "$3/bin/python" "$3/bin/seatplan"; exit 0
+fi
+if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
+  printf '%s\\n' {pip_lines}; touch "$INSTALLED_MARK"; exit 0
+fi
+if [ "$1" = "-c" ] && [ ! -e "$INSTALLED_MARK" ]; then exit 1; fi  # `import seatplan` before the install
+exec "$REAL_PYTHON" "$@"
+"""
+
+
+def checkout(root: Path) -> Path:
+    """The script and the demo's data, as a fresh clone holds them."""
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy2(REPO_ROOT / "scripts" / "demo.sh", root / "scripts" / "demo.sh")
+    (root / "examples").symlink_to(REPO_ROOT / "examples")
+    stand_in = root / "stand-in-python"
+    stand_in.write_text(STAND_IN.replace("{pip_lines}", " ".join(f"'{line}'" for line in PIP_LINES)))
+    stand_in.chmod(0o755)
+    return stand_in
+
+
+@pytest.mark.parametrize("state", ["fresh clone", "installed"])
+def test_demo_script_names_each_step_while_it_installs_then_plans(tmp_path: Path, state: str):
+    stand_in = checkout(tmp_path)
+    environment = {**os.environ, "PYTHON": str(stand_in), "REAL_PYTHON": sys.executable, "INSTALLED_MARK": str(tmp_path / "installed"),
+                   "COLUMNS": "100", "PYTHONPATH": os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    if state == "installed":
+        subprocess.run([str(stand_in), "-m", "venv", str(tmp_path / ".venv")], check=True, env=environment, timeout=60)
+        (tmp_path / "installed").touch()
+    done = subprocess.run(["bash", str(tmp_path / "scripts" / "demo.sh"), "--json"], cwd=tmp_path, env=environment,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    steps = [line for line in done.stderr.splitlines() if line.startswith("==> ")]
+    if state == "fresh clone":
+        assert steps == ["==> creating the virtualenv .venv",
+                         "==> installing seatplan and its dependencies into .venv (OR-Tools, DuckDB, plotly, ...; a minute or two)",
+                         "==> seatplan plan examples/demo/fleet.yaml --json"]
+        lines = done.stderr.splitlines()
+        shown = [line for line in PIP_LINES if line in lines]
+        assert shown == [line for line in PIP_LINES if not line.startswith(" ")]  # what pip collects, not its download bars
+        assert lines.index(steps[1]) < lines.index(shown[0]) < lines.index(steps[2])
+    else:
+        assert steps == ["==> seatplan plan examples/demo/fleet.yaml --json"]
+    assert '"worst_case_spare_bytes"' in done.stdout and done.stdout.lstrip().startswith("{")

@@ -1,0 +1,58 @@
+"""Every command's ``--help`` reads whole at 80 columns, with examples under it, and every command has a docs
+entry (a heading in docs/*.md naming it): the sqlite-utils habit of testing the help and the docs together."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import typer.main
+
+from kits.cli import run_cli
+from kits.paths import REPO_ROOT
+from seatplan.cli import app
+from seatplan.clihelp import EXAMPLES
+
+COMMANDS = sorted(typer.main.get_command(app).commands.items())  # type: ignore[attr-defined]
+HEADINGS = [line for page in sorted((REPO_ROOT / "docs").glob("*.md")) for line in page.read_text().splitlines() if line.startswith("#")]
+
+
+def test_every_command_has_examples():
+    assert sorted(EXAMPLES) == sorted(name for name, _ in COMMANDS)
+
+
+@pytest.mark.parametrize("name,command", COMMANDS, ids=[name for name, _ in COMMANDS])
+def test_help_shows_whole_option_names_no_flag_metavar_and_examples(name: str, command, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    done = run_cli(capsys, monkeypatch, name, "--help")
+    assert done.exit_code == 0
+    text = done.stdout
+    assert "…" not in text and "<bool>" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80 or "$ seatplan" in max(text.splitlines(), key=len)
+    for parameter in command.params:
+        for option in parameter.opts + parameter.secondary_opts:
+            if option.startswith("-"):
+                assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", text), f"{name} --help cuts {option}:\n{text}"
+        if getattr(parameter, "is_flag", False) and parameter.opts:
+            line = next(line for line in text.splitlines() if parameter.opts[-1] in line)
+            assert "<" not in line.split(parameter.opts[-1], 1)[1].split("  ")[0], f"{name}: flag {parameter.opts} shows a metavar: {line}"
+    assert "Examples:" in text
+    for example in EXAMPLES[name]:
+        assert f"$ {example}" in text and example.startswith(f"seatplan {name} ")
+
+
+@pytest.mark.parametrize("name", [name for name, _ in COMMANDS])
+def test_every_command_has_a_docs_entry(name: str):
+    assert any(f"seatplan {name}" in heading or f"`{name}`" in heading for heading in HEADINGS), f"no docs/*.md heading names {name}"
+
+
+def test_docs_cite_only_files_in_the_repo():
+    """A page that README.md or docs/*.md links to or cites by section (``VLLM.md §2.1``, ``OVERHEAD.md §5``) is a
+    file of this repository, and no page points outside it (a /work/... path)."""
+    pages = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        assert "/work/" not in text, page.name
+        cited = re.findall(r"\]\(([^)#:]+\.md)", text) + re.findall(r"(?<![\w/.-])([A-Za-z_-]+\.md),? (?:§|part )", text)
+        for name in set(cited):
+            assert (REPO_ROOT / "docs" / name).is_file() or (REPO_ROOT / name).is_file(), f"{page.name} cites {name}, which is not in the repo"

@@ -1,0 +1,53 @@
+"""The real parts a test needs (vLLM, PostgreSQL, Prometheus, ansible-playbook, Chromium …), and the servers it starts.
+
+A test that needs a part calls :func:`require`: on a developer machine without the part it skips with the
+reason; under CI (``CI`` set) a missing part is a failure, so a green CI run always means the real part ran.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+def require(condition: bool, what: str) -> None:
+    if condition:
+        return
+    message = f"needs {what}; run scripts/install-test-deps.sh"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def require_binary(name: str, *candidates: str) -> str:
+    """Path to an executable by name or one of ``candidates`` (globs allowed)."""
+    found = shutil.which(name)
+    if not found:
+        for pattern in candidates:
+            matches = sorted(Path("/").glob(pattern.lstrip("/")))
+            if matches:
+                found = str(matches[-1])
+                break
+    require(found is not None, f"the {name} binary")
+    return found  # type: ignore[return-value]
+
+
+def stop_process(process: subprocess.Popen, grace_s: float = 20) -> None:
+    """End a server a test started, by its own handle: terminate, then kill if it lingers."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

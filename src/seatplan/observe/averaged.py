@@ -10,16 +10,25 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   or a record is near zero (the engine was down for most of the window). The reboot lies somewhere in
   the windows of the falling record and the one before it (unless that one still reads the old level); a boot time from the engines' logs inside
   that span fixes it exactly, else it is fitted (and labelled inferred, with the span).
-* **Model of one boot's life**: the level ``P`` before the reboot ``s``, then ``L + R · shape(t − s)`` less the
-  memory-seconds ``D`` the engine was down and loading, in the records holding the restart. ``L`` is the level at
-  the boot instant (extrapolated: the first post-boot record already holds part of the creep), ``R`` the creep.
-  Shapes: saturating exponential ``1 − exp(−x / τ)`` (with a second, faster stage of time constant τ / FAST_RATIO
-  and its own rise ≥ 0: two-stage) and linear-then-flat ``min(x / T, 1)``. Each record is the mean of the curve
-  over its window (closed-form integrals). For a given ``s`` and τ (or ``T``) the model is linear in ``L``, the
-  rises and ``D`` (all ≥ 0 but ``L``), so those come from non-negative least squares (each record weighted by its
-  window length: equal weight per hour of history); ``s``, τ/``T`` and the shape from a coarse grid, then finer
-  grids around its best point. Fits the records cannot tell apart: the middle reboot time, then the smallest
-  rise they see.
+* **Model of one boot's life**: the level ``P`` before the reboot ``s``, nothing while the engine is down (until
+  ``c = s + delay``, the delay 0–15 min), then ``L + R · shape(t − c)``, less the memory-seconds ``D`` lost loading in
+  the record holding the restart and in the next one (one unknown ≥ 0 each, whatever ``s``: a loss only for some
+  ``s`` would make the fit prefer those for the freedom alone). ``L`` is the level when the engine is back
+  (extrapolated: the first post-boot record already holds part of the creep), ``R`` the creep. Shapes: saturating
+  exponential ``1 − exp(−x / τ)`` (with a second, faster stage of time constant τ / r, r in FAST_RATIOS, and its
+  own rise ≥ 0: two-stage) and linear-then-flat ``min(x / T, 1)``. Each record is the mean of the curve over its
+  window (closed-form integrals). For a given ``s``, delay and τ (or ``T``) the model is linear in ``L``, the rises
+  and ``D`` (all ≥ 0 but ``L``), so those come from non-negative least squares (each record weighted by its window
+  length: inverse variance for a mean of independent polls); ``s``, τ/``T`` and the shape from a coarse grid (each
+  reboot time's scales then refined: the profile over ``s``), then finer grids around the best point. A boot line
+  fixes ``s``; the delay is fitted on a 30-second grid.
+* **Bounds**: every grid point evaluated is kept; the fits whose χ² is within ALIKE_CHI2 of the best one's (the
+  jitter estimated from the best fit's residual) are those the records cannot tell apart. Their range of ``L``
+  bounds the creep (``rise_low_mib`` … ``rise_high_mib``), their 95 % times the plateau time; the reboot times at
+  the edges of theirs, and the latest creep start, are refined on fine grids. ``rise_determined`` is false when
+  those rises spread beyond ±DETERMINED_SHARE of the reported one, ``plateau_at_determined`` when the times spread
+  beyond one record of the finest type there. Among them the point estimate is the middle reboot time, then the
+  smallest rise they see.
 * **Plateau**: the level at the history's end from the latest levelled records (those after the fit reached
   95 % of its rise) at the finest resolution among them, i.e. the fit's end level corrected by their mean
   residual; ± twice that mean's standard error plus the fit's own movement across them. Still rising: the
@@ -31,9 +40,11 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   reported but labelled unresolved.
 
 Error measured (tests/observe/test_averaged_random.py, 200 random histories the fit does not assume; the
-figures in docs/diagnose.md): plateau within 40 MiB in every draw; creep within 10 % in 99 % of the draws
-with the boot line and 83 % without; without it, moving the reboot by Δ inside its window scales an
-exponential creep's rise by exp(Δ / τ), which no record can tell apart.
+figures in docs/diagnose.md): plateau within 40 MiB in every draw; the creep within 10 % or flagged not
+determinable with the truth inside its bounds in every draw; the plateau time within one record or so
+flagged in all but one (a 4.5-hour polling gap inside the 8-hour records at the reboot). Without a boot
+line, moving the reboot by Δ inside its window scales an exponential creep's rise by exp(Δ / τ), which
+no record can tell apart: that is what the bounds say.
 """
 
 from __future__ import annotations

@@ -258,14 +258,30 @@ def record_noise_mib(records: Records) -> np.ndarray:
     return noise
 
 
-def _shape_integral(t: np.ndarray, start: np.ndarray, scale: np.ndarray, exponential: np.ndarray) -> np.ndarray:
-    """∫ shape(u − start) du from −∞ to t (broadcasting): shape is clip(x / scale, 0, 1) (linear-then-flat) or
-    1 − exp(−x / scale) (saturating exponential), zero before ``start``."""
-    x = np.clip(t - start, 0.0, None)
-    inside = np.minimum(x, scale)
-    linear = inside * inside / (2 * scale) + np.maximum(x - scale, 0.0)
-    saturating = x - scale * -np.expm1(-x / scale)
-    return np.where(exponential, saturating, linear)
+def _window_means(records: Records, start: np.ndarray, scale: np.ndarray, exponential: np.ndarray,
+                  rows: np.ndarray | None = None) -> np.ndarray:
+    """Each record's mean of the shape (grid, records), for the grid rows ``rows`` only (the others zero).
+
+    The integral is taken once per record boundary (a record mostly starts where the one before it ended) and
+    per row only in its own shape's closed form: this is where the fit spends its time.
+    """
+    out = np.zeros((len(start), len(records.end_s)))
+    bounds, inverse = np.unique(np.r_[records.start_s, records.end_s].astype(float), return_inverse=True)
+    lo, hi = inverse[:len(records.end_s)], inverse[len(records.end_s):]
+    width = (records.end_s - records.start_s).astype(float)
+    for kind in (False, True):
+        mine = np.flatnonzero((exponential == kind) & (np.ones(len(start), dtype=bool) if rows is None else rows))
+        if len(mine) == 0:
+            continue
+        x = np.clip(bounds[None, :] - start[mine, None], 0.0, None)
+        step = scale[mine, None]
+        if kind:
+            integral = x + step * np.expm1(-x / step)
+        else:
+            inside = np.minimum(x, step)
+            integral = inside * inside / (2 * step) + np.maximum(x - step, 0.0)
+        out[mine] = (integral[:, hi] - integral[:, lo]) / width[None, :]
+    return out
 
 
 def _shape(x: float, scale: float, exponential: bool) -> float:
@@ -500,16 +516,14 @@ def _columns(records: Records, before_mib: float | None, points: GridPoints) -> 
     a, b = records.start_s[None, :].astype(float), records.end_s[None, :].astype(float)
     width = b - a
     reboot_s, scale_s, exponential, fast_ratio = points.reboot_s, points.scale_s, points.exponential, points.fast_ratio
-    grid_reboot, grid_scale, grid_kind = reboot_s[:, None], scale_s[:, None], exponential[:, None]
+    grid_reboot = reboot_s[:, None]
     # Between the reboot and the creep's start the engine is down (nothing held); the losses cover its loading.
     start = grid_reboot + points.delay_s[:, None]
     pre = _overlap(a, b, -np.inf, grid_reboot) / width
     post = np.ones_like(pre) if before_mib is None else _overlap(a, b, start, np.inf) / width
-    shape_mean = (_shape_integral(b, start, grid_scale, grid_kind) - _shape_integral(a, start, grid_scale, grid_kind)) / width
+    shape_mean = _window_means(records, start[:, 0], scale_s, exponential)
     # Two stages: a fast exponential beside the slow one (zero for the linear shape; ≥ 0 like every rise).
-    fast_scale = grid_scale / fast_ratio[:, None]
-    fast_mean = np.where(grid_kind, (_shape_integral(b, start, fast_scale, grid_kind)
-                                     - _shape_integral(a, start, fast_scale, grid_kind)) / width, 0.0)
+    fast_mean = _window_means(records, start[:, 0], scale_s / fast_ratio, np.ones(len(scale_s), dtype=bool), rows=exponential)
     target = records.used_mib[None, :] - (before_mib or 0.0) * pre
     # The minutes the engine was down and loading: a loss of memory-seconds in the record holding the restart
     # and, when the loading runs past its end, in the next one (their lengths are unknown, and 1-minute polls

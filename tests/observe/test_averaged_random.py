@@ -5,11 +5,15 @@ two-stage), time constant 3–24 h, rise 0.3–3 GB, the reboot anywhere (so any
 1–10 minutes down, jitter σ 5–50 MiB, polling gaps and 1–30 days of history (so the reboot falls in the
 10m, 20m, 120m or 480m stretch); half the draws give the boot line. Each hub database goes through the
 real reader (``read_beszel``) and ``analyse``. The issue's targets: creep within 10 %, plateau within
-40 MiB, plateau time within one record of the finest type covering it. Measured over the 200 draws of
-this seed (docs/diagnose.md): the plateau meets its target in every draw; creep and plateau time meet theirs
-in most draws only, and where the boot line is missing at 120m/480m the records cannot pin the reboot
-(see docs/diagnose.md, *what the records cannot tell*): the floors below are those measured, less a margin,
-so a regression fails the test; the worst case of each figure is printed.
+40 MiB, plateau time within one record of the finest type covering it.
+
+Where the records cannot tell (a reboot somewhere in a 2- or 8-hour window and no boot line: moving it
+scales the creep; a slow tail whose 95 % point the jitter hides), the diagnosis says so: ``rise_determined``
+or ``plateau_at_determined`` false, with the bounds of the fits the records cannot tell apart. A draw
+counts as correct when it meets the target, or when it is flagged so and the truth lies inside its stated
+bounds (the plateau time: within one record of them, the target's own resolution). Asserted: the plateau
+in every draw, the creep in every draw, the plateau time in every draw but at most MAX_TIME_MISSES, and
+the flagged shares below ceilings measured at this seed (docs/diagnose.md); the worst cases are printed.
 """
 
 from __future__ import annotations
@@ -30,21 +34,50 @@ CREEP_SHARE = 0.10
 MIN_CREEP_MIB = 100.0
 
 
+# Measured at this seed (docs/diagnose.md): the one miss is a 4.5-hour polling gap inside the 8-hour records
+# around the reboot (their means hold only part of their windows, which no record shows).
+MAX_TIME_MISSES = 1
+# Flagged shares measured at this seed, with a margin: a fit that flags more than this has lost precision.
+FLAGGED_BLIND_CEILING = 0.55
+FLAGGED_LOGGED_CEILING = 0.20
+FLAGGED_TIME_CEILING = 0.40
+
+
 @dataclass
 class Outcome:
     number: int
     one: Draw
     creep_error: float          # |fitted − true| / true rise since the boot
+    true_rise_mib: float
+    rise_bounds_mib: tuple[float, float] | None
+    rise_flagged: bool          # the diagnosis says the records cannot size the creep to 10 %
     plateau_error_mib: float    # fitted − true level at the history's end
     time_error_records: float | None  # (fitted − true plateau time) / window of the finest record covering it
+    time_bounds_records: tuple[float, float] | None  # (earliest, latest stated) − true, in the same records
+    time_flagged: bool
     uncertainty_mib: float
+
+    @property
+    def creep_ok(self) -> bool:
+        inside = self.rise_bounds_mib is not None and self.rise_bounds_mib[0] <= self.true_rise_mib <= self.rise_bounds_mib[1]
+        return self.creep_error <= CREEP_SHARE or (self.rise_flagged and inside)
+
+    @property
+    def time_ok(self) -> bool:
+        if self.time_error_records is None or abs(self.time_error_records) <= 1.0:
+            return True
+        bounds = self.time_bounds_records
+        return self.time_flagged and bounds is not None and bounds[0] - 1.0 <= 0.0 <= bounds[1] + 1.0
 
     def describe(self) -> str:
         one = self.one
+        rise = "" if self.rise_bounds_mib is None else f" (bounds {self.rise_bounds_mib[0]:,.0f}–{self.rise_bounds_mib[1]:,.0f} MiB{', flagged' if self.rise_flagged else ''})"
+        times = "" if self.time_bounds_records is None else \
+            f" (bounds {self.time_bounds_records[0]:+.2f}…{self.time_bounds_records[1]:+.2f}{', flagged' if self.time_flagged else ''})"
         return (f"draw {self.number}: {one.shape}, τ {one.tau_h:.1f} h, rise {one.rise_mib:,.0f} MiB, reboot {one.age_s / 3600:.1f} h back, "
-                f"{one.days:.1f} days, jitter {one.jitter_mib:.0f} MiB, boot line {one.boot_line}: creep off {self.creep_error:.1%}, "
+                f"{one.days:.1f} days, jitter {one.jitter_mib:.0f} MiB, boot line {one.boot_line}: creep off {self.creep_error:.1%}{rise}, "
                 f"plateau off {self.plateau_error_mib:+.1f} MiB (± {self.uncertainty_mib:.1f}), plateau time off "
-                + ("-" if self.time_error_records is None else f"{self.time_error_records:+.2f} records"))
+                + ("-" if self.time_error_records is None else f"{self.time_error_records:+.2f} records{times}"))
 
 
 def finest_window_s(series: GpuSeries, at_s: float) -> float:
@@ -58,15 +91,21 @@ def outcome(number: int, one: Draw, series: GpuSeries) -> Outcome:
     # The boot line is of a seat the fleet puts on this GPU: it pins the reboot, and is one where the averages show none.
     analysis = analyse(series, DetectSettings(min_creep_mib=MIN_CREEP_MIB), boot_times_s=boots, boots_here_s=boots)
     life = analysis.segments[-1]
+    creep = life.creep
     truth_mib = one.truth_now_mib()
     true_rise = truth_mib - one.level_mib
-    rise = life.creep.rise_mib if life.creep is not None else 0.0
+    rise = creep.rise_mib if creep is not None else 0.0
+    bounds = (creep.rise_low_mib, creep.rise_high_mib) if creep is not None and creep.rise_low_mib is not None and creep.rise_high_mib is not None else None
     true_at = one.plateau_at_s()
-    time_error = None
-    if true_at is not None and life.creep is not None and life.creep.levelled_off:
-        time_error = (life.creep.plateau_at.timestamp() - true_at) / finest_window_s(series, true_at)
-    return Outcome(number, one, abs(rise - true_rise) / true_rise, life.plateau_used_mib - truth_mib, time_error,
-                   life.plateau_uncertainty_mib or 0.0)
+    time_error = time_bounds = None
+    if true_at is not None and creep is not None and creep.levelled_off:
+        record_s = finest_window_s(series, true_at)
+        time_error = (creep.plateau_at.timestamp() - true_at) / record_s
+        if creep.plateau_earliest is not None and creep.plateau_latest is not None:
+            time_bounds = ((creep.plateau_earliest.timestamp() - true_at) / record_s, (creep.plateau_latest.timestamp() - true_at) / record_s)
+    return Outcome(number, one, abs(rise - true_rise) / true_rise, true_rise, bounds,
+                   creep is not None and creep.rise_determined is False, life.plateau_used_mib - truth_mib, time_error, time_bounds,
+                   creep is not None and creep.plateau_at_determined is False, life.plateau_uncertainty_mib or 0.0)
 
 
 def share(outcomes: list[Outcome], good) -> float:
@@ -87,19 +126,28 @@ def test_creep_and_plateau_over_random_histories(tmp_path):
     print("worst plateau:", max(outcomes, key=lambda o: abs(o.plateau_error_mib)).describe())
     print("worst creep with the boot line:", max(logged, key=lambda o: o.creep_error).describe())
     print("worst creep without it:", max(blind, key=lambda o: o.creep_error).describe())
+    print("worst creep not flagged:", max([o for o in outcomes if not o.rise_flagged], key=lambda o: o.creep_error).describe())
     print("worst plateau time:", max(timed, key=lambda o: abs(o.time_error_records or 0.0)).describe())
-    creep_logged = share(logged, lambda o: o.creep_error <= CREEP_SHARE)
-    creep_blind = share(blind, lambda o: o.creep_error <= CREEP_SHARE)
-    on_time = share(timed, lambda o: abs(o.time_error_records or 0.0) <= 1.0)
-    print(f"creep within 10 %: {creep_logged:.0%} of {len(logged)} with the boot line, {creep_blind:.0%} of {len(blind)} without;"
-          f" plateau time within one record: {on_time:.0%} of {len(timed)}")
+    print("worst plateau time not flagged:", max([o for o in timed if not o.time_flagged], key=lambda o: abs(o.time_error_records or 0.0)).describe())
+    within = [share(logged, lambda o: o.creep_error <= CREEP_SHARE), share(blind, lambda o: o.creep_error <= CREEP_SHARE),
+              share(timed, lambda o: abs(o.time_error_records or 0.0) <= 1.0)]
+    flagged = [share(logged, lambda o: o.rise_flagged), share(blind, lambda o: o.rise_flagged), share(timed, lambda o: o.time_flagged)]
+    covered = share([o for o in outcomes if o.rise_bounds_mib], lambda o: o.rise_bounds_mib[0] <= o.true_rise_mib <= o.rise_bounds_mib[1])
+    print(f"creep within 10 %: {within[0]:.0%} of {len(logged)} with the boot line, {within[1]:.0%} of {len(blind)} without;"
+          f" plateau time within one record: {within[2]:.0%} of {len(timed)}")
+    print(f"flagged not determinable: creep {flagged[0]:.0%} with the boot line, {flagged[1]:.0%} without; plateau time {flagged[2]:.0%};"
+          f" true rise inside the stated bounds: {covered:.0%}")
+    misses = [o.describe() for o in timed if not o.time_ok]
+    print("plateau time misses:", misses)
 
     assert len(outcomes) == DRAWS and len(logged) > DRAWS // 3 and len(blind) > DRAWS // 3
     # The target, met in every draw: the plateau the plan check acts on.
     assert all(abs(o.plateau_error_mib) <= PLATEAU_MIB for o in outcomes), [o.describe() for o in outcomes if abs(o.plateau_error_mib) > PLATEAU_MIB]
-    # Met in most draws (measured at this seed: 99 % of 107 with the boot line, 83 % of 93 without, plateau time 93 % of 161): floors with a margin.
-    assert creep_logged >= 0.95
-    assert creep_blind >= 0.75
-    assert on_time >= 0.85
+    # Every creep within 10 %, or flagged as not determinable with the true rise inside its stated bounds.
+    assert all(o.creep_ok for o in outcomes), [o.describe() for o in outcomes if not o.creep_ok]
+    # Every plateau time within one record, or flagged with the truth inside its bounds, but the measured misses.
+    assert len(misses) <= MAX_TIME_MISSES, misses
+    # Flagging is no way out: the shares flagged stay below what this seed measured (with a margin).
+    assert flagged[0] <= FLAGGED_LOGGED_CEILING and flagged[1] <= FLAGGED_BLIND_CEILING and flagged[2] <= FLAGGED_TIME_CEILING, flagged
     # Every plateau carries its ± MiB.
     assert all(o.uncertainty_mib > 0 for o in outcomes)

@@ -150,6 +150,14 @@ class Creep(_Model):
     basis: str | None = None
     shape: Literal["linear", "exponential"] | None = Field(None, description="averaged history: the fitted creep's shape")
     time_constant_hours: float | None = Field(None, description="linear: the ramp's length; exponential: its time constant")
+    rise_low_mib: float | None = Field(None, description="averaged history: the smallest rise of the fits the records cannot tell apart")
+    rise_high_mib: float | None = Field(None, description="averaged history: the largest rise of those fits")
+    plateau_earliest: datetime | None = Field(None, description="averaged history: the earliest plateau time of those fits")
+    plateau_latest: datetime | None = Field(None, description="averaged history: the latest plateau time of those fits")
+    rise_determined: bool | None = Field(None, description="averaged history: those fits' rises lie within 10 % of rise_mib "
+                                         "(false: the records cannot size the creep better than rise_low_mib … rise_high_mib)")
+    plateau_at_determined: bool | None = Field(None, description="averaged history: those fits' plateau times lie within one record "
+                                               "(of the finest type there) of plateau_at")
 
 
 class Segment(_Model):

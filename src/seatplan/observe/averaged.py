@@ -10,16 +10,25 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   or a record is near zero (the engine was down for most of the window). The reboot lies somewhere in
   the windows of the falling record and the one before it (unless that one still reads the old level); a boot time from the engines' logs inside
   that span fixes it exactly, else it is fitted (and labelled inferred, with the span).
-* **Model of one boot's life**: the level ``P`` before the reboot ``s``, then ``L + R · shape(t − s)`` less the
-  memory-seconds ``D`` the engine was down and loading, in the records holding the restart. ``L`` is the level at
-  the boot instant (extrapolated: the first post-boot record already holds part of the creep), ``R`` the creep.
-  Shapes: saturating exponential ``1 − exp(−x / τ)`` (with a second, faster stage of time constant τ / FAST_RATIO
-  and its own rise ≥ 0: two-stage) and linear-then-flat ``min(x / T, 1)``. Each record is the mean of the curve
-  over its window (closed-form integrals). For a given ``s`` and τ (or ``T``) the model is linear in ``L``, the
-  rises and ``D`` (all ≥ 0 but ``L``), so those come from non-negative least squares (each record weighted by its
-  window length: equal weight per hour of history); ``s``, τ/``T`` and the shape from a coarse grid, then finer
-  grids around its best point. Fits the records cannot tell apart: the middle reboot time, then the smallest
-  rise they see.
+* **Model of one boot's life**: the level ``P`` before the reboot ``s``, nothing while the engine is down (until
+  ``c = s + delay``, the delay 0–15 min), then ``L + R · shape(t − c)``, less the memory-seconds ``D`` lost loading in
+  the record holding the restart and in the next one (one unknown ≥ 0 each, whatever ``s``: a loss only for some
+  ``s`` would make the fit prefer those for the freedom alone). ``L`` is the level when the engine is back
+  (extrapolated: the first post-boot record already holds part of the creep), ``R`` the creep. Shapes: saturating
+  exponential ``1 − exp(−x / τ)`` (with a second, faster stage of time constant τ / r, r in FAST_RATIOS, and its
+  own rise ≥ 0: two-stage) and linear-then-flat ``min(x / T, 1)``. Each record is the mean of the curve over its
+  window (closed-form integrals). For a given ``s``, delay and τ (or ``T``) the model is linear in ``L``, the rises
+  and ``D`` (all ≥ 0 but ``L``), so those come from non-negative least squares (each record weighted by its window
+  length: inverse variance for a mean of independent polls); ``s``, τ/``T`` and the shape from a coarse grid (each
+  reboot time's scales then refined: the profile over ``s``), then finer grids around the best point. A boot line
+  fixes ``s``; the delay is fitted on a 30-second grid.
+* **Bounds**: every grid point evaluated is kept; the fits whose χ² is within ALIKE_CHI2 of the best one's (the
+  jitter estimated from the best fit's residual) are those the records cannot tell apart. Their range of ``L``
+  bounds the creep (``rise_low_mib`` … ``rise_high_mib``), their 95 % times the plateau time; the reboot times at
+  the edges of theirs, and the latest creep start, are refined on fine grids. ``rise_determined`` is false when
+  those rises spread beyond ±DETERMINED_SHARE of the reported one, ``plateau_at_determined`` when the times spread
+  beyond one record of the finest type there. Among them the point estimate is the middle reboot time, then the
+  smallest rise they see.
 * **Plateau**: the level at the history's end from the latest levelled records (those after the fit reached
   95 % of its rise) at the finest resolution among them, i.e. the fit's end level corrected by their mean
   residual; ± twice that mean's standard error plus the fit's own movement across them. Still rising: the
@@ -31,16 +40,19 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   reported but labelled unresolved.
 
 Error measured (tests/observe/test_averaged_random.py, 200 random histories the fit does not assume; the
-figures in docs/diagnose.md): plateau within 40 MiB in every draw; creep within 10 % in 99 % of the draws
-with the boot line and 83 % without; without it, moving the reboot by Δ inside its window scales an
-exponential creep's rise by exp(Δ / τ), which no record can tell apart.
+figures in docs/diagnose.md): plateau within 40 MiB in every draw; the creep within 10 % or flagged not
+determinable with the truth inside its bounds in every draw; the plateau time within one record or so
+flagged in all but one (a 4.5-hour polling gap inside the 8-hour records at the reboot). Without a boot
+line, moving the reboot by Δ inside its window scales an exponential creep's rise by exp(Δ / τ), which
+no record can tell apart: that is what the bounds say.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -50,12 +62,14 @@ from seatplan.documents.observed import Creep, Segment, Step
 NEAR_ZERO_MIB = 1024.0
 # A fall or dip stands out of a record type's jitter by this many σ.
 NOISE_FACTOR = 5.0
+# A record type's own jitter is read from at least this many consecutive differences.
+NOISE_RECORDS = 12
 # Rises faster than this are the engine loading (the loss D covers them), not creep.
 RAMP_HOURS = np.geomspace(2.0, 24 * 14, 32)
 # Time constants of the saturating exponential (the same floor: faster is loading).
 TAU_HOURS = np.geomspace(0.7, 24 * 5, 32)
-# A two-stage creep: a fast exponential of the time constant / FAST_RATIO beside the slow one.
-FAST_RATIO = 2.5
+# A two-stage creep: a fast exponential of the time constant / one of FAST_RATIOS beside the slow one.
+FAST_RATIOS = (1.3, 1.8, 2.6, 4.0)
 # A fast stage holding more than this share of the rise makes the creep two-stage (in its basis).
 TWO_STAGE_SHARE = 0.05
 # The plateau is reached when the creep holds this share of its rise (within 5 %).
@@ -64,6 +78,10 @@ REBOOT_GRID = 24
 # The fine grid around the coarse grid's best point: this many reboot times × scales.
 FINE_GRID = 9
 FINE_PASSES = 2
+# The edges of the reboot times the records cannot tell apart: this many times across one coarse step.
+EDGE_GRID = 5
+# Where the creep starts after the reboot (the engine back): this many delays over LOSS_SPREAD_S (30 s apart).
+DELAY_GRID = 31
 FLAT_SHARE = 0.25
 # A record within this share of --min-step-mib of the one before it still reads the old level.
 UNTOUCHED_SHARE = 0.25
@@ -71,6 +89,13 @@ UNTOUCHED_SHARE = 0.25
 TIE_SHARE, TIE_MIB = 0.005, 1.0
 # The engine may be down and loading this long after the restart (so the next record may hold part of it).
 LOSS_SPREAD_S = 900.0
+# Fits whose χ² (weighted by window, the jitter estimated from the best fit) is within this of the best one's
+# are ones the records cannot tell apart: they bound the creep's size and plateau time.
+ALIKE_CHI2 = 9.0
+# The creep's size is determined when every fit the records cannot tell apart sizes it within this share.
+DETERMINED_SHARE = 0.10
+# Unknowns of one life's fit: level, two rises, two losses, reboot time and scale.
+FREE_PARAMETERS = 7
 
 
 @dataclass
@@ -113,13 +138,15 @@ class Fit:
     start_s: float           # where the creep starts: the reboot (or, for a first life, where it began)
     residual_mib: float
     model_mib: np.ndarray    # each record's fitted mean
-    fast_rise_mib: float = 0.0  # a two-stage creep's fast exponential (time constant scale_s / FAST_RATIO)
+    fast_rise_mib: float = 0.0  # a two-stage creep's fast exponential (time constant scale_s / fast_ratio)
+    fast_ratio: float = FAST_RATIOS[1]
     seen_mib: float = 0.0       # the rise the records see by the history's end
+    alike: FitGrid | None = None  # the fits the records cannot tell from this one
 
     def value_at(self, t_s: float) -> float:
         x = t_s - self.start_s
         return self.level_mib + self.rise_mib * _shape(x, self.scale_s, self.exponential) \
-            + self.fast_rise_mib * _shape(x, self.scale_s / FAST_RATIO, True)
+            + self.fast_rise_mib * _shape(x, self.scale_s / self.fast_ratio, True)
 
     def reach_s(self, share: float) -> float:
         """When the creep holds ``share`` of its whole rise."""
@@ -195,35 +222,66 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
             reboot.known_at_s = inside[-1]
             reboot.evidence += f"; boot line at {when_utc(inside[-1]):%m-%d %H:%M:%S}"
     for at in boots_here_s:
-        holding = np.flatnonzero((records.start_s <= at) & (at < records.end_s))
+        # The record holding the boot, or where it falls between two records (a retention or polling gap), the next one.
+        holding = np.flatnonzero(at < records.end_s)
         if len(holding) == 0 or int(holding[0]) == 0 or any(r.span_start_s <= at <= r.span_end_s for r in reboots):
             continue
         j = int(holding[0])
-        reboots.append(Reboot(span_start_s=float(records.start_s[j]), span_end_s=float(records.end_s[j]), first=j, last=j,
+        reboots.append(Reboot(span_start_s=min(float(records.start_s[j]), at), span_end_s=float(records.end_s[j]), first=j, last=j,
                               before_mib=float(used[j - 1]), known_at_s=at,
                               evidence=f"boot line at {when_utc(at):%m-%d %H:%M:%S} (the averages show no fall or dip)"))
     return sorted(reboots, key=lambda reboot: reboot.first)
 
 
 def record_noise_mib(records: Records) -> np.ndarray:
-    """Each record's jitter (MiB): the robust spread of the differences between consecutive records of its type."""
+    """Each record's jitter (MiB): the robust spread of the differences between consecutive records of its type.
+
+    A type with fewer than NOISE_RECORDS records (the few 8-hour averages of a 9-day history) would read its
+    creep and the reboot itself as jitter: it gets the jitter of the best-sampled type, scaled to its window
+    as an average of independent polls (σ / √polls).
+    """
     noise = np.zeros(len(records.used_mib))
+    few = np.zeros(len(records.used_mib), dtype=bool)
+    sampled: list[tuple[int, float, float]] = []
     for kind in np.unique(records.record_types):
         mine = records.record_types == kind
         steps = np.diff(records.used_mib[mine])
-        if len(steps) >= 5:
-            noise[mine] = float(np.median(np.abs(steps - np.median(steps)))) / 0.6745 / np.sqrt(2)
+        if len(steps) < NOISE_RECORDS:
+            few |= mine
+            continue
+        sigma_mib = float(np.median(np.abs(steps - np.median(steps)))) / 0.6745 / np.sqrt(2)
+        noise[mine] = sigma_mib
+        sampled.append((len(steps), sigma_mib, float(np.median(records.window_s[mine]))))
+    if sampled:
+        _, sigma_mib, window_s = max(sampled)
+        noise[few] = sigma_mib * np.sqrt(window_s / records.window_s[few])
     return noise
 
 
-def _shape_integral(t: np.ndarray, start: np.ndarray, scale: np.ndarray, exponential: np.ndarray) -> np.ndarray:
-    """∫ shape(u − start) du from −∞ to t (broadcasting): shape is clip(x / scale, 0, 1) (linear-then-flat) or
-    1 − exp(−x / scale) (saturating exponential), zero before ``start``."""
-    x = np.clip(t - start, 0.0, None)
-    inside = np.minimum(x, scale)
-    linear = inside * inside / (2 * scale) + np.maximum(x - scale, 0.0)
-    saturating = x - scale * -np.expm1(-x / scale)
-    return np.where(exponential, saturating, linear)
+def _window_means(records: Records, start: np.ndarray, scale: np.ndarray, exponential: np.ndarray,
+                  rows: np.ndarray | None = None) -> np.ndarray:
+    """Each record's mean of the shape (grid, records), for the grid rows ``rows`` only (the others zero).
+
+    The integral is taken once per record boundary (a record mostly starts where the one before it ended) and
+    per row only in its own shape's closed form: this is where the fit spends its time.
+    """
+    out = np.zeros((len(start), len(records.end_s)))
+    bounds, inverse = np.unique(np.r_[records.start_s, records.end_s].astype(float), return_inverse=True)
+    lo, hi = inverse[:len(records.end_s)], inverse[len(records.end_s):]
+    width = (records.end_s - records.start_s).astype(float)
+    for kind in (False, True):
+        mine = np.flatnonzero((exponential == kind) & (np.ones(len(start), dtype=bool) if rows is None else rows))
+        if len(mine) == 0:
+            continue
+        x = np.clip(bounds[None, :] - start[mine, None], 0.0, None)
+        step = scale[mine, None]
+        if kind:
+            integral = x + step * np.expm1(-x / step)
+        else:
+            inside = np.minimum(x, step)
+            integral = inside * inside / (2 * step) + np.maximum(x - step, 0.0)
+        out[mine] = (integral[:, hi] - integral[:, lo]) / width[None, :]
+    return out
 
 
 def _shape(x: float, scale: float, exponential: bool) -> float:
@@ -268,32 +326,85 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
     """Fit one boot's life (see the module docstring) to records that start at or after ``reboot_lo_s``.
 
     ``before_mib`` is None for the first life in the history (no reboot seen: the creep may start anywhere
-    up to the records' start, and nothing before it is modelled). Both shapes are fitted over a coarse grid
-    of reboot times and scales, then over a fine grid around the best point; the best fit wins.
+    up to the records' start, and nothing before it is modelled). Every shape is fitted over a coarse grid
+    of reboot times and scales, each reboot time's scales refined, then a fine grid around the best point;
+    the best fit wins. Every grid point evaluated is kept: those the records cannot tell from the best
+    (``alike``) bound the creep, and the reboot times at the edges of theirs are refined too.
     """
+    shapes = _shapes()
     if known_reboot_s is not None:
-        reboots = np.array([known_reboot_s])
+        # A boot line is the engine starting: the creep starts when it is back, up to LOSS_SPREAD_S later.
+        reboots, delays = np.array([known_reboot_s]), np.linspace(0.0, LOSS_SPREAD_S, DELAY_GRID)
     else:
-        reboots = np.linspace(reboot_lo_s, reboot_hi_s, REBOOT_GRID) if reboot_hi_s > reboot_lo_s else np.array([reboot_lo_s])
-    scales = np.r_[RAMP_HOURS, TAU_HOURS] * 3600.0
-    kinds = np.r_[np.zeros(len(RAMP_HOURS), dtype=bool), np.ones(len(TAU_HOURS), dtype=bool)]
-    # Every reboot time with every (scale, shape) pair.
-    coarse = _fit_grid(records, before_mib, np.repeat(reboots, len(scales)), np.tile(scales, len(reboots)),
-                       np.tile(kinds, len(reboots)))
-    best = coarse
-    reboot_step = float(reboots[1] - reboots[0]) if len(reboots) > 1 else 0.0
-    grid = TAU_HOURS if coarse.exponential else RAMP_HOURS
-    ratio = float(grid[1] / grid[0])
+        reboots, delays = _reboot_grid(records, reboot_lo_s, reboot_hi_s, known=before_mib is not None), np.zeros(1)
+    grid = _refine_scales(records, before_mib, _fit_grid(records, before_mib, GridPoints.every(reboots, delays, shapes)))
+    best = grid.best()
+    blind = known_reboot_s is None and before_mib is not None and reboot_hi_s > reboot_lo_s
+    reboot_step = (reboot_hi_s - reboot_lo_s) / (REBOOT_GRID - 1) if blind else 0.0
+    ratio = float(TAU_HOURS[1] / TAU_HOURS[0]) ** (2 / (FINE_GRID - 1))
     # Finer grids around the best point, each narrowing the steps (reboot time and scale) to a grid point's span.
     for _ in range(FINE_PASSES):
-        near_reboots = np.clip(best.start_s + np.linspace(-reboot_step, reboot_step, FINE_GRID), reboot_lo_s, reboot_hi_s) \
-            if known_reboot_s is None and before_mib is not None else np.array([best.start_s])
-        near_scales = best.scale_s * np.geomspace(1 / ratio, ratio, FINE_GRID)
-        fine = _fit_grid(records, before_mib, np.repeat(near_reboots, len(near_scales)), np.tile(near_scales, len(near_reboots)),
-                         np.full(len(near_reboots) * len(near_scales), best.exponential))
-        best = fine if _better(fine, best) else best
+        centre = grid.at(best)
+        at_s = centre.reboot_s if centre.reboot_s is not None else centre.start_s
+        near_reboots = np.unique(np.clip(at_s + np.linspace(-reboot_step, reboot_step, FINE_GRID), reboot_lo_s, reboot_hi_s))
+        near = GridPoints(np.zeros(FINE_GRID), np.zeros(FINE_GRID), centre.scale_s * np.geomspace(1 / ratio, ratio, FINE_GRID),
+                          np.full(FINE_GRID, centre.exponential), np.full(FINE_GRID, centre.fast_ratio))
+        grid = grid.join(_fit_grid(records, before_mib, GridPoints.every(near_reboots, np.array([centre.start_s - at_s]), near)))
+        candidate = grid.best()
+        best = candidate if _better(grid.at(candidate), grid.at(best)) else best
         reboot_step, ratio = 2 * reboot_step / (FINE_GRID - 1), ratio ** (2 / (FINE_GRID - 1))
-    return best
+    alike = grid.alike(best, len(records.end_s))
+    if blind and len(alike.reboot_s):
+        # The edges of the reboot times the records cannot tell apart, to a fine step: they bound the creep's size;
+        # at the latest, the creep may start up to LOSS_SPREAD_S after the reboot.
+        step = (reboot_hi_s - reboot_lo_s) / (REBOOT_GRID - 1)
+        earliest = np.clip(np.linspace(alike.reboot_s.min() - step, alike.reboot_s.min(), EDGE_GRID), reboot_lo_s, reboot_hi_s)
+        latest = np.clip(np.linspace(alike.reboot_s.max(), alike.reboot_s.max() + step, EDGE_GRID), reboot_lo_s, reboot_hi_s)
+        grid = grid.join(_refine_scales(records, before_mib, _fit_grid(records, before_mib, GridPoints.every(np.unique(earliest), np.zeros(1), shapes))))
+        # The latest creep start is bounded sharply (a longer delay than the engine was down leaves a record holding more
+        # than the model can): a fine grid of delays, with the best fit's shape and scales around its own.
+        centre = grid.at(grid.best())
+        near = GridPoints(np.zeros(FINE_GRID), np.zeros(FINE_GRID), centre.scale_s * np.geomspace(1 / ratio, ratio, FINE_GRID) ** 4,
+                          np.full(FINE_GRID, centre.exponential), np.full(FINE_GRID, centre.fast_ratio))
+        grid = grid.join(_fit_grid(records, before_mib, GridPoints.every(np.unique(latest), np.linspace(0.0, LOSS_SPREAD_S, DELAY_GRID), near)))
+        candidate = grid.best()
+        best = candidate if _better(grid.at(candidate), grid.at(best)) else best
+    fit = grid.at(best)
+    fit.model_mib = _model(records, before_mib, fit)
+    fit.alike = grid.alike(best, len(records.end_s))
+    return fit
+
+
+def _reboot_grid(records: Records, lo_s: float, hi_s: float, *, known: bool) -> np.ndarray:
+    """Reboot times to try: evenly over the span, and where the fit changes abruptly: just after each record's
+    start and in the last LOSS_SPREAD_S before its end (the engine's loading then runs into the next record)."""
+    even = np.linspace(lo_s, hi_s, REBOOT_GRID) if hi_s > lo_s else np.array([lo_s])
+    if not known or hi_s <= lo_s:
+        return even
+    inside = (records.end_s > lo_s) & (records.start_s < hi_s)
+    ends, starts = records.end_s[inside].astype(float), records.start_s[inside].astype(float)
+    near = np.r_[(ends[:, None] - LOSS_SPREAD_S * np.array([0.9, 0.5, 0.1])[None, :]).ravel(), starts + 1.0, ends - 1.0]
+    return np.unique(np.r_[even, near[(near >= lo_s) & (near <= hi_s)]])
+
+
+def _refine_scales(records: Records, before_mib: float | None, grid: FitGrid) -> FitGrid:
+    """Each (reboot time, delay, shape, fast ratio) of ``grid`` with its scales refined around its best one (FINE_PASSES
+    narrowing grids): the profile over the reboot time that bounds the creep."""
+    ratio = float(TAU_HOURS[1] / TAU_HOURS[0])
+    for _ in range(FINE_PASSES):
+        keys = np.stack([grid.reboot_s, grid.delay_s, grid.exponential.astype(float), grid.fast_ratio], axis=1)
+        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        # The best scale of each key: sort by (key, residual) and take each key's first.
+        order = np.lexsort((grid.residual, inverse))
+        first = order[np.r_[True, inverse[order][1:] != inverse[order][:-1]]]
+        centre = grid.scale_s[first]
+        factors = np.geomspace(1 / ratio, ratio, FINE_GRID)
+        grid = grid.join(_fit_grid(records, before_mib, GridPoints(
+            np.repeat(unique[:, 0], FINE_GRID), np.repeat(unique[:, 1], FINE_GRID), (centre[:, None] * factors[None, :]).ravel(),
+            np.repeat(unique[:, 2] > 0.5, FINE_GRID), np.repeat(unique[:, 3], FINE_GRID))))
+        ratio = ratio ** (2 / (FINE_GRID - 1))
+    return grid
 
 
 def _near(a: float, b: float) -> bool:
@@ -308,33 +419,144 @@ def _better(candidate: Fit, best: Fit) -> bool:
     return candidate.residual_mib < best.residual_mib
 
 
-def _fit_grid(records: Records, before_mib: float | None, reboot_s: np.ndarray, scale_s: np.ndarray,
-              exponential: np.ndarray) -> Fit:
-    """The best fit over grid points (reboot time, scale, shape); level and rises by non-negative least squares."""
+@dataclass
+class GridPoints:
+    """Where to fit: per point a reboot time, the creep's delay after it, a scale, the shape and the fast stage's ratio."""
+
+    reboot_s: np.ndarray
+    delay_s: np.ndarray
+    scale_s: np.ndarray
+    exponential: np.ndarray
+    fast_ratio: np.ndarray
+
+    @staticmethod
+    def every(reboots_s: np.ndarray, delays_s: np.ndarray, shapes: GridPoints) -> GridPoints:
+        """Every (reboot time, delay) with every (scale, shape, ratio) of ``shapes``."""
+        pairs = len(reboots_s) * len(delays_s)
+        count = len(shapes.scale_s)
+        return GridPoints(np.repeat(np.repeat(reboots_s, len(delays_s)), count), np.repeat(np.tile(delays_s, len(reboots_s)), count),
+                          np.tile(shapes.scale_s, pairs), np.tile(shapes.exponential, pairs), np.tile(shapes.fast_ratio, pairs))
+
+
+def _shapes() -> GridPoints:
+    """The coarse grid of shapes: every ramp length, and every time constant with every fast ratio."""
+    scales = np.r_[RAMP_HOURS, np.tile(TAU_HOURS, len(FAST_RATIOS))] * 3600.0
+    kinds = np.r_[np.zeros(len(RAMP_HOURS), dtype=bool), np.ones(len(TAU_HOURS) * len(FAST_RATIOS), dtype=bool)]
+    ratios = np.r_[np.full(len(RAMP_HOURS), FAST_RATIOS[1]), np.repeat(FAST_RATIOS, len(TAU_HOURS))]
+    return GridPoints(np.zeros(len(scales)), np.zeros(len(scales)), scales, kinds, ratios)
+
+
+@dataclass
+class FitGrid:
+    """Fits at grid points (reboot time, scale, shape): the linear unknowns and the weighted mean squared residual."""
+
+    reboot_s: np.ndarray
+    delay_s: np.ndarray       # the creep starts this long after the reboot (the engine down and loading)
+    scale_s: np.ndarray
+    exponential: np.ndarray
+    fast_ratio: np.ndarray
+    level_mib: np.ndarray
+    rise_mib: np.ndarray
+    fast_mib: np.ndarray
+    residual: np.ndarray      # weighted mean of squared residuals (MiB²)
+    seen_mib: np.ndarray      # the rise seen by the history's end
+    first_life: bool
+
+    def join(self, other: FitGrid) -> FitGrid:
+        return replace(self, **{name: np.r_[getattr(self, name), getattr(other, name)] for name in _GRID_ARRAYS})
+
+    def part(self, keep: np.ndarray) -> FitGrid:
+        return replace(self, **{name: getattr(self, name)[keep] for name in _GRID_ARRAYS})
+
+    def best(self) -> int:
+        near_best = self.residual <= self.residual.min() * (1 + TIE_SHARE) + TIE_MIB ** 2
+        # The reboot times the records cannot tell apart: the middle one (an error of at most half their spread),
+        # then, among the fits at that time, the smallest rise.
+        times = self.reboot_s[near_best]
+        middle = times[np.argmin(np.abs(times - np.median(times)))]
+        near_best &= self.reboot_s == middle
+        return int(np.flatnonzero(near_best)[np.argmin(self.seen_mib[near_best])])
+
+    def at(self, index: int) -> Fit:
+        return Fit(reboot_s=None if self.first_life else float(self.reboot_s[index]), level_mib=float(self.level_mib[index]),
+                   rise_mib=float(self.rise_mib[index]), scale_s=float(self.scale_s[index]), exponential=bool(self.exponential[index]),
+                   start_s=float(self.reboot_s[index] + self.delay_s[index]), residual_mib=float(np.sqrt(self.residual[index])),
+                   model_mib=np.zeros(0), fast_rise_mib=float(self.fast_mib[index]), fast_ratio=float(self.fast_ratio[index]),
+                   seen_mib=float(self.seen_mib[index]))
+
+    def alike(self, best: int, count: int) -> FitGrid:
+        """The fits the records cannot tell from the best: Δχ² ≤ ALIKE_CHI2, the jitter estimated from the best fit's residual."""
+        dof = max(count - FREE_PARAMETERS, 1)
+        floor = max(float(self.residual[best]), TIE_MIB ** 2)
+        return self.part(self.residual <= floor * (1 + ALIKE_CHI2 / dof))
+
+    def reach_s(self, share: float) -> np.ndarray:
+        """When each fit's creep holds ``share`` of its whole rise (bisection for two stages)."""
+        slow = np.where(self.exponential, -self.scale_s * np.log1p(-share), share * self.scale_s)
+        two = (self.fast_mib > 0) & (self.rise_mib + self.fast_mib > 0)
+        if not two.any():
+            return self.reboot_s + self.delay_s + slow
+        lo, hi = np.zeros(len(slow)), slow.copy()
+        whole = self.rise_mib + self.fast_mib
+        for _ in range(50):
+            mid = (lo + hi) / 2
+            value = self.rise_mib * np.where(self.exponential, -np.expm1(-mid / self.scale_s), np.minimum(mid / self.scale_s, 1.0)) \
+                + self.fast_mib * -np.expm1(-mid / (self.scale_s / self.fast_ratio))
+            below = value < share * whole
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        return self.reboot_s + self.delay_s + np.where(two, hi, slow)
+
+
+_GRID_ARRAYS = ("reboot_s", "delay_s", "scale_s", "exponential", "fast_ratio", "level_mib", "rise_mib", "fast_mib", "residual", "seen_mib")
+
+
+def _columns(records: Records, before_mib: float | None, points: GridPoints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The model's columns per grid point (grid, 5, records), the records less the level before the reboot, and
+    the share of each record before the reboot."""
     a, b = records.start_s[None, :].astype(float), records.end_s[None, :].astype(float)
     width = b - a
-    weights = records.window_s.astype(float)
-    grid_reboot, grid_scale, grid_kind = reboot_s[:, None], scale_s[:, None], exponential[:, None]
-    start = grid_reboot
+    reboot_s, scale_s, exponential, fast_ratio = points.reboot_s, points.scale_s, points.exponential, points.fast_ratio
+    grid_reboot = reboot_s[:, None]
+    # Between the reboot and the creep's start the engine is down (nothing held); the losses cover its loading.
+    start = grid_reboot + points.delay_s[:, None]
     pre = _overlap(a, b, -np.inf, grid_reboot) / width
     post = np.ones_like(pre) if before_mib is None else _overlap(a, b, start, np.inf) / width
-    shape_mean = (_shape_integral(b, start, grid_scale, grid_kind) - _shape_integral(a, start, grid_scale, grid_kind)) / width
+    shape_mean = _window_means(records, start[:, 0], scale_s, exponential)
     # Two stages: a fast exponential beside the slow one (zero for the linear shape; ≥ 0 like every rise).
-    fast_scale = grid_scale / FAST_RATIO
-    fast_mean = np.where(grid_kind, (_shape_integral(b, start, fast_scale, grid_kind)
-                                     - _shape_integral(a, start, fast_scale, grid_kind)) / width, 0.0)
+    fast_mean = _window_means(records, start[:, 0], scale_s / fast_ratio, np.ones(len(scale_s), dtype=bool), rows=exponential)
     target = records.used_mib[None, :] - (before_mib or 0.0) * pre
     # The minutes the engine was down and loading: a loss of memory-seconds in the record holding the restart
     # and, when the loading runs past its end, in the next one (their lengths are unknown, and 1-minute polls
     # see them only as whole polls): one unknown ≥ 0 per record, so those records say nothing about L, R, T.
     if before_mib is not None:
         first = (a <= grid_reboot) & (grid_reboot < b)
-        second = (a > grid_reboot) & (a < grid_reboot + LOSS_SPREAD_S)
+        # The next record is given its loss whether or not the loading reached it: a loss only where the reboot
+        # sits in the last LOSS_SPREAD_S of its record would free a record there, and the fit would prefer
+        # those reboot times for the freedom alone.
+        after = a > grid_reboot
+        second = after & (a == np.where(after, a, np.inf).min(axis=1, keepdims=True))
         losses = [np.where(first, -1.0 / width, 0.0), np.where(second, -1.0 / width, 0.0)]
     else:
         losses = [np.zeros_like(pre), np.zeros_like(pre)]
-    w = np.broadcast_to(weights[None, :], pre.shape)
-    columns = np.stack([post, shape_mean, fast_mean, *losses], axis=1)  # (grid, 5, records)
+    return np.stack([post, shape_mean, fast_mean, *losses], axis=1), target, pre
+
+
+def _model(records: Records, before_mib: float | None, fit: Fit) -> np.ndarray:
+    """Each record's mean under ``fit`` (the losses solved again for its reboot time)."""
+    reboot_s = fit.reboot_s if fit.reboot_s is not None else fit.start_s
+    columns, target, pre = _columns(records, before_mib, GridPoints(np.array([reboot_s]), np.array([fit.start_s - reboot_s]),
+                                                                    np.array([fit.scale_s]), np.array([fit.exponential]), np.array([fit.fast_ratio])))
+    weights = records.window_s.astype(float)[None, :]
+    coef = _nonnegative_tail(np.einsum("gir,gjr,gr->gij", columns, columns, weights), np.einsum("gir,gr,gr->gi", columns, target, weights))
+    return np.einsum("gir,gi->gr", columns, coef)[0] + (before_mib or 0.0) * pre[0]
+
+
+def _fit_grid(records: Records, before_mib: float | None, points: GridPoints) -> FitGrid:
+    """Fits at grid points (reboot time, delay, scale, shape, fast ratio); level and rises by non-negative least squares."""
+    columns, target, _ = _columns(records, before_mib, points)
+    reboot_s, scale_s, exponential, fast_ratio = points.reboot_s, points.scale_s, points.exponential, points.fast_ratio
+    weights = records.window_s.astype(float)
+    w = np.broadcast_to(weights[None, :], target.shape)
     normal = np.einsum("gir,gjr,gr->gij", columns, columns, w)
     right = np.einsum("gir,gr,gr->gi", columns, target, w)
     coef = _nonnegative_tail(normal, right)
@@ -343,20 +565,11 @@ def _fit_grid(records: Records, before_mib: float | None, reboot_s: np.ndarray, 
     residual = (w * (target - model) ** 2).sum(1) / weights.sum()
     # Where the records cannot tell fits apart (a rise hidden inside the window that holds the restart), the
     # smallest rise seen by the history's end is the one they show: no creep is claimed that no record sees.
-    elapsed = np.clip(float(records.end_s[-1]) - start[:, 0], 0.0, None)
-    seen = rise * np.where(grid_kind[:, 0], -np.expm1(-elapsed / grid_scale[:, 0]), np.minimum(elapsed / grid_scale[:, 0], 1.0)) \
-        + fast * -np.expm1(-elapsed / fast_scale[:, 0])
-    near_best = residual <= residual.min() * (1 + TIE_SHARE) + TIE_MIB ** 2
-    # The reboot times the records cannot tell apart: the middle one (an error of at most half their spread),
-    # then, among the fits at that time, the smallest rise.
-    times = grid_reboot[near_best, 0]
-    middle = times[np.argmin(np.abs(times - np.median(times)))]
-    near_best &= grid_reboot[:, 0] == middle
-    best = int(np.flatnonzero(near_best)[np.argmin(seen[near_best])])
-    return Fit(reboot_s=float(grid_reboot[best, 0]) if before_mib is not None else None, level_mib=float(level[best]),
-               rise_mib=float(rise[best]), scale_s=float(grid_scale[best, 0]), exponential=bool(grid_kind[best, 0]),
-               start_s=float(start[best, 0]), residual_mib=float(np.sqrt(residual[best])),
-               model_mib=model[best] + (before_mib or 0.0) * pre[best], fast_rise_mib=float(fast[best]), seen_mib=float(seen[best]))
+    elapsed = np.clip(float(records.end_s[-1]) - reboot_s - points.delay_s, 0.0, None)
+    seen = rise * np.where(exponential, -np.expm1(-elapsed / scale_s), np.minimum(elapsed / scale_s, 1.0)) \
+        + fast * -np.expm1(-elapsed / (scale_s / fast_ratio))
+    return FitGrid(reboot_s.astype(float), points.delay_s.astype(float), scale_s.astype(float), exponential.astype(bool), fast_ratio.astype(float), level, rise, fast,
+                   residual, seen, first_life=before_mib is None)
 
 
 def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_mib: float = 256.0,
@@ -390,23 +603,24 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
         else:
             fit = fit_life(life, before_mib=reboot.before_mib, reboot_lo_s=reboot.span_start_s, reboot_hi_s=reboot.span_end_s,
                            known_reboot_s=reboot.known_at_s)
-            step_at = fit.reboot_s if fit.reboot_s is not None else reboot.span_start_s
+            step_at = reboot.known_at_s if reboot.known_at_s is not None else fit.reboot_s if fit.reboot_s is not None else reboot.span_start_s
             analysis.steps.append(Step(
                 at=when_utc(step_at), delta_mib=round(fit.level_mib - reboot.before_mib, 1), before_mib=round(reboot.before_mib, 1),
                 after_mib=round(fit.level_mib, 1), window_start=when_utc(reboot.span_start_s), window_end=when_utc(reboot.span_end_s),
                 inferred=reboot.known_at_s is None, evidence=reboot.evidence))
-        analysis.segments.append(_segment(life, fit, reboot, min_creep_mib))
+        analysis.segments.append(_segment(life, fit, reboot, min_creep_mib, step_at if reboot is not None else None))
     return analysis
 
 
-def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: float) -> Segment:
+def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: float, boot_s: float | None) -> Segment:
     history_end = float(life.end_s[-1])
     reached_s = fit.reach_s(PLATEAU_SHARE)
     # Levelled off when the history stays flat after the rise long enough to tell a plateau from a rise that
     # is still going on: a quarter of the rise's duration, at least an hour and two of the last records.
     levelled_off = history_end - reached_s >= max(FLAT_SHARE * (reached_s - fit.start_s), 3600.0, 2 * float(life.window_s[-1]))
     plateau, uncertainty, still_to_rise, basis = _plateau(life, fit, reached_s if levelled_off else None)
-    start_s = fit.reboot_s if fit.reboot_s is not None else float(life.start_s[0])
+    # The creep starts when the engine is back (up to LOSS_SPREAD_S after the reboot), the life at the reboot.
+    start_s = fit.start_s if fit.reboot_s is not None else float(life.start_s[0])
     creep = None
     if plateau - fit.level_mib >= min_creep_mib:
         reached = reached_s if levelled_off else history_end
@@ -415,6 +629,7 @@ def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: floa
         span_s = 0.0 if reboot is None or reboot.known_at_s is not None else reboot.span_end_s - reboot.span_start_s
         resolved = seen_by >= 3 and span_s <= reached_s - fit.start_s
         two_stage = fit.fast_rise_mib > TWO_STAGE_SHARE * (fit.rise_mib + fit.fast_rise_mib)
+        bounds = _bounds(life, fit, plateau, reached, levelled_off)
         shape = ("two-stage exponential" if two_stage else "saturating exponential") if fit.exponential else "linear then flat"
         creep = Creep(
             start=when_utc(start_s), plateau_at=when_utc(reached), rise_mib=round(plateau - fit.level_mib, 1),
@@ -422,15 +637,37 @@ def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: floa
             hours_to_90pct=round((fit.reach_s(0.9) - start_s) / 3600, 2) if levelled_off else None,
             levelled_off=levelled_off, resolved=resolved, shape="exponential" if fit.exponential else "linear",
             time_constant_hours=round(fit.scale_s / 3600, 2),
+            **bounds,
             basis=("" if resolved else "NOT RESOLVED: the rise is shorter than the averaging windows around it (pass the "
                    "engine log for the boot time, or keep finer history); ") + f"{shape} fitted to {len(life.end_s)} averaged records ({', '.join(_types(life))}); "
                   + ("reboot time from the boot line" if reboot is not None and reboot.known_at_s is not None
                      else "reboot time inferred inside its window" if reboot is not None else "no reboot in the history")
-                  + f"; plateau from {basis}",
+                  + f"; plateau from {basis}"
+                  + ("" if bounds["rise_determined"] else f"; size not determinable to {DETERMINED_SHARE:.0%}: "
+                     f"{bounds['rise_low_mib']:,.0f}–{bounds['rise_high_mib']:,.0f} MiB fit the records as well")
+                  + ("" if bounds["plateau_at_determined"] is not False else
+                     f"; plateau time not determinable to one record: {bounds['plateau_earliest']:%m-%d %H:%M}–{bounds['plateau_latest']:%m-%d %H:%M}"),
         )
-    return Segment(start=when_utc(start_s), end=when_utc(history_end), level_after_boot_mib=round(fit.level_mib, 1),
+    return Segment(start=when_utc(boot_s if boot_s is not None else start_s), end=when_utc(history_end), level_after_boot_mib=round(fit.level_mib, 1),
                    plateau_used_mib=round(plateau, 1), plateau_uncertainty_mib=round(uncertainty, 1),
                    still_to_rise_mib=round(still_to_rise, 1) if levelled_off else None, creep=creep)
+
+
+def _bounds(life: Records, fit: Fit, plateau_mib: float, reached_s: float, levelled_off: bool) -> dict[str, Any]:
+    """The creep's size and plateau time over the fits the records cannot tell from ``fit`` (``Creep``'s bounds), and
+    whether they agree: sizes within DETERMINED_SHARE, plateau times within one record of the finest type there."""
+    alike = fit.alike if fit.alike is not None and len(fit.alike.level_mib) else None
+    reach = alike.reach_s(PLATEAU_SHARE) if alike is not None else np.array([reached_s])
+    levels = alike.level_mib if alike is not None else np.array([fit.level_mib])
+    rise, low, high = plateau_mib - fit.level_mib, plateau_mib - max(float(levels.max()), fit.level_mib), plateau_mib - min(float(levels.min()), fit.level_mib)
+    earliest, latest = min(float(reach.min()), reached_s), max(float(reach.max()), reached_s)
+    covering = (life.start_s < reached_s) & (reached_s <= life.end_s)
+    record_s = float(life.window_s[covering].min()) if covering.any() else float(life.window_s.max())
+    return {"rise_low_mib": round(low, 1), "rise_high_mib": round(high, 1),
+            "rise_determined": bool(high <= rise * (1 + DETERMINED_SHARE) and low >= rise * (1 - DETERMINED_SHARE)),
+            "plateau_earliest": when_utc(earliest) if levelled_off else None,
+            "plateau_latest": when_utc(latest) if levelled_off else None,
+            "plateau_at_determined": bool(latest - reached_s <= record_s and reached_s - earliest <= record_s) if levelled_off else None}
 
 
 def _plateau(life: Records, fit: Fit, levelled_from_s: float | None) -> tuple[float, float, float, str]:

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from seatplan.documents.observed import DiagnoseReport
+from seatplan.documents.observed import Creep, DiagnoseReport
 from seatplan.output import console, fit_table
 from seatplan.units import format_gib, human_bytes
 
 
 def _mib(value: float | None) -> str:
     return "–" if value is None else f"{value:,.0f}"
+
+
+def _rise_bounds(creep: Creep) -> str:
+    """The bounds of a creep the records cannot size to 10 % (averaged history without a boot line), else nothing."""
+    if creep.rise_determined is not False or creep.rise_low_mib is None or creep.rise_high_mib is None:
+        return ""
+    return f" (not determinable: {creep.rise_low_mib:,.0f}–{creep.rise_high_mib:,.0f})"
 
 
 def show_report(report: DiagnoseReport, written: Path | None, wide: bool = False) -> None:
@@ -23,7 +30,7 @@ def show_report(report: DiagnoseReport, written: Path | None, wide: bool = False
             table.add_column(column)
         for gpu in report.gpus:
             steps = ", ".join(f"{s.at:%m-%d %H:%M} {s.delta_mib:+,.0f}" for s in gpu.steps) or "–"
-            creep = (f"+{gpu.creep.rise_mib:,.0f} MiB in {gpu.creep.hours_to_plateau:.1f} h"
+            creep = (f"+{gpu.creep.rise_mib:,.0f} MiB" + _rise_bounds(gpu.creep) + f" in {gpu.creep.hours_to_plateau:.1f} h"
                      + (f", 90 % in {gpu.creep.hours_to_90pct:.1f} h" if gpu.creep.hours_to_90pct is not None else "")
                      + ("" if gpu.creep.levelled_off else " (still rising)")
                      + ("" if gpu.creep.resolved else " (not resolved by the averages)")) if gpu.creep else "–"

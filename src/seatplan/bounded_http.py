@@ -2,7 +2,8 @@
 
 Used wherever seatplan asks a server it does not control (verify's probes, adopt's engine reads):
 
-- time: one deadline per request covers connecting, the status line and headers (a server that drips header
+- time: one deadline per request covers resolving the host name (``getaddrinfo`` has no timeout of its own, so
+  it runs on a daemon thread the request stops waiting for), connecting, the status line and headers (a server that drips header
   bytes, or sends ``102 Processing`` forever, which httpcore skips one after another) and the body; httpx's own
   timeouts restart with every byte, so the deadline lives in the network layer (:class:`_DeadlineBackend`);
 - size: an answer longer than ``MAX_ANSWER_BYTES`` is dropped (h11 already refuses headers over 64 KiB);
@@ -12,8 +13,12 @@ Used wherever seatplan asks a server it does not control (verify's probes, adopt
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 import httpcore
@@ -82,9 +87,16 @@ class _DeadlineBackend(httpcore.NetworkBackend):
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options: Any = None) -> httpcore.NetworkStream:
-        stream = self._deadline.run(lambda left_s: self._backend.connect_tcp(host, port, left_s, local_address, socket_options),
-                                    timeout, httpcore.ConnectTimeout)
-        return _DeadlineStream(stream, self._deadline)
+        failure: Exception = httpcore.ConnectError(f"{host} has no address")
+        for address in self._deadline.run(lambda left_s: _addresses(host, port, left_s), timeout, httpcore.ConnectTimeout):
+            try:
+                connect = partial(self._backend.connect_tcp, address, port, local_address=local_address, socket_options=socket_options)
+                stream = self._deadline.run(connect, timeout, httpcore.ConnectTimeout)
+            except httpcore.ConnectError as error:  # the next address, as socket.create_connection does
+                failure = error
+                continue
+            return _DeadlineStream(stream, self._deadline)
+        raise failure
 
     def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> httpcore.NetworkStream:
         stream = self._deadline.run(lambda left_s: self._backend.connect_unix_socket(path, left_s, socket_options), timeout, httpcore.ConnectTimeout)
@@ -92,6 +104,31 @@ class _DeadlineBackend(httpcore.NetworkBackend):
 
     def sleep(self, seconds: float) -> None:
         self._backend.sleep(seconds)
+
+
+def _addresses(host: str, port: int, timeout_s: float | None) -> list[str]:
+    """The addresses ``host`` resolves to, given no more than ``timeout_s``: a resolver that hangs is left behind."""
+    try:
+        ipaddress.ip_address(host)
+        return [host]
+    except ValueError:
+        pass
+    answer: dict[str, Any] = {}
+
+    def resolve() -> None:
+        try:
+            answer["infos"] = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as error:
+            answer["error"] = error
+
+    resolver = threading.Thread(target=resolve, name=f"resolve {host}", daemon=True)
+    resolver.start()
+    resolver.join(timeout_s)
+    if resolver.is_alive():
+        raise httpcore.ConnectTimeout(f"resolving {host} took longer than {timeout_s:g} s")
+    if "error" in answer:
+        raise httpcore.ConnectError(f"cannot resolve {host}: {answer['error']}")
+    return list(dict.fromkeys(str(info[4][0]) for info in answer["infos"]))
 
 
 class BoundedClient:

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,7 @@ from kits.cli import run_cli
 from kits.leaks import TEST_SECRETS
 from kits.paths import MODEL_FIXTURES
 from kits.plan import one_host, write_fleet
+from seatplan.bounded_http import BoundedClient
 from seatplan.output import printable
 from seatplan.secrets import HIDDEN, PARTIAL_MIN_CHARS, scrub, spellings
 
@@ -390,3 +392,49 @@ def test_a_gateway_url_that_is_no_http_url_is_an_error_with_a_fix(plan, url, cap
     result = run_cli(capsys, monkeypatch, "verify", str(plan(9)), "--gateway", url, "--key-env", "")
     assert result.exit_code == 2 and "error: --gateway:" in result.stderr and "fix:" in result.stderr, result.stderr
     assert not any(character in result.stderr for character in "\x1b\u2028") and KEY not in result.stderr
+
+
+def test_a_resolver_that_never_answers_is_left_behind_at_the_deadline(monkeypatch):
+    """getaddrinfo has no timeout of its own; the request gives up on it at its deadline.
+
+    Stand-in: a resolver that hangs is ``socket.getaddrinfo`` replaced by one that blocks on an event, since the
+    machine's own resolver cannot be pointed at a silent DNS server without changing /etc/resolv.conf. The proof is
+    not a timing: the request has failed while the resolver is still blocked."""
+    released = threading.Event()
+    asked: list[str] = []
+
+    def hanging(host, *args, **kwargs):
+        asked.append(host)
+        released.wait(60)
+        raise socket.gaierror(socket.EAI_AGAIN, "released")
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    try:
+        with BoundedClient("http://engine.lan:8000", TIMEOUT_S) as client, pytest.raises(httpx.ConnectTimeout) as failed:
+            client.fetch("GET", "/version")
+        assert asked == ["engine.lan"] and not released.is_set()
+        assert client.problem(failed.value) == f"ConnectTimeout: no complete answer within {TIMEOUT_S:g} s"
+    finally:
+        released.set()
+
+
+def test_every_address_a_name_resolves_to_is_tried_in_turn(monkeypatch):
+    """A name whose first address refuses (a closed port on 127.0.0.2) is reached on its next (a server on 127.0.0.1)."""
+    with HostileServer(engine({})) as server:
+        real = socket.getaddrinfo
+
+        def two_addresses(host, port, *args, **kwargs):
+            if host != "engine.lan":
+                return real(host, port, *args, **kwargs)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port)) for address in ("127.0.0.2", "127.0.0.1")]
+
+        monkeypatch.setattr(socket, "getaddrinfo", two_addresses)
+        with BoundedClient(f"http://engine.lan:{server.port}", 5.0) as client:
+            assert client.fetch("GET", "/version").status_code == 200
+        assert server.paths == ["/version"]
+
+
+def test_a_name_that_does_not_resolve_is_a_connect_error_naming_it():
+    with BoundedClient("http://no-such-host.invalid:8000", 5.0) as client, pytest.raises(httpx.ConnectError) as failed:
+        client.fetch("GET", "/version")
+    assert "no-such-host.invalid" in client.problem(failed.value)

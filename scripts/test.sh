@@ -3,7 +3,7 @@
 # Extra arguments go to pytest, e.g. scripts/test.sh -k facts
 #
 # scripts/test.sh --fast: the loop for people changing the code. No install step, and every test but the
-# real-engine (-m vllm), fuzz (-m fuzz) and integration (tests/integration) ones, spread over the CPUs
+# real-engine (-m vllm), fuzz (-m fuzz), slow (-m slow: over 10 s each) and integration (tests/integration) ones, spread over the CPUs
 # (pytest-xdist). The full run (and .ci/run) still runs them all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,6 @@ export SEATPLAN_VLLM_VENV=${SEATPLAN_VLLM_VENV:-$CACHE/vllm-${SEATPLAN_VLLM_VERS
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/mypy
 if $fast; then
-  exec .venv/bin/python -m pytest -m "not vllm and not fuzz" --ignore=tests/integration -n "${SEATPLAN_TEST_WORKERS:-auto}" -q "$@"
+  exec .venv/bin/python -m pytest -m "not vllm and not fuzz and not slow" --ignore=tests/integration -n "${SEATPLAN_TEST_WORKERS:-auto}" -q "$@"
 fi
 exec .venv/bin/python -m pytest "$@"

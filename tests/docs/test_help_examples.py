@@ -13,6 +13,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
+import pytest
 import typer.main
 
 from kits.console_blocks import shim
@@ -67,6 +68,7 @@ def test_the_examples_that_need_a_live_part_parse():
         commands[words[1]].make_context(words[1], words[2:])  # click's parse and seatplan's parsers; nothing runs
 
 
+@pytest.mark.slow
 def test_every_other_help_example_runs_on_the_shipped_data(tmp_path: Path):
     (tmp_path / "examples").symlink_to(REPO_ROOT / "examples")
     environment = shim(tmp_path)

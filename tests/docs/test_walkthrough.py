@@ -15,6 +15,8 @@ from kits.console_blocks import printed, steps
 from kits.parts import require
 from kits.paths import REPO_ROOT
 
+pytestmark = pytest.mark.slow
+
 WALKTHROUGH = REPO_ROOT / "docs" / "walkthrough.md"
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 
 from kits.random_hub import Draw, draw, write_hub
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
@@ -112,6 +113,7 @@ def share(outcomes: list[Outcome], good) -> float:
     return sum(bool(good(o)) for o in outcomes) / max(len(outcomes), 1)
 
 
+@pytest.mark.slow
 def test_creep_and_plateau_over_random_histories(tmp_path):
     rng = np.random.default_rng(SEED)
     outcomes = []

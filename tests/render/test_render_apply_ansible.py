@@ -27,6 +27,7 @@ def rollout(tmp_path):
     stop_engines(tmp_path)
 
 
+@pytest.mark.slow
 def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(rollout, capsys, monkeypatch):
     tmp_path = rollout
     ports = {"alpha": free_port(), "beta": free_port()}

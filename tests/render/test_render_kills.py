@@ -26,6 +26,8 @@ from kits.render import QWEN3_8B
 from kits.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, fake_launcher, localhost_inventory, render_args, run_seatplan, stop_engines
 from seatplan.render import writer
 
+pytestmark = pytest.mark.slow
+
 KILLS = int(os.environ.get("SEATPLAN_KILLS", "25"))
 SEED = int(os.environ.get("SEATPLAN_KILL_SEED", str(int(time.time()))))
 WRITE_BYTES = 4 << 20  # large enough that a kill often lands inside the write

@@ -17,6 +17,8 @@ from kits.night import NightDocuments, seatplan
 from kits.parts import require
 from kits.paths import REPO_ROOT
 
+pytestmark = pytest.mark.slow
+
 ARTIFACTS = Path(os.environ.get("SEATPLAN_TEST_ARTIFACTS", REPO_ROOT / "test-artifacts"))
 EXPECTED_FIGURES = ["memory", "frontier", "kv", "history", "lengths", "inflight", "runaways"]
 

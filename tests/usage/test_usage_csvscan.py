@@ -134,6 +134,7 @@ windows = st.sampled_from([Window(), Window(since=datetime(2026, 11, 21, 12)), W
                            Window(since=datetime(2026, 11, 21, 11), until=datetime(2026, 11, 22, 12, 30))])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(plain_rows, min_size=1, max_size=12), st.lists(rows, max_size=2), st.randoms(use_true_random=False), windows)
 def test_any_file_reads_to_duckdbs_report(tmp_path: Path, plain: list[dict], odd: list[dict], shuffle: Any,
@@ -145,6 +146,7 @@ def test_any_file_reads_to_duckdbs_report(tmp_path: Path, plain: list[dict], odd
     event(assert_same_as_duckdb(write_rows(tmp_path / "drawn.csv", drawn), window))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(plain_rows, min_size=1, max_size=12))
 def test_a_file_as_postgresql_writes_it_is_read_fast(tmp_path: Path, drawn: list[dict[str, str | None]]) -> None:
@@ -214,6 +216,7 @@ def test_rows_with_one_hash_read_alike(tmp_path: Path, drawn: list[dict[str, str
         assert read_as.setdefault(key, values) == values
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(plain_rows, min_size=1, max_size=12))
 def test_times_and_counts_read_as_duckdb_reads_them(tmp_path: Path, drawn: list[dict[str, str | None]]) -> None:

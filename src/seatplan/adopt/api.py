@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from seatplan.adopt.assemble import Adopted, Noted, Tree, adopt
 from seatplan.adopt.engines import checked_base_url, probe_engine
 from seatplan.adopt.evidence import EngineSeen, Route
-from seatplan.adopt.files import env_dirs_and_files, read_litellm_config, smi_readings
+from seatplan.adopt.files import env_dirs_and_files, read_apps_file, read_litellm_config, smi_readings
 from seatplan.adopt.writer import fleet_text
 from seatplan.documents.fleet import HostSpec, SeatSpec
 from seatplan.documents.fleet_file import TODO, format_path, parse_fleet, todo_problems
@@ -25,6 +25,7 @@ class Sources:
     env_dirs: list[str] = field(default_factory=list)  # [HOST=]DIR
     nvidia_smi: list[str] = field(default_factory=list)
     gpus_from_host: bool = False
+    compute_apps: list[Path] = field(default_factory=list)  # nvidia-smi --query-compute-apps CSVs: what fixed seats hold
     timeout_s: float = 10.0
 
 
@@ -54,7 +55,8 @@ def adopt_sources(sources: Sources, display: str) -> Result:
     routes = read_litellm_config(sources.litellm_config) if sources.litellm_config else []
     launches = env_dirs_and_files(sources.env_dirs, sources.composes)
     readings = smi_readings(sources.nvidia_smi, sources.gpus_from_host)
-    adopted = adopt(readings, launches, _engines(sources, routes), routes)
+    apps = [app for path in sources.compute_apps for app in read_apps_file(path)] if sources.compute_apps else None
+    adopted = adopt(readings, launches, _engines(sources, routes), routes, apps)
     check_names(adopted.tree)
     text = fleet_text(adopted.tree)
     return Result(text=text, adopted=adopted, todo=check_text(text, display))

@@ -15,13 +15,17 @@ from typing import Any
 import httpx
 
 from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
-from seatplan.adopt.evidence import EngineSeen, GpuReading, Launch, Route
+from seatplan.adopt.evidence import ComputeApp, EngineSeen, GpuReading, Launch, Route
 from seatplan.documents.fleet_file import TODO
 from seatplan.errors import SeatplanError
 from seatplan.versions import modelled, try_release
 
 VLLM_DEFAULT_PORT = 8000  # vLLM 0.32 vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
+# GPU memory in use above this, where no adopted seat runs, is some other process's (an idle CUDA context
+# takes a few hundred MiB; a service that matters to the plan holds GiBs): a rule of thumb, not measured here.
+UNACCOUNTED_MIB = 1024
+APPS_QUERY = "nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory --format=csv"
 SEAT_KEYS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")
 
 
@@ -327,7 +331,7 @@ def _env(seat: _Seat, warnings: list[str]) -> Tree:
 # ----------------------------------------------------------------------------- the fleet
 
 
-def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout: dict[str, Noted]) -> Tree:
+def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout: dict[str, Noted], warnings: list[str]) -> Tree:
     on_host = [seat for seat in seats if (seat.host or TODO) == name]
     tree: Tree = {"name": Noted(name, on_host[0].host_note if on_host else (readings[0].source if readings else "no evidence of a host"))}
     devices = {seat.launch.device for seat in on_host if seat.launch and seat.launch.device}
@@ -342,7 +346,8 @@ def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout:
     if len(addresses) == 1:
         tree["address"] = Noted(addresses.pop(), "the engines' URL")
     if readings:
-        tree["gpus"] = [_gpu_tree(reading) for reading in sorted(readings, key=lambda reading: reading.index)]
+        held = {index for seat in on_host for index in _indices(layout.get(seat.name))}
+        tree["gpus"] = [_gpu_tree(reading, name, reading.index not in held, warnings) for reading in sorted(readings, key=lambda reading: reading.index)]
         return tree
     indices = sorted({index for seat in on_host for index in _indices(layout.get(seat.name))})
     if indices:
@@ -360,7 +365,19 @@ def _indices(noted: Noted | None) -> list[int]:
     return list(noted.value) if isinstance(noted.value, list) else [int(noted.value)]
 
 
-def _gpu_tree(reading: GpuReading) -> Tree:
+def _gpu_tree(reading: GpuReading, host: str, unheld: bool, warnings: list[str]) -> Tree:
+    tree = _gpu_values(reading)
+    if unheld and reading.used_mib is not None and reading.used_mib > UNACCOUNTED_MIB:
+        # Only a GPU no adopted seat holds: beside an engine, its weights, KV and activations are in memory.used
+        # too, and what is left would be an estimate, not a reading.
+        why = (f"{reading.source}: memory.used {reading.used_mib} MiB, and no adopted seat runs here: add that process as a fixed seat "
+               "or set reserved_bytes (else the plan takes the memory as free)")
+        warnings.append(f"{host} GPU {reading.index}: {why}")
+        tree["(reserved_bytes)"] = Noted(None, why)
+    return tree
+
+
+def _gpu_values(reading: GpuReading) -> Tree:
     if reading.reserved_mib is None:
         total_note = f"{reading.source}: memory.total {reading.total_mib} MiB; no memory.reserved column, so this counts the driver's reserve"
     else:
@@ -406,9 +423,13 @@ def _check_unique(seats: list[_Seat]) -> None:
                                 fix="give adopt one of them (the files that start the engines today)")
 
 
-def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[EngineSeen], routes: list[Route]) -> Adopted:
+def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[EngineSeen], routes: list[Route],
+          apps: list[ComputeApp] | None = None) -> Adopted:
     warnings: list[str] = []
-    seats = collect_seats(launches, engines, routes, warnings)
+    engine_seats = collect_seats([launch for launch in launches if not launch.fixed], engines, routes, warnings)
+    fixed = [_Seat(name=launch.seat or TODO, name_note=launch.source, launch=launch, engine=None, card=None, routes=[], args=SeatArgs())
+             for launch in launches if launch.fixed]
+    seats = engine_seats + fixed
     if not seats:
         raise SeatplanError("found no engine to adopt" + "".join(f"\n  {warning}" for warning in warnings), where="adopt",
                             fix="check that the engines run and answer /v1/models, or give their --env-dir or --compose files")
@@ -419,9 +440,11 @@ def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[Engi
     layout = {seat.name: seat_gpus(seat, by_host.get(seat.host or TODO, []), warnings) for seat in seats}
     many = len(by_host) > 1
     tree: Tree = {
-        "hosts": [host_tree(name, by_host[name], seats, layout) for name in by_host],
+        "hosts": [host_tree(name, by_host[name], seats, layout, warnings) for name in by_host],
         "policy": policy_tree(engines, warnings),
-        "seats": [seat_tree(seat, warnings) for seat in seats],
+        "seats": [seat_tree(seat, warnings) for seat in engine_seats]
+        + [fixed_tree(seat, {other.name: layout[other.name] for other in seats if other.host == seat.host}, by_host.get(seat.host or TODO, []),
+                      apps, warnings, many) for seat in fixed],
         "current_layout": {seat.name: _layout_ref(layout[seat.name], seat.host, many) for seat in seats},
     }
     return Adopted(tree=tree, warnings=warnings)
@@ -432,3 +455,73 @@ def _layout_ref(noted: Noted, host: str | None, many: bool) -> Noted:
         return noted
     refs = [f"{host or TODO}:{index}" for index in _indices(noted)]
     return Noted(refs[0] if len(refs) == 1 else refs, noted.note)
+
+
+# ----------------------------------------------------------------------------- fixed seats
+
+
+def fixed_tree(seat: _Seat, layout: dict[str, Noted], readings: list[GpuReading], apps: list[ComputeApp] | None,
+               warnings: list[str], many: bool) -> Tree:
+    """A compose service that uses GPUs and starts no vLLM engine: a fixed seat where it runs, costing what nvidia-smi saw it hold.
+
+    ``layout``: the GPUs of the seats on its host (a process on a GPU it shares cannot be told apart)."""
+    launch = seat.launch
+    assert launch is not None  # fixed seats come from compose services
+    tree: Tree = {"name": Noted(seat.name, seat.name_note),
+                  "engine": Noted("fixed", f"{launch.source}: {launch.gpu_evidence}, and it starts no vLLM engine")}
+    tree["memory_cap_bytes"] = fixed_cap(seat, layout, readings, apps, warnings)
+    if launch.image and not launch.image_left_out:
+        tree["image"] = Noted(launch.image, f"{launch.source}: image (seatplan's compose file runs it, first)")
+        if launch.args:
+            tree["command"] = Noted(launch.args, f"{launch.source}: command")
+    elif launch.image:
+        tree["(image)"] = Noted(None, f"{launch.image} ({launch.source}) left out: seatplan's compose file would run it without "
+                                f"{launch.image_left_out}, so it stays yours to start")
+    if launch.published_port is not None:
+        tree["port"] = Noted(launch.published_port, f"{launch.source}: ports (the host side)")
+    gpus = layout[seat.name]
+    held = _indices(gpus)
+    if len(held) > 1:
+        tree["tensor_parallel_size"] = Noted(len(held), "one per GPU it holds (the fleet file pins one GPU per rank)")
+    if held:
+        tree["pin"] = Noted(_layout_ref(gpus, seat.host, many).value, f"{gpus.note}: where it runs; the plan keeps it there")
+    else:
+        tree["(pin)"] = Noted(None, "its GPUs are TODO in current_layout: pin it to the same GPUs")
+    return tree
+
+
+def fixed_cap(seat: _Seat, layout: dict[str, Noted], readings: list[GpuReading], apps: list[ComputeApp] | None, warnings: list[str]) -> Noted:
+    """The most memory its processes hold on one of its GPUs, where it is the only adopted seat there; else TODO."""
+    why = _cap_unknown(seat, layout, readings, apps)
+    if isinstance(why, str):
+        warnings.append(f"seat {seat.name}: {why}: memory_cap_bytes is TODO (plan would otherwise take that memory as free)")
+        return Noted(TODO, why)
+    index, on_gpu = max(why.items(), key=lambda item: sum(app.used_mib or 0 for app in item[1]))
+    used_mib = sum(app.used_mib or 0 for app in on_gpu)
+    pids = ", ".join(f"{app.pid} {app.process_name}" for app in on_gpu)
+    return Noted(used_mib * 2**20, f"{on_gpu[0].source.rsplit(':', 1)[0]}: {used_mib} MiB used on GPU {index} by pid {pids} "
+                 "(a reading, not its peak: raise it to the most the service takes)")
+
+
+def _cap_unknown(seat: _Seat, layout: dict[str, Noted], readings: list[GpuReading],
+                 apps: list[ComputeApp] | None) -> str | dict[int, list[ComputeApp]]:
+    """Why the cap cannot be read (a string), or each of its GPUs with the processes on it."""
+    held = _indices(layout[seat.name])
+    if apps is None:
+        return f"no compute-apps CSV given ({APPS_QUERY}) to read the memory it holds"
+    if not held:
+        return "its GPUs are not known, so no process can be tied to it"
+    processes: dict[int, list[ComputeApp]] = {}
+    for index in held:
+        sharing = [other for other in layout if other != seat.name and index in _indices(layout[other])]
+        reading = next((reading for reading in readings if reading.index == index), None)
+        if sharing:
+            return f"it shares GPU {index} with seat {sharing[0]}, and the compute-apps CSV cannot tell whose process is whose"
+        if reading is None:
+            return f"no --nvidia-smi output gives GPU {index}'s UUID, which the compute-apps CSV names GPUs by"
+        processes[index] = [app for app in apps if app.gpu_uuid == reading.uuid]
+        if not processes[index]:
+            return f"the compute-apps CSV lists no process on GPU {index} ({reading.uuid}): is the service running?"
+        if any(app.used_mib is None for app in processes[index]):
+            return f"the compute-apps CSV says [N/A] for the memory of a process on GPU {index}"
+    return processes

@@ -20,7 +20,10 @@ def adopt_command(
     engine: list[str] = typer.Option([], "--engine", help="an engine's URL (http://HOST:PORT), asked for /v1/models, /version and /metrics; repeatable"),
     compose: list[str] = typer.Option([], "--compose", help="[HOST=]FILE: a compose file that starts engines (command: args, device_ids); repeatable"),
     env_dir: list[str] = typer.Option([], "--env-dir", help="[HOST=]DIR: a directory of the engines' .env files (the vllm command, CUDA_VISIBLE_DEVICES); repeatable"),
-    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help="[HOST=]CSV of nvidia-smi --query-gpu=index,name,uuid,memory.total,memory.reserved --format=csv; repeatable"),
+    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help="[HOST=]CSV of nvidia-smi "
+                                         "--query-gpu=index,name,uuid,memory.total,memory.reserved,memory.used --format=csv; repeatable"),
+    compute_apps: list[Path] = typer.Option([], "--compute-apps", help="CSV of nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory "
+                                            "--format=csv: the memory a fixed seat (a GPU service that is not vLLM) holds; repeatable"),
     gpus_from_host: bool = typer.Option(False, "--gpus-from-host", help="run nvidia-smi here (the engines' only host)"),
     timeout_s: float = typer.Option(10.0, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="10"),
                                    help="seconds each request to an engine may take, from connecting to the answer's last byte"),
@@ -34,7 +37,8 @@ def adopt_command(
     if nvidia_smi and gpus_from_host:
         raise SeatplanError("--nvidia-smi and --gpus-from-host both given", where="adopt", fix="give one source of GPUs")
     sources = Sources(litellm_config=litellm_config, engines=list(engine), composes=list(compose), env_dirs=list(env_dir),
-                      nvidia_smi=list(nvidia_smi), gpus_from_host=gpus_from_host, timeout_s=timeout_s)
+                      nvidia_smi=list(nvidia_smi), gpus_from_host=gpus_from_host, timeout_s=timeout_s,
+                      compute_apps=list(compute_apps))
     result = adopt_sources(sources, str(output))
     atomic_write_text(output, result.text)
     tree = result.adopted.tree

@@ -22,6 +22,7 @@ class GpuReading:
     total_mib: int
     reserved_mib: int | None  # None when the query had no memory.reserved column
     source: str  # FILE:LINE or "nvidia-smi on this host"
+    used_mib: int | None = None  # memory.used, where the query has that column
 
     @property
     def cuda_total_bytes(self) -> int:
@@ -45,6 +46,21 @@ class Launch:
     device: Device | None = None
     health_url: str | None = None
     published_port: int | None = None  # compose ``ports: ["HOST:CONTAINER"]``: how the engine is reached
+    fixed: bool = False  # a compose service that uses GPUs and starts no vLLM engine (speech, TTS): a fixed seat
+    image: str | None = None  # a fixed seat's compose image
+    image_left_out: str = ""  # what seatplan's compose file would drop of the service if it ran the image ("" : nothing)
+    gpu_evidence: str = ""  # a fixed seat: what says it uses GPUs (device reservation, runtime, environment)
+
+
+@dataclass(frozen=True)
+class ComputeApp:
+    """One process on a GPU, as ``nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory`` lists it."""
+
+    pid: int
+    process_name: str
+    gpu_uuid: str
+    used_mib: int | None  # None where nvidia-smi prints [N/A] (a process it cannot see into)
+    source: str  # FILE:LINE
 
 
 @dataclass(frozen=True)

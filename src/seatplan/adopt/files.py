@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from seatplan.adopt.evidence import GpuReading, Launch, Route
+from seatplan.adopt.evidence import ComputeApp, GpuReading, Launch, Route
 from seatplan.documents.fleet_file import check_yaml_limits
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_env
@@ -23,7 +23,8 @@ from seatplan.fileio import read_bounded_bytes
 
 MAX_FILE_BYTES = 1 << 20  # a LiteLLM config, a compose file or an env file is a few kilobytes
 MAX_ENV_FILES = 1000
-SMI_QUERY = "index,name,uuid,memory.total,memory.reserved"
+SMI_QUERY = "index,name,uuid,memory.total,memory.reserved,memory.used"
+APPS_QUERY = "pid,process_name,gpu_uuid,used_memory"
 SMI_TIMEOUT_S = 30.0
 # Keys of seatplan's own env files that are not the engine's environment (render/targets.py env_file).
 SEATPLAN_KEYS = {"SEATPLAN_SEAT", "SEATPLAN_HEALTH_URL", COMMAND_KEY}
@@ -105,10 +106,11 @@ def read_smi_csv(text: str, source: str, host: str | None) -> list[GpuReading]:
             raise SeatplanError(f"{len(cells)} fields under a header of {len(header)}", where=where,
                                 fix=f"give the whole output of nvidia-smi --query-gpu={SMI_QUERY} --format=csv")
         values = dict(zip(header, cells))
-        reserved = values.get("memory.reserved")
+        reserved, used = values.get("memory.reserved"), values.get("memory.used")
         gpus.append(GpuReading(host=host, index=_whole(values["index"], "index", where), name=values["name"], uuid=values["uuid"],
                                total_mib=_mib(values["memory.total"], "memory.total", where),
-                               reserved_mib=None if reserved is None else _mib(reserved, "memory.reserved", where), source=where))
+                               reserved_mib=None if reserved is None else _mib(reserved, "memory.reserved", where), source=where,
+                               used_mib=None if used is None else _mib(used, "memory.used", where)))
     if not gpus:
         raise SeatplanError("no GPU in the nvidia-smi output", where=source, fix=f"run nvidia-smi --query-gpu={SMI_QUERY} --format=csv")
     indices = [gpu.index for gpu in gpus]
@@ -142,6 +144,39 @@ def read_smi_file(spec: str) -> list[GpuReading]:
     host, path = host_and_path(spec)
     text = read_text(path, "nvidia-smi CSV", f"save nvidia-smi --query-gpu={SMI_QUERY} --format=csv to a file")
     return read_smi_csv(text, str(path), host)
+
+
+def read_compute_apps(text: str, source: str) -> list[ComputeApp]:
+    """``nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory --format=csv[,nounits]``."""
+    apps: list[ComputeApp] = []
+    header: list[str] | None = None
+    fix = f"run nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv"
+    for number, row in enumerate(csv.reader(text.splitlines(), skipinitialspace=True), start=1):
+        cells = [cell.strip() for cell in row]
+        if not "".join(cells):
+            continue
+        where = f"{source}:{number}"
+        if header is None:
+            header = [cell.split(" [")[0].strip() for cell in cells]
+            missing = {"pid", "gpu_uuid", "used_gpu_memory"} - {"used_gpu_memory" if name == "used_memory" else name for name in header}
+            if missing:
+                raise SeatplanError(f"the compute-apps CSV lacks {', '.join(sorted(missing))}", where=where, fix=fix)
+            continue
+        if len(cells) != len(header):
+            raise SeatplanError(f"{len(cells)} fields under a header of {len(header)}", where=where, fix=f"give the whole output of {fix.removeprefix('run ')}")
+        values = dict(zip(header, cells))
+        used = values.get("used_memory", values.get("used_gpu_memory", ""))
+        apps.append(ComputeApp(pid=_whole(values["pid"], "pid", where), process_name=values.get("process_name", "")[:200],
+                               gpu_uuid=values["gpu_uuid"], used_mib=None if used.startswith("[") else _mib(used, "used_memory", where), source=where))
+    if header is None:
+        raise SeatplanError("the compute-apps CSV is empty (not even its header)", where=source, fix=fix)
+    return apps
+
+
+def read_apps_file(path: Path) -> list[ComputeApp]:
+    """The processes on the GPUs (their UUIDs name the GPU, on whichever host)."""
+    text = read_text(path, "compute-apps CSV", f"save nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv to a file")
+    return read_compute_apps(text, str(path))
 
 
 def run_smi() -> list[GpuReading]:
@@ -313,11 +348,11 @@ def _compose_launch(name: str, service: dict, where: str, path: Path) -> Launch 
     command = _compose_words(service.get("command"), where, "command")
     image = str(service.get("image", ""))
     args = engine_args(entrypoint + command)
-    if args is None:
-        if "vllm" not in image or not command:
-            return None  # not a vLLM engine (the gateway, a database): nothing to adopt
-        args = command
     env = _compose_env(service.get("environment"), where)
+    if args is None and ("vllm" not in image or not command):
+        # not a vLLM engine: a GPU user (speech, TTS) is a fixed seat; the gateway or a database is not adopted
+        return _fixed_launch(name, service, env, command, where)
+    args = args if args is not None else command
     launch = Launch(source=where, seat=name, args=args, env={key: value for key, value in env.items() if key not in GPU_KEYS})
     device_ids = _device_ids(service, where)
     if device_ids is not None:
@@ -329,6 +364,76 @@ def _compose_launch(name: str, service: dict, where: str, path: Path) -> Launch 
                 break
     launch.published_port = _published_port(service.get("ports"), args)
     return launch
+
+
+# Keys of a compose service that seatplan's own compose file carries for a fixed seat (render/targets.py fixed_service);
+# a service with any other (volumes, environment, an entrypoint) would lose it if seatplan ran it, so its image is not adopted.
+RENDERED_FIXED_KEYS = {"image", "command", "ports", "deploy", "restart", "runtime", "environment"}  # environment: GPU keys only
+MAX_DEVICE_INDEX = 1023  # more GPUs than any box has: a larger id is a typo or a hostile file
+GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Fa-f][0-9A-Fa-f-]{0,80}$")
+
+
+def _gpu_use(service: dict, env: dict[str, str]) -> str | None:
+    """What says a service uses GPUs: a device reservation with the gpu capability, ``runtime: nvidia``, or its environment."""
+    deploy = service.get("deploy")
+    resources = deploy.get("resources") if isinstance(deploy, dict) else None
+    reservations = resources.get("reservations") if isinstance(resources, dict) else None
+    devices = reservations.get("devices") if isinstance(reservations, dict) else None
+    for device in devices if isinstance(devices, list) else []:
+        capabilities = device.get("capabilities") if isinstance(device, dict) else None
+        if (isinstance(capabilities, list) and "gpu" in capabilities) or (isinstance(device, dict) and device.get("driver") == "nvidia"):
+            return "deploy.resources.reservations.devices"
+    if service.get("runtime") == "nvidia":
+        return "runtime: nvidia"
+    return next((f"environment {key}" for key in GPU_KEYS if key in env), None)
+
+
+def _fixed_launch(name: str, service: dict, env: dict[str, str], command: list[str], where: str) -> Launch | None:
+    evidence = _gpu_use(service, env)
+    if evidence is None:
+        return None
+    launch = Launch(source=where, seat=name, args=[], fixed=True, gpu_evidence=evidence, device="cuda",
+                    image=str(service["image"]) if isinstance(service.get("image"), str) else None)
+    device_ids = _device_ids(service, where)
+    if device_ids is not None:
+        launch.gpus, launch.gpus_source = device_ids, f"{where}: deploy.resources.reservations.devices.device_ids"
+    else:
+        key = next((key for key in GPU_KEYS if key in env and env[key] not in ("all", "")), None)
+        if key is not None:
+            launch.gpus, launch.gpus_source = _gpu_list(env[key]), f"{where}: environment {key}"
+    for word in launch.gpus or []:
+        if not (word.isdigit() and int(word) <= MAX_DEVICE_INDEX) and not GPU_UUID.fullmatch(word):
+            raise SeatplanError(f"service {name[:60]!r} names GPU {word[:60]!r}, neither a device index (0 to {MAX_DEVICE_INDEX}) nor a GPU UUID",
+                                where=where, fix="write the GPUs as nvidia-smi names them: an index (0, 1) or a UUID (GPU-...)")
+    published = _first_published(service.get("ports"), where)
+    launch.published_port = published[0] if published else None
+    launch.args = command
+    launch.env = {key: value for key, value in env.items() if key not in GPU_KEYS}
+    launch.image_left_out = _not_rendered(service, launch, published)
+    return launch
+
+
+def _first_published(ports: Any, where: str) -> tuple[int, str] | None:
+    """The host and container side of a fixed service's first ``HOST:CONTAINER`` port."""
+    for entry in ports if isinstance(ports, list) else []:
+        parts = str(entry).split(":")
+        if len(parts) >= 2 and parts[-2].isdigit():
+            if len(parts[-2]) > 5 or not 0 < int(parts[-2]) < 65536:
+                raise SeatplanError(f"port {str(entry)[:40]!r} publishes no TCP port", where=where, fix="publish a port from 1 to 65535")
+            return int(parts[-2]), parts[-1].split("/")[0]
+    return None
+
+
+def _not_rendered(service: dict, launch: Launch, published: tuple[int, str] | None) -> str:
+    """What seatplan's compose file would drop if it ran this service (render/targets.py fixed_service), or ""."""
+    dropped = sorted(str(key) for key in service if key not in RENDERED_FIXED_KEYS)
+    if launch.env:
+        dropped.append("environment")
+    if published is not None and published[1] != str(published[0]):
+        dropped.append(f"the port mapping {published[0]}:{published[1]}")
+    if launch.gpus is None:
+        dropped.append("its GPUs")
+    return ", ".join(dropped)
 
 
 def _compose_env(value: Any, where: str) -> dict[str, str]:

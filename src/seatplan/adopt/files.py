@@ -120,8 +120,8 @@ def read_smi_csv(text: str, source: str, host: str | None) -> list[GpuReading]:
     return gpus
 
 
-def _whole(cell: str, what: str, where: str) -> int:
-    if not cell.isdigit() or len(cell) > 6:
+def _whole(cell: str, what: str, where: str, digits: int = 6) -> int:
+    if not cell.isdigit() or len(cell) > digits:
         raise SeatplanError(f"{what} {cell[:40]!r} is not a whole number", where=where, fix="give nvidia-smi's own CSV output")
     return int(cell)
 
@@ -166,7 +166,7 @@ def read_compute_apps(text: str, source: str) -> list[ComputeApp]:
             raise SeatplanError(f"{len(cells)} fields under a header of {len(header)}", where=where, fix=f"give the whole output of {fix.removeprefix('run ')}")
         values = dict(zip(header, cells))
         used = values.get("used_memory", values.get("used_gpu_memory", ""))
-        apps.append(ComputeApp(pid=_whole(values["pid"], "pid", where), process_name=values.get("process_name", "")[:200],
+        apps.append(ComputeApp(pid=_whole(values["pid"], "pid", where, digits=10), process_name=values.get("process_name", "")[:200],
                                gpu_uuid=values["gpu_uuid"], used_mib=None if used.startswith("[") else _mib(used, "used_memory", where), source=where))
     if header is None:
         raise SeatplanError("the compute-apps CSV is empty (not even its header)", where=source, fix=fix)

@@ -43,3 +43,14 @@ def test_the_adopt_example_gives_what_the_page_shows(tmp_path):
         assert sorted(given.splitlines()) == sorted(shown.splitlines()), command  # stderr and stdout interleave as they will
     assert (tmp_path / "fleet.yaml").read_text() == block_after("adopt-fleet", text)
     assert not (tmp_path / "plan.json").exists()  # the TODO stopped plan before it wrote anything
+
+
+def test_the_fixed_seat_example_writes_what_the_page_shows(tmp_path):
+    """The adopt line of the fixed-seat example (the page's console test runs the whole block, plan included)."""
+    text = DOC.read_text()
+    (tmp_path / "examples").symlink_to(REPO_ROOT / "examples")
+    block = block_after("adopt-fixed-example", text)
+    adopt_block = block.split("$ sed ")[0]
+    for command, shown, given in run_console(adopt_block, tmp_path):
+        assert sorted(given.splitlines()) == sorted(shown.splitlines()), command
+    assert (tmp_path / "speech.yaml").read_text() == block_after("adopt-fixed-fleet", text)

@@ -254,3 +254,74 @@ def test_the_compute_apps_csv_reads_as_nvidia_smi_writes_it():
     with pytest.raises(SeatplanError, match="lacks gpu_uuid") as raised:
         read_compute_apps((FORMATS / "nvidia_smi_compute_apps.csv").read_text(), "apps.csv")
     assert "--query-compute-apps" in (raised.value.fix or "")
+
+
+def rendered_fleet(rng: random.Random, directory: Path) -> tuple[Path, int, dict[str, int]]:
+    """A fleet with 1-2 engines and 1-3 fixed seats, each pinned to its own GPUs; the fixed seats' caps in MiB."""
+    gpu_count = rng.randint(3, 8)
+    free = list(range(gpu_count))
+    rng.shuffle(free)
+    ports = iter(rng.sample(range(8000, 20000), 8))
+    taken: set[str] = set()
+    seats: list[dict] = []
+    for _ in range(rng.randint(1, 2)):
+        seats.append({"name": random_name(rng, taken), "model": str(MODEL_DIR / rng.choice(SMALL_MODELS)), "port": next(ports),
+                      "max_model_len": 4096, "pin": free.pop()})
+    caps: dict[str, int] = {}
+    for _ in range(rng.randint(1, min(3, len(free)))):
+        width = 2 if len(free) >= 2 and rng.random() < 0.3 else 1
+        pins = sorted(free.pop() for _ in range(width))
+        seat: dict = {"name": random_name(rng, taken), "engine": "fixed", "pin": pins[0] if width == 1 else pins, "tensor_parallel_size": width}
+        caps[seat["name"]] = rng.randint(300, 40000)
+        seat["memory_cap_bytes"] = caps[seat["name"]] * 2**20
+        if rng.random() < 0.5:  # compose runs it (render carries no health_url into compose, so only an unmanaged seat has one)
+            seat["image"] = rng.choice(("ghcr.io/example/piper:2.1", "nvcr.io/nim/nvidia/asr:1.3.0"))
+            seat["port"] = next(ports)
+            if rng.random() < 0.5:
+                seat["command"] = ["--port", str(seat["port"]), "--log-level", rng.choice(("info", "debug"))]
+        elif rng.random() < 0.5:
+            seat["health_url"] = f"http://127.0.0.1:{next(ports)}/health"
+        seats.append(seat)
+        if not free:
+            break
+    rng.shuffle(seats)
+    fleet = {"hosts": [{"name": "box", "gpus": [{"index": index, "total_bytes": (143771 - 551) * 2**20} for index in range(gpu_count)]}],
+             "policy": {"vllm_version": "0.32"}, "seats": seats}
+    path = directory / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet, sort_keys=False))
+    return path, gpu_count, caps
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_rendered_compose_file_adopts_back_to_the_same_fixed_seats(seed, tmp_path, capsys, monkeypatch):
+    """Plan, render compose, adopt the compose file (and a compute-apps CSV holding each fixed seat's cap): the
+    fixed seats come back, those compose runs from their service and the others from render's comment line,
+    and the replan renders the same compose file."""
+    rng = random.Random(seed)
+    fleet, gpu_count, caps = rendered_fleet(rng, tmp_path)
+    assert run_cli(capsys, monkeypatch, "plan", str(fleet), "-o", str(tmp_path / "plan.json")).exit_code == 0
+    assert run_cli(capsys, monkeypatch, "render", str(tmp_path / "plan.json"), "--target", "compose", "-o", str(tmp_path / "roll")).exit_code == 0
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    smi = tmp_path / "smi.csv"
+    smi.write_text("index, name, uuid, memory.total [MiB], memory.reserved [MiB]\n"
+                   + "".join(f"{gpu}, NVIDIA H200, {uuid(gpu)}, 143771 MiB, 551 MiB\n" for gpu in range(gpu_count)))
+    apps = ["pid, process_name, gpu_uuid, used_memory [MiB]"]
+    for seat in plan["seats"]:
+        for ref in seat["gpus"] if seat["name"] in caps else []:
+            part = rng.randint(0, caps[seat["name"]])  # one or two processes, together the cap
+            apps += [f"{rng.randint(2, 4_000_000)}, worker, {uuid(int(ref.split(':')[1]))}, {mib} MiB" for mib in (part, caps[seat["name"]] - part) if mib]
+    (tmp_path / "apps.csv").write_text("\n".join(apps) + "\n")
+    adopted_path = tmp_path / "adopted.yaml"
+    adopted = run_cli(capsys, monkeypatch, "adopt", "--compose", str(tmp_path / "roll" / "compose.yaml"), "--nvidia-smi", f"box={smi}",
+                      "--compute-apps", str(tmp_path / "apps.csv"), "-o", str(adopted_path), "--json")
+    assert adopted.exit_code == 0, adopted.stderr
+    assert json.loads(adopted.stdout)["todo"] == ["policy.vllm_version"]
+    adopted_path.write_text(adopted_path.read_text().replace("vllm_version: TODO", 'vllm_version: "0.32"'))
+    written = {seat["name"]: seat for seat in yaml.safe_load(adopted_path.read_text())["seats"]}
+    assert {name: written[name]["memory_cap_bytes"] for name in caps} == {name: mib * 2**20 for name, mib in caps.items()}
+    assert run_cli(capsys, monkeypatch, "plan", str(adopted_path), "-o", str(tmp_path / "replan.json")).exit_code == 0
+    replan = json.loads((tmp_path / "replan.json").read_text())
+    assert replan["moves"] == 0
+    assert {seat["name"]: seat["gpus"] for seat in replan["seats"]} == {seat["name"]: seat["gpus"] for seat in plan["seats"]}
+    assert run_cli(capsys, monkeypatch, "render", str(tmp_path / "replan.json"), "--target", "compose", "-o", str(tmp_path / "again")).exit_code == 0
+    assert (tmp_path / "again" / "compose.yaml").read_text() == (tmp_path / "roll" / "compose.yaml").read_text()

@@ -479,6 +479,8 @@ def fixed_tree(seat: _Seat, layout: dict[str, Noted], readings: list[GpuReading]
                                 f"{launch.image_left_out}, so it stays yours to start")
     if launch.published_port is not None:
         tree["port"] = Noted(launch.published_port, f"{launch.source}: ports (the host side)")
+    if launch.health_url:
+        tree["health_url"] = Noted(launch.health_url, launch.gpus_source)
     gpus = layout[seat.name]
     held = _indices(gpus)
     if len(held) > 1:

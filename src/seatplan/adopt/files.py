@@ -324,13 +324,32 @@ def read_compose(path: Path) -> list[Launch]:
         if launch is not None:
             launch.host, launch.host_note = host, note if host else ""
             launches.append(launch)
-    return launches
+    return launches + (_not_managed(path, host) if host else [])
 
 
 def _rendered_compose_host(path: Path) -> str | None:
     """seatplan's own compose files name their host in a comment line (render/targets.py compose_files)."""
     found = re.search(r"^# host (\S+): engines start one at a time", read_text(path, "compose file", "give a readable compose file"), re.M)
     return found[1] if found else None
+
+
+# The line seatplan's compose file writes for a fixed seat it does not run (render/targets.py not_managed_note);
+# the URL as the fleet file's health_url pattern takes it.
+NOT_MANAGED_LINE = re.compile(r"^# not managed by seatplan \(no image in the fleet file\): (?P<seat>\S+) on GPU (?P<gpus>[\d, ]+?)"
+                              r"(?:, the engines wait for (?P<url>https?://[^\s'\"`$\\]+))?$")
+
+
+def _not_managed(path: Path, host: str) -> list[Launch]:
+    """The fixed seats a rendered compose file names but does not run: each back where the plan put it."""
+    launches = []
+    for number, line in enumerate(read_text(path, "compose file", "give a readable compose file").splitlines(), start=1):
+        found = NOT_MANAGED_LINE.match(line)
+        if found:
+            where, note = f"{path}:{number}", f"{path}:{number}: the comment seatplan render wrote"
+            launches.append(Launch(source=where, seat=found["seat"], args=[], fixed=True, gpu_evidence="the comment seatplan render wrote",
+                                   device="cuda", gpus=_gpu_list(found["gpus"]), gpus_source=note, host=host, host_note=note,
+                                   health_url=found["url"]))
+    return launches
 
 
 def _compose_words(value: Any, where: str, what: str) -> list[str]:

@@ -242,6 +242,25 @@ def test_hostile_compose_values_stop_adopt_and_write_nothing(case, tmp_path, cap
     assert not out.exists()
 
 
+def test_the_container_runtime_words_for_no_gpu_and_every_gpu(tmp_path, capsys, monkeypatch):
+    """NVIDIA_VISIBLE_DEVICES=none/void mounts no GPU (not a GPU user); all mounts every one (a fixed seat whose GPUs are TODO);
+    a MIG device is named, but no nvidia-smi output lists it (TODO)."""
+    engine = {"image": "vllm/vllm-openai:v0.32.0", "command": ["--model", "m"], "ports": ["8001:8000"]}
+    services = {"engine": engine, "cpu-side": {"image": "x/tool:1", "environment": {"NVIDIA_VISIBLE_DEVICES": "void"}},
+                "quiet": {"image": "x/tool:1", "environment": ["NVIDIA_VISIBLE_DEVICES=none"]},
+                "every": {"image": "x/asr:1", "environment": {"NVIDIA_VISIBLE_DEVICES": "all"}},
+                "mig": {"image": "x/tts:1", "environment": {"CUDA_VISIBLE_DEVICES": "MIG-GPU-5e1a0c2b-9d3f-4a7e-8b61-0c4d2e9f1a03/1/0"}}}
+    compose = tmp_path / "compose.yaml"
+    compose.write_text(yaml.safe_dump({"services": services}))
+    out = tmp_path / "fleet.yaml"
+    done = run_cli(capsys, monkeypatch, "adopt", "--compose", f"box={compose}", "-o", str(out), "--json")
+    assert done.exit_code == 0, done.stderr
+    data = yaml.safe_load(out.read_text())
+    assert [seat["name"] for seat in data["seats"]] == ["engine", "every", "mig"]
+    assert data["current_layout"]["every"] == TODO and data["current_layout"]["mig"] == TODO
+    assert {"current_layout.every", "current_layout.mig", "seats[1].memory_cap_bytes", "seats[2].memory_cap_bytes"} <= set(json.loads(done.stdout)["todo"])
+
+
 def test_the_compute_apps_csv_reads_as_nvidia_smi_writes_it():
     path = FORMATS / "nvidia_smi_compute_apps_with_uuid.csv"
     apps = read_compute_apps(path.read_text(), str(path))

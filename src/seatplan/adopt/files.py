@@ -389,7 +389,11 @@ def _compose_launch(name: str, service: dict, where: str, path: Path) -> Launch 
 # a service with any other (volumes, environment, an entrypoint) would lose it if seatplan ran it, so its image is not adopted.
 RENDERED_FIXED_KEYS = {"image", "command", "ports", "deploy", "restart", "runtime", "environment"}  # environment: GPU keys only
 MAX_DEVICE_INDEX = 1023  # more GPUs than any box has: a larger id is a typo or a hostile file
-GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Fa-f][0-9A-Fa-f-]{0,80}$")
+GPU_UUID = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]{0,100}$")  # MIG: MIG-<uuid> or MIG-GPU-<uuid>/GI/CI
+# NVIDIA_VISIBLE_DEVICES values that name no GPU (the NVIDIA container runtime's own words): none/void mount none,
+# all mounts every one (which, no file says)
+NO_GPU_WORDS = ("none", "void", "")
+EVERY_GPU_WORD = "all"
 
 
 def _gpu_use(service: dict, env: dict[str, str]) -> str | None:
@@ -404,7 +408,7 @@ def _gpu_use(service: dict, env: dict[str, str]) -> str | None:
             return "deploy.resources.reservations.devices"
     if service.get("runtime") == "nvidia":
         return "runtime: nvidia"
-    return next((f"environment {key}" for key in GPU_KEYS if key in env), None)
+    return next((f"environment {key}" for key in GPU_KEYS if key in env and env[key].strip() not in NO_GPU_WORDS), None)
 
 
 def _fixed_launch(name: str, service: dict, env: dict[str, str], command: list[str], where: str) -> Launch | None:
@@ -417,7 +421,7 @@ def _fixed_launch(name: str, service: dict, env: dict[str, str], command: list[s
     if device_ids is not None:
         launch.gpus, launch.gpus_source = device_ids, f"{where}: deploy.resources.reservations.devices.device_ids"
     else:
-        key = next((key for key in GPU_KEYS if key in env and env[key] not in ("all", "")), None)
+        key = next((key for key in GPU_KEYS if key in env and env[key].strip() not in (*NO_GPU_WORDS, EVERY_GPU_WORD)), None)
         if key is not None:
             launch.gpus, launch.gpus_source = _gpu_list(env[key]), f"{where}: environment {key}"
     for word in launch.gpus or []:

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
-from seatplan.adopt.evidence import ComputeApp, EngineSeen, GpuReading, Launch, Route
+from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
 from seatplan.documents.fleet_file import TODO
 from seatplan.errors import SeatplanError
 from seatplan.versions import modelled, try_release
@@ -25,7 +25,6 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # GPU memory in use above this, where no adopted seat runs, is some other process's (an idle CUDA context
 # takes a few hundred MiB; a service that matters to the plan holds GiBs): a rule of thumb, not measured here.
 UNACCOUNTED_MIB = 1024
-APPS_QUERY = "nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory --format=csv"
 SEAT_KEYS = ("tensor_parallel_size", "dtype", "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")
 
 
@@ -510,7 +509,7 @@ def _cap_unknown(seat: _Seat, layout: dict[str, Noted], readings: list[GpuReadin
     """Why the cap cannot be read (a string), or each of its GPUs with the processes on it."""
     held = _indices(layout[seat.name])
     if apps is None:
-        return f"no compute-apps CSV given ({APPS_QUERY}) to read the memory it holds"
+        return f"no --compute-apps CSV (nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv) to read the memory it holds"
     if not held:
         return "its GPUs are not known, so no process can be tied to it"
     processes: dict[int, list[ComputeApp]] = {}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Device = Literal["cuda", "cpu"]
+APPS_QUERY = "pid,process_name,gpu_uuid,used_memory"  # nvidia-smi --query-compute-apps=...: the processes on each GPU
 
 
 @dataclass(frozen=True)

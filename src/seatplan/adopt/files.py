@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from seatplan.adopt.evidence import ComputeApp, GpuReading, Launch, Route
+from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, GpuReading, Launch, Route
 from seatplan.documents.fleet_file import check_yaml_limits
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_env
@@ -24,7 +24,6 @@ from seatplan.fileio import read_bounded_bytes
 MAX_FILE_BYTES = 1 << 20  # a LiteLLM config, a compose file or an env file is a few kilobytes
 MAX_ENV_FILES = 1000
 SMI_QUERY = "index,name,uuid,memory.total,memory.reserved,memory.used"
-APPS_QUERY = "pid,process_name,gpu_uuid,used_memory"
 SMI_TIMEOUT_S = 30.0
 # Keys of seatplan's own env files that are not the engine's environment (render/targets.py env_file).
 SEATPLAN_KEYS = {"SEATPLAN_SEAT", "SEATPLAN_HEALTH_URL", COMMAND_KEY}
@@ -110,7 +109,7 @@ def read_smi_csv(text: str, source: str, host: str | None) -> list[GpuReading]:
         gpus.append(GpuReading(host=host, index=_whole(values["index"], "index", where), name=values["name"], uuid=values["uuid"],
                                total_mib=_mib(values["memory.total"], "memory.total", where),
                                reserved_mib=None if reserved is None else _mib(reserved, "memory.reserved", where), source=where,
-                               used_mib=None if used is None else _mib(used, "memory.used", where)))
+                               used_mib=None if used is None or used.startswith("[") else _mib(used, "memory.used", where)))
     if not gpus:
         raise SeatplanError("no GPU in the nvidia-smi output", where=source, fix=f"run nvidia-smi --query-gpu={SMI_QUERY} --format=csv")
     indices = [gpu.index for gpu in gpus]

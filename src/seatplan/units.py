@@ -21,10 +21,8 @@ _SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[A-Za-z]*)\s*$"
 
 _BINARY = {"k": KiB, "m": MiB, "g": GiB, "t": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-
-
-_TOKEN_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_TOKEN_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+# A token count's suffix is decimal in lower case and binary in upper case (vLLM's human_readable_int).
+_TOKEN_BINARY = {suffix.upper(): factor for suffix, factor in _BINARY.items()}
 
 SIZE_FIX = "write a number of bytes or a size with a unit: 22GiB, 5.5G (2**30), 20g or 20GB (10**9), 512MiB"
 
@@ -86,8 +84,8 @@ def parse_tokens(text: str | int, *, field: str = "tokens") -> int:
     if not match:
         raise SeatplanError(f"{field}: cannot read {text!r} as a token count", fix=fix)
     number, suffix = match[1], match[2]
-    if suffix in _TOKEN_DECIMAL:
-        return int(float(number) * _TOKEN_DECIMAL[suffix])
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
     if "." in number:
         raise SeatplanError(f"{field}: {text!r} is not a whole number of tokens (vLLM takes a decimal only with k, m, g or t)", fix=fix)
     return int(number) * _TOKEN_BINARY.get(suffix, 1)

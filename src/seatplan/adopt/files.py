@@ -372,16 +372,21 @@ def _compose_launch(name: str, service: dict, where: str, path: Path) -> Launch 
         return _fixed_launch(name, service, env, command, where)
     args = args if args is not None else command
     launch = Launch(source=where, seat=name, args=args, env={key: value for key, value in env.items() if key not in GPU_KEYS})
-    device_ids = _device_ids(service, where)
-    if device_ids is not None:
-        launch.gpus, launch.gpus_source, launch.device = device_ids, f"{where}: deploy.resources.reservations.devices.device_ids", "cuda"
-    else:
-        for key in GPU_KEYS:
-            if key in env:
-                launch.gpus, launch.gpus_source, launch.device = _gpu_list(env[key]), f"{where}: environment {key}", "cuda"
-                break
+    named = _service_gpus(service, env, where)
+    if named is not None:
+        (launch.gpus, launch.gpus_source), launch.device = named, "cuda"
     launch.published_port = _published_port(service.get("ports"), args)
     return launch
+
+
+def _service_gpus(service: dict, env: dict[str, str], where: str, naming_none: tuple[str, ...] = ()) -> tuple[list[str], str] | None:
+    """The GPUs a compose service names and where: its device reservation's ids, else the first GPU key of its
+    environment whose value is not one of ``naming_none``."""
+    device_ids = _device_ids(service, where)
+    if device_ids is not None:
+        return device_ids, f"{where}: deploy.resources.reservations.devices.device_ids"
+    key = next((key for key in GPU_KEYS if key in env and env[key].strip() not in naming_none), None)
+    return None if key is None else (_gpu_list(env[key]), f"{where}: environment {key}")
 
 
 # Keys of a compose service that seatplan's own compose file carries for a fixed seat (render/targets.py fixed_service);
@@ -416,13 +421,9 @@ def _fixed_launch(name: str, service: dict, env: dict[str, str], command: list[s
         return None
     launch = Launch(source=where, seat=name, args=[], fixed=True, gpu_evidence=evidence, device="cuda",
                     image=str(service["image"]) if isinstance(service.get("image"), str) else None)
-    device_ids = _device_ids(service, where)
-    if device_ids is not None:
-        launch.gpus, launch.gpus_source = device_ids, f"{where}: deploy.resources.reservations.devices.device_ids"
-    else:
-        key = next((key for key in GPU_KEYS if key in env and env[key].strip() not in (*NO_GPU_WORDS, EVERY_GPU_WORD)), None)
-        if key is not None:
-            launch.gpus, launch.gpus_source = _gpu_list(env[key]), f"{where}: environment {key}"
+    named = _service_gpus(service, env, where, naming_none=(*NO_GPU_WORDS, EVERY_GPU_WORD))
+    if named is not None:
+        launch.gpus, launch.gpus_source = named
     for word in launch.gpus or []:
         if not (word.isdigit() and int(word) <= MAX_DEVICE_INDEX) and not GPU_UUID.fullmatch(word):
             raise SeatplanError(f"service {name[:60]!r} names GPU {word[:60]!r}, neither a device index (0 to {MAX_DEVICE_INDEX}) nor a GPU UUID",

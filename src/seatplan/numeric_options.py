@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 from seatplan.errors import SeatplanError
+from seatplan.output import clipped, printable
 from seatplan.units import human_bytes, parse_bytes, parse_tokens
 
 # The largest count any option takes: beyond it a value is a typo (and would overflow what it feeds).
@@ -105,7 +106,6 @@ class TextNumberType(NumberType):
 
 
 def _shown_text(text: str, limit: int) -> str:
-    from seatplan.output import clipped, printable  # Rich and pydantic load only when a value is refused
 
     return printable(clipped(text, limit))
 

@@ -10,6 +10,12 @@ from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
+from rich.cells import cell_len
+from rich.console import Console, Group
+from rich.padding import Padding
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
 
 from seatplan.jsontext import dumps_strict
 
@@ -80,7 +86,6 @@ def _escaping_console_class() -> type:
     through :func:`printable` first: Rich itself drops only BEL, BS, VT, FF and CR, and lets ESC through, so a
     host name or a server's answer could recolour, retitle or clear the terminal. Rich's own styles are added
     after, so colour still works."""
-    from rich.console import Console
 
     class EscapingConsole(Console):
         def render_str(self, text: str, **options: Any) -> Any:
@@ -98,7 +103,6 @@ def progress(description: str, *, enabled: bool = True, on: Any = None) -> Itera
     if not enabled or not out.is_terminal:
         yield
         return
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
                   console=out, transient=True) as bar:
@@ -107,7 +111,6 @@ def progress(description: str, *, enabled: bool = True, on: Any = None) -> Itera
 
 
 def _words(cell: Any) -> list[str]:
-    from rich.text import Text
 
     if isinstance(cell, str):
         plain = Text.from_markup(cell).plain
@@ -119,7 +122,6 @@ def _words(cell: Any) -> list[str]:
 
 
 def _cell_width(cell: Any) -> int:
-    from rich.cells import cell_len
 
     lines = [" ".join(_words(line)) for line in (cell.splitlines() if isinstance(cell, str) else [cell])]
     return max((cell_len(line) for line in lines), default=0)
@@ -141,7 +143,6 @@ def fit_table(table: Any, width: int, drop: tuple[str, ...] = (), *, stack: bool
     add up to a shown total) passes ``stack``: when even its words do not fit side by side, each row is printed
     as a block of ``header  value`` lines, as ``kubectl describe`` does. Only when nothing is left to drop (and
     nothing may stack) may a header fold: the cells carry the figures."""
-    from rich.cells import cell_len
 
     def needs(column) -> tuple[int, int, int]:
         """(longest word of the cells, the same with the header's words, the widest line)."""
@@ -205,11 +206,6 @@ def stacked(table: Any, width: int) -> Any:
     """The rows of ``table`` one below the other, as ``kubectl describe`` prints a record: the first cell heads
     the row, then ``header value`` pairs, as many a line as ``width`` holds, so that every cell of a wide
     table shows whole (and a row's parts still sit beside its total) on a narrow terminal."""
-    from rich.cells import cell_len
-    from rich.console import Group
-    from rich.padding import Padding
-    from rich.table import Table
-    from rich.text import Text
 
     columns = list(table.columns)
     header_width = max(cell_len(str(column.header)) for column in columns[1:])

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import re
 
+from seatplan.errors import SeatplanError
+
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
@@ -32,8 +34,6 @@ def parse_bytes(text: str | int | float, *, field: str = "size") -> int:
 
     ``G``/``GiB`` are 2**30; ``g``/``GB`` are 10**9 (vLLM's convention for single letters).
     """
-    from seatplan.errors import SeatplanError
-
     if isinstance(text, bool):
         raise SeatplanError(f"{field}: expected a size such as 22GiB, got {text!r}", fix=SIZE_FIX)
     if isinstance(text, int):
@@ -53,8 +53,6 @@ def parse_bytes(text: str | int | float, *, field: str = "size") -> int:
 
 
 def _scale(number: float, unit: str, text: object, field: str) -> int:
-    from seatplan.errors import SeatplanError
-
     if unit in ("", "B", "b"):
         factor = 1
     else:
@@ -75,8 +73,6 @@ def parse_tokens(text: str | int, *, field: str = "tokens") -> int:
     """Parse a token count the way vLLM's ``--max-model-len`` does (vLLM 0.32 ``vllm/utils/argparse_utils.py:29``,
     ``human_readable_int``): ``32k`` = 32,000, ``32K`` = 32,768, ``25.6k`` = 25,600; a decimal only with a
     lower-case (decimal) suffix, so ``12.5`` and ``1.5K`` are refused as vLLM refuses them."""
-    from seatplan.errors import SeatplanError
-
     if isinstance(text, int) and not isinstance(text, bool):
         return text
     fix = "write e.g. 131072, 128K (=131,072) or 128k (=128,000)"

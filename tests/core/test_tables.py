@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
+import seatplan.facts.show
 import seatplan.observe.show
 import seatplan.plan.show
 import seatplan.usage.show
@@ -86,7 +87,7 @@ def tables_of(monkeypatch: pytest.MonkeyPatch) -> list[tuple[list[str], object]]
         seen.append((headers, fitted))
         return fitted
 
-    for module in (seatplan.plan.show, seatplan.usage.show, seatplan.verify.show, seatplan.observe.show, output):
+    for module in (seatplan.facts.show, seatplan.plan.show, seatplan.usage.show, seatplan.verify.show, seatplan.observe.show, output):
         monkeypatch.setattr(module, "fit_table", recording)
     return seen
 

@@ -79,6 +79,21 @@ def test_tensor_parallel_available_kv_is_the_smallest_rank():
     assert parse_log(lines).boots[0].available_kv_bytes == gib(8.02)
 
 
+@pytest.mark.parametrize("figure", ["9" * 400, "1e999", "9" * 20, "-" + "9" * 20])
+def test_a_figure_no_device_holds_drops_its_line_not_the_boot(figure):
+    """A garbled size (found by the fuzz test: 400 nines overflowed a float into int) tells nothing; the
+    boot's other lines still count, and the sane figure of the same kind is kept."""
+    lines = [
+        "(EngineCore_0 pid=7) INFO 05-01 10:00:00 [default_loader.py:262] Loading weights took 2.20 seconds",
+        f"(EngineCore_0 pid=7) INFO 05-01 10:00:01 [gpu_worker.py:200] Available KV cache memory: {figure} GiB",
+        f"(EngineCore_0 pid=7) INFO 05-01 10:00:01 [gpu_model_runner.py:1] Model loading took {figure} GiB and 2.5 seconds",
+        "(EngineCore_0 pid=7) INFO 05-01 10:00:02 [kv_cache_utils.py:1] GPU KV cache size: 1,024 tokens",
+    ]
+    boot = parse_log(lines).boots[0]
+    assert boot.available_kv_bytes is None and boot.weights_bytes is None
+    assert boot.kv_cache_tokens == 1024
+
+
 def test_real_vllm_032_cpu_log():
     parsed = parse_log((DATA / "vllm-0.32.0-cpu-boot.log").read_text().splitlines(), source="cpu.log", year=2026)
     assert len(parsed.boots) == 1

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -66,7 +67,6 @@ def line_of(lines: dict[PathKey, int], path: PathKey) -> int:
 
 
 def _read_yaml(text: str, display: str) -> tuple[Any, dict[PathKey, int]]:
-    import yaml
 
     try:
         # libyaml's loader keeps the same marks and is several times faster than the pure-Python one
@@ -104,7 +104,6 @@ def check_yaml_limits(root: Any, display: str) -> None:
     it; this walk counts every visit (as the constructor and the line collector would make) and stops at
     the limit, iteratively, so neither memory nor Python's stack grows with the input.
     """
-    import yaml
 
     visits, stack = 0, [(root, 1)]
     while stack:
@@ -124,7 +123,6 @@ def check_yaml_limits(root: Any, display: str) -> None:
 
 
 def _collect_lines(node: Any, path: PathKey, lines: dict[PathKey, int], display: str) -> None:
-    import yaml
 
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
+from rich.table import Table
+
 from seatplan.facts.models import ModelFacts
+from seatplan.output import console, fit_table
 from seatplan.units import human_bytes
 
 
@@ -21,10 +25,7 @@ def layer_list(layers: list[int]) -> str:
 
 
 def print_breakdown(facts: ModelFacts, document: dict[str, Any], wide: bool = False) -> None:
-    from rich.markup import escape
-    from rich.table import Table
 
-    from seatplan.output import console, fit_table
 
     out = console(wide)
     settings = facts.settings

@@ -31,6 +31,7 @@ from typing import Any
 
 from seatplan.errors import SeatplanError
 from seatplan.facts.architecture import AttentionLayer, ModelLayout, StateLayer, count_field
+from seatplan.facts.reader import read_optional_json
 from seatplan.jsontext import JsonTooDeep, loads_bounded
 from seatplan.units import MAX_PLAUSIBLE_BYTES, round_up
 
@@ -166,8 +167,6 @@ def tensor_bytes_on_rank(tensor: TensorInfo, layout: ModelLayout, tp: int) -> fl
 
 
 def _safetensors_files(model_dir: Path) -> tuple[list[Path], dict[str, Any] | None, Path | None]:
-    from seatplan.facts.reader import read_optional_json
-
     index_path = model_dir / "model.safetensors.index.json"
     index = read_optional_json(index_path)
     if index is not None:

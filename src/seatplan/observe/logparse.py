@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from seatplan.documents.observed import Boot, BootError, EngineStats
-from seatplan.units import GiB
+from seatplan.errors import SeatplanError
+from seatplan.numeric_options import MAX_DEVICE_MEMORY_BYTES
+from seatplan.units import GiB, parse_bytes
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DOCKER_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s")
@@ -126,7 +128,14 @@ class LogLine:
 
 
 def _gib(text: str | None) -> int | None:
-    return None if text is None else int(round(float(text) * GiB))
+    if text is None:
+        return None
+    size_bytes = float(text) * GiB
+    # A figure no device holds (a run of 400 nines) is as garbled as "93.35.82 GiB": the caller drops the line.
+    # Negative ones are real: vLLM prints "Available KV cache memory: -2.14 GiB" when the weights overrun the budget.
+    if not abs(size_bytes) <= MAX_DEVICE_MEMORY_BYTES:
+        raise ValueError(f"{text} GiB is no device's memory")
+    return int(round(size_bytes))
 
 
 @dataclass(frozen=True)
@@ -287,8 +296,8 @@ def parse_log(lines: Iterable[str], *, source: str = "log", year: int | None = N
                 draft.seen.add((line.pid, kind))
             try:
                 _apply(draft, kind, match, line, source)
-            except ValueError:
-                continue  # a garbled figure ("93.35.82 GiB"): the line tells nothing, the rest of the boot still counts
+            except (ValueError, OverflowError):
+                continue  # a garbled figure ("93.35.82 GiB", "1e999"): the line tells nothing, the rest of the boot still counts
     boots = [_finish(draft, source, seat) for draft in drafts]
     stats = [
         _stats_record(boot.seat, line, match, source)
@@ -402,9 +411,6 @@ def _parse_args(text: str) -> dict:
                 pass
     pinned = args.get("kv_cache_memory_bytes")
     if isinstance(pinned, (int, str)) and not isinstance(pinned, bool):
-        from seatplan.errors import SeatplanError
-        from seatplan.units import parse_bytes
-
         try:
             found["kv_cache_memory_bytes_pinned"] = parse_bytes(pinned)
         except SeatplanError:

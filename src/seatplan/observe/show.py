@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.table import Table
+
 from seatplan.documents.observed import Creep, DiagnoseReport
 from seatplan.output import console, fit_table
 from seatplan.units import format_gib, human_bytes
@@ -21,7 +23,6 @@ def _rise_bounds(creep: Creep) -> str:
 
 
 def show_report(report: DiagnoseReport, written: Path | None, wide: bool = False) -> None:
-    from rich.table import Table
 
     out = console(wide)
     if report.gpus:

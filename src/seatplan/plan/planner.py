@@ -18,6 +18,7 @@ from seatplan.documents.plan import (
 )
 from seatplan.documents.usage import UsageReport
 from seatplan.errors import SeatplanError
+from seatplan.plan import footprint as fp
 from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
 from seatplan.plan.contexts import lower_raised_contexts
 from seatplan.plan.current import CurrentLayout
@@ -113,8 +114,6 @@ def decimal_gpu_warnings(fleet: Fleet) -> list[str]:
 def profile_class_warnings(plan: Plan, vllm_version: str) -> list[str]:
     """An estimated footprint is fitted on some GPU class (the profile names it); on another class (a Blackwell
     card under an H100 profile) the CUDA context, activation and graph figures are extrapolated, so say so."""
-    from seatplan.plan import footprint as fp
-
     profile = fp.load_overhead_model().profile_for(vllm_version)
     if not profile.measured_on:
         return []

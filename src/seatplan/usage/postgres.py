@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import psycopg
+from psycopg.adapt import Loader
+from psycopg.pq import Format
 
 from seatplan.errors import SeatplanError
 from seatplan.secrets import dsn_password, redact_dsn, scrub
@@ -118,9 +121,6 @@ def decode_array(data: Any, element: np.dtype) -> np.ndarray:
 
 def _array_loader(element: np.dtype) -> type:
     """A psycopg binary loader that hands an array's bytes to numpy instead of building a Python list."""
-    from psycopg.adapt import Loader
-    from psycopg.pq import Format
-
     class RawArrayLoader(Loader):
         format = Format.BINARY
 
@@ -268,8 +268,6 @@ class PostgresSource:
 
     def _export_snapshot(self) -> str | None:
         """This transaction's snapshot for the helper connections; None where the server cannot share one."""
-        import psycopg
-
         try:
             return self.connection.execute("SELECT pg_export_snapshot()").fetchone()[0]
         except psycopg.Error:
@@ -298,8 +296,6 @@ class PostgresSource:
 
     @contextmanager
     def _errors(self) -> Iterator[None]:
-        import psycopg
-
         try:
             yield
         except psycopg.Error as problem:
@@ -324,8 +320,6 @@ def _configure(connection: Any) -> None:
 
 
 def _snapshot_connection(dsn: str, snapshot: str) -> Any:
-    import psycopg
-
     connection = psycopg.connect(dsn, connect_timeout=10, application_name="seatplan-usage")
     connection.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     connection.read_only = True
@@ -337,8 +331,6 @@ def _snapshot_connection(dsn: str, snapshot: str) -> Any:
 
 @contextmanager
 def postgres_source(dsn: str, description: str) -> Iterator[PostgresSource]:
-    import psycopg
-
     try:
         connection = psycopg.connect(dsn, connect_timeout=10, application_name="seatplan-usage")
     except psycopg.Error as problem:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from rich.table import Table
+
 from seatplan.documents.usage import UsageReport, UsageWindow
 from seatplan.output import fit_table
 
@@ -36,7 +38,6 @@ def window_title(window: UsageWindow) -> str:
 
 
 def print_usage(report: UsageReport, console: Any) -> None:
-    from rich.table import Table
 
     window = window_title(report.window)
     seats = Table(title=f"Usage by seat ({report.source_format}: {report.source}; {window})", title_justify="left")

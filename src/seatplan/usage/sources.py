@@ -8,7 +8,10 @@ row, strings once per distinct value); every figure is then computed the same wa
 
 from __future__ import annotations
 
+import csv
+import gzip
 import itertools
+import json
 import os
 import shutil
 import tempfile
@@ -17,11 +20,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import duckdb
+import numpy as np
+
 from seatplan.errors import SeatplanError
 from seatplan.secrets import dsn_password, redact_dsn
 from seatplan.usage import csvscan
 from seatplan.usage.api import GATEWAY_KEY_ENV, api_source
 from seatplan.usage.csvscan import CsvScanner, Stopped
+from seatplan.usage.postgres import postgres_source
 from seatplan.usage.queries import (
     CLIENT_COLUMNS,
     GROUP_COLUMNS,
@@ -88,8 +95,6 @@ def open_source(source: str, request_id_from_tokens: int | None = None, fast_csv
         with api_source(source, key_env, key_file, request_id_from_tokens, lambda path, ids: _file_source(path, ids, False)) as fetched:
             yield fetched
     elif is_dsn(source):
-        from seatplan.usage.postgres import postgres_source
-
         with postgres_source(source, redact_dsn(source)) as opened:
             yield opened
     else:
@@ -125,8 +130,6 @@ class DuckDBFileSource:
         self._line_offset: Any = None
 
     def read(self, window: Window) -> SpendRows:
-        import duckdb
-
         if self.scanner is not None:
             try:
                 return self._read_scanned(window)
@@ -169,8 +172,6 @@ class DuckDBFileSource:
         """The named columns of the lines at these offsets, as the DuckDB read of the whole file gives them:
         the lines, under the file's header, are a small CSV of their own. Raises Stopped where DuckDB does
         not read them one for one (never seen: the reader takes only lines DuckDB reads)."""
-        import duckdb
-
         assert self.scanner is not None
         lines_path = self.workdir / "lines.csv"
         with lines_path.open("wb") as stream:
@@ -192,9 +193,6 @@ class DuckDBFileSource:
         return values
 
     def _read_groups(self, window: Window, *, careful: bool) -> SpendRows:
-        import duckdb
-        import numpy as np
-
         if self.source_format == "csv":
             from_clause = _csv_from_clause(self.path, self.columns, careful)
         else:
@@ -249,8 +247,6 @@ class DuckDBFileSource:
 
     def unreadable_lines(self) -> int:
         """CSV lines DuckDB could not split into the header's columns (it keeps them in ``reject_errors``)."""
-        import duckdb
-
         if self.reader == "fast":
             return 0  # the fast reader takes a file only where every line splits
         try:
@@ -269,8 +265,6 @@ def detect_file_format(path: Path) -> SourceFormat:
 
 
 def _open_text(path: Path) -> Any:
-    import gzip
-
     if path.name.lower().endswith(".gz"):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
     return path.open(encoding="utf-8", errors="replace", newline="")
@@ -314,8 +308,6 @@ def _json_lines_from_clause(path: Path, keep_rejects: bool) -> str:
 
 @contextmanager
 def _file_source(path: Path, request_id_from_tokens: int | None, fast_csv: bool) -> Iterator[DuckDBFileSource]:
-    import duckdb
-
     if not path.is_file():
         raise SeatplanError("no such file", where=str(path), fix=SOURCE_FIX)
     source_format = detect_file_format(path)
@@ -349,9 +341,6 @@ def require_records(source: str) -> None:
     (the wrong file, an export that failed), and must not pass for a quiet week. A DSN or a missing file is
     left to :func:`open_source`.
     """
-    import csv
-    import json
-
     path = Path(source)
     if is_dsn(source) or not path.is_file():
         return
@@ -386,8 +375,6 @@ def require_records(source: str) -> None:
 
 def _csv_header(path: Path) -> list[str]:
     """The header row, read here rather than sniffed by DuckDB, which gives up on a file with odd lines."""
-    import csv
-
     try:
         with _open_text(path) as stream:
             header = next(csv.reader(stream), [])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from seatplan.plan.placement import cpsat
 from seatplan.plan.placement.filters import GpuView, first_rejection, too_few_gpus
 from seatplan.plan.placement.problem import GpuRejection, GpuSet, Infeasibility, Problem, SeatShortfall, gpu_label
 from seatplan.units import human_bytes
@@ -112,8 +113,6 @@ def alone_infeasibility(alone: list[SeatShortfall]) -> Infeasibility:
 
 def together_infeasibility(problem: Problem, time_limit_s: float) -> Infeasibility:
     """Every seat fits alone but not all together: the total shortfall and the fewest seats to drop or shrink."""
-    from seatplan.plan.placement import cpsat
-
     demand = sum(problem.demand_bytes(s) for s in range(len(problem.seat_names)))
     supply = sum(problem.usable_bytes(g) for g in problem.open_gpus)
     dropped, kept_assignment, minimal = cpsat.fewest_dropped(problem, time_limit_s=time_limit_s)

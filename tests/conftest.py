@@ -12,10 +12,13 @@ import json
 import os
 import random
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from kits.cli import CliResult, run_cli
 from kits.leaks import TEST_SECRETS, files_holding_secrets
 from kits.night import NightDocuments, make_documents
 from kits.paths import FORMAT_FIXTURES, MODEL_FIXTURES
@@ -32,6 +35,12 @@ def model_fixtures() -> Path:
 @pytest.fixture
 def format_fixtures() -> Path:
     return FORMAT_FIXTURES
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliResult]:
+    """``cli("plan", FLEET, env={"COLUMNS": "80"})``: seatplan through its real entry point, in-process."""
+    return partial(run_cli, capsys, monkeypatch)
 
 
 @pytest.fixture

@@ -106,7 +106,6 @@ class TextNumberType(NumberType):
 
 
 def _shown_text(text: str, limit: int) -> str:
-
     return printable(clipped(text, limit))
 
 

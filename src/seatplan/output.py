@@ -6,7 +6,6 @@ import sys
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import cache
 from typing import Any
 
 from pydantic import BaseModel
@@ -66,32 +65,28 @@ def emit_json(document: Any) -> None:
 WIDE_COLUMNS = 10_000  # --wide: tables take their natural width, as ``kubectl get -o wide`` or ``less -S`` readers expect
 
 
-def console(wide: bool = False):
-    """A Rich console on stdout (imported lazily: ``--json`` runs never pay for Rich's import) that shows the
-    control characters of every string it prints escaped (:func:`printable`). ``wide`` lifts the terminal's
-    width, so that ``fit_table`` keeps every column and lines run as long as the widest table needs."""
-    # emoji off: a key alias or tag such as "team:ok:a" is printed as written, not with an emoji in it
-    if wide:
-        return _escaping_console_class()(highlight=False, emoji=False, width=WIDE_COLUMNS)
-    return _escaping_console_class()(highlight=False, emoji=False)
-
-
-def error_console():
-    return _escaping_console_class()(stderr=True, highlight=False, emoji=False)
-
-
-@cache
-def _escaping_console_class() -> type:
+class EscapingConsole(Console):
     """Rich's Console, with every string it turns into text (``print`` arguments, table cells, titles) passed
     through :func:`printable` first: Rich itself drops only BEL, BS, VT, FF and CR, and lets ESC through, so a
     host name or a server's answer could recolour, retitle or clear the terminal. Rich's own styles are added
     after, so colour still works."""
 
-    class EscapingConsole(Console):
-        def render_str(self, text: str, **options: Any) -> Any:
-            return super().render_str(printable(text, keep_newlines=True), **options)
+    def render_str(self, text: str, **options: Any) -> Any:
+        return super().render_str(printable(text, keep_newlines=True), **options)
 
-    return EscapingConsole
+
+def console(wide: bool = False) -> EscapingConsole:
+    """A Rich console on stdout that shows the control characters of every string it prints escaped
+    (:func:`printable`). ``wide`` lifts the terminal's width, so that ``fit_table`` keeps every column and lines
+    run as long as the widest table needs."""
+    # emoji off: a key alias or tag such as "team:ok:a" is printed as written, not with an emoji in it
+    if wide:
+        return EscapingConsole(highlight=False, emoji=False, width=WIDE_COLUMNS)
+    return EscapingConsole(highlight=False, emoji=False)
+
+
+def error_console() -> EscapingConsole:
+    return EscapingConsole(stderr=True, highlight=False, emoji=False)
 
 
 @contextmanager
@@ -111,7 +106,6 @@ def progress(description: str, *, enabled: bool = True, on: Any = None) -> Itera
 
 
 def _words(cell: Any) -> list[str]:
-
     if isinstance(cell, str):
         plain = Text.from_markup(cell).plain
     elif isinstance(cell, Text):
@@ -122,7 +116,6 @@ def _words(cell: Any) -> list[str]:
 
 
 def _cell_width(cell: Any) -> int:
-
     lines = [" ".join(_words(line)) for line in (cell.splitlines() if isinstance(cell, str) else [cell])]
     return max((cell_len(line) for line in lines), default=0)
 

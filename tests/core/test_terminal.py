@@ -6,26 +6,26 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 from rich.table import Table
 
-from kits.night import FLEET, NIGHT, NightDocuments, seatplan, vllm_log_options
+from kits.cli import CliResult
+from kits.night import FLEET, NIGHT, NightDocuments, vllm_log_options
 from seatplan.output import fit_table, progress
 from seatplan.units import GiB
 
 BOX_LINE = re.compile(r"^[┏┃┡│└┗╇━┳┻┣┫┠─]")
 
 
-def piped(*args: str, columns: int, **env: str) -> tuple[str, str, int]:
-    environment = {key: value for key, value in os.environ.items() if key not in ("FORCE_COLOR", "NO_COLOR", "TERM")}
-    environment.update(COLUMNS=str(columns), **env)
-    done = seatplan(*args, env=environment)
-    return done.stdout, done.stderr, done.returncode
+def piped(cli: Callable[..., CliResult], *args: str, columns: int, **env: str) -> tuple[str, str, int]:
+    """Output as a pipe gets it: COLUMNS set, no terminal, no colour asked for unless ``env`` asks."""
+    done = cli(*args, env={"FORCE_COLOR": None, "NO_COLOR": None, "TERM": None, "COLUMNS": str(columns), **env})
+    return done.stdout, done.stderr, done.exit_code
 
 
 def assert_whole(text: str, *figures: str) -> None:
@@ -39,8 +39,8 @@ def table_lines(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("columns", [80, 100])
-def test_plan_tables_keep_every_name_and_figure_whole(night: NightDocuments, columns: int):
-    out, _, code = piped("plan", str(FLEET), "--usage", str(night.usage), columns=columns)
+def test_plan_tables_keep_every_name_and_figure_whole(cli, night: NightDocuments, columns: int):
+    out, _, code = piped(cli, "plan", str(FLEET), "--usage", str(night.usage), columns=columns)
     assert code == 0
     plan = json.loads(night.plan.read_text())
     assert_whole(out, *(seat["name"] for seat in plan["seats"]))
@@ -55,8 +55,8 @@ def test_plan_tables_keep_every_name_and_figure_whole(night: NightDocuments, col
 
 
 @pytest.mark.parametrize("columns", [80, 100])
-def test_usage_and_diagnose_tables_keep_names_whole(night: NightDocuments, columns: int):
-    out, _, code = piped("usage", "--from", str(NIGHT / "spend-logs.csv"), "--fleet", str(FLEET), columns=columns)
+def test_usage_and_diagnose_tables_keep_names_whole(cli, night: NightDocuments, columns: int):
+    out, _, code = piped(cli, "usage", "--from", str(NIGHT / "spend-logs.csv"), "--fleet", str(FLEET), columns=columns)
     assert code == 0
     usage = json.loads(night.usage.read_text())
     assert_whole(out, *usage["models"])  # model names as LiteLLM and vLLM serve them
@@ -64,15 +64,15 @@ def test_usage_and_diagnose_tables_keep_names_whole(night: NightDocuments, colum
     assert_whole(out, *(f"{model['peak_inflight_tokens']:,}" for model in usage["models"].values()))
     assert_whole(out, *(group["key_alias"] for group in usage["runaways_by_key"]))
     assert max(len(line) for line in table_lines(out)) <= columns
-    out, _, code = piped("diagnose", *vllm_log_options(), "--nvidia-smi", str(NIGHT / "nvidia-smi.csv"), columns=columns)
+    out, _, code = piped(cli, "diagnose", *vllm_log_options(), "--nvidia-smi", str(NIGHT / "nvidia-smi.csv"), columns=columns)
     assert code == 0
     assert_whole(out, "qwen3-32b", "qwen3-4b", "qwen3-30b-a3b", "llama-3.2-3b", "20.4", "26.7", "29.0")
     assert max(len(line) for line in table_lines(out)) <= columns
 
 
 @pytest.mark.parametrize("columns", [80, 100])
-def test_explain_keeps_byte_figures_whole(night: NightDocuments, columns: int):
-    out, _, code = piped("explain", str(night.plan), "qwen3-32b", columns=columns)
+def test_explain_keeps_byte_figures_whole(cli, night: NightDocuments, columns: int):
+    out, _, code = piped(cli, "explain", str(night.plan), "qwen3-32b", columns=columns)
     assert code == 0
     seat = next(seat for seat in json.loads(night.plan.read_text())["seats"] if seat["name"] == "qwen3-32b")
     assert_whole(out, *(f"{part['bytes']:,}" for part in seat["footprint_parts"]))
@@ -103,9 +103,9 @@ def render(renderable, width: int) -> str:
     return console.file.getvalue()
 
 
-def test_no_color_is_honoured(night: NightDocuments):
-    coloured, _, _ = piped("plan", str(FLEET), columns=100, FORCE_COLOR="1")
-    plain, _, _ = piped("plan", str(FLEET), columns=100, FORCE_COLOR="1", NO_COLOR="1")
+def test_no_color_is_honoured(cli, night: NightDocuments):
+    coloured, _, _ = piped(cli, "plan", str(FLEET), columns=100, FORCE_COLOR="1")
+    plain, _, _ = piped(cli, "plan", str(FLEET), columns=100, FORCE_COLOR="1", NO_COLOR="1")
     colour_code = re.compile(r"\x1b\[[0-9;]*(3[0-7]|38;|9[0-7])[0-9;]*m")
     assert colour_code.search(coloured)
     assert not colour_code.search(plain)
@@ -122,16 +122,16 @@ def test_progress_shows_on_a_terminal_only():
         assert console.file.getvalue() == ""
 
 
-def test_json_runs_print_one_document_and_no_progress(night: NightDocuments):
-    out, err, code = piped("plan", str(FLEET), "--json", columns=80)
+def test_json_runs_print_one_document_and_no_progress(cli, night: NightDocuments):
+    out, err, code = piped(cli, "plan", str(FLEET), "--json", columns=80)
     assert code == 0 and json.loads(out)["seats"] and err == ""
 
 
-def test_a_bad_unit_in_the_fleet_file_says_how_to_fix_it(tmp_path: Path):
+def test_a_bad_unit_in_the_fleet_file_says_how_to_fix_it(cli, tmp_path: Path):
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(FLEET.read_text().replace("total_bytes: 95.59GiB}", "total_bytes: 95.59GiX}", 1))
     (tmp_path / "models").symlink_to(FLEET.parent / "models")
-    _, err, code = piped("plan", str(fleet), columns=80)
+    _, err, code = piped(cli, "plan", str(fleet), columns=80)
     assert code == 2
     assert "unknown unit 'GiX'" in err and "\nfix: use B, KiB, MiB, GiB" in err
 
@@ -152,7 +152,7 @@ def test_every_error_seatplan_raises_names_its_fix():
 
 
 @pytest.mark.parametrize("columns", [80, 100])
-def test_no_command_cuts_a_cell(night: NightDocuments, columns: int):
+def test_no_command_cuts_a_cell(cli, night: NightDocuments, columns: int):
     """Rich marks a cut cell with an ellipsis; none of the main commands may print one."""
     models = FLEET.parent / "models"
     runs = [
@@ -165,7 +165,7 @@ def test_no_command_cuts_a_cell(night: NightDocuments, columns: int):
         ("upgrade-check", str(night.plan), "--to", "0.20"),
     ]
     for args in runs:
-        out, err, code = piped(*args, columns=columns)
+        out, err, code = piped(cli, *args, columns=columns)
         assert code == (1 if args[0] == "diagnose" else 0), err  # last week's GPU 2 fails the plateau check
         assert "…" not in out, f"seatplan {args[0]} cut a cell at {columns} columns:\n{out}"
         if args[0] == "upgrade-check":  # prose folds first; the seat names stay whole

@@ -3,20 +3,18 @@ prints a raw control character and never shows the gateway key, in any spelling.
 
 The servers are stand-ins written with raw sockets: no real vLLM engine or LiteLLM gateway drips header bytes,
 sends ``102 Processing`` forever, nests JSON 200,000 deep or quotes a key back on demand. Every run is a
-subprocess of the real entry point (``python -m seatplan.cli verify``), so a hang is cut off by the test's own
-timeout and counted as a failure, and the conftest scan of captured output fails the session on a leaked key.
+run of the real entry point: in-process where the server answers (a hang there is cut off by this module's
+timeout mark and counted as a failure), in a child process (``python -m seatplan.cli verify``) where the hang is
+the subject; the conftest scan of captured output fails the session on a leaked key.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import socket
 import socketserver
-import subprocess
-import sys
 import threading
 import unicodedata
 from collections.abc import Callable
@@ -28,7 +26,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from kits.cli import run_cli
+from kits.cli import CliResult, run_cli, run_process
 from kits.leaks import TEST_SECRETS
 from kits.paths import MODEL_FIXTURES
 from kits.plan import one_host, write_fleet
@@ -43,6 +41,8 @@ TIMEOUT_S = 0.5
 RUN_LIMIT_S = 26 * TIMEOUT_S + 60
 KEY = TEST_SECRETS[1]
 DRIP_PAUSE_S = 0.02
+# verify runs in-process here: a run that hangs fails its test at this limit instead of stalling the suite
+pytestmark = pytest.mark.timeout(120)
 
 Answer = Callable[[str, socket.socket, threading.Event], None]
 
@@ -134,9 +134,10 @@ def processing_forever(connection: socket.socket, stop: threading.Event) -> None
         connection.sendall(b"HTTP/1.1 102 Processing\r\n\r\n")
 
 
-def deep_json(connection: socket.socket, stop: threading.Event) -> None:
-    depth = random.randint(1_000, 200_000)
-    respond(connection, 200, "[" * depth + "]" * depth)
+def deep_json(depth: int) -> Callable[[socket.socket, threading.Event], None]:
+    def write(connection: socket.socket, stop: threading.Event) -> None:
+        respond(connection, 200, "[" * depth + "]" * depth)
+    return write
 
 
 @pytest.fixture
@@ -152,15 +153,20 @@ def plan(tmp_path, capsys, monkeypatch) -> Callable[[int], Path]:
     return make
 
 
-def verify(plan_path: Path, *args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
-    environment = {**os.environ, "SEATPLAN_TEST_GATEWAY_KEY": key or ""}
-    return subprocess.run([sys.executable, "-m", "seatplan.cli", "verify", str(plan_path), "--timeout", str(TIMEOUT_S), *args],
-                          capture_output=True, text=True, timeout=RUN_LIMIT_S, env=environment)
+def verify(cli: Callable[..., CliResult], plan_path: Path, *args: str, key: str | None = None,
+           timeout_s: float = TIMEOUT_S) -> CliResult:
+    """``seatplan verify PLAN --timeout T ARGS`` in-process, the gateway key (if any) in SEATPLAN_TEST_GATEWAY_KEY."""
+    return cli("verify", str(plan_path), "--timeout", f"{timeout_s:g}", *args, env={"SEATPLAN_TEST_GATEWAY_KEY": key or ""})
 
 
-def assert_failed_cleanly(done: subprocess.CompletedProcess[str]) -> dict:
+def verify_process(plan_path: Path, *args: str) -> CliResult:
+    """The same in a child process, which the test's own timeout kills if verify hangs."""
+    return run_process("verify", str(plan_path), "--timeout", f"{TIMEOUT_S:g}", *args, timeout_s=RUN_LIMIT_S)
+
+
+def assert_failed_cleanly(done: CliResult) -> dict:
     """Exit 1 with a strict JSON report of failed checks, no traceback, no raw control character."""
-    assert done.returncode == 1, done.stderr
+    assert done.exit_code == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert not any(ord(character) < 0x20 and character not in "\n" for character in done.stdout + done.stderr)
     report = json.loads(done.stdout, parse_constant=lambda constant: pytest.fail(f"non-strict JSON: {constant}"))
@@ -171,16 +177,16 @@ def assert_failed_cleanly(done: subprocess.CompletedProcess[str]) -> dict:
 @pytest.mark.parametrize("write", [drip_headers, processing_forever], ids=["header-drip", "102-flood"])
 def test_a_server_that_never_finishes_its_headers_is_cut_off_at_the_deadline(plan, write):
     with HostileServer(everywhere(write)) as server:
-        done = verify(plan(server.port), "--gateway", server.url, "--key-env", "", "--json")
+        done = verify_process(plan(server.port), "--gateway", server.url, "--key-env", "", "--json")
     report = assert_failed_cleanly(done)
     reachable = next(check for check in report["checks"] if check["check"] == "reachable")
     assert "ReadTimeout" in reachable["seen"] and f"within {TIMEOUT_S:g} s" in reachable["seen"]
     assert server.paths.count("/version") == 1  # unreachable: nothing more is asked of it
 
 
-def test_json_nested_200000_deep_is_a_failed_check(plan):
-    with HostileServer(everywhere(deep_json)) as server:
-        done = verify(plan(server.port), "--gateway", server.url, "--key-env", "", "--json")
+def test_json_nested_200000_deep_is_a_failed_check(cli, plan, rng):
+    with HostileServer(everywhere(deep_json(rng.randint(1_000, 200_000)))) as server:
+        done = verify(cli, plan(server.port), "--gateway", server.url, "--key-env", "", "--json")
     report = assert_failed_cleanly(done)
     assert not any(check["ok"] for check in report["checks"])
     assert any("nests deeper" in str(check["seen"]) for check in report["checks"])
@@ -190,7 +196,7 @@ HUGE = ["1e400", "-1e400", "1e308", "12.5", "-3", "true", '"12"', "null"]
 
 
 @pytest.mark.parametrize("number", HUGE)
-def test_numbers_beyond_a_double_or_no_count_fail_their_check(plan, number):
+def test_numbers_beyond_a_double_or_no_count_fail_their_check(cli, plan, number):
     """``1e400`` in a model list, in token counts and in num_gpu_blocks; ``+Inf`` in the histogram's sum."""
     overrides = {
         "/v1/models": lambda c: respond(c, 200, f'{{"data": [{{"id": "{SERVED}", "max_model_len": {number}}}]}}'),
@@ -198,77 +204,79 @@ def test_numbers_beyond_a_double_or_no_count_fail_their_check(plan, number):
         "/v1/chat/completions": lambda c: respond(c, 200, f'{{"usage": {{"completion_tokens": {number}, "prompt_tokens": {number}}}}}'),
     }
     with HostileServer(engine(overrides)) as server:
-        report = assert_failed_cleanly(verify(plan(server.port), "--json"))
+        report = assert_failed_cleanly(verify(cli, plan(server.port), "--json"))
     failed = {check["check"] for check in report["checks"] if not check["ok"]}
     assert {"max_model_len", "num_gpu_blocks", "completion", "output_cap_default"} <= failed
 
 
-def test_two_cache_config_samples_that_disagree_fail_verify(plan):
-    blocks = random.randint(1, 10**6)
-    second = f'vllm:cache_config_info{{block_size="16",engine="1",num_gpu_blocks="{blocks + random.randint(1, 99)}"}} 1.0\n'
+def test_two_cache_config_samples_that_disagree_fail_verify(cli, plan, rng):
+    blocks = rng.randint(1, 10**6)
+    second = f'vllm:cache_config_info{{block_size="16",engine="1",num_gpu_blocks="{blocks + rng.randint(1, 99)}"}} 1.0\n'
     overrides = {"/metrics": lambda c: respond(c, 200, metrics_text(blocks=str(blocks), extra=second), "text/plain")}
     with HostileServer(engine(overrides)) as server:
-        report = assert_failed_cleanly(verify(plan(server.port), "--json"))
+        report = assert_failed_cleanly(verify(cli, plan(server.port), "--json"))
     check = next(check for check in report["checks"] if check["check"] == "num_gpu_blocks")
     assert not check["ok"] and "disagree on num_gpu_blocks" in check["seen"]
 
 
-def test_a_7_mb_version_string_is_cut_before_it_is_shown(plan):
-    size = random.randint(1 << 20, 7 << 20)
+def test_a_7_mb_version_string_is_cut_before_it_is_shown(cli, plan, rng):
+    size = rng.randint(1 << 20, 7 << 20)
     overrides = {"/version": lambda c: respond(c, 200, json.dumps({"version": "0.32." + "9" * size}))}
     with HostileServer(engine(overrides)) as server:
         plan_path = plan(server.port)
-        shown = verify(plan_path, "--json")
-        table = verify(plan_path)
+        # 7 MB may take longer than the other runs' half second on a loaded machine: the subject is the cut
+        shown = verify(cli, plan_path, "--json", timeout_s=30)
+        table = verify(cli, plan_path, timeout_s=30)
     assert_failed_cleanly(shown)
     version = next(check for check in json.loads(shown.stdout)["checks"] if check["check"] == "version")
     assert len(version["seen"]) < 400 and f"{size + 5 - 300:,} more characters" in version["seen"]
-    assert table.returncode == 1 and len(table.stdout) < 20_000, table.stderr
+    assert table.exit_code == 1 and len(table.stdout) < 20_000, table.stderr
 
 
 ESCAPES = ["\x1b[2J\x1b]0;owned\x07", "\x9b31m", "\u202e", "\x1b[31m[bold]x[/]"]
 
 
 @pytest.mark.parametrize("escape", ESCAPES)
-def test_control_characters_from_a_server_reach_the_terminal_escaped(plan, escape):
+def test_control_characters_from_a_server_reach_the_terminal_escaped(cli, plan, escape):
     version = json.dumps({"version": f"0.32.0{escape}"})
     models = json.dumps({"data": [{"id": f"{SERVED}{escape}", "max_model_len": 8192}]})
     overrides = {"/version": lambda c: respond(c, 200, version), "/v1/models": lambda c: respond(c, 200, models)}
     with HostileServer(engine(overrides)) as server:
-        done = verify(plan(server.port))
-    assert done.returncode == 1 and "Traceback" not in done.stderr
+        done = verify(cli, plan(server.port))
+    assert done.exit_code == 1 and "Traceback" not in done.stderr
     assert not any(character in done.stdout + done.stderr for character in "\x1b\x9b\u202e\x07")
     assert printable(escape).split("[")[0] in done.stdout
 
 
-def echo_forms(key: str) -> dict[str, str]:
+def echo_forms(key: str, rng: random.Random) -> dict[str, str]:
     """The ways a gateway's error body may quote the key it was sent."""
     return {"raw": f"invalid key Bearer {key}", "json-slash": json.dumps({"key": key}).replace("/", "\\/"),
             "json-unicode": json.dumps({"key": key}, ensure_ascii=True), "url": f"key={quote(key, safe='')}",
-            "cut": "x" * (300 - random.randint(1, len(key) - 1) - len("HTTP 401 from /v1/models: ")) + key,
+            "cut": "x" * (300 - rng.randint(1, len(key) - 1) - len("HTTP 401 from /v1/models: ")) + key,
             "half": f"key starts {key[: len(key) // 2 + PARTIAL_MIN_CHARS // 2]}"}
 
 
-def random_key() -> str:
+def random_key(rng: random.Random) -> str:
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_"
-    return "sk-" + "".join(random.choice(alphabet) for _ in range(random.randint(16, 64)))
+    return "sk-" + "".join(rng.choice(alphabet) for _ in range(rng.randint(16, 64)))
 
 
 # The test secret (the conftest scan fails the session if it is anywhere whole); keys drawn at random, where no
 # run of 8 of their characters may show (the test secret holds the word "seatplan", which verify's title shows).
-KEYS = {"test-secret": lambda: KEY, "random": random_key, "with-slashes": lambda: f"sk/{random_key()}/x\"y\\z"}
+KEYS: dict[str, Callable[[random.Random], str]] = {
+    "test-secret": lambda rng: KEY, "random": random_key, "with-slashes": lambda rng: f"sk/{random_key(rng)}/x\"y\\z"}
 
 
 @pytest.mark.parametrize("key_name", sorted(KEYS))
-@pytest.mark.parametrize("form", sorted(echo_forms(KEY)))
-def test_a_gateway_that_quotes_the_key_back_never_shows_it(plan, form, key_name, tmp_path):
-    key = KEYS[key_name]()
-    echoed = echo_forms(key)[form]
+@pytest.mark.parametrize("form", sorted(echo_forms(KEY, random.Random(0))))
+def test_a_gateway_that_quotes_the_key_back_never_shows_it(cli, plan, form, key_name, rng):
+    key = KEYS[key_name](rng)
+    echoed = echo_forms(key, rng)[form]
     with HostileServer(lambda path, c, stop: respond(c, 401, echoed)) as server:
         plan_path = plan(server.port)
         for output in (["--json"], []):
-            done = verify(plan_path, "--gateway", server.url, "--key-env", "SEATPLAN_TEST_GATEWAY_KEY", *output, key=key)
-            assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+            done = verify(cli, plan_path, "--gateway", server.url, "--key-env", "SEATPLAN_TEST_GATEWAY_KEY", *output, key=key)
+            assert done.exit_code == 1 and "Traceback" not in done.stderr, done.stderr
             shown = done.stdout + done.stderr
             # a key that starts one or two characters before the cut shows as "*" or "**" before the ellipsis
             assert key not in shown and ("***" in shown or form == "cut")
@@ -278,25 +286,25 @@ def test_a_gateway_that_quotes_the_key_back_never_shows_it(plan, form, key_name,
 
 
 @pytest.mark.parametrize("bad", ["\r", "\x1b", "\t", "é", "\u2028", "\x00"])
-def test_a_key_with_a_control_or_non_ascii_character_is_refused_without_quoting_it(plan, tmp_path, bad):
+def test_a_key_with_a_control_or_non_ascii_character_is_refused_without_quoting_it(cli, plan, tmp_path, bad, rng):
     key_file = tmp_path / "gateway-key.secret"
-    position = random.randint(1, len(KEY) - 1)
+    position = rng.randint(1, len(KEY) - 1)
     broken = KEY[:position] + bad + KEY[position:]
     key_file.write_bytes(broken.encode())
     key_file.chmod(0o600)
-    done = verify(plan(9), "--gateway", "http://127.0.0.1:9", "--key-env", "SEATPLAN_TEST_UNSET", "--key-file", str(key_file))
-    assert done.returncode == 2 and "error:" in done.stderr and "fix:" in done.stderr, done.stderr
+    done = verify(cli, plan(9), "--gateway", "http://127.0.0.1:9", "--key-env", "SEATPLAN_TEST_UNSET", "--key-file", str(key_file))
+    assert done.exit_code == 2 and "error:" in done.stderr and "fix:" in done.stderr, done.stderr
     assert f"character {position + 1}" in done.stderr
     assert KEY[:PARTIAL_MIN_CHARS] not in done.stderr + done.stdout
 
 
-def test_a_key_read_from_a_crlf_file_is_stripped_and_sent_whole(plan, tmp_path):
+def test_a_key_read_from_a_crlf_file_is_stripped_and_sent_whole(cli, plan, tmp_path):
     key_file = tmp_path / "gateway-key.secret"
     key_file.write_bytes(f"  {KEY}\r\n".encode())
     key_file.chmod(0o600)
     with HostileServer(lambda path, c, stop: respond(c, 401, "no")) as server:
-        done = verify(plan(server.port), "--gateway", server.url, "--key-env", "SEATPLAN_TEST_UNSET", "--key-file", str(key_file))
-    assert done.returncode == 1, done.stderr
+        done = verify(cli, plan(server.port), "--gateway", server.url, "--key-env", "SEATPLAN_TEST_UNSET", "--key-file", str(key_file))
+    assert done.exit_code == 1, done.stderr
     assert any(f"Authorization: Bearer {KEY}\r\n" in head for head in server.heads)
 
 

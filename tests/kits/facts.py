@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +29,3 @@ def write_config(directory: Path, config: dict[str, Any]) -> Path:
     return directory
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``seatplan`` through its real entry point, as a user would."""
-    return subprocess.run([sys.executable, "-m", "seatplan.cli", *args], capture_output=True, text=True, timeout=60, env=env)

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from kits.cli import run_process
 from kits.paths import REPO_ROOT
 
 EXAMPLES = REPO_ROOT / "examples"
 FLEET = EXAMPLES / "demo" / "fleet.yaml"
 NIGHT = EXAMPLES / "night"
 ENGINE_LOGS = ("qwen3-32b", "qwen3-4b", "qwen3-30b-a3b", "llama-3.2-3b")
-
-
-def seatplan(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "seatplan.cli", *args], capture_output=True, text=True, timeout=300,
-                          cwd=cwd, env=env)
 
 
 def vllm_log_options() -> list[str]:
@@ -43,9 +37,9 @@ def make_documents(folder: Path) -> NightDocuments:
          "-o", str(documents.observed), "--json"),
     ]
     for step in steps:
-        done = seatplan(*step)
+        done = run_process(*step)
         # diagnose --plan exits 1 when a GPU's plateau misses the plan's spare: last week's GPU 2 does.
-        assert done.returncode == (1 if step[0] == "diagnose" else 0), done.stderr
+        assert done.exit_code == (1 if step[0] == "diagnose" else 0), done.stderr
         if step[0] == "diagnose":
             documents.diagnose.write_text(done.stdout)
     return documents

@@ -8,8 +8,6 @@ weights and KV lines: the figure stays at GPU level, as a correction the plan re
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -66,7 +64,7 @@ def test_own_lines_that_account_for_the_dip_attribute_it():
     assert observed.gpu_corrections == []  # 31,900 + 18,000 + 40,000 = the plateau
 
 
-def test_plan_reserves_the_correction_on_that_gpu(tmp_path):
+def test_plan_reserves_the_correction_on_that_gpu(cli, tmp_path):
     fleet = ROOT / "examples" / "demo" / "fleet.yaml"
     observed = tmp_path / "observed.json"
     observed.write_text(json.dumps({"kind": "seatplan.observed", "version": 1, "generated_at": "2026-11-30T00:00:00Z", "seats": {},
@@ -74,9 +72,8 @@ def test_plan_reserves_the_correction_on_that_gpu(tmp_path):
                                                          "seats": ["a", "b"], "source": "test"}]}))
 
     def plan(*extra: str) -> dict:
-        done = subprocess.run([sys.executable, "-m", "seatplan.cli", "plan", str(fleet), "--json", *extra],
-                              capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr
+        done = cli("plan", str(fleet), "--json", *extra)
+        assert done.exit_code == 0, done.stderr
         return json.loads(done.stdout)
 
     before, after = plan(), plan("--observed", str(observed))

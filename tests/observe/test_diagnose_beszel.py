@@ -4,8 +4,6 @@ plan's host name, the engine's log; the fleet's hosts[].monitor_names maps them;
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -15,10 +13,6 @@ from kits.vllm_logs import boot_lines
 
 MIDNIGHT = int(datetime(2026, 11, 28, tzinfo=UTC).timestamp())
 TOTAL_MIB = 95_722
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "seatplan.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 def fleet_text(monitor_names: str, gen_small_cap: str) -> str:
@@ -49,25 +43,25 @@ def scene(tmp_path_factory):
     return root
 
 
-def plan_for(root, name: str, monitor_names: str, gen_small_cap: str):
+def plan_for(cli, root, name: str, monitor_names: str, gen_small_cap: str):
     fleet = root / f"{name}.yaml"
     fleet.write_text(fleet_text(monitor_names, gen_small_cap))
-    done = run("plan", str(fleet), "-o", str(root / f"{name}.json"), "--json")
-    assert done.returncode == 0, done.stderr
+    done = cli("plan", str(fleet), "-o", str(root / f"{name}.json"), "--json")
+    assert done.exit_code == 0, done.stderr
     return fleet, root / f"{name}.json"
 
 
-def diagnose(root, fleet, plan, *extra: str) -> tuple[int, dict]:
-    done = run("diagnose", "--beszel", str(root / "data.db"), "--vllm-log", str(root / "gen-small.log"), "--log-year", "2026",
+def diagnose(cli, root, fleet, plan, *extra: str) -> tuple[int, dict]:
+    done = cli("diagnose", "--beszel", str(root / "data.db"), "--vllm-log", str(root / "gen-small.log"), "--log-year", "2026",
                "--fleet", str(fleet), "--plan", str(plan), "--json", *extra)
-    assert done.returncode in (0, 1, 3), done.stderr
-    return done.returncode, json.loads(done.stdout)
+    assert done.exit_code in (0, 1, 3), done.stderr
+    return done.exit_code, json.loads(done.stdout)
 
 
-def test_monitor_names_map_beszel_to_the_plan_and_the_check_fails_where_the_creep_ate_the_spare(scene):
+def test_monitor_names_map_beszel_to_the_plan_and_the_check_fails_where_the_creep_ate_the_spare(cli, scene):
     # The plan thought gen-small holds 93,000 MiB: 2,722 MiB spare on GPU 0; the plateau is 95,111 (611 spare).
-    fleet, plan = plan_for(scene, "mapped", "monitor_names: [gpu-node-03]", "93000MiB")
-    code, report = diagnose(scene, fleet, plan)
+    fleet, plan = plan_for(cli, scene, "mapped", "monitor_names: [gpu-node-03]", "93000MiB")
+    code, report = diagnose(cli, scene, fleet, plan)
     verdicts = {(v["host"], v["index"]): v for v in report["verdicts"]}
     assert {key: v["status"] for key, v in verdicts.items()} == {("gpu-box", 0): "fail", ("gpu-box", 1): "pass"}
     assert verdicts[("gpu-box", 0)]["planned_spare_mib"] == pytest.approx(TOTAL_MIB - 93_000, abs=1)
@@ -78,12 +72,12 @@ def test_monitor_names_map_beszel_to_the_plan_and_the_check_fails_where_the_cree
     assert gpu0["creep"]["rise_mib"] == pytest.approx(2_700, rel=0.10)
 
 
-def test_unmapped_names_are_unchecked_not_passed(scene):
-    fleet, plan = plan_for(scene, "unmapped", "", "95500MiB")
-    code, report = diagnose(scene, fleet, plan)
+def test_unmapped_names_are_unchecked_not_passed(cli, scene):
+    fleet, plan = plan_for(cli, scene, "unmapped", "", "95500MiB")
+    code, report = diagnose(cli, scene, fleet, plan)
     assert {v["status"] for v in report["verdicts"]} == {"unchecked"} and code == 3
     assert "gpu-node-03" in report["verdicts"][0]["reason"]
     # The flag maps them as well; everything then holds its spare.
-    fleet, plan = plan_for(scene, "flagged", "", "95500MiB")
-    code, report = diagnose(scene, fleet, plan, "--host-name", "gpu-node-03=gpu-box")
+    fleet, plan = plan_for(cli, scene, "flagged", "", "95500MiB")
+    code, report = diagnose(cli, scene, fleet, plan, "--host-name", "gpu-node-03=gpu-box")
     assert [v["status"] for v in report["verdicts"]] == ["pass", "pass"] and code == 0

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -18,10 +16,6 @@ from seatplan.units import GiB, MiB
 
 def clock(offset_s: int) -> str:
     return datetime.fromtimestamp(T0 + offset_s, tz=UTC).strftime("%m-%d %H:%M:%S")
-
-
-def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "seatplan.cli", "diagnose", *args], capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +44,11 @@ def scene(tmp_path_factory):
     return root
 
 
-def test_json_report_and_observations(scene):
+def test_json_report_and_observations(cli, scene):
     observed_path = scene / "observed.json"
-    result = run("--vllm-log", str(scene / "engines.log"), "--log-year", "2026", "--nvidia-smi", str(scene / "smi.csv"),
+    result = cli("diagnose", "--vllm-log", str(scene / "engines.log"), "--log-year", "2026", "--nvidia-smi", str(scene / "smi.csv"),
                  "--nvidia-smi", str(scene / "apps.csv"), "--plan", str(scene / "plan.json"), "-o", str(observed_path), "--json")
-    assert result.returncode == 1, result.stderr  # a GPU overran its planned spare
+    assert result.exit_code == 1, result.stderr  # a GPU overran its planned spare
     report = json.loads(result.stdout)  # exactly one JSON document
     gpus = {gpu["index"]: gpu for gpu in report["gpus"]}
     assert [round(s["delta_mib"], -2) for s in gpus[0]["steps"]] == [2_300]
@@ -79,7 +73,7 @@ def test_json_report_and_observations(scene):
     # GPU 1 at 97,800 MiB against racy's observed 32,000 and emb's planned 60,000: 5,800 MiB no seat's evidence covers.
     correction = next(c for c in report["gpu_corrections"] if c["index"] == 1)
     assert correction["extra_bytes"] / MiB == pytest.approx(5_800, abs=60) and correction["seats"] == ["racy", "emb"]
-    assert result.returncode == 1
+    assert result.exit_code == 1
 
     # One document: -o writes exactly what --json printed; its observed part is what plan --observed reads.
     written = json.loads(observed_path.read_text())
@@ -97,13 +91,13 @@ def test_json_report_and_observations(scene):
     assert ObservedFootprints.model_validate(observed).seats["big"].footprint_bytes == observed["seats"]["big"]["footprint_bytes"]
 
 
-def test_human_output_and_engine_stats(scene, tmp_path):
+def test_human_output_and_engine_stats(cli, scene, tmp_path):
     from kits.paths import FORMAT_FIXTURES
 
     observed_path = tmp_path / "observed.json"
-    result = run("--nvidia-smi", str(scene / "smi.csv"), "--vllm-log", f"renamed={scene / 'engines.log'}",
+    result = cli("diagnose", "--nvidia-smi", str(scene / "smi.csv"), "--vllm-log", f"renamed={scene / 'engines.log'}",
                  "--vllm-metrics", str(FORMAT_FIXTURES / "vllm_metrics.prom"), "-o", str(observed_path))
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     assert "GPUs" in result.stdout and "renamed" in result.stdout and "kv_drift" in result.stdout
     engines = json.loads(observed_path.read_text())["observed"]["engines"]
     assert engines["qwen3-30b-a3b"]["peak_kv_cache_usage_pct"] == pytest.approx(1.47)
@@ -114,45 +108,45 @@ def test_human_output_and_engine_stats(scene, tmp_path):
     (("--nvidia-smi", "/nonexistent.csv"), "/nonexistent.csv"),
     (("--prometheus", "http://127.0.0.1:9/", "--since", "ages"), "--since"),
 ])
-def test_bad_input_is_a_clean_error(args, where):
-    result = run(*args)
-    assert result.returncode == 2 and result.stdout == ""
+def test_bad_input_is_a_clean_error(cli, args, where):
+    result = cli("diagnose", *args)
+    assert result.exit_code == 2 and result.stdout == ""
     assert "Traceback" not in result.stderr and where in result.stderr and "fix:" in result.stderr
 
 
-def test_bad_plan_is_a_clean_error(tmp_path, scene):
+def test_bad_plan_is_a_clean_error(cli, tmp_path, scene):
     bad = tmp_path / "plan.json"
     plan = json.loads((scene / "plan.json").read_text())
     plan["gpus"][0]["index"] = "zero"
     bad.write_text(json.dumps(plan))
-    result = run("--nvidia-smi", str(scene / "smi.csv"), "--plan", str(bad), "-o", str(tmp_path / "out.json"))
-    assert result.returncode == 2 and "gpus.0.index" in result.stderr
+    result = cli("diagnose", "--nvidia-smi", str(scene / "smi.csv"), "--plan", str(bad), "-o", str(tmp_path / "out.json"))
+    assert result.exit_code == 2 and "gpus.0.index" in result.stderr
     assert not (tmp_path / "out.json").exists()
 
 
-def test_plateau_check_maps_host_names_and_never_passes_silently(scene, tmp_path):
+def test_plateau_check_maps_host_names_and_never_passes_silently(cli, scene, tmp_path):
     """The plan says node-1, nvidia-smi's history has no host, a second planned host has no history at all."""
     plan = json.loads((scene / "plan.json").read_text())
     plan["gpus"].append({**plan["gpus"][0], "host": "node-2", "seats": []})
     (tmp_path / "plan.json").write_text(json.dumps(plan))
-    unnamed = run("--nvidia-smi", str(scene / "smi.csv"), "--plan", str(tmp_path / "plan.json"), "--json")
+    unnamed = cli("diagnose", "--nvidia-smi", str(scene / "smi.csv"), "--plan", str(tmp_path / "plan.json"), "--json")
     verdicts = {(v["host"], v["index"]): v for v in json.loads(unnamed.stdout)["verdicts"]}
     # Two planned hosts and a history without a host name: nothing is matched by guess.
-    assert {v["status"] for v in verdicts.values()} == {"unchecked"} and unnamed.returncode == 3
+    assert {v["status"] for v in verdicts.values()} == {"unchecked"} and unnamed.exit_code == 3
     assert "--host-name" in verdicts[("node-1", 0)]["reason"]
-    named = run("--nvidia-smi", f"smi-host={scene / 'smi.csv'}", "--host-name", "smi-host=node-1",
+    named = cli("diagnose", "--nvidia-smi", f"smi-host={scene / 'smi.csv'}", "--host-name", "smi-host=node-1",
                 "--plan", str(tmp_path / "plan.json"), "--json")
     statuses = {(v["host"], v["index"]): v["status"] for v in json.loads(named.stdout)["verdicts"]}
     assert statuses == {("node-1", 0): "fail", ("node-1", 1): "fail", ("node-2", 0): "unchecked"}
-    assert named.returncode == 1
+    assert named.exit_code == 1
 
 
-def test_a_fleet_file_alone_maps_seats_but_checks_no_plan():
+def test_a_fleet_file_alone_maps_seats_but_checks_no_plan(cli):
     # --fleet tells which seat runs where, not what each GPU should hold: no plan figures, so no "plan expected 0 MiB".
     night = REPO_ROOT / "examples" / "night"
-    result = run("--vllm-log", f"qwen3-32b={night / 'vllm' / 'qwen3-32b.log'}", "--vllm-log", f"qwen3-4b={night / 'vllm' / 'qwen3-4b.log'}",
+    result = cli("diagnose", "--vllm-log", f"qwen3-32b={night / 'vllm' / 'qwen3-32b.log'}", "--vllm-log", f"qwen3-4b={night / 'vllm' / 'qwen3-4b.log'}",
                  "--nvidia-smi", str(night / "nvidia-smi.csv"), "--fleet", str(REPO_ROOT / "examples" / "demo" / "fleet.yaml"), "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
     kinds = {finding["kind"] for finding in report["findings"]} | {f["kind"] for seat in report["seats"] for f in seat["findings"]}
     assert "co_boot_race" in kinds  # the fleet still names who shared GPU 0

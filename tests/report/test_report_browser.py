@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from kits.browser import open_page
-from kits.night import NightDocuments, seatplan
+from kits.cli import run_process
+from kits.night import NightDocuments
 from kits.parts import require
 from kits.paths import REPO_ROOT
 
@@ -75,9 +76,9 @@ def shoot(page, name: str) -> Path:
 @pytest.fixture(scope="module")
 def report_page(night: NightDocuments) -> Path:
     page = night.folder / "report.html"
-    done = seatplan("report", str(night.plan), "--usage", str(night.usage), "--diagnose", str(night.diagnose),
+    done = run_process("report", str(night.plan), "--usage", str(night.usage), "--diagnose", str(night.diagnose),
                     "--observed", str(night.observed), "-o", str(page), "--json")
-    assert done.returncode == 0, done.stderr
+    assert done.exit_code == 0, done.stderr
     written = json.loads(done.stdout)
     assert [figure["key"] for figure in written["figures"]] == EXPECTED_FIGURES
     return page
@@ -133,18 +134,18 @@ def test_report_draws_every_chart_in_headless_chromium(report_page: Path, night:
 
 def test_report_from_the_plan_alone_and_bad_documents(night: NightDocuments, tmp_path: Path):
     page = tmp_path / "plan-only.html"
-    done = seatplan("report", str(night.plan), "-o", str(page), "--json")
-    assert done.returncode == 0, done.stderr
+    done = run_process("report", str(night.plan), "-o", str(page), "--json")
+    assert done.exit_code == 0, done.stderr
     assert [figure["key"] for figure in json.loads(done.stdout)["figures"]] == ["memory", "frontier", "kv"]
     # A usage report given as the plan: a located error with its fix, exit 2, nothing written.
     wrong = tmp_path / "wrong.html"
-    done = seatplan("report", str(night.usage), "-o", str(wrong))
-    assert done.returncode == 2 and "this is not a plan" in done.stderr and "\nfix: " in done.stderr
+    done = run_process("report", str(night.usage), "-o", str(wrong))
+    assert done.exit_code == 2 and "this is not a plan" in done.stderr and "\nfix: " in done.stderr
     assert not wrong.exists()
     broken = tmp_path / "broken.json"
     broken.write_text('{"seats": [')
-    done = seatplan("report", str(night.plan), "--diagnose", str(broken), "-o", str(wrong))
-    assert done.returncode == 2 and f"{broken}:1" in done.stderr and "\nfix: " in done.stderr
+    done = run_process("report", str(night.plan), "--diagnose", str(broken), "-o", str(wrong))
+    assert done.exit_code == 2 and f"{broken}:1" in done.stderr and "\nfix: " in done.stderr
     assert not wrong.exists()
 
 
@@ -177,11 +178,11 @@ def test_report_stays_readable_with_8_gpus_and_40_seats(tmp_path: Path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     require(chromium is not None, "Debian's chromium (headless)")
     plan = tmp_path / "plan.json"
-    done = seatplan("plan", str(big_fleet(tmp_path)), "-o", str(plan), "--time-limit", "10", "--json")
-    assert done.returncode == 0, done.stderr
+    done = run_process("plan", str(big_fleet(tmp_path)), "-o", str(plan), "--time-limit", "10", "--json")
+    assert done.exit_code == 0, done.stderr
     seats = [seat["name"] for seat in json.loads(plan.read_text())["seats"]]
     page_path = tmp_path / "big.html"
-    assert seatplan("report", str(plan), "-o", str(page_path)).returncode == 0
+    assert run_process("report", str(plan), "-o", str(page_path)).exit_code == 0
     page = open_page(chromium, page_path.as_uri())
     try:
         page.evaluate(CHART_STATE)

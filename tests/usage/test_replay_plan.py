@@ -4,9 +4,6 @@ read by ``seatplan plan --usage`` at the seat's planned KV and shown by ``plan``
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -28,10 +25,7 @@ STACKED = (
 )
 
 
-def seatplan(*args: str) -> subprocess.CompletedProcess[str]:
-    # Wide enough that the tables' cells are not wrapped.
-    return subprocess.run([sys.executable, "-m", "seatplan.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "250"}, timeout=180)
+WIDE = {"COLUMNS": "250"}  # wide enough that the tables' cells are not wrapped
 
 
 def check_scenario_replay(report) -> None:
@@ -80,19 +74,19 @@ def fleet_file(directory: Path, kv_pin: str) -> Path:
     return path
 
 
-def test_plan_reads_the_replay_at_the_planned_kv_and_proposes_the_smallest(tmp_path: Path) -> None:
+def test_plan_reads_the_replay_at_the_planned_kv_and_proposes_the_smallest(cli, tmp_path: Path) -> None:
     # 300 blocks pinned: 299 usable beside the null block. The load is 377 >= 299 + 1 only while C runs
     # (10 s), and only C started above it. The smallest KV: 377 + 1 blocks, 1 GiB once rounded to 0.5 GiB.
     fleet = fleet_file(tmp_path, str(300 * QWEN3_8B_BYTES_PER_BLOCK))
     spend = write_csv(STACKED, tmp_path / "spend.csv")
     usage = tmp_path / "usage.json"
-    made = seatplan("usage", "--from", str(spend), "--fleet", str(fleet), "-o", str(usage), "--json")
-    assert made.returncode == 0, made.stderr
+    made = cli("usage", "--from", str(spend), "--fleet", str(fleet), "-o", str(usage), "--json", env=WIDE)
+    assert made.exit_code == 0, made.stderr
     replay = json.loads(made.stdout)["models"]["qwen3-8b"]["kv_replay"]
     assert (replay["peak_blocks"], replay["block_size_tokens"], replay["level_step_blocks"]) == (377, 16, 1)
     assert replay["block_rule"].startswith("model facts: 1 KV group(s) (full_attention)")
-    planned = seatplan("plan", str(fleet), "--usage", str(usage), "-o", str(tmp_path / "plan.json"), "--json")
-    assert planned.returncode == 0, planned.stderr
+    planned = cli("plan", str(fleet), "--usage", str(usage), "-o", str(tmp_path / "plan.json"), "--json", env=WIDE)
+    assert planned.exit_code == 0, planned.stderr
     seat = json.loads(planned.stdout)["seats"][0]
     line = next(line for line in seat["explanation"] if line["rule"] == "kv_replay")
     assert {name: line["inputs"][name] for name in ("num_blocks", "usable_blocks", "peak_blocks", "minutes_above",
@@ -100,18 +94,18 @@ def test_plan_reads_the_replay_at_the_planned_kv_and_proposes_the_smallest(tmp_p
         "num_blocks": 300, "usable_blocks": 299, "peak_blocks": 377, "minutes_above": round(10 / 60, 6),
         "waited_requests": 1, "exact": True, "smallest_kv_bytes": 378 * QWEN3_8B_BYTES_PER_BLOCK, "smallest_kv_bytes_rounded": GiB}
     assert any("would have waited" in warning and "1.00 GiB of KV would have held it" in warning for warning in seat["warnings"])
-    table = seatplan("plan", str(fleet), "--usage", str(usage))
+    table = cli("plan", str(fleet), "--usage", str(usage), env=WIDE)
     assert "replayed against each KV cache" in table.stdout and "377" in table.stdout
-    explained = seatplan("explain", str(tmp_path / "plan.json"), "qwen3-8b")
+    explained = cli("explain", str(tmp_path / "plan.json"), "qwen3-8b", env=WIDE)
     assert "kv_replay: 299 usable blocks < peak 377" in explained.stdout
     assert "0.17 min above the budget, 1 request(s) would have waited" in explained.stdout
 
 
-def test_a_kv_that_holds_the_peak_says_so_and_a_level_between_breakpoints_is_a_bound(tmp_path: Path) -> None:
+def test_a_kv_that_holds_the_peak_says_so_and_a_level_between_breakpoints_is_a_bound(cli, tmp_path: Path) -> None:
     fleet = fleet_file(tmp_path, "1GiB")  # 455 blocks: holds the 377
     usage = tmp_path / "usage.json"
-    assert seatplan("usage", "--from", str(write_csv(STACKED, tmp_path / "spend.csv")), "--fleet", str(fleet), "-o", str(usage)).returncode == 0
-    planned = json.loads(seatplan("plan", str(fleet), "--usage", str(usage), "--json").stdout)["seats"][0]
+    assert cli("usage", "--from", str(write_csv(STACKED, tmp_path / "spend.csv")), "--fleet", str(fleet), "-o", str(usage), env=WIDE).exit_code == 0
+    planned = json.loads(cli("plan", str(fleet), "--usage", str(usage), "--json", env=WIDE).stdout)["seats"][0]
     line = next(line for line in planned["explanation"] if line["rule"] == "kv_replay")
     assert line["result"].startswith("holds the window: peak 377 of 454 usable blocks")
     assert (line["inputs"]["minutes_above"], line["inputs"]["waited_requests"]) == (0.0, 0)
@@ -148,9 +142,9 @@ def test_a_replay_that_counted_other_blocks_is_not_read(tmp_path: Path) -> None:
     assert lines[0].result == "not comparable" and "in 2 group(s)" in lines[0].note
 
 
-def test_usage_table_shows_the_replay_peak(tmp_path: Path) -> None:
-    shown = seatplan("usage", "--from", str(write_csv(STACKED, tmp_path / "spend.csv")))
-    assert shown.returncode == 0, shown.stderr
+def test_usage_table_shows_the_replay_peak(cli, tmp_path: Path) -> None:
+    shown = cli("usage", "--from", str(write_csv(STACKED, tmp_path / "spend.csv")), env=WIDE)
+    assert shown.exit_code == 0, shown.stderr
     assert "377 x 16 tokens" in shown.stdout
 
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -17,20 +14,15 @@ from seatplan.usage.cli import resolve_window
 WINDOW_FLAGS = ["--since", "2026-11-23T00:16:40", "--until", "2026-11-23T10:00:00Z"]
 
 
-def seatplan(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "seatplan.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
-
-
 @pytest.fixture
 def scenario_csv(tmp_path: Path) -> Path:
     return write_csv(SCENARIO, tmp_path / "spend.csv")
 
 
-def test_json_output_is_one_document_with_the_contract_fields(scenario_csv: Path, tmp_path: Path) -> None:
+def test_json_output_is_one_document_with_the_contract_fields(cli, scenario_csv: Path, tmp_path: Path) -> None:
     output = tmp_path / "usage.json"
-    finished = seatplan("usage", "--from", str(scenario_csv), *WINDOW_FLAGS, "-o", str(output), "--json")
-    assert finished.returncode == 0, finished.stderr
+    finished = cli("usage", "--from", str(scenario_csv), *WINDOW_FLAGS, "-o", str(output), "--json")
+    assert finished.exit_code == 0, finished.stderr
     document = json.loads(finished.stdout)
     assert json.loads(output.read_text()) == document
     chat = document["models"][CHAT_MODEL]
@@ -48,26 +40,26 @@ def test_json_output_is_one_document_with_the_contract_fields(scenario_csv: Path
     assert document["window"]["days_counted_back_from"] is None
 
 
-def test_plan_stage_reads_the_usage_document(scenario_csv: Path, tmp_path: Path) -> None:
+def test_plan_stage_reads_the_usage_document(cli, scenario_csv: Path, tmp_path: Path) -> None:
     from seatplan.documents.io import read_usage
 
     output = tmp_path / "usage.json"
-    assert seatplan("usage", "--from", str(scenario_csv), "-o", str(output), "--json").returncode == 0
+    assert cli("usage", "--from", str(scenario_csv), "-o", str(output), "--json").exit_code == 0
     summary = read_usage(output)
     assert summary.models[CHAT_MODEL].peak_inflight_tokens == 272000
     assert summary.models[CHAT_MODEL].runaways[0].key_alias == "ci-evals"
 
 
-def test_tables_for_people(scenario_csv: Path) -> None:
-    finished = seatplan("usage", "--from", str(scenario_csv), *WINDOW_FLAGS)
-    assert finished.returncode == 0, finished.stderr
+def test_tables_for_people(cli, scenario_csv: Path) -> None:
+    finished = cli("usage", "--from", str(scenario_csv), *WINDOW_FLAGS)
+    assert finished.exit_code == 0, finished.stderr
     assert "Usage by seat" in finished.stdout
     assert "Runaway replies by key" in finished.stdout and "ci-evals" in finished.stdout
     assert "Keys shared by several clients" in finished.stdout
     assert "rejected rows: 3" in finished.stdout
 
 
-def test_user_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
+def test_user_errors_exit_2_without_a_traceback(cli, tmp_path: Path) -> None:
     for args, message in (
         (["--from", str(tmp_path / "absent.csv")], "no such file"),
         (["--from", "x.csv", "--days", "7", "--since", "2026-11-01"], "--days and --since"),
@@ -75,25 +67,25 @@ def test_user_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
         (["--from", "postgresql://nobody@127.0.0.1:1/litellm"], "cannot connect to PostgreSQL"),
         (["--from", "postgresql://nobody:hunter2@127.0.0.1:1/litellm"], "a password in --from"),
     ):
-        finished = seatplan("usage", *args)
-        assert finished.returncode == 2, (args, finished.stderr)
+        finished = cli("usage", *args)
+        assert finished.exit_code == 2, (args, finished.stderr)
         assert message in finished.stderr and "Traceback" not in finished.stderr
         assert "hunter2" not in finished.stderr
 
 
-def test_no_source_says_where_to_get_one() -> None:
+def test_no_source_says_where_to_get_one(cli) -> None:
     env = {"SEATPLAN_USAGE_DSN": "", "DATABASE_URL": ""}
-    finished = seatplan("usage", "--json", env=env)
-    assert finished.returncode == 2 and "SEATPLAN_USAGE_DSN" in finished.stderr
+    finished = cli("usage", "--json", env=env)
+    assert finished.exit_code == 2 and "SEATPLAN_USAGE_DSN" in finished.stderr
     assert finished.stdout == ""
 
 
 @pytest.mark.postgres
-def test_dsn_from_the_environment(new_spend_database) -> None:
+def test_dsn_from_the_environment(cli, new_spend_database) -> None:
     dsn = new_spend_database()
     insert_calls(dsn, SCENARIO)
-    finished = seatplan("usage", *WINDOW_FLAGS, "--json", env={"SEATPLAN_USAGE_DSN": dsn})
-    assert finished.returncode == 0, finished.stderr
+    finished = cli("usage", *WINDOW_FLAGS, "--json", env={"SEATPLAN_USAGE_DSN": dsn})
+    assert finished.exit_code == 0, finished.stderr
     document = json.loads(finished.stdout)
     assert document["source_format"] == "postgresql"
     assert document["models"][CHAT_MODEL]["peak_inflight_tokens"] == 272000

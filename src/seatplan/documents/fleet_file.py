@@ -67,7 +67,6 @@ def line_of(lines: dict[PathKey, int], path: PathKey) -> int:
 
 
 def _read_yaml(text: str, display: str) -> tuple[Any, dict[PathKey, int]]:
-
     try:
         # libyaml's loader keeps the same marks and is several times faster than the pure-Python one
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
@@ -123,7 +122,6 @@ def check_yaml_limits(root: Any, display: str) -> None:
 
 
 def _collect_lines(node: Any, path: PathKey, lines: dict[PathKey, int], display: str) -> None:
-
     lines.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         seen: set[str] = set()

@@ -25,8 +25,6 @@ def layer_list(layers: list[int]) -> str:
 
 
 def print_breakdown(facts: ModelFacts, document: dict[str, Any], wide: bool = False) -> None:
-
-
     out = console(wide)
     settings = facts.settings
     out.print(f"[bold]{escape(facts.model)}[/]  {escape(facts.architecture)} ({escape(facts.model_type)})")

@@ -23,7 +23,6 @@ def _rise_bounds(creep: Creep) -> str:
 
 
 def show_report(report: DiagnoseReport, written: Path | None, wide: bool = False) -> None:
-
     out = console(wide)
     if report.gpus:
         table = Table(title="GPUs", title_justify="left")

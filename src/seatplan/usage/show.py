@@ -38,7 +38,6 @@ def window_title(window: UsageWindow) -> str:
 
 
 def print_usage(report: UsageReport, console: Any) -> None:
-
     window = window_title(report.window)
     seats = Table(title=f"Usage by seat ({report.source_format}: {report.source}; {window})", title_justify="left")
     for header in ("seat / model", "calls", "errors", "cache hits", "prompt p50 / p90 / p99 / max",

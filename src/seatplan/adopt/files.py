@@ -7,6 +7,7 @@ fleet loader's alias and depth limits, so a hostile file cannot make adopt build
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import re
 import shlex
@@ -26,7 +27,6 @@ from seatplan.fileio import read_bounded_bytes
 MAX_FILE_BYTES = 1 << 20  # a LiteLLM config, a compose file or an env file is a few kilobytes
 MAX_ENV_FILES = 1000
 SMI_QUERY = "index,name,uuid,memory.total,memory.reserved,memory.used"
-SMI_TIMEOUT_S = 30.0
 # Keys of seatplan's own env files that are not the engine's environment (render/targets.py env_file).
 SEATPLAN_KEYS = {"SEATPLAN_SEAT", "SEATPLAN_HEALTH_URL", COMMAND_KEY}
 GPU_KEYS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
@@ -180,18 +180,38 @@ def read_apps_file(path: Path) -> list[ComputeApp]:
     return read_compute_apps(text, str(path))
 
 
-def run_smi() -> list[GpuReading]:
-    """nvidia-smi on this host (``--gpus-from-host``)."""
+def run_smi(timeout_s: float) -> list[GpuReading]:
+    """nvidia-smi on this host (``--gpus-from-host``), given ``timeout_s`` to answer (a hung driver hangs it)."""
     command = ["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv"]
+    saved = f"or pass --nvidia-smi CSV saved on the GPU host (nvidia-smi --query-gpu={SMI_QUERY} --format=csv > gpus.csv)"
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as problem:
-        raise SeatplanError(f"cannot run nvidia-smi: {problem}", where="--gpus-from-host",
-                            fix="run adopt on the GPU host, or pass --nvidia-smi CSV saved there") from None
-    if done.returncode != 0:
-        raise SeatplanError(f"nvidia-smi failed: {done.stderr.strip()[:300]}", where="--gpus-from-host",
-                            fix="check the NVIDIA driver, or pass --nvidia-smi CSV saved on the GPU host")
-    return read_smi_csv(done.stdout[:MAX_FILE_BYTES], "nvidia-smi on this host", None)
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as problem:
+        raise SeatplanError(f"cannot run nvidia-smi: {problem.strerror or problem}", where="--gpus-from-host",
+                            fix=f"run adopt on the GPU host (with nvidia-smi on PATH), {saved}") from None
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        # one stuck in the driver may not die at once: give it a moment to go, never wait for ever
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.communicate(timeout=1.0)
+        raise SeatplanError(f"nvidia-smi did not answer within {timeout_s:g} s", where="--gpus-from-host",
+                            fix=f"check the NVIDIA driver (nvidia-smi hangs when it does), give it longer with --timeout, {saved}") from None
+    if process.returncode != 0:
+        said = stderr.decode("utf-8", "replace").strip() or stdout.decode("utf-8", "replace").strip()
+        raise SeatplanError(f"nvidia-smi exited with status {process.returncode}: {said[:300] or 'no message'}", where="--gpus-from-host",
+                            fix=f"check the NVIDIA driver, {saved}")
+    try:
+        text = stdout[:MAX_FILE_BYTES].decode("utf-8")
+    except UnicodeDecodeError as problem:
+        raise SeatplanError(f"nvidia-smi's output is not UTF-8 text ({problem.reason})", where="--gpus-from-host",
+                            fix=f"check what nvidia-smi prints here, {saved}") from None
+    try:
+        return read_smi_csv(text, "nvidia-smi on this host", None)
+    except SeatplanError as problem:
+        raise SeatplanError(f"nvidia-smi's output: {problem.message}", where=f"--gpus-from-host ({problem.where})",
+                            fix=f"check what `{' '.join(command)}` prints here, {saved}") from None
 
 
 # ----------------------------------------------------------------------------- LiteLLM config
@@ -620,11 +640,11 @@ def env_dirs_and_files(env_dirs: list[str], composes: list[str]) -> list[Launch]
     return launches
 
 
-def smi_readings(specs: list[str], from_host: bool) -> list[GpuReading]:
+def smi_readings(specs: list[str], from_host: bool, timeout_s: float) -> list[GpuReading]:
     readings: list[GpuReading] = []
     for spec in specs:
         readings += read_smi_file(spec)
     if from_host:
-        readings += run_smi()
+        readings += run_smi(timeout_s)
     return readings
 

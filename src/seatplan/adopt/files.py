@@ -350,7 +350,8 @@ def read_compose(path: Path) -> list[Launch]:
 
 def _rendered_compose_host(path: Path) -> str | None:
     """seatplan's own compose files name their host in a comment line (render/targets.py compose_files)."""
-    found = re.search(r"^# host (\S+): engines start one at a time", read_text(path, "compose file", "give a readable compose file"), re.M)
+    found = re.search(r"^# host (\S+): (?:engines start one at a time|no engine here, only fixed seats)",
+                      read_text(path, "compose file", "give a readable compose file"), re.M)
     return found[1] if found else None
 
 

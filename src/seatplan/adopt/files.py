@@ -345,6 +345,8 @@ def read_compose(path: Path) -> list[Launch]:
         if launch is not None:
             launch.host, launch.host_note = host, note if host else ""
             launches.append(launch)
+    if host:
+        _rendered_waits(path, launches)
     return launches + (_not_managed(path, host) if host else [])
 
 
@@ -355,10 +357,21 @@ def _rendered_compose_host(path: Path) -> str | None:
     return found[1] if found else None
 
 
-# The line seatplan's compose file writes for a fixed seat it does not run (render/targets.py not_managed_note);
-# the URL as the fleet file's health_url pattern takes it.
-NOT_MANAGED_LINE = re.compile(r"^# not managed by seatplan \(no image in the fleet file\): (?P<seat>\S+) on GPU (?P<gpus>[\d, ]+?)"
-                              r"(?:, the engines wait for (?P<url>https?://[^\s'\"`$\\]+))?$")
+# The lines seatplan's compose file writes for a fixed seat (render/targets.py fixed_notes): one it does not run, and the
+# health URL of one it runs; the URL as the fleet file's health_url pattern takes it.
+_WAIT = r"the engines wait for (?P<url>https?://[^\s'\"`$\\]+)"
+NOT_MANAGED_LINE = re.compile(rf"^# not managed by seatplan \(no image in the fleet file\): (?P<seat>\S+) on GPU (?P<gpus>[\d, ]+?)(?:, {_WAIT})?$")
+RUNS_BELOW_LINE = re.compile(rf"^# fixed seat (?P<seat>\S+) runs below, {_WAIT}$")
+
+
+def _rendered_waits(path: Path, launches: list[Launch]) -> None:
+    """The health URL render wrote for each fixed seat its compose file runs (compose itself carries none)."""
+    fixed = {launch.seat: launch for launch in launches if launch.fixed and launch.health_url is None}
+    for number, line in enumerate(read_text(path, "compose file", "give a readable compose file").splitlines(), start=1):
+        found = RUNS_BELOW_LINE.match(line)
+        if found and found["seat"] in fixed:
+            launch = fixed[found["seat"]]
+            launch.health_url, launch.health_note, launch.health_left_out = found["url"], f"{path}:{number}: the comment seatplan render wrote", ""
 
 
 def _not_managed(path: Path, host: str) -> list[Launch]:

@@ -105,13 +105,17 @@ def fixed_service(fixed: FixedSeat) -> dict:
     return service
 
 
-def not_managed_note(fixed: list[FixedSeat]) -> str:
-    """The fixed seats compose does not run (no image in the fleet file): named, so the rollout shows them."""
-    return "".join(
-        f"# not managed by seatplan (no image in the fleet file): {item.name} on GPU {', '.join(item.gpu_indices)}"
-        + (f", the engines wait for {item.seat.health_url}" if item.seat.health_url else "") + "\n"
-        for item in fixed if not item.managed
-    )
+def fixed_notes(fixed: list[FixedSeat]) -> str:
+    """The fixed seats' comment lines: each one compose does not run (no image in the fleet file), named so the
+    rollout shows it, and the health URL the engines wait for, which compose itself does not carry (adopt reads both back)."""
+    lines = []
+    for item in fixed:
+        wait = f", the engines wait for {item.seat.health_url}" if item.seat.health_url else ""
+        if not item.managed:
+            lines.append(f"# not managed by seatplan (no image in the fleet file): {item.name} on GPU {', '.join(item.gpu_indices)}{wait}\n")
+        elif wait:
+            lines.append(f"# fixed seat {item.name} runs below{wait}\n")
+    return "".join(lines)
 
 
 def compose_hosts(engines: list[Engine], fixed: list[FixedSeat]) -> list[str]:
@@ -142,7 +146,7 @@ def compose_files(engines: list[Engine], settings: RenderSettings, fixed: list[F
         if on_host and last_fixed is not None:  # the fixed seats boot first: the first engine waits for them
             services[on_host[0].name]["depends_on"] = {last_fixed: {"condition": "service_started"}}
         document = {"name": "seatplan", "services": services}
-        files[compose_path(host, hosts)] = HEADER + compose_host_line(host, bool(on_host), compose_path(host, hosts)) + not_managed_note(fixed_here) + dump_yaml(document)
+        files[compose_path(host, hosts)] = HEADER + compose_host_line(host, bool(on_host), compose_path(host, hosts)) + fixed_notes(fixed_here) + dump_yaml(document)
     return files
 
 

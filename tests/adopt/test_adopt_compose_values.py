@@ -13,9 +13,13 @@ No engine runs here: the values come from the files; tests/adopt/test_adopt_vllm
 
 from __future__ import annotations
 
+import http.server
 import json
 import random
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -51,7 +55,7 @@ def loader_takes(key: str, value: object, engine: str = "fixed") -> bool:
     return True
 
 
-def box_files(directory: Path, gpus: int, used: dict[int, int]) -> list[str]:
+def box_files(directory: Path, gpus: int, used: dict[int, int], host: str = "box") -> list[str]:
     """nvidia-smi and compute-apps CSVs of one box, in the format nvidia-smi prints; each used GPU holds one process."""
     smi = directory / "smi.csv"
     smi.write_text("index, name, uuid, memory.total [MiB], memory.reserved [MiB], memory.used [MiB]\n"
@@ -59,7 +63,7 @@ def box_files(directory: Path, gpus: int, used: dict[int, int]) -> list[str]:
     apps = directory / "apps.csv"
     apps.write_text("pid, process_name, gpu_uuid, used_memory [MiB]\n"
                     + "".join(f"{1000 + gpu}, server, {uuid(gpu)}, {mib} MiB\n" for gpu, mib in used.items()))
-    return ["--nvidia-smi", f"box={smi}", "--compute-apps", str(apps)]
+    return ["--nvidia-smi", f"{host}={smi}", "--compute-apps", str(apps)]
 
 
 def engine_service(model: str, gpu: int, port: int, served: str | None = "engine") -> dict:
@@ -167,6 +171,54 @@ def test_a_model_path_no_served_name_can_carry_is_todo_with_the_fix(rng, tmp_pat
     assert data["seats"][0]["served_model_name"] == TODO and "seats[0].served_model_name" in summary["todo"]
     assert any(warning.startswith("seat engine: ") and "--served-model-name" in warning.split("fix: ")[1] for warning in summary["warnings"])
     plan_refuses_at_a_todo_line(capsys, monkeypatch, fleet, text, "seats[0].served_model_name")
+
+
+@contextmanager
+def engine_stand_in(served: str, root: str, port_holder: list[int]) -> Iterator[str]:
+    """A STAND-IN engine on 127.0.0.1 answering /v1/models, /version and /metrics as vLLM 0.32 does (vllm/entrypoints/
+    openai/api_server.py show_available_models, show_version; cache_config_info): a real engine serving a Hub id would
+    need that model's weights here, and test_adopt_vllm.py runs real ones."""
+    answers = {"/v1/models": json.dumps({"object": "list", "data": [{"id": served, "object": "model", "root": root, "max_model_len": 4096}]}),
+               "/version": json.dumps({"version": "0.32.0"}),
+               "/metrics": 'vllm:cache_config_info{block_size="16",kv_cache_memory_bytes="1073741824",cache_dtype="auto"} 1.0\n'}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = answers.get(self.path, "").encode()
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port_holder.append(server.server_address[1])
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_engine_known_only_by_its_url_is_a_seat_named_for_what_it_serves(rng, tmp_path, capsys, monkeypatch):
+    """vLLM serves `vllm serve Qwen/Qwen3-8B` as 'Qwen/Qwen3-8B' and an absolute --model as its path: the seat is
+    named for the last part (a seat name holds no '/'), and clients keep asking for the served name."""
+    served = rng.choice((f"{word(rng)}/{word(rng)}-{rng.randint(1, 70)}B", "/" + "/".join(word(rng) for _ in range(rng.randint(1, 4))), word(rng)))
+    ports: list[int] = []
+    with engine_stand_in(served, str(MODEL), ports) as url:
+        fleet = tmp_path / "fleet.yaml"
+        summary, data, text = adopt(capsys, monkeypatch, fleet, "--engine", url, *box_files(tmp_path, 1, {}, host="127.0.0.1"))
+    seat = data["seats"][0]
+    assert seat["name"] == served.rsplit("/", 1)[-1] and seat.get("served_model_name", seat["name"]) == served
+    assert summary["todo"] == [f"current_layout.{seat['name']}"]  # only its files would say which GPU
+    fleet.write_text(text.replace(f"{seat['name']}: TODO", f"{seat['name']}: 0"))
+    assert run_cli(capsys, monkeypatch, "plan", str(fleet), "-o", str(tmp_path / "plan.json")).exit_code == 0
+    planned = json.loads((tmp_path / "plan.json").read_text())["seats"][0]
+    assert (planned["name"], planned["served_model_name"], planned["kv_cache_memory_bytes"]) == (seat["name"], served, 2**30)
 
 
 # ----------------------------------------------------------------------------- 2: healthcheck → health_url

@@ -18,6 +18,7 @@ from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
 from seatplan.adopt.fleet_rules import seat_value_problem
 from seatplan.documents.fleet_file import TODO
+from seatplan.encode import name_problem
 from seatplan.errors import SeatplanError
 from seatplan.versions import modelled, try_release
 
@@ -107,13 +108,23 @@ def collect_seats(launches: list[Launch], engines: list[EngineSeen], routes: lis
                            routes=[], args=args))
     for engine, card in cards:
         if id(card) not in taken:
-            seats.append(_Seat(name=str(card.get("id")), name_note=f"GET {engine.base_url}/v1/models", launch=None, engine=engine,
-                               card=card, routes=[], args=SeatArgs()))
+            name, note = engine_seat_name(str(card.get("id")), f"GET {engine.base_url}/v1/models")
+            seats.append(_Seat(name=name, name_note=note, launch=None, engine=engine, card=card, routes=[], args=SeatArgs()))
     for engine in engines:
         if not engine.models:
             warnings.append(f"{engine.base_url} ({engine.source}): " + ("; ".join(engine.problems) or "serves no model"))
     _attach_routes(seats, routes, engines, warnings)
     return seats
+
+
+def engine_seat_name(served: str, source: str) -> tuple[str, str]:
+    """The seat name of an engine known only by what it serves: that name, or where it is no seat name (``Qwen/Qwen3-8B``,
+    an absolute model path: vLLM serves an engine without --served-model-name under its --model) its last part. The
+    served name itself stays as served_model_name, what clients ask for."""
+    last = served.rstrip("/").rsplit("/", 1)[-1]
+    if name_problem("seat name", served) is not None and "/" in served and name_problem("seat name", last) is None:
+        return last, f"{source}: the last part of the served name (a seat name holds no '/')"
+    return served, source
 
 
 def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[EngineSeen], warnings: list[str]) -> None:

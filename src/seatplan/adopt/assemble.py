@@ -8,7 +8,6 @@ evidence (docs/adopt.md lists what each value is read from).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,6 @@ from seatplan.errors import SeatplanError
 from seatplan.versions import modelled, try_release
 
 VLLM_DEFAULT_PORT = 8000  # vLLM 0.32 vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # GPU memory in use above this, where no adopted seat runs, is some other process's (an idle CUDA context
 # takes a few hundred MiB; a service that matters to the plan holds GiBs): a rule of thumb, not measured here.
 UNACCOUNTED_MIB = 1024
@@ -344,7 +342,7 @@ def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:
 def _env(seat: _Seat, warnings: list[str]) -> Tree:
     env: Tree = {}
     for key, value in sorted((seat.launch.env if seat.launch else {}).items()):
-        if not ENV_NAME.fullmatch(key) or "\n" in value or "'" in value:
+        if seat_value_problem("env", {key: value}, engine="vllm") is not None:  # the loader's own rules for env
             warnings.append(f"{seat.launch.source if seat.launch else ''}: {key[:40]!r} is left out: an env file cannot carry that name or value")
             continue
         env[key] = Noted(value, f"{seat.launch.source if seat.launch else ''}")

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kits.cli import run_cli
@@ -294,3 +295,25 @@ def test_a_compose_healthcheck_gives_a_fixed_seat_its_health_url_or_nothing(rng,
     assert run_cli(capsys, monkeypatch, "render", str(tmp_path / "plan.json"), "--target", "ansible", "-o", str(tmp_path / "roll")).exit_code == 0
     waits = yaml.safe_load(re.sub(r"!unsafe ", "", (tmp_path / "roll" / "ansible" / "vars.yaml").read_text()))["seatplan_fixed"]["box"]
     assert {wait["name"]: wait["health_url"] for wait in waits} == {name: seats[name]["health_url"] for name in expected if "health_url" in seats[name]}
+
+
+# ----------------------------------------------------------------------------- any other value the loader refuses
+
+REFUSED_WORDS = {  # an engine's command as compose starts it → the seat key the loader refuses there
+    "a quote in the model path": (["--model", "/srv/it's/model"], "model"),
+    "a quote in another argument": (["--model", str(MODEL), "--chat-template", "/srv/it's.jinja"], "extra_args"),
+    "an escape in another argument": (["--model", str(MODEL), "--api-key-file", "/run/\x1b[2Jkey"], "extra_args"),
+    "a control in the dtype": (["--model", str(MODEL), "--dtype", "bfloat16\x07"], "dtype"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_WORDS))
+def test_an_engine_value_the_fleet_file_refuses_is_todo_and_plan_stops_there(case, tmp_path, capsys, monkeypatch):
+    command, key = REFUSED_WORDS[case]
+    service = engine_service(str(MODEL), 0, 8001) | {"command": [*command, "--served-model-name", "engine"]}
+    (tmp_path / "compose.yaml").write_text(yaml.safe_dump({"services": {"engine": service}}))
+    fleet = tmp_path / "fleet.yaml"
+    summary, data, text = adopt(capsys, monkeypatch, fleet, "--compose", f"box={tmp_path / 'compose.yaml'}", *box_files(tmp_path, 1, {}))
+    assert data["seats"][0][key] == TODO and summary["todo"] == ["policy.vllm_version", f"seats[0].{key}"]
+    assert any(warning.startswith(f"seat engine: {key}: ") and "fix: " in warning for warning in summary["warnings"])
+    plan_refuses_at_a_todo_line(capsys, monkeypatch, fleet, text, f"seats[0].{key}")

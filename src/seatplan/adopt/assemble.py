@@ -285,6 +285,20 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
     env = _env(seat, warnings)
     if env:
         tree["env"] = env
+    return held_to_the_loader(tree, seat.name, "vllm", warnings)
+
+
+def held_to_the_loader(tree: Tree, name: str, engine: str, warnings: list[str]) -> Tree:
+    """Every value of a seat, each as the fleet loader takes it; one it refuses (a model path with a quote, an argument
+    holding a control character) is TODO with a warning, so plan stops at that line and at no other."""
+    for key, noted in list(tree.items()):
+        if key == "name" or not isinstance(noted, Noted) or noted.value is None or noted.value == TODO:
+            continue  # the name passes check_names; a comment or a TODO is no value
+        problem = seat_value_problem(key, noted.value, engine)
+        if problem is not None:
+            fix = "correct it where it came from (the comment names it) and adopt again, or write the value by hand"
+            warnings.append(f"seat {name}: {key}: {noted.note}: the fleet file refuses it ({problem}): {key} is TODO; fix: {fix}")
+            tree[key] = Noted(TODO, f"{noted.note}: refused ({problem})")
     return tree
 
 
@@ -507,7 +521,7 @@ def fixed_tree(seat: _Seat, layout: dict[str, Noted], readings: list[GpuReading]
         tree["pin"] = Noted(_layout_ref(gpus, seat.host, many).value, f"{gpus.note}: where it runs; the plan keeps it there")
     else:
         tree["(pin)"] = Noted(None, "its GPUs are TODO in current_layout: pin it to the same GPUs")
-    return tree
+    return held_to_the_loader(tree, seat.name, "fixed", warnings)
 
 
 def _fixed_image(name: str, launch: Launch, warnings: list[str]) -> Tree:

@@ -13,11 +13,12 @@ Used wherever seatplan asks a server it does not control (verify's probes, adopt
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
 from typing import Any, TypeVar
 
@@ -106,6 +107,69 @@ class _DeadlineBackend(httpcore.NetworkBackend):
         self._backend.sleep(seconds)
 
 
+# httpcore's errors → httpx's, the most specific first (as httpx's own transport maps them: httpx 0.28
+# httpx/_transports/default.py HTTPCORE_EXC_MAP), so callers catch httpx.TimeoutException, httpx.ConnectError, ...
+_HTTPX_ERRORS: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout), (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout), (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException), (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError), (httpcore.WriteError, httpx.WriteError), (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.ProxyError, httpx.ProxyError), (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError), (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+)
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    try:
+        yield
+    except Exception as error:
+        mapped = next((to for origin, to in _HTTPX_ERRORS if isinstance(error, origin)), None)
+        if mapped is None:
+            raise
+        raise mapped(str(error)) from error
+
+
+class _AnswerStream(httpx.SyncByteStream):
+    """The body as httpcore reads it, its errors as httpx's (a deadline passing mid-body is httpx.ReadTimeout)."""
+
+    def __init__(self, stream: Iterable[bytes]) -> None:
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        with _as_httpx_errors():
+            yield from self._stream
+
+    def close(self) -> None:
+        close = getattr(self._stream, "close", None)
+        if close is not None:
+            close()
+
+
+class _DeadlineTransport(httpx.BaseTransport):
+    """httpx's transport from public parts: httpcore's connection pool on the deadline's network backend
+    (httpcore's public ``network_backend`` hook), requests and answers converted as httpx's own transport does."""
+
+    def __init__(self, deadline: _Deadline) -> None:
+        self._pool = httpcore.ConnectionPool(network_backend=_DeadlineBackend(deadline))
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        assert isinstance(request.stream, httpx.SyncByteStream)  # a sync client's request
+        url = httpcore.URL(scheme=request.url.raw_scheme, host=request.url.raw_host, port=request.url.port, target=request.url.raw_path)
+        core = httpcore.Request(method=request.method, url=url, headers=request.headers.raw, content=request.stream,
+                                extensions=request.extensions)
+        with _as_httpx_errors():
+            answer = self._pool.handle_request(core)
+        assert isinstance(answer.stream, Iterable)
+        return httpx.Response(status_code=answer.status, headers=answer.headers, stream=_AnswerStream(answer.stream),
+                              extensions=answer.extensions)
+
+    def close(self) -> None:
+        with _as_httpx_errors():
+            self._pool.close()
+
+
 def _addresses(host: str, port: int, timeout_s: float | None) -> list[str]:
     """The addresses ``host`` resolves to, given no more than ``timeout_s``: a resolver that hangs is left behind."""
     try:
@@ -138,12 +202,10 @@ class BoundedClient:
         self.deadline = _Deadline(timeout_s)
         # Scrubbed from every text kept from an answer (a gateway may quote its key back).
         self.secrets = secrets
-        transport = httpx.HTTPTransport()
-        # httpx offers no per-request deadline and no way to hand its transport a network backend: the pool is
-        # rebuilt around one (httpx 0.28 keeps it in ``_pool``; the settings are httpx's defaults).
-        transport._pool = httpcore.ConnectionPool(network_backend=_DeadlineBackend(self.deadline))
+        # httpx offers no per-request deadline and its HTTPTransport takes no network backend: the transport is
+        # httpcore's pool on the deadline's backend (_DeadlineTransport), with httpcore's default settings.
         self.client = httpx.Client(base_url=base_url, headers={**(headers or {}), "Accept-Encoding": "identity"},
-                                   timeout=timeout_s, transport=transport, trust_env=False)
+                                   timeout=timeout_s, transport=_DeadlineTransport(self.deadline), trust_env=False)
 
     def __enter__(self) -> BoundedClient:
         return self

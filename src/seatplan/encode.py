@@ -31,15 +31,19 @@ _LINE_BREAKS = "\x85\u2028\u2029"
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
 HOST_NAME = re.compile(rf"(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*")
 SEAT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-# not `os.environ/...`: LiteLLM reads a value so spelled from its environment (a key, into a model's name)
-SERVED_NAME = re.compile(r"(?!os\.environ/)[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
+# not `os.environ/...`: LiteLLM reads a value so spelled from its environment (a key, into a model's name).
+# A leading `/` is an absolute model path, the name vLLM serves an engine under when it has no --served-model-name
+# (vLLM 0.32 vllm/entrypoints/launchers/api_server/app_state.py:49-52, `served_model_names = [args.model]`): argparse
+# reads a word that starts with `/` as a value, and LiteLLM splits `hosted_vllm//models/x` at its first `/`.
+SERVED_NAME = re.compile(r"(?!os\.environ/)(?=.{1,200}\Z)/?[A-Za-z0-9][A-Za-z0-9._:/@+-]*")
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 NAME_RULES = {
     "host name": (HOST_NAME, "letters, digits, `-` and `_` in dot-separated labels of at most 63, each starting and ending with a letter or digit (a DNS name)"),
     "seat name": (SEAT_NAME, "1 to 63 letters, digits, `.`, `_` or `-`, starting with a letter or digit"),
-    "served name": (SERVED_NAME, "1 to 200 letters, digits and `. _ : / @ + -`, starting with a letter or digit, not `os.environ/`"),
+    "served name": (SERVED_NAME, "1 to 200 letters, digits and `. _ : / @ + -`, starting with a letter or digit (or `/` and one: "
+                    "an absolute model path), not `os.environ/`"),
     "env key": (ENV_KEY, "a POSIX variable name: letters, digits and `_`, not starting with a digit, at most 128"),
     "tag": (TAG, "1 to 64 letters, digits, `.`, `_` or `-`, starting with a letter or digit"),
 }

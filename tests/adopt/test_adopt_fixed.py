@@ -293,13 +293,13 @@ def rendered_fleet(rng: random.Random, directory: Path) -> tuple[Path, int, dict
         seat: dict = {"name": random_name(rng, taken), "engine": "fixed", "pin": pins[0] if width == 1 else pins, "tensor_parallel_size": width}
         caps[seat["name"]] = rng.randint(300, 40000)
         seat["memory_cap_bytes"] = caps[seat["name"]] * 2**20
-        if rng.random() < 0.5:  # compose runs it (render carries no health_url into compose, so only an unmanaged seat has one)
+        if rng.random() < 0.5:  # compose runs it
             seat["image"] = rng.choice(("ghcr.io/example/piper:2.1", "nvcr.io/nim/nvidia/asr:1.3.0"))
             seat["port"] = next(ports)
             if rng.random() < 0.5:
                 seat["command"] = ["--port", str(seat["port"]), "--log-level", rng.choice(("info", "debug"))]
-        elif rng.random() < 0.5:
-            seat["health_url"] = f"http://127.0.0.1:{next(ports)}/health"
+        if rng.random() < 0.5:  # render's comment line carries it, managed or not (compose itself has no place for it)
+            seat["health_url"] = f"http://{rng.choice(('127.0.0.1', 'box', '[::1]'))}:{seat.get('port') or next(ports)}/health"
         seats.append(seat)
         if not free:
             break
@@ -338,6 +338,8 @@ def test_a_rendered_compose_file_adopts_back_to_the_same_fixed_seats(seed, tmp_p
     adopted_path.write_text(adopted_path.read_text().replace("vllm_version: TODO", 'vllm_version: "0.32"'))
     written = {seat["name"]: seat for seat in yaml.safe_load(adopted_path.read_text())["seats"]}
     assert {name: written[name]["memory_cap_bytes"] for name in caps} == {name: mib * 2**20 for name, mib in caps.items()}
+    planned_fixed = {seat["name"]: seat for seat in yaml.safe_load(fleet.read_text())["seats"] if seat["name"] in caps}
+    assert {name: written[name].get("health_url") for name in caps} == {name: seat.get("health_url") for name, seat in planned_fixed.items()}
     assert run_cli(capsys, monkeypatch, "plan", str(adopted_path), "-o", str(tmp_path / "replan.json")).exit_code == 0
     replan = json.loads((tmp_path / "replan.json").read_text())
     assert replan["moves"] == 0

@@ -23,7 +23,8 @@ from seatplan.adopt.assemble import Noted
 from seatplan.adopt.engines import checked_base_url, probe_engine
 from seatplan.adopt.files import read_compose, read_env_file, read_litellm_config, read_smi_csv
 from seatplan.adopt.writer import comment, fleet_text, scalar
-from seatplan.documents.fleet_file import parse_fleet, resolve_model
+from seatplan.documents.fleet import SeatSpec
+from seatplan.documents.fleet_file import control_problems, parse_fleet, resolve_model
 from seatplan.errors import SeatplanError
 
 FORMATS = Path(__file__).parents[1] / "fixtures" / "formats"
@@ -195,6 +196,9 @@ def test_hostile_env_values_never_reach_the_fleet_file_as_keys(tmp_path, capsys,
     seat = data["seats"][0]
     assert set(seat) <= {"name", "model", "served_model_name", "port", "max_model_len", "env"}
     assert set(seat.get("env", {})) <= {key.removeprefix("export ").strip()}
+    # and what is written is what the fleet loader takes: plan would stop at no line but a TODO's
+    SeatSpec.model_validate({"name": "s", "env": seat.get("env", {})})
+    assert control_problems(seat.get("env", {})) == []
 
 
 # ----------------------------------------------------------------------------- engines over HTTP

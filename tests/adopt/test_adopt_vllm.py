@@ -9,6 +9,10 @@ an operator would, before seatplan), and a hand-written LiteLLM config for them.
 2. The round trip: the engines are restarted from the env files ``render`` wrote; adopting that deployment
    gives a fleet that replans to 0 moves and renders byte-identical env files.
 
+One engine (gemma) runs without ``--served-model-name``, so vLLM serves it under its absolute ``--model`` path
+(vLLM 0.32 vllm/entrypoints/launchers/api_server/app_state.py:49-52) and the gateway routes that path: adopt keeps
+the name its clients ask for, and plan, render, the real LiteLLM proxy and verify carry it as is.
+
 Four engine boots in all, shared by the module's tests.
 """
 
@@ -36,9 +40,11 @@ SEATS = {  # seat → (tiny model, max_model_len, KV pin in bytes, output cap)
     "dense": (QWEN3_DENSE, 1024, 48 * 2**20, 24),
     "gemma": (GEMMA3_TEXT, 1024, 256 * 2**20, 16),
 }
+SERVED_AS_PATH = {"gemma"}  # started without --served-model-name: served under its --model path
 ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 KEY_VARIABLE = "SEATPLAN_TEST_GATEWAY_KEY"
-GATEWAY_KEY = "sk-seatplan-adopt-4d1e8b2a9c"
+# no 8-character run of it in a model path: verify hides such runs in what servers answer (secrets.scrub), names included
+GATEWAY_KEY = "sk-gw-7Q4dZ1xV9kR2mB6n"
 LAUNCHER = f"{vllm_python()} -m vllm.entrypoints.openai.api_server"
 
 
@@ -50,7 +56,8 @@ def seatplan(*args: str) -> subprocess.CompletedProcess:
 def handwritten_env(seat: str, model_dir: Path, port: int) -> str:
     """An operator's own env file: their variable names, their flag order, ``--flag=value`` and a bind address."""
     _, length, kv, cap = SEATS[seat]
-    command = (f"{LAUNCHER} --model {model_dir} --served-model-name {seat} --host 127.0.0.1 --port={port} --dtype bfloat16 "
+    served = "" if seat in SERVED_AS_PATH else f"--served-model-name {seat} "
+    command = (f"{LAUNCHER} --model {model_dir} {served}--host 127.0.0.1 --port={port} --dtype bfloat16 "
                f"--max-model-len {length} --kv-cache-memory-bytes {kv} --enforce-eager --max-num-seqs 4 "
                f"--max-num-batched-tokens 1024 --override-generation-config '{{\\\"max_new_tokens\\\": {cap}}}'")
     return f"# {seat}: started by hand on the CPU box\nexport VLLM_LOGGING_LEVEL=INFO\nVLLM_LINE=\"{command}\"\n"
@@ -103,9 +110,10 @@ def deployment(tmp_path_factory):
     handmade.mkdir()
     for seat in SEATS:
         (handmade / f"{seat}.env").write_text(handwritten_env(seat, model_dirs[seat], ports[seat]))
+    served = {seat: str(model_dirs[seat]) if seat in SERVED_AS_PATH else seat for seat in SEATS}
     config = {"model_list": [
-        {"model_name": seat, "litellm_params": {"model": f"hosted_vllm/{seat}", "api_base": f"http://127.0.0.1:{ports[seat]}/v1",
-                                                "api_key": "os.environ/VLLM_KEY"}} for seat in SEATS],
+        {"model_name": served[seat], "litellm_params": {"model": f"hosted_vllm/{served[seat]}", "api_base": f"http://127.0.0.1:{ports[seat]}/v1",
+                                                        "api_key": "os.environ/VLLM_KEY"}} for seat in SEATS],
               "general_settings": {"master_key": f"os.environ/{KEY_VARIABLE}"}}
     litellm = work / "litellm.yaml"
     litellm.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -115,14 +123,14 @@ def deployment(tmp_path_factory):
             servers[seat] = start_from_env_file(handmade / f"{seat}.env", "VLLM_LINE", ports[seat], work)
         if litellm_installed():  # the real proxy in front, from the same hand-written config
             servers["litellm"] = start_litellm(config, free_port(), {KEY_VARIABLE: GATEWAY_KEY, "VLLM_KEY": "none"}, work)
-        yield work, handmade, litellm, ports, servers
+        yield work, handmade, litellm, ports, servers, served
     finally:
         for server in servers.values():
             server.stop()
 
 
 def test_adopt_a_handmade_deployment_plans_to_zero_moves_and_verifies(deployment):
-    work, handmade, litellm, ports, servers = deployment
+    work, handmade, litellm, ports, servers, served = deployment
     fleet = work / "fleet.yaml"
     adopted = seatplan("adopt", "--litellm-config", str(litellm), "--env-dir", str(handmade), "-o", str(fleet), "--json")
     assert adopted.returncode == 0, adopted.stderr
@@ -138,6 +146,7 @@ def test_adopt_a_handmade_deployment_plans_to_zero_moves_and_verifies(deployment
         assert by_name[seat]["max_model_len"] == length and by_name[seat]["kv_cache_memory_bytes"] == kv
         assert by_name[seat]["max_new_tokens"] == cap and by_name[seat]["port"] == ports[seat]
         assert by_name[seat]["env"] == {"VLLM_LOGGING_LEVEL": "INFO"}
+        assert by_name[seat].get("served_model_name", seat) == served[seat]  # what /v1/models says it serves
     assert data["policy"]["vllm_version"] == "0.32.0"
     # every value says where it came from: the engine's own answers for what it runs
     assert f"# GET http://127.0.0.1:{ports['dense']}/v1/models max_model_len" in text
@@ -161,13 +170,15 @@ def test_adopt_a_handmade_deployment_plans_to_zero_moves_and_verifies(deployment
     assert report["ok"] is True
     checked = {(check["seat"], check["check"]) for check in report["checks"]}
     assert {(seat, check) for seat in SEATS for check in ("num_gpu_blocks", "output_cap_default", "gateway_completion")} <= checked
+    gateway = yaml.safe_load((work / "plan-rollout" / "litellm" / "config.yaml").read_text())["model_list"]
+    assert sorted(entry["model_name"] for entry in gateway) == sorted(served.values())  # the path, as clients ask for it
     assert GATEWAY_KEY not in verified.stdout + verified.stderr
     diffed = seatplan("diff", str(work / "plan.json"), "--against", str(work / "plan-rollout"), "--json")
     assert diffed.returncode == 0 and json.loads(diffed.stdout)["changed"] is False, diffed.stdout + diffed.stderr
 
 
 def test_adopting_what_seatplan_rendered_round_trips_byte_for_byte(deployment):
-    work, _, _, ports, servers = deployment
+    work, _, _, ports, servers, served = deployment
     rollout = work / "plan-rollout"
     assert rollout.is_dir(), "runs after the first test, which rendered the adopted plan"
     for seat in SEATS:  # the deployment seatplan rendered: each engine restarted from its rendered env file
@@ -179,6 +190,7 @@ def test_adopting_what_seatplan_rendered_round_trips_byte_for_byte(deployment):
     assert adopted.returncode == 0, adopted.stderr
     # seatplan's own env files say the device, the host and the GPU; only the CPU budget is unknown
     assert json.loads(adopted.stdout)["todo"] == ["hosts[0].gpus[0].total_bytes"]
+    assert {seat["name"]: seat.get("served_model_name", seat["name"]) for seat in yaml.safe_load(fleet.read_text())["seats"]} == served
     fill_todos(fleet)
     replanned = plan_and_render(work, fleet, "replan")
     assert replanned["moves"] == 0

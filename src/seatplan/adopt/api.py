@@ -54,7 +54,7 @@ def adopt_sources(sources: Sources, display: str) -> Result:
         raise SeatplanError("nothing to adopt", where="adopt", fix="give --litellm-config, --engine URL, --compose FILE or --env-dir DIR")
     routes = read_litellm_config(sources.litellm_config) if sources.litellm_config else []
     launches = env_dirs_and_files(sources.env_dirs, sources.composes)
-    readings = smi_readings(sources.nvidia_smi, sources.gpus_from_host)
+    readings = smi_readings(sources.nvidia_smi, sources.gpus_from_host, sources.timeout_s)
     apps = [app for path in sources.compute_apps for app in read_apps_file(path)] if sources.compute_apps else None
     adopted = adopt(readings, launches, _engines(sources, routes), routes, apps)
     check_names(adopted.tree)

@@ -8,7 +8,6 @@ evidence (docs/adopt.md lists what each value is read from).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,12 +15,13 @@ import httpx
 
 from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
+from seatplan.adopt.fleet_rules import seat_value_problem
 from seatplan.documents.fleet_file import TODO
+from seatplan.encode import name_problem
 from seatplan.errors import SeatplanError
 from seatplan.versions import modelled, try_release
 
 VLLM_DEFAULT_PORT = 8000  # vLLM 0.32 vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 # GPU memory in use above this, where no adopted seat runs, is some other process's (an idle CUDA context
 # takes a few hundred MiB; a service that matters to the plan holds GiBs): a rule of thumb, not measured here.
 UNACCOUNTED_MIB = 1024
@@ -106,13 +106,23 @@ def collect_seats(launches: list[Launch], engines: list[EngineSeen], routes: lis
                            routes=[], args=args))
     for engine, card in cards:
         if id(card) not in taken:
-            seats.append(_Seat(name=str(card.get("id")), name_note=f"GET {engine.base_url}/v1/models", launch=None, engine=engine,
-                               card=card, routes=[], args=SeatArgs()))
+            name, note = engine_seat_name(str(card.get("id")), f"GET {engine.base_url}/v1/models")
+            seats.append(_Seat(name=name, name_note=note, launch=None, engine=engine, card=card, routes=[], args=SeatArgs()))
     for engine in engines:
         if not engine.models:
             warnings.append(f"{engine.base_url} ({engine.source}): " + ("; ".join(engine.problems) or "serves no model"))
     _attach_routes(seats, routes, engines, warnings)
     return seats
+
+
+def engine_seat_name(served: str, source: str) -> tuple[str, str]:
+    """The seat name of an engine known only by what it serves: that name, or where it is no seat name (``Qwen/Qwen3-8B``,
+    an absolute model path: vLLM serves an engine without --served-model-name under its --model) its last part. The
+    served name itself stays as served_model_name, what clients ask for."""
+    last = served.rstrip("/").rsplit("/", 1)[-1]
+    if name_problem("seat name", served) is not None and "/" in served and name_problem("seat name", last) is None:
+        return last, f"{source}: the last part of the served name (a seat name holds no '/')"
+    return served, source
 
 
 def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[EngineSeen], warnings: list[str]) -> None:
@@ -246,7 +256,7 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
     if served is None and seat.routes:
         served = seat.routes[0].backend_name or seat.routes[0].model_name
     if served is not None and str(served) != seat.name:
-        tree["served_model_name"] = Noted(str(served), _served_note(seat, models_url))
+        tree["served_model_name"] = _served_name(seat, str(served), _served_note(seat, models_url), warnings)
     tree["port"] = _port(seat)
     length = _pick(seat, "max_model_len", _card_int(seat, "max_model_len"), f"{models_url} max_model_len", warnings)
     if length is None and seat.launch is not None:
@@ -275,7 +285,32 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
     env = _env(seat, warnings)
     if env:
         tree["env"] = env
+    return held_to_the_loader(tree, seat.name, "vllm", warnings)
+
+
+def held_to_the_loader(tree: Tree, name: str, engine: str, warnings: list[str]) -> Tree:
+    """Every value of a seat, each as the fleet loader takes it; one it refuses (a model path with a quote, an argument
+    holding a control character) is TODO with a warning, so plan stops at that line and at no other."""
+    for key, noted in list(tree.items()):
+        if key == "name" or not isinstance(noted, Noted) or noted.value is None or noted.value == TODO:
+            continue  # the name passes check_names; a comment or a TODO is no value
+        problem = seat_value_problem(key, noted.value, engine)
+        if problem is not None:
+            fix = "correct it where it came from (the comment names it) and adopt again, or write the value by hand"
+            warnings.append(f"seat {name}: {key}: {noted.note}: the fleet file refuses it ({problem}): {key} is TODO; fix: {fix}")
+            tree[key] = Noted(TODO, f"{noted.note}: refused ({problem})")
     return tree
+
+
+def _served_name(seat: _Seat, served: str, note: str, warnings: list[str]) -> Noted:
+    """The name clients ask for, as the fleet loader takes it; one it refuses (a relative path, a space) is TODO:
+    any other name would change what every client of the engine asks for."""
+    problem = seat_value_problem("served_model_name", served, engine="vllm")
+    if problem is None:
+        return Noted(served, note)
+    fix = "start the engine with --served-model-name NAME (the name its clients ask for) and write NAME here"
+    warnings.append(f"seat {seat.name}: {note}: {problem}: served_model_name is TODO; fix: {fix}")
+    return Noted(TODO, f"{note}: {problem}: {fix}")
 
 
 def _served_note(seat: _Seat, models_url: str) -> str:
@@ -284,6 +319,7 @@ def _served_note(seat: _Seat, models_url: str) -> str:
     if seat.launch is not None and "served_model_name" in seat.args.values:
         return f"{seat.launch.source}: --served-model-name"
     if seat.launch is not None:
+        # vLLM 0.32 vllm/entrypoints/launchers/api_server/app_state.py:49-52: served_model_names = [args.model] without the flag
         return f"{seat.launch.source}: no --served-model-name, so vLLM serves it under its --model"
     return f"{seat.routes[0].source}: the LiteLLM config" if seat.routes else "the LiteLLM config"
 
@@ -320,7 +356,7 @@ def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:
 def _env(seat: _Seat, warnings: list[str]) -> Tree:
     env: Tree = {}
     for key, value in sorted((seat.launch.env if seat.launch else {}).items()):
-        if not ENV_NAME.fullmatch(key) or "\n" in value or "'" in value:
+        if seat_value_problem("env", {key: value}, engine="vllm") is not None:  # the loader's own rules for env
             warnings.append(f"{seat.launch.source if seat.launch else ''}: {key[:40]!r} is left out: an env file cannot carry that name or value")
             continue
         env[key] = Noted(value, f"{seat.launch.source if seat.launch else ''}")
@@ -470,16 +506,13 @@ def fixed_tree(seat: _Seat, layout: dict[str, Noted], readings: list[GpuReading]
                   "engine": Noted("fixed", f"{launch.source}: {launch.gpu_evidence}, and it starts no vLLM engine")}
     tree["memory_cap_bytes"] = fixed_cap(seat, layout, readings, apps, warnings)
     if launch.image and not launch.image_left_out:
-        tree["image"] = Noted(launch.image, f"{launch.source}: image (seatplan's compose file runs it, first)")
-        if launch.args:
-            tree["command"] = Noted(launch.args, f"{launch.source}: command")
+        tree |= _fixed_image(seat.name, launch, warnings)
     elif launch.image:
         tree["(image)"] = Noted(None, f"{launch.image} ({launch.source}) left out: seatplan's compose file would run it without "
                                 f"{launch.image_left_out}, so it stays yours to start")
     if launch.published_port is not None:
         tree["port"] = Noted(launch.published_port, f"{launch.source}: ports (the host side)")
-    if launch.health_url:
-        tree["health_url"] = Noted(launch.health_url, launch.gpus_source)
+    tree |= _fixed_health(seat.name, launch, warnings)
     gpus = layout[seat.name]
     held = _indices(gpus)
     if len(held) > 1:
@@ -488,7 +521,40 @@ def fixed_tree(seat: _Seat, layout: dict[str, Noted], readings: list[GpuReading]
         tree["pin"] = Noted(_layout_ref(gpus, seat.host, many).value, f"{gpus.note}: where it runs; the plan keeps it there")
     else:
         tree["(pin)"] = Noted(None, "its GPUs are TODO in current_layout: pin it to the same GPUs")
+    return held_to_the_loader(tree, seat.name, "fixed", warnings)
+
+
+def _fixed_image(name: str, launch: Launch, warnings: list[str]) -> Tree:
+    """The image and command compose runs, each as the fleet loader takes it; an image it refuses (compose
+    interpolation, a space) is TODO with a warning, so plan refuses the file at that line and nowhere else."""
+    image_problem = seat_value_problem("image", launch.image)
+    command_problem = seat_value_problem("command", launch.args) if launch.args else None
+    tree: Tree = {}
+    if image_problem is None and command_problem is None:
+        tree["image"] = Noted(launch.image, f"{launch.source}: image (seatplan's compose file runs it, first)")
+        if launch.args:
+            tree["command"] = Noted(launch.args, f"{launch.source}: command")
+        return tree
+    refused = f"image {launch.image!r}: {image_problem}" if image_problem else f"its command: {command_problem}"
+    fix = "write the image compose pulls (a plain reference such as ghcr.io/org/name:tag), or delete the line to keep starting it yourself"
+    warnings.append(f"seat {name}: {launch.source}: the fleet file refuses its {refused}: image is TODO; fix: {fix}")
+    tree["image"] = Noted(TODO, f"{launch.source}: the fleet file refuses its {refused}: {fix}")
+    if launch.args and command_problem is None:
+        tree["command"] = Noted(launch.args, f"{launch.source}: command")
+    elif launch.args:
+        tree["(command)"] = Noted(None, f"{launch.source}: left out, the fleet file refuses it ({command_problem})")
     return tree
+
+
+def _fixed_health(name: str, launch: Launch, warnings: list[str]) -> Tree:
+    """health_url from the compose healthcheck (or render's comment line), as the fleet loader takes it; else left out."""
+    problem = seat_value_problem("health_url", launch.health_url) if launch.health_url else None
+    if launch.health_url and problem is None:
+        return {"health_url": Noted(launch.health_url, launch.health_note or launch.gpus_source)}
+    why = f"{launch.health_note}: the fleet file refuses the URL ({problem})" if problem else launch.health_left_out
+    if problem or launch.health_refused:
+        warnings.append(f"seat {name}: {why}: health_url left out; fix: add the URL the GPU host reaches it at as health_url by hand")
+    return {"(health_url)": Noted(None, f"left out: {why}" if why.startswith(launch.source) else f"{launch.source}: left out: {why}")} if why else {}
 
 
 def fixed_cap(seat: _Seat, layout: dict[str, Noted], readings: list[GpuReading], apps: list[ComputeApp] | None, warnings: list[str]) -> Noted:

@@ -26,7 +26,8 @@ def adopt_command(
                                             "--format=csv: the memory a fixed seat (a GPU service that is not vLLM) holds; repeatable"),
     gpus_from_host: bool = typer.Option(False, "--gpus-from-host", help="run nvidia-smi here (the engines' only host)"),
     timeout_s: float = typer.Option(10.0, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="10"),
-                                   help="seconds each request to an engine may take, from connecting to the answer's last byte"),
+                                   help="seconds each request to an engine may take, from connecting to the answer's last byte "
+                                   "(and nvidia-smi under --gpus-from-host)"),
     json_output: bool = typer.Option(False, "--json", help="print {fleet, seats, hosts, todo, warnings}"),
 ) -> None:
     """Write a fleet file from the running deployment: GPUs, engines, their files and the gateway; unknowns are TODO."""

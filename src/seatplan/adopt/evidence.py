@@ -46,6 +46,9 @@ class Launch:
     host_note: str = ""
     device: Device | None = None
     health_url: str | None = None
+    health_note: str = ""  # where health_url came from (a compose healthcheck, the comment render wrote)
+    health_left_out: str = ""  # why a compose healthcheck gave no health_url ("" : there was none to read)
+    health_refused: bool = False  # it named a URL, and the fleet loader's rule refuses it (a warning, not just a comment)
     published_port: int | None = None  # compose ``ports: ["HOST:CONTAINER"]``: how the engine is reached
     fixed: bool = False  # a compose service that uses GPUs and starts no vLLM engine (speech, TTS): a fixed seat
     image: str | None = None  # a fixed seat's compose image

@@ -7,14 +7,17 @@ fleet loader's alias and depth limits, so a hostile file cannot make adopt build
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import re
 import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, GpuReading, Launch, Route
+from seatplan.adopt.fleet_rules import seat_value_problem
 from seatplan.documents.fleet_file import check_yaml_limits
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_env
@@ -24,7 +27,6 @@ from seatplan.fileio import read_bounded_bytes
 MAX_FILE_BYTES = 1 << 20  # a LiteLLM config, a compose file or an env file is a few kilobytes
 MAX_ENV_FILES = 1000
 SMI_QUERY = "index,name,uuid,memory.total,memory.reserved,memory.used"
-SMI_TIMEOUT_S = 30.0
 # Keys of seatplan's own env files that are not the engine's environment (render/targets.py env_file).
 SEATPLAN_KEYS = {"SEATPLAN_SEAT", "SEATPLAN_HEALTH_URL", COMMAND_KEY}
 GPU_KEYS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
@@ -178,18 +180,38 @@ def read_apps_file(path: Path) -> list[ComputeApp]:
     return read_compute_apps(text, str(path))
 
 
-def run_smi() -> list[GpuReading]:
-    """nvidia-smi on this host (``--gpus-from-host``)."""
+def run_smi(timeout_s: float) -> list[GpuReading]:
+    """nvidia-smi on this host (``--gpus-from-host``), given ``timeout_s`` to answer (a hung driver hangs it)."""
     command = ["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv"]
+    saved = f"or pass --nvidia-smi CSV saved on the GPU host (nvidia-smi --query-gpu={SMI_QUERY} --format=csv > gpus.csv)"
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as problem:
-        raise SeatplanError(f"cannot run nvidia-smi: {problem}", where="--gpus-from-host",
-                            fix="run adopt on the GPU host, or pass --nvidia-smi CSV saved there") from None
-    if done.returncode != 0:
-        raise SeatplanError(f"nvidia-smi failed: {done.stderr.strip()[:300]}", where="--gpus-from-host",
-                            fix="check the NVIDIA driver, or pass --nvidia-smi CSV saved on the GPU host")
-    return read_smi_csv(done.stdout[:MAX_FILE_BYTES], "nvidia-smi on this host", None)
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as problem:
+        raise SeatplanError(f"cannot run nvidia-smi: {problem.strerror or problem}", where="--gpus-from-host",
+                            fix=f"run adopt on the GPU host (with nvidia-smi on PATH), {saved}") from None
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        # one stuck in the driver may not die at once: give it a moment to go, never wait for ever
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.communicate(timeout=1.0)
+        raise SeatplanError(f"nvidia-smi did not answer within {timeout_s:g} s", where="--gpus-from-host",
+                            fix=f"check the NVIDIA driver (nvidia-smi hangs when it does), give it longer with --timeout, {saved}") from None
+    if process.returncode != 0:
+        said = stderr.decode("utf-8", "replace").strip() or stdout.decode("utf-8", "replace").strip()
+        raise SeatplanError(f"nvidia-smi exited with status {process.returncode}: {said[:300] or 'no message'}", where="--gpus-from-host",
+                            fix=f"check the NVIDIA driver, {saved}")
+    try:
+        text = stdout[:MAX_FILE_BYTES].decode("utf-8")
+    except UnicodeDecodeError as problem:
+        raise SeatplanError(f"nvidia-smi's output is not UTF-8 text ({problem.reason})", where="--gpus-from-host",
+                            fix=f"check what nvidia-smi prints here, {saved}") from None
+    try:
+        return read_smi_csv(text, "nvidia-smi on this host", None)
+    except SeatplanError as problem:
+        raise SeatplanError(f"nvidia-smi's output: {problem.message}", where=f"--gpus-from-host ({problem.where})",
+                            fix=f"check what `{' '.join(command)}` prints here, {saved}") from None
 
 
 # ----------------------------------------------------------------------------- LiteLLM config
@@ -323,19 +345,33 @@ def read_compose(path: Path) -> list[Launch]:
         if launch is not None:
             launch.host, launch.host_note = host, note if host else ""
             launches.append(launch)
+    if host:
+        _rendered_waits(path, launches)
     return launches + (_not_managed(path, host) if host else [])
 
 
 def _rendered_compose_host(path: Path) -> str | None:
     """seatplan's own compose files name their host in a comment line (render/targets.py compose_files)."""
-    found = re.search(r"^# host (\S+): engines start one at a time", read_text(path, "compose file", "give a readable compose file"), re.M)
+    found = re.search(r"^# host (\S+): (?:engines start one at a time|no engine here, only fixed seats)",
+                      read_text(path, "compose file", "give a readable compose file"), re.M)
     return found[1] if found else None
 
 
-# The line seatplan's compose file writes for a fixed seat it does not run (render/targets.py not_managed_note);
-# the URL as the fleet file's health_url pattern takes it.
-NOT_MANAGED_LINE = re.compile(r"^# not managed by seatplan \(no image in the fleet file\): (?P<seat>\S+) on GPU (?P<gpus>[\d, ]+?)"
-                              r"(?:, the engines wait for (?P<url>https?://[^\s'\"`$\\]+))?$")
+# The lines seatplan's compose file writes for a fixed seat (render/targets.py fixed_notes): one it does not run, and the
+# health URL of one it runs; the URL as the fleet file's health_url pattern takes it.
+_WAIT = r"the engines wait for (?P<url>https?://[^\s'\"`$\\]+)"
+NOT_MANAGED_LINE = re.compile(rf"^# not managed by seatplan \(no image in the fleet file\): (?P<seat>\S+) on GPU (?P<gpus>[\d, ]+?)(?:, {_WAIT})?$")
+RUNS_BELOW_LINE = re.compile(rf"^# fixed seat (?P<seat>\S+) runs below, {_WAIT}$")
+
+
+def _rendered_waits(path: Path, launches: list[Launch]) -> None:
+    """The health URL render wrote for each fixed seat its compose file runs (compose itself carries none)."""
+    fixed = {launch.seat: launch for launch in launches if launch.fixed and launch.health_url is None}
+    for number, line in enumerate(read_text(path, "compose file", "give a readable compose file").splitlines(), start=1):
+        found = RUNS_BELOW_LINE.match(line)
+        if found and found["seat"] in fixed:
+            launch = fixed[found["seat"]]
+            launch.health_url, launch.health_note, launch.health_left_out = found["url"], f"{path}:{number}: the comment seatplan render wrote", ""
 
 
 def _not_managed(path: Path, host: str) -> list[Launch]:
@@ -347,7 +383,7 @@ def _not_managed(path: Path, host: str) -> list[Launch]:
             where, note = f"{path}:{number}", f"{path}:{number}: the comment seatplan render wrote"
             launches.append(Launch(source=where, seat=found["seat"], args=[], fixed=True, gpu_evidence="the comment seatplan render wrote",
                                    device="cuda", gpus=_gpu_list(found["gpus"]), gpus_source=note, host=host, host_note=note,
-                                   health_url=found["url"]))
+                                   health_url=found["url"], health_note=note))
     return launches
 
 
@@ -432,6 +468,11 @@ def _fixed_launch(name: str, service: dict, env: dict[str, str], command: list[s
     launch.published_port = published[0] if published else None
     launch.args = command
     launch.env = {key: value for key, value in env.items() if key not in GPU_KEYS}
+    launch.health_url, launch.health_note, launch.health_left_out = healthcheck_url(service, where)
+    refused = seat_value_problem("health_url", launch.health_url) if launch.health_url else None
+    if refused is not None:
+        launch.health_url, launch.health_refused = None, True
+        launch.health_left_out = f"{launch.health_note}: the fleet file refuses the URL ({refused})"
     launch.image_left_out = _not_rendered(service, launch, published)
     return launch
 
@@ -449,7 +490,12 @@ def _first_published(ports: Any, where: str) -> tuple[int, str] | None:
 
 def _not_rendered(service: dict, launch: Launch, published: tuple[int, str] | None) -> str:
     """What seatplan's compose file would drop if it ran this service (render/targets.py fixed_service), or ""."""
-    dropped = sorted(str(key) for key in service if key not in RENDERED_FIXED_KEYS)
+    # a healthcheck read as health_url goes on as the wait the engines make for it (render's playbook)
+    carried = RENDERED_FIXED_KEYS | ({"healthcheck"} if launch.health_url else set())
+    dropped = sorted(str(key) for key in service if key not in carried)
+    if _interpolates(service.get("command")):
+        # compose fills ${VAR} in from its environment; seatplan's compose file writes the word as it reads ($$)
+        dropped.append("the compose variables in its command")
     if launch.env:
         dropped.append("environment")
     if published is not None and published[1] != str(published[0]):
@@ -457,6 +503,105 @@ def _not_rendered(service: dict, launch: Launch, published: tuple[int, str] | No
     if launch.gpus is None:
         dropped.append("its GPUs")
     return ", ".join(dropped)
+
+
+def _interpolates(value: Any) -> bool:
+    """A ``$`` that compose reads as a variable (``$$`` is a literal ``$``) in a string or a list of words."""
+    words = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+    return any("$" in str(word).replace("$$", "") for word in words)
+
+
+# ----------------------------------------------------------------------------- healthcheck → health_url
+
+# The programs whose healthcheck fetches a URL; anything else (a script, nc, grpc_health_probe) tells no URL.
+HTTP_FETCHERS = ("curl", "wget")
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def healthcheck_url(service: dict, where: str) -> tuple[str | None, str, str]:
+    """A fixed service's health URL as the GPU host reaches it, from its compose ``healthcheck``: (URL, where it came
+    from, why none). Only a curl or wget of one http(s) URL on the container's loopback, at a published port (or on
+    the host's network) is read; the caller checks the URL by the fleet loader's own rule, never trusting it."""
+    check = service.get("healthcheck")
+    if not isinstance(check, dict) or check.get("disable") in (True, "true"):
+        return None, "", ""
+    words, why = _healthcheck_words(check.get("test"))
+    if words is None:
+        return None, "", why
+    shown = " ".join(words)[:120]
+    if not words or words[0].rsplit("/", 1)[-1] not in HTTP_FETCHERS:
+        return None, "", f"its healthcheck runs {shown!r}, not curl or wget of a URL"
+    urls = [word for word in words[1:] if word.lower().startswith(("http://", "https://"))]
+    if len(urls) != 1:
+        return None, "", f"its healthcheck {shown!r} fetches {'no http(s) URL' if not urls else 'more than one URL'}"
+    return _host_side(urls[0], service, f"{where}: healthcheck {shown!r}")
+
+
+def _healthcheck_words(test: Any) -> tuple[list[str] | None, str]:
+    """The command of a compose healthcheck ``test`` (the Compose Specification, services.healthcheck.test: a string is
+    CMD-SHELL followed by it; a list starts with NONE, CMD (then the words) or CMD-SHELL (then one shell line)), as
+    words up to the first shell operator."""
+    if isinstance(test, str):
+        return _shell_command(test)
+    if not isinstance(test, list) or not test or not all(isinstance(word, str) for word in test):
+        return None, "" if test is None else "its healthcheck test is neither a string nor a list of strings"
+    if test[0] == "NONE":
+        return None, ""
+    if test[0] == "CMD":
+        return [word.replace("$$", "$") for word in test[1:]], ""  # compose writes a literal $ as $$
+    if test[0] == "CMD-SHELL":
+        return _shell_command(" ".join(test[1:]))
+    return None, f"its healthcheck test starts with {test[0][:40]!r}, not NONE, CMD or CMD-SHELL"
+
+
+def _shell_command(line: str) -> tuple[list[str] | None, str]:
+    """The first command of a shell line (``curl -f URL || exit 1`` → curl -f URL), as sh would split its words."""
+    lexer = shlex.shlex(line.replace("$$", "$"), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError as problem:
+        return None, f"its healthcheck cannot be read as shell words ({problem})"
+    operators = [position for position, word in enumerate(words) if word and set(word) <= set(lexer.punctuation_chars)]
+    return words[: operators[0]] if operators else words, ""
+
+
+def _host_side(url: str, service: dict, note: str) -> tuple[str | None, str, str]:
+    """The URL as the GPU host reaches it: a loopback URL inside the container is the published port on the host."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    except ValueError:
+        return None, "", f"its healthcheck URL {url[:80]!r} is no URL"
+    if parts.username is not None or parts.password is not None:
+        return None, "", "its healthcheck URL carries a user or password, which a fleet file does not hold"
+    if service.get("network_mode") == "host":
+        return url, f"{note} (network_mode: host)", ""
+    if (parts.hostname or "") not in LOOPBACK:
+        return None, "", f"its healthcheck reaches {str(parts.hostname)[:60]!r} from inside the container, which the GPU host may not"
+    published = _published(service.get("ports")).get(str(port))
+    if published is None:
+        return None, "", f"its healthcheck asks container port {port}, which it does not publish, so the GPU host cannot reach it"
+    address, host_port = published
+    host = address or str(parts.hostname)  # published on every address: the container's own loopback name serves the host too
+    netloc = f"[{host}]:{host_port}" if ":" in host else f"{host}:{host_port}"
+    return urlunsplit(parts._replace(netloc=netloc)), f"{note}: container port {port} published on {host_port}", ""
+
+
+def _published(ports: Any) -> dict[str, tuple[str | None, int]]:
+    """Each published container port (``[IP:]HOST:CONTAINER[/tcp]``) → the address it is bound to (None: every one) and its port."""
+    found: dict[str, tuple[str | None, int]] = {}
+    for entry in ports if isinstance(ports, list) else []:
+        text = str(entry)
+        if text.endswith("/udp"):
+            continue  # an HTTP health check is TCP
+        container = text.rsplit(":", 1)[-1].split("/")[0]
+        rest = text.rsplit(":", 1)[0] if ":" in text else ""
+        address, _, host_port = rest.rpartition(":")
+        address = address.strip("[]")
+        if host_port.isdigit() and len(host_port) <= 5 and 0 < int(host_port) < 65536:
+            found.setdefault(container, (None if address in ("", "0.0.0.0", "::") else address, int(host_port)))
+    return found
 
 
 def _compose_env(value: Any, where: str) -> dict[str, str]:
@@ -509,11 +654,11 @@ def env_dirs_and_files(env_dirs: list[str], composes: list[str]) -> list[Launch]
     return launches
 
 
-def smi_readings(specs: list[str], from_host: bool) -> list[GpuReading]:
+def smi_readings(specs: list[str], from_host: bool, timeout_s: float) -> list[GpuReading]:
     readings: list[GpuReading] = []
     for spec in specs:
         readings += read_smi_file(spec)
     if from_host:
-        readings += run_smi()
+        readings += run_smi(timeout_s)
     return readings
 

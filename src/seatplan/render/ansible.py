@@ -16,7 +16,7 @@ import shlex
 from seatplan.encode import TAG, Unsafe, ansible_unsafe, dump_yaml, systemd_path
 from seatplan.render.engines import Engine, FixedSeat
 from seatplan.render.settings import RenderSettings
-from seatplan.render.targets import HEADER, Files, compose_path
+from seatplan.render.targets import HEADER, Files, compose_hosts, compose_path
 
 HEALTH_POLL_S = 5
 SYSTEMD_UNIT = "seatplan-vllm@.service"
@@ -73,7 +73,7 @@ def variables(engines: list[Engine], env_texts: dict[str, str], settings: Render
         "seatplan_health_retries": max(1, settings.health_timeout_s // HEALTH_POLL_S),
         "seatplan_run_verify": True,
         "seatplan_verify_command": Unsafe(verify_command(settings)),
-        "seatplan_compose_files": ansible_unsafe({host: compose_path(host, hosts) for host in hosts}),
+        "seatplan_compose_files": ansible_unsafe({host: compose_path(host, compose_hosts(engines, fixed)) for host in hosts}),
         "seatplan_seats": seats,
         # fixed seats with a health URL, per host: the engines wait for each before the first restarts (issue 18)
         "seatplan_fixed": ansible_unsafe({host: [{"name": item.name, "health_url": item.seat.health_url} for item in fixed if item.host == host and item.seat.health_url]

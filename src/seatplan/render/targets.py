@@ -105,18 +105,36 @@ def fixed_service(fixed: FixedSeat) -> dict:
     return service
 
 
-def not_managed_note(fixed: list[FixedSeat]) -> str:
-    """The fixed seats compose does not run (no image in the fleet file): named, so the rollout shows them."""
-    return "".join(
-        f"# not managed by seatplan (no image in the fleet file): {item.name} on GPU {', '.join(item.gpu_indices)}"
-        + (f", the engines wait for {item.seat.health_url}" if item.seat.health_url else "") + "\n"
-        for item in fixed if not item.managed
-    )
+def fixed_notes(fixed: list[FixedSeat]) -> str:
+    """The fixed seats' comment lines: each one compose does not run (no image in the fleet file), named so the
+    rollout shows it, and the health URL the engines wait for, which compose itself does not carry (adopt reads both back)."""
+    lines = []
+    for item in fixed:
+        wait = f", the engines wait for {item.seat.health_url}" if item.seat.health_url else ""
+        if not item.managed:
+            lines.append(f"# not managed by seatplan (no image in the fleet file): {item.name} on GPU {', '.join(item.gpu_indices)}{wait}\n")
+        elif wait:
+            lines.append(f"# fixed seat {item.name} runs below{wait}\n")
+    return "".join(lines)
+
+
+def compose_hosts(engines: list[Engine], fixed: list[FixedSeat]) -> list[str]:
+    """The hosts that get a compose file: each that runs an engine or a fixed seat compose runs (one with an image).
+    Ansible's compose file names come from the same list, so the two agree on every path."""
+    return sorted({engine.host for engine in engines} | {item.host for item in fixed if item.managed})
+
+
+def compose_host_line(host: str, engines: bool, path: str) -> str:
+    """The comment naming the file's host (adopt reads it back); a host without an engine is not one apply reaches."""
+    if engines:
+        return f"# host {host}: engines start one at a time in the plan's boot order\n"
+    return (f"# host {host}: no engine here, only fixed seats; seatplan apply reaches the hosts that run an engine, "
+            f"so start this file there yourself: docker compose -f {path.rsplit('/', 1)[-1]} up -d\n")
 
 
 def compose_files(engines: list[Engine], settings: RenderSettings, fixed: list[FixedSeat] | None = None) -> Files:
     fixed = fixed or []
-    hosts = sorted({engine.host for engine in engines})  # as Ansible's compose file names are (a fixed seat alone on a host is not run)
+    hosts = compose_hosts(engines, fixed)
     files = {}
     for host in hosts:
         on_host = [engine for engine in engines if engine.host == host]
@@ -128,9 +146,7 @@ def compose_files(engines: list[Engine], settings: RenderSettings, fixed: list[F
         if on_host and last_fixed is not None:  # the fixed seats boot first: the first engine waits for them
             services[on_host[0].name]["depends_on"] = {last_fixed: {"condition": "service_started"}}
         document = {"name": "seatplan", "services": services}
-        files[compose_path(host, hosts)] = (
-            HEADER + f"# host {host}: engines start one at a time in the plan's boot order\n" + not_managed_note(fixed_here) + dump_yaml(document)
-        )
+        files[compose_path(host, hosts)] = HEADER + compose_host_line(host, bool(on_host), compose_path(host, hosts)) + fixed_notes(fixed_here) + dump_yaml(document)
     return files
 
 

@@ -1,0 +1,92 @@
+"""``seatplan.bounded_http``'s transport, built from public httpx and httpcore parts, against real sockets on 127.0.0.1.
+
+Callers (verify's probes, adopt's engine reads) catch httpx's errors, so each failure httpcore raises in the network
+layer must reach them as httpx's, while connecting and mid-body alike; the cap and the deadline are held by
+tests/harden/test_hostile_verify.py against hostile servers. Bodies of random sizes over the whole range (empty to
+the 8 MiB cap, and past it) come back whole or are refused.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from seatplan.bounded_http import MAX_ANSWER_BYTES, BoundedClient
+
+
+@contextmanager
+def server(answer: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A one-thread HTTP server on 127.0.0.1 that answers every connection with ``answer``."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.recv(65536)
+                answer(connection)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+def body_of(size: int) -> Callable[[socket.socket], None]:
+    def answer(connection: socket.socket) -> None:
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % size)
+        connection.sendall(b"x" * size)
+    return answer
+
+
+def test_bodies_of_every_size_come_back_whole_up_to_the_cap(rng):
+    sizes = [0, 1, MAX_ANSWER_BYTES] + [rng.randint(2, MAX_ANSWER_BYTES - 1) for _ in range(3)]
+    for size in sizes:
+        with server(body_of(size)) as url, BoundedClient(url, timeout_s=30) as client:
+            answer = client.fetch("GET", "/")
+            assert answer.status_code == 200 and answer.content == b"x" * size
+    with server(body_of(MAX_ANSWER_BYTES + rng.randint(1, 1 << 20))) as url, BoundedClient(url, timeout_s=30) as client:
+        with pytest.raises(ValueError, match="more than"):
+            client.fetch("GET", "/")
+
+
+def test_a_closed_port_is_httpx_connect_error():
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+    with BoundedClient(f"http://127.0.0.1:{port}", timeout_s=5) as client, pytest.raises(httpx.ConnectError):
+        client.fetch("GET", "/")
+
+
+def test_an_answer_cut_mid_body_is_httpx_remote_protocol_error(rng):
+    promised = rng.randint(2, 1 << 20)
+
+    def cut(connection: socket.socket) -> None:
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % promised + b"x" * rng.randint(1, promised - 1))
+
+    with server(cut) as url, BoundedClient(url, timeout_s=5) as client, pytest.raises(httpx.RemoteProtocolError):
+        client.fetch("GET", "/")
+
+
+def test_a_body_that_stalls_past_the_deadline_is_httpx_read_timeout():
+    def stall(connection: socket.socket) -> None:
+        connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nx")
+        connection.recv(1)  # until the client gives up and closes
+
+    with server(stall) as url, BoundedClient(url, timeout_s=0.5) as client:
+        with pytest.raises(httpx.ReadTimeout) as raised:
+            client.fetch("GET", "/")
+        assert isinstance(raised.value, httpx.TimeoutException) and client.problem(raised.value).startswith("ReadTimeout: ")

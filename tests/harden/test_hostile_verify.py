@@ -142,9 +142,9 @@ def deep_json(depth: int) -> Callable[[socket.socket, threading.Event], None]:
 
 @pytest.fixture
 def plan(tmp_path, capsys, monkeypatch) -> Callable[[int], Path]:
-    def make(port: int) -> Path:
+    def make(port: int, served: str = SERVED) -> Path:
         host = one_host(gpus=1).replace("  - name: box\n", "  - name: box\n    address: 127.0.0.1\n")
-        fleet = write_fleet(tmp_path, host + f"seats:\n  - {{name: {SERVED}, model: {QWEN3_8B}, port: {port}, served_model_name: {SERVED},"
+        fleet = write_fleet(tmp_path, host + f"seats:\n  - {{name: {SERVED}, model: {QWEN3_8B}, port: {port}, served_model_name: {served},"
                                              " max_model_len: 8192, max_new_tokens: 1024}\n")
         path = tmp_path / "plan.json"
         result = run_cli(capsys, monkeypatch, "plan", str(fleet), "-o", str(path), "--json")
@@ -283,6 +283,21 @@ def test_a_gateway_that_quotes_the_key_back_never_shows_it(cli, plan, form, key_
             if key != KEY:
                 assert not any(key[start:start + PARTIAL_MIN_CHARS] in shown for start in range(len(key) - PARTIAL_MIN_CHARS + 1))
     assert any(f"Bearer {key}" in head for head in server.heads)
+
+
+def test_a_served_name_sharing_8_characters_with_the_key_is_still_served(cli, plan, rng):
+    """The key is masked in what verify prints, not in what it compares: a served name that shares a run of
+    8 characters with the gateway key (here "seatplan") is found on the engine and the gateway, and the key's
+    run is still masked where the name is printed."""
+    served = f"seatplan-{rng.randrange(10**6)}"
+    models = json.dumps({"data": [{"id": served, "max_model_len": 8192}]})
+    with HostileServer(engine({"/v1/models": lambda c: respond(c, 200, models)})) as server:
+        done = verify(cli, plan(server.port, served), "--gateway", server.url, "--key-env", "SEATPLAN_TEST_GATEWAY_KEY",
+                      "--json", key=KEY)
+    report = json.loads(done.stdout)
+    checks = {check["check"]: check for check in report["checks"]}
+    assert checks["max_model_len"]["ok"] and checks["gateway_lists"]["ok"], report["checks"]
+    assert "seatplan" not in checks["gateway_lists"]["seen"]  # the key's run, masked where the name is shown
 
 
 @pytest.mark.parametrize("bad", ["\r", "\x1b", "\t", "é", "\u2028", "\x00"])

@@ -126,7 +126,7 @@ def observe_engine(expectation: SeatExpectation, settings: ProbeSettings) -> Eng
         except _ANSWER_ERRORS as error:
             seen.version = client.problem(error)
         try:
-            seen.served_max_model_len = {client.shown(text_field(card["id"], "id")): count(card["max_model_len"], "max_model_len")
+            seen.served_max_model_len = {_served_name(card): count(card["max_model_len"], "max_model_len")
                                          for card in _model_cards(client)}
         except _ANSWER_ERRORS as error:
             seen.models_problem = client.problem(error)
@@ -185,12 +185,19 @@ def _max_tokens_totals(client: BoundedClient, model: str) -> tuple[float, float]
     return total_count, total
 
 
+def _served_name(card: Any) -> str:
+    """A model card's id as served, only cut to SHOWN_CHARS (longer than any served name a fleet file takes):
+    it is compared with the plan's names, so the secrets are masked later, in what verify prints
+    (``checks.redact``); masked here, a name sharing 8 characters with the gateway key read as not served."""
+    return clipped(text_field(card["id"], "id"), SHOWN_CHARS)
+
+
 def observe_gateway(url: str, key: str | None, served_names: list[str], settings: ProbeSettings) -> GatewayObservation:
     seen = GatewayObservation()
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     with BoundedClient(url.rstrip("/"), settings.timeout_s, settings.secrets, headers) as client:
         try:
-            seen.listed = [client.shown(text_field(card["id"], "id")) for card in _model_cards(client)]
+            seen.listed = [_served_name(card) for card in _model_cards(client)]
         except _ANSWER_ERRORS as error:
             seen.list_problem = client.problem(error)
         endpoint = Endpoint(client)

@@ -156,10 +156,20 @@ def test_length_above_the_derived_maximum_is_flagged():
     assert _json(str(fixture_dir("Qwen--Qwen3-8B")))["warnings"] == []
 
 
-@pytest.mark.parametrize("relative", ["./no-such-model", "../no-such-model", "models/a/b/no-such-model"])
+# models/Org--Name is how the demo names its directories: the Hub refuses "--" in an id, so it is a missing path
+# (it was a traceback from huggingface_hub's validator), as is a bare name.
+@pytest.mark.parametrize("relative", ["./no-such-model", "../no-such-model", "models/a/b/no-such-model", "models/Qwen--Qwen3-8B", "no-such-model"])
 def test_a_relative_model_path_that_is_missing_names_the_absolute_path_tried(relative, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     completed = run_cli("model", relative, env={**os.environ, "COLUMNS": "500"})
     assert completed.returncode == 2
     assert f"looked for {(tmp_path / relative).resolve()}" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+def test_a_file_given_as_the_model_directory_is_named_a_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fleet.yaml").write_text("hosts: []\n")
+    completed = run_cli("model", "fleet.yaml", env={**os.environ, "COLUMNS": "500"})
+    assert completed.returncode == 2 and "Traceback" not in completed.stderr
+    assert "error: fleet.yaml: is a file, not a model directory" in completed.stderr and "config.json" in completed.stderr

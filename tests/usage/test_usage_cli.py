@@ -70,6 +70,8 @@ def test_tables_for_people(scenario_csv: Path) -> None:
 def test_user_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
     for args, message in (
         (["--from", str(tmp_path / "absent.csv")], "no such file"),
+        (["--from", str(tmp_path)], f"error: {tmp_path}: is a folder, not a spend-log export"),
+        (["--from", str(tmp_path / "absent.csv"), "-o", str(tmp_path)], f"error: -o {tmp_path}: is a folder, not the usage report to write"),
         (["--from", "x.csv", "--days", "7", "--since", "2026-11-01"], "--days and --since"),
         (["--from", "x.csv", "--since", "last tuesday"], "cannot read 'last tuesday'"),
         (["--from", "postgresql://nobody@127.0.0.1:1/litellm"], "cannot connect to PostgreSQL"),

@@ -42,7 +42,7 @@ def diagnose_command(
     """Read vLLM logs and GPU memory history: boots, co-boot races, steps, creep, plateaus, the plan check."""
     from seatplan.documents.io import read_plan
     from seatplan.errors import SeatplanError
-    from seatplan.fileio import atomic_write_json
+    from seatplan.fileio import check_output_file, write_output_json
     from seatplan.observe import inputs
     from seatplan.observe.detect import DetectSettings
     from seatplan.observe.diagnose import diagnose
@@ -52,6 +52,8 @@ def diagnose_command(
     if not (vllm_log or beszel or nvidia_smi or prometheus or vllm_metrics):
         raise SeatplanError("nothing to read", where="diagnose",
                             fix="pass at least one of --vllm-log, --beszel, --nvidia-smi, --prometheus, --vllm-metrics")
+    if output is not None:
+        check_output_file(output, "diagnose document", "diagnose.json")
     offset_s = inputs.utc_offset_seconds(utc_offset)
     with progress("reading logs and GPU memory history", enabled=not json_output):
         rejected = Rejections()
@@ -71,7 +73,7 @@ def diagnose_command(
         # One document: -o writes what --json prints; plan --observed reads its observed part.
         report = report.model_copy(update={"rejected_inputs": rejected.as_list(), "observed": observed})
     if output is not None:
-        atomic_write_json(output, to_jsonable(report))
+        write_output_json(output, to_jsonable(report), "diagnose document")
     if json_output:
         emit_json(report)
     else:

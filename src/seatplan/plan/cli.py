@@ -45,10 +45,12 @@ def plan_command(
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
     from seatplan.documents.fleet_file import load_fleet
     from seatplan.documents.io import read_observed, read_usage
-    from seatplan.fileio import atomic_write_text
+    from seatplan.fileio import check_output_file, write_output_text
     from seatplan.plan.current import read_current
     from seatplan.plan.planner import build_plan
 
+    if output is not None:
+        check_output_file(output, "plan", "plan.json")
     loaded = load_fleet(fleet)
     running = read_current(current, loaded.fleet) if current else None
     usage_summary = read_usage(usage) if usage else None
@@ -68,7 +70,7 @@ def plan_command(
         )
     placed = plan.worst_case_spare_bytes is not None
     if output is not None and placed:
-        atomic_write_text(output, plan.model_dump_json(indent=2) + "\n")
+        write_output_text(output, plan.model_dump_json(indent=2) + "\n", "plan")
     if json_output:
         from seatplan.output import emit_json
 

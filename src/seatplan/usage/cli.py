@@ -105,7 +105,7 @@ def usage_command(
     wide: bool = WIDE,
 ) -> None:
     """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
-    from seatplan.fileio import atomic_write_json
+    from seatplan.fileio import check_output_file, write_output_json
     from seatplan.output import console, emit_json, progress
     from seatplan.usage.queries import Window
     from seatplan.usage.seat_map import SeatMap, load_seat_map
@@ -113,6 +113,8 @@ def usage_command(
     from seatplan.usage.summary import require_calls, summarize_usage
     from seatplan.usage.sweep import default_runaway_rule
 
+    if output is not None:
+        check_output_file(output, "usage report", "usage.json")
     window = resolve_window(since, until, days, datetime.now(UTC).replace(tzinfo=None))
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
     resolved = resolve_source(source)
@@ -125,7 +127,7 @@ def usage_command(
     report.window.days_counted_back_from = anchor
     require_calls(report)
     if output is not None:
-        atomic_write_json(output, report.model_dump(mode="json"))
+        write_output_json(output, report.model_dump(mode="json"), "usage report")
     if as_json:
         emit_json(report)
         return

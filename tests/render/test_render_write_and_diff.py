@@ -122,3 +122,18 @@ def test_bad_input_is_a_clear_error(demo_plan_path, tmp_path, capsys, monkeypatc
     code, _, stderr = run_seatplan(capsys, monkeypatch, "render", str(tmp_path / "bad.json"), "-o", str(tmp_path / "o"))
     assert code == 2 and "not JSON" in stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_diff_against_a_folder_seatplan_did_not_render_and_rollback_of_a_file(demo_plan_path, tmp_path, capsys, monkeypatch):
+    """A newcomer's mix-ups: `diff --against` a folder of other files (every line would be noise) and `rollback`
+    given the plan instead of the rendered directory. Each is a located error with its fix, exit 2."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the operator's own file")
+    code, stdout, stderr = run_seatplan(capsys, monkeypatch, "diff", str(demo_plan_path), "--against", str(tmp_path / "mine"))
+    assert code == 2 and stdout == "" and f"error: {tmp_path / 'mine'}: the directory holds files but no seatplan-render.json" in stderr
+    assert "fix: pass the directory `seatplan render -o DIR` wrote" in stderr
+    (tmp_path / "new").mkdir()  # an empty folder is a new one: the diff is everything render would write
+    assert run_seatplan(capsys, monkeypatch, "diff", str(demo_plan_path), "--against", str(tmp_path / "new"))[0] == 1
+    for directory, said in ((demo_plan_path, "is a file, not a directory"), (tmp_path / "absent", "no such directory")):
+        code, _, stderr = run_seatplan(capsys, monkeypatch, "rollback", str(directory), "--to", "night2")
+        assert code == 2 and f"error: {directory}: {said}" in stderr and "fix: pass the directory `seatplan render -o DIR`" in stderr

@@ -218,10 +218,14 @@ def rollback_command(
 ) -> None:
     """Put the env files backed up under TAG back, restarting each changed engine one at a time."""
     from seatplan.encode import check_name
+    from seatplan.errors import SeatplanError
     from seatplan.render.api import rollback
     from seatplan.render.runner import missing_backups
 
     check_name("tag", to, "--to")
+    if not directory.is_dir():
+        raise SeatplanError("is a file, not a directory" if directory.exists() else "no such directory", where=str(directory),
+                            fix="pass the directory `seatplan render -o DIR` or `seatplan apply -o DIR` wrote")
     run = rollback(directory, inventory or directory / "ansible" / "inventory.yaml", tag=to, check=check, extra=extra, echo=None if json_output else sys.stdout)
     refused = missing_backups(run, to) if run.returncode != 0 else None
     if refused is not None:

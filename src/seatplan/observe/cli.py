@@ -15,20 +15,23 @@ def register(app: typer.Typer) -> None:
 
 
 def diagnose_command(
-    vllm_log: list[str] = typer.Option([], "--vllm-log", help="vLLM log (file, docker logs, journald text/json/export); NAME=PATH names the seat. Repeatable."),
+    vllm_log: list[str] = typer.Option([], "--vllm-log", metavar="<[NAME=]PATH>",
+         help="vLLM log (file, docker logs, journald text/json/export); NAME=PATH names the seat. Repeatable."),
     log_year: int | None = typer.Option(None, "--log-year", parser=count_option("--log-year", minimum=1970, maximum=9999, example="2026"),
                                         help="Year for vLLM's MM-DD timestamps (default: the log file's modification year)."),
     utc_offset: str | None = typer.Option(None, "--utc-offset", help="The GPU hosts' clock offset (+01:00) for vLLM's and nvidia-smi's zone-less timestamps (default: UTC)."),
     beszel: Path | None = typer.Option(None, "--beszel", help="Beszel hub database (beszel_data/data.db)."),
     beszel_system: str | None = typer.Option(None, "--beszel-system", help="Only this Beszel system (name or id)."),
-    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help=("nvidia-smi CSV log: --query-gpu=timestamp,index,memory.used,memory.total or --query-compute-apps;"
-        " HOST=PATH names its host. Repeatable.")),
-    host_name: list[str] = typer.Option([], "--host-name", help=("MONITOR=HOST: the plan/fleet host a Beszel system, DCGM hostname or nvidia-smi host stands for"
+    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", metavar="<[HOST=]CSV>",
+         help=("nvidia-smi CSV log, of --query-gpu with timestamp, index, memory.used and memory.total, or of"
+        " --query-compute-apps; HOST=PATH names its host. Repeatable.")),
+    host_name: list[str] = typer.Option([], "--host-name", metavar="<MONITOR=HOST>",
+         help=("MONITOR=HOST: the plan/fleet host a Beszel system, DCGM hostname or nvidia-smi host stands for"
         " (also hosts[].monitor_names in the fleet). Repeatable.")),
     prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus URL (DCGM exporter + vLLM series via /api/v1/query_range), or a saved exposition-text file."),
     since: str = typer.Option("14d", "--since", help="With a Prometheus URL: how far back (e.g. 7d, 36h)."),
     step_seconds: int = typer.Option(60, "--step", parser=count_option("--step", maximum=86_400 * 366, example="60"), help="With a Prometheus URL: resolution in seconds."),
-    vllm_metrics: list[str] = typer.Option([], "--vllm-metrics", help="vLLM /metrics: a URL (one scrape now) or saved scrapes. Repeatable."),
+    vllm_metrics: list[str] = typer.Option([], "--vllm-metrics", metavar="<URL|FILE>", help="vLLM /metrics: a URL (one scrape now) or saved scrapes. Repeatable."),
     fleet: Path | None = typer.Option(None, "--fleet", help="Fleet file (YAML/JSON): which seat runs on which GPU."),
     plan: Path | None = typer.Option(None, "--plan", help="plan.json to check the observed plateaus against."),
     min_step_mib: float = typer.Option(256.0, "--min-step-mib", parser=number_option("--min-step-mib", minimum=0, maximum=1 << 30, example="256"),

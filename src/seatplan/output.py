@@ -222,7 +222,8 @@ def stacked(table: Any, width: int) -> Any:
         for _ in range(per_line):
             grid.add_column(style="dim", no_wrap=True)
             grid.add_column(overflow="fold")
-        fields = [item for column in columns[1:] for item in (str(column.header), column._cells[row])]
+        # An empty cell says nothing in a block of its own (a change without a note): its header is left out too.
+        fields = [item for column in columns[1:] if str(column._cells[row]).strip() for item in (str(column.header), column._cells[row])]
         for first in range(0, len(fields), 2 * per_line):
             grid.add_row(*fields[first:first + 2 * per_line])
         blocks.append(Padding(grid, (0, 0, 0, 2)))

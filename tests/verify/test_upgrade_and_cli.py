@@ -71,7 +71,7 @@ def test_moving_to_0_11_0_needs_the_old_rope_key_and_keeps_the_bytes_flag(planne
 def test_moving_below_0_10_2_loses_the_kv_bytes_flag_for_every_seat(planned, capsys, monkeypatch):
     found = changes(capsys, monkeypatch, planned, "0.10.1")
     for seat in ("gemma", "qwen"):
-        assert found[(seat, "flag")]["after"] == "--kv-cache-memory-bytes needs vLLM 0.10.2 or later (this plan is for 0.10.1)"
+        assert found[(seat, "flag")]["after"] == "--kv-cache-memory-bytes needs vLLM 0.10.2 or later, not 0.10.1"
     assert ("*", "kv_bytes_flag") in found
 
 

@@ -144,9 +144,13 @@ def fit_table(table: Any, width: int, drop: tuple[str, ...] = (), *, stack: bool
     from rich.cells import cell_len
 
     def needs(column) -> tuple[int, int, int]:
-        """(longest word of the cells, the same with the header's words, the widest line)."""
+        """(longest word of the cells, the same with the header's words, the widest line). A ``no_wrap`` column
+        holds lines that read only whole (one time and figure a line): its widest line counts as its word."""
         cells = list(column._cells)
-        longest_word = max((cell_len(word) for cell in cells for word in _words(cell)), default=1)
+        if column.no_wrap:
+            longest_word = max((cell_len(line) for cell in cells for line in str(cell).splitlines()), default=1)
+        else:
+            longest_word = max((cell_len(word) for cell in cells for word in _words(cell)), default=1)
         with_header = max([longest_word] + [cell_len(word) for word in _words(str(column.header))])
         widest = max([_cell_width(cell) for cell in cells] + [cell_len(str(column.header))])
         return longest_word, with_header, max(widest, with_header)

@@ -161,3 +161,22 @@ def test_a_fleet_file_alone_maps_seats_but_checks_no_plan():
     assert "co_boot_race" in kinds  # the fleet still names who shared GPU 0
     assert not kinds & {"plan_spare_missed", "seat_estimate_off"}
     assert all(gpu["plan"] is None for gpu in report["gpus"])
+
+
+@pytest.mark.parametrize("columns", ["80", "100"])
+def test_each_step_reads_whole_on_a_line_of_its_own(columns, tmp_path):
+    """A GPU's steps, one a line: its time and its size are never split across lines (they were "11-25" / "13:56")."""
+    import os
+
+    from kits.night import NIGHT, vllm_log_options
+
+    written = tmp_path / "diagnose.json"
+    args = ("diagnose", *vllm_log_options(), "--nvidia-smi", str(NIGHT / "nvidia-smi.csv"), "-o", str(written))
+    done = subprocess.run([sys.executable, "-m", "seatplan.cli", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": columns})
+    assert done.returncode == 0, done.stderr
+    steps = [step for gpu in json.loads(written.read_text())["gpus"] for step in gpu["steps"]]
+    assert steps
+    for step in steps:
+        said = f"{datetime.fromisoformat(step['at']):%m-%d %H:%M} {step['delta_mib']:+,.0f}"
+        assert any(f"│ {said} " in line for line in done.stdout.splitlines()), f"{said} is not whole on one line:\n{done.stdout}"

@@ -80,7 +80,7 @@ def gpu_table(plan: Plan) -> Table:
 
 def footprint_table(plan: Plan) -> Table:
     used = [name for name in PART_COLUMNS if any(part.name == name for seat in plan.seats for part in seat.footprint_parts)]
-    table = Table(title="Footprint per GPU of each seat (GiB; estimate = labelled estimate, exact = pinned/measured)", title_justify="left")
+    table = Table(title="Footprint per GPU of each seat (GiB; ~ marks an estimated part; basis: how the total is known)", title_justify="left")
     table.add_column("seat")
     for name in used:
         table.add_column(PART_TITLES[name], justify="right")

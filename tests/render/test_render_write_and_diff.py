@@ -157,3 +157,23 @@ def test_a_file_diff_shows_only_the_lines_that_changed(demo_plan_path, tmp_path,
     assert removed == [f"    - '{old_kv}'", f"    - '{old_util:.3f}'"]
     assert added[:2] == [f"    - '{old_kv + (1 << 30)}'", f"    - '{old_util + 0.011:.3f}'"] and "    - --override-generation-config" in added
     assert not set(removed) & set(added)  # nothing shown removed and added again
+
+
+def test_the_file_diff_is_difflibs_on_files_short_of_autojunk(rng):
+    """Below 200 lines difflib's autojunk never applies: there the file diff is difflib.unified_diff's, byte for byte."""
+    import difflib
+
+    from seatplan.render.diff import unified
+
+    for _ in range(500):
+        before = [rng.choice("abcde") + "\n" for _ in range(rng.randint(0, 40))]
+        after = list(before)
+        for _ in range(rng.randint(0, 6)):
+            edit = rng.random()
+            if edit < 0.3 and after:
+                del after[rng.randrange(len(after))]
+            elif edit < 0.6:
+                after.insert(rng.randint(0, len(after)), rng.choice("abcdefg") + "\n")
+            elif after:
+                after[rng.randrange(len(after))] = rng.choice("xyz") + "\n"
+        assert unified("".join(before), "".join(after), "f") == "".join(difflib.unified_diff(before, after, "a/f", "b/f"))

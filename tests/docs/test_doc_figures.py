@@ -49,6 +49,8 @@ def test_the_diagnose_figures(night: NightDocuments):
     kv = [f"{boot['available_kv_bytes'] / GiB:.1f}" for seat in diagnose["seats"] if seat["name"] == "qwen3-32b" for boot in seat["boots"]]
     assert f"Three boots, three KV caches: {', '.join(kv[:-1])} and {kv[-1]} GiB" in text and len(kv) == 3
     assert f"so every boot gave a different KV cache ({', '.join(kv)} GiB)" in prose(README)
+    assert f"A GPU lost {third_boot_step * MiB / 1e9:.1f} GB in one step at a restart" in prose(README)
+    assert f"Another GPU crept to {gpus[2]['plateau_free_mib']:.0f} MiB free two days after each boot" in prose(README)
 
 
 def test_the_plan_figures(night: NightDocuments):

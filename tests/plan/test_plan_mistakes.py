@@ -1,16 +1,19 @@
 """The mistakes a newcomer makes with `seatplan plan`, through the real entry point: another file where the fleet
 file goes (a document seatplan wrote, a compose file, a LiteLLM config), a folder as -o, a fleet file moved away
-from its models. Each is one located error naming what the file is and what to do, exit 2, nothing written."""
+from its models, another fleet's plan as --current. Each is one located error naming what the file is and what to
+do, exit 2, nothing written; another fleet's usage report is used for nothing, and the plan says so."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
 from kits.cli import run_cli
 from kits.paths import REPO_ROOT
+from kits.plan import LLAMA_8B, one_host, write_fleet
 
 DEMO = REPO_ROOT / "examples" / "demo"
 
@@ -62,3 +65,30 @@ def test_a_fleet_file_copied_away_from_its_models_names_the_path_it_tried(capsys
     result = run_cli(capsys, monkeypatch, "plan", "moved/fleet.yaml")
     refused(result, "moved/fleet.yaml:", "model directory models/Qwen--", f"tried {moved / 'models' / 'Qwen--'}",
             "taken from the fleet file's directory")
+
+
+def another_fleet(tmp_path: Path) -> Path:
+    return write_fleet(tmp_path, one_host(1) + f"seats:\n  - {{name: chat, model: {LLAMA_8B}, port: 9000}}\n", name="other.yaml")
+
+
+def test_another_fleets_plan_as_current_is_refused(capsys, monkeypatch, tmp_path):
+    other_plan = tmp_path / "other-plan.json"
+    assert run_cli(capsys, monkeypatch, "plan", str(another_fleet(tmp_path)), "-o", str(other_plan), "--json").exit_code == 0
+    target = tmp_path / "plan.json"
+    result = run_cli(capsys, monkeypatch, "plan", str(DEMO / "fleet.yaml"), "--current", str(other_plan), "-o", str(target))
+    refused(result, f"error: --current {other_plan}: what runs there (chat) is none of this fleet's seats")
+    assert not target.exists()
+
+
+def test_another_fleets_usage_report_is_said_to_be_unused(capsys, monkeypatch, tmp_path):
+    usage = tmp_path / "usage.json"
+    night = REPO_ROOT / "examples" / "night" / "spend-logs.csv"
+    assert run_cli(capsys, monkeypatch, "usage", "--from", str(night), "--fleet", str(DEMO / "fleet.yaml"), "-o", str(usage), "--json").exit_code == 0
+    served = sorted(name for name, model in json.loads(usage.read_text())["models"].items() if model["calls"])
+    result = run_cli(capsys, monkeypatch, "plan", str(another_fleet(tmp_path)), "--usage", str(usage), "--json")
+    assert result.exit_code == 0, result.stderr
+    warnings = json.loads(result.stdout)["warnings"]
+    assert f"usage for {', '.join(served)}, which no seat of the fleet serves, was not used" in " ".join(warnings)
+    # the fleet the report was made for: every model with calls is some seat's, nothing to say
+    result = run_cli(capsys, monkeypatch, "plan", str(DEMO / "fleet.yaml"), "--usage", str(usage), "--json")
+    assert not [warning for warning in json.loads(result.stdout)["warnings"] if warning.startswith("usage for")]

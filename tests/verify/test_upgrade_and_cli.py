@@ -111,3 +111,14 @@ def test_verify_names_a_missing_fleet_file(planned, capsys, monkeypatch):
     result = run_cli(capsys, monkeypatch, "verify", str(planned))
     assert result.exit_code == 2
     assert "inputs.fleet_path" in result.stderr and "--fleet" in result.stderr
+
+
+def test_verify_refuses_another_fleets_file(planned, capsys, monkeypatch):
+    """A plan checked with a fleet file that lacks the plan's hosts: a located error naming the plan's own fleet
+    file (it asked the plan's host names for addresses, and reported every engine unreachable)."""
+    other = planned.parent / "other.yaml"
+    other.write_text(f"hosts:\n  - name: elsewhere\n    gpus:\n      - {{index: 0, total_bytes: 80GiB}}\nseats:\n  - {{name: q, model: {QWEN3_8B}, port: 8000}}\n")
+    result = run_cli(capsys, monkeypatch, "verify", str(planned), "--fleet", str(other))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"error: {other}: the fleet file names no host box, where the plan runs its seats" in result.stderr
+    assert f"fix: pass --fleet the fleet file this plan was made from ({planned.parent / 'fleet.yaml'})" in result.stderr

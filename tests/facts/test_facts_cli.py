@@ -173,3 +173,18 @@ def test_a_file_given_as_the_model_directory_is_named_a_file(tmp_path, monkeypat
     completed = run_cli("model", "fleet.yaml", env={**os.environ, "COLUMNS": "500"})
     assert completed.returncode == 2 and "Traceback" not in completed.stderr
     assert "error: fleet.yaml: is a file, not a model directory" in completed.stderr and "config.json" in completed.stderr
+
+
+def test_the_breakdown_wraps_under_its_values_at_80_columns():
+    """Every line below the table is indented (a value wrapped to the margin read as a new label), fits 80 columns,
+    and the one line vLLM itself prints stays whole, as in its log."""
+    completed = run_cli("model", str(fixture_dir("Qwen--Qwen3-8B")), "--kv-cache-memory-bytes", "20GiB",
+                        env={**os.environ, "COLUMNS": "80"})
+    assert completed.returncode == 0, completed.stderr
+    lines = [line.rstrip() for line in completed.stdout.splitlines()]
+    below = lines[next(index for index, line in enumerate(lines) if line.startswith("└")) + 1:]
+    log_line = next(line for line in below if "GPU KV cache size:" in line)
+    assert log_line.strip().endswith("x") and "Maximum concurrency for 40,960 tokens per request" in log_line
+    assert all(line.startswith("  ") for line in below if line), "\n".join(below)
+    assert all(len(line) <= 80 for line in below if line != log_line), "\n".join(below)
+    assert all(line.startswith("  ") for line in lines[1:lines.index(next(line for line in lines if "KV cache groups" in line))])

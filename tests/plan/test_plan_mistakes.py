@@ -92,3 +92,10 @@ def test_another_fleets_usage_report_is_said_to_be_unused(capsys, monkeypatch, t
     # the fleet the report was made for: every model with calls is some seat's, nothing to say
     result = run_cli(capsys, monkeypatch, "plan", str(DEMO / "fleet.yaml"), "--usage", str(usage), "--json")
     assert not [warning for warning in json.loads(result.stdout)["warnings"] if warning.startswith("usage for")]
+
+
+def test_an_empty_document_says_it_is_empty(capsys, monkeypatch, tmp_path):
+    empty = tmp_path / "usage.json"
+    empty.write_text("\n")
+    refused(run_cli(capsys, monkeypatch, "plan", str(DEMO / "fleet.yaml"), "--usage", str(empty)), f"error: {empty}: the usage summary is empty")
+    refused(run_cli(capsys, monkeypatch, "explain", str(empty), "qwen3-8b"), f"error: {empty}: the plan is empty")

@@ -15,8 +15,8 @@ def test_another_document_as_the_plan_or_the_usage_is_named(capsys, monkeypatch,
     plan = tmp_path / "plan.json"
     plan.write_text(plan_document([planned_seat("a", ["h:0"], 1 << 30)], [planned_gpu("h", 0, 1 << 30, 1 << 30, ["a"])]).model_dump_json())
     page = tmp_path / "report.html"
-    for args, said in (((str(usage),), f"error: {usage}: this is a usage report (written by `seatplan usage -o usage.json`"),
-                       ((str(plan), "--usage", str(plan)), f"error: {plan}: this is a plan (written by `seatplan plan FLEET -o plan.json`"),
+    for args, said in (((str(usage),), f"error: {usage}: this is a usage report (seatplan.usage, written by `seatplan usage -o usage.json`"),
+                       ((str(plan), "--usage", str(plan)), f"error: {plan}: this is a plan (seatplan.plan, written by `seatplan plan FLEET -o plan.json`"),
                        ((str(plan), "--diagnose", str(usage)), f"error: {usage}: this is a usage report")):
         result = run_cli(capsys, monkeypatch, "report", *args, "-o", str(page))
         assert result.exit_code == 2 and said in result.stderr and "\nfix: " in result.stderr, result.stderr

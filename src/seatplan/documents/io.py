@@ -42,7 +42,7 @@ def kind_said(kind: object) -> str:
     """``kind`` in words: what it is, what wrote it and what reads it."""
     if isinstance(kind, str) and kind in KIND_NAMES:
         name, made_by, read_by = KIND_NAMES[kind]
-        return f"{name} (written by `{made_by}`, read by {read_by})"
+        return f"{name} ({kind}, written by `{made_by}`, read by {read_by})"
     if isinstance(kind, str) and kind:
         return f"a {kind} document"
     return "a document without a seatplan kind"
@@ -77,6 +77,8 @@ def read_document_and_json(path: str | Path, model: type[Document], what: str, f
 def read_bounded_json(source: Path, what: str, fix: str) -> object:
     """A JSON file of at most MAX_DOCUMENT_BYTES, UTF-8, bounded in depth, finite numbers; else a SeatplanError."""
     raw = read_bounded_bytes(source, what, fix, MAX_DOCUMENT_BYTES)
+    if not raw.strip():
+        raise SeatplanError(f"the {what} is empty", where=str(source), fix=fix)
     try:
         return loads_bounded(raw.decode("utf-8"))
     except UnicodeDecodeError as problem:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from seatplan.documents.io import kind_said
 from seatplan.errors import SeatplanError
 from seatplan.secrets import dsn_password, redact_dsn
 from seatplan.usage import csvscan
@@ -358,6 +360,7 @@ def require_records(source: str) -> None:
     if is_dsn(source) or not path.is_file():
         return
     source_format = detect_file_format(path)
+    _refuse_empty_or_seatplan_document(path)
     if source_format == "csv":
         _csv_header(path)
     with _open_text(path) as stream:
@@ -384,6 +387,20 @@ def require_records(source: str) -> None:
     found = f"records with keys {', '.join(sorted(keys_seen)[:8])}" if keys_seen else "no JSON record"
     raise SeatplanError(f"no LiteLLM spend-log record in the first {RECORDS_LOOKED_AT} lines ({found})", where=str(path),
                         fix="expected one JSON object per line with " + ", ".join(REQUIRED_COLUMNS) + "; " + SOURCE_FIX)
+
+
+_SEATPLAN_KIND = re.compile(r'^\{\s*"kind"\s*:\s*"(seatplan\.[a-z]+)"')
+
+
+def _refuse_empty_or_seatplan_document(path: Path) -> None:
+    """An empty file, or a document seatplan wrote (usage.json given back to --from): named for what it is."""
+    with _open_text(path) as stream:
+        start = stream.read(4096)
+    if not start.strip():
+        raise SeatplanError("the file is empty", where=str(path), fix=SOURCE_FIX)
+    written = _SEATPLAN_KIND.match(start.lstrip())
+    if written:
+        raise SeatplanError(f"this is {kind_said(written.group(1))}, not a spend-log export", where=str(path), fix=SOURCE_FIX)
 
 
 def _csv_header(path: Path) -> list[str]:

@@ -142,9 +142,10 @@ class SeatplanGroup(TyperGroup):
     context_class = WholeWordContext
 
 
-def add_command(app: typer.Typer, name: str, function: Callable[..., None]) -> None:
+def add_command(app: typer.Typer, name: str, function: Callable[..., None], context_settings: dict[str, Any] | None = None) -> None:
     """Register ``function`` as ``seatplan NAME`` with its summary, and its examples under the options."""
-    app.command(name, cls=SeatplanCommand, short_help=SUMMARIES[name], epilog=examples(*EXAMPLES[name]))(function)
+    app.command(name, cls=SeatplanCommand, short_help=SUMMARIES[name], epilog=examples(*EXAMPLES[name]),
+                context_settings=context_settings)(function)
 
 
 def examples(*commands: str) -> str:

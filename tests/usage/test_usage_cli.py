@@ -76,6 +76,7 @@ def test_user_errors_exit_2_without_a_traceback(tmp_path: Path) -> None:
         (["--from", str(tmp_path / "absent.csv")], "no such file"),
         (["--from", str(tmp_path)], f"error: {tmp_path}: is a folder, not a spend-log export"),
         (["--from", str(empty)], f"error: {empty}: the file is empty"),
+        ([str(empty)], f"the spend logs go after --from, not on their own ({empty})\nfix: write --from {empty}"),
         (["--from", str(written)], f"error: {written}: this is a usage report (seatplan.usage, written by `seatplan usage -o usage.json`"),
         (["--from", str(tmp_path / "absent.csv"), "-o", str(tmp_path)], f"error: -o {tmp_path}: is a folder, not the usage report to write"),
         (["--from", "x.csv", "--days", "7", "--since", "2026-11-01"], "--days and --since"),

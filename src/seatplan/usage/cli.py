@@ -83,6 +83,7 @@ def anchor_days(window: Window, days: float | None, until: str | None, source: s
 
 
 def usage_command(
+    context: typer.Context,
     source: str | None = typer.Option(
         None, "--from", help="https://GATEWAY/ base URL of a LiteLLM gateway (its /spend/logs/v2, key from --key-env / --key-file), "
         "postgresql://USER@HOST/DB DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
@@ -113,6 +114,16 @@ def usage_command(
     from seatplan.usage.summary import require_calls, summarize_usage
     from seatplan.usage.sweep import default_runaway_rule
 
+    if context.args:
+        # The spend logs come with --from; `seatplan usage spend-logs.csv` (the words left over, which the command
+        # takes for this alone) is told so, where Click would refuse an extra argument and name no option.
+        import shlex
+
+        from seatplan.errors import SeatplanError
+
+        words = " ".join(shlex.quote(word) for word in context.args)
+        raise SeatplanError(f"the spend logs go after --from, not on their own ({words})", where="seatplan usage",
+                            fix=f"write --from {words}" if source is None and len(context.args) == 1 else "give one source, after --from")
     if output is not None:
         check_output_file(output, "usage report", "usage.json")
     window = resolve_window(since, until, days, datetime.now(UTC).replace(tzinfo=None))
@@ -139,4 +150,4 @@ def usage_command(
 
 
 def register(app: typer.Typer) -> None:
-    add_command(app, "usage", usage_command)
+    add_command(app, "usage", usage_command, context_settings={"allow_extra_args": True})

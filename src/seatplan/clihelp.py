@@ -142,6 +142,15 @@ class SeatplanGroup(TyperGroup):
     context_class = WholeWordContext
 
 
+def leftover_words(context: typer.Context) -> str | None:
+    """The words a command was given beyond its options (its context allows extra args for this alone), quoted
+    as a shell would take them back; None when there are none. A command that reads files only through named
+    options says where such a word goes, where Click would refuse "unexpected extra argument" and name none."""
+    import shlex
+
+    return " ".join(shlex.quote(word) for word in context.args) if context.args else None
+
+
 def add_command(app: typer.Typer, name: str, function: Callable[..., None], context_settings: dict[str, Any] | None = None) -> None:
     """Register ``function`` as ``seatplan NAME`` with its summary, and its examples under the options."""
     app.command(name, cls=SeatplanCommand, short_help=SUMMARIES[name], epilog=examples(*EXAMPLES[name]),

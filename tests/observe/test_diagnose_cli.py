@@ -113,6 +113,8 @@ def test_human_output_and_engine_stats(scene, tmp_path):
     ((), "diagnose"),
     (("--nvidia-smi", "/nonexistent.csv"), "/nonexistent.csv"),
     (("--prometheus", "http://127.0.0.1:9/", "--since", "ages"), "--since"),
+    # files given on their own: each is told the option it goes after
+    (("engine.log", "smi.csv", "data.db"), "fix: write --vllm-log engine.log --nvidia-smi smi.csv --beszel data.db"),
     # a folder where a file goes: the hub's database, or -o (refused before any reading)
     (("--beszel", str(REPO_ROOT / "examples")), "examples: is a folder, not the hub's database"),
     (("--nvidia-smi", "/nonexistent.csv", "-o", str(REPO_ROOT)), f"-o {REPO_ROOT}: is a folder, not the diagnose document to write"),

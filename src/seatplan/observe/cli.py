@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
 
-from seatplan.clihelp import WIDE, add_command
+from seatplan.clihelp import WIDE, add_command, leftover_words
 from seatplan.numeric_options import count_option, number_option
 
 
 def register(app: typer.Typer) -> None:
-    add_command(app, "diagnose", diagnose_command)
+    add_command(app, "diagnose", diagnose_command, context_settings={"allow_extra_args": True})
+
+
+def option_for_file(name: str) -> str:
+    """The option a file given on its own most likely belongs to, by its name (the fix of that mistake)."""
+    lowered = name.lower()
+    if lowered.endswith((".db", ".sqlite")):
+        return "--beszel"
+    if lowered.endswith(".csv"):
+        return "--nvidia-smi"
+    if lowered.endswith((".prom", ".metrics")):
+        return "--vllm-metrics"
+    if lowered.endswith((".yaml", ".yml")):
+        return "--fleet"
+    if lowered.endswith(".json"):
+        return "--plan"
+    return "--vllm-log"
 
 
 def diagnose_command(
+    context: typer.Context,
     vllm_log: list[str] = typer.Option([], "--vllm-log", metavar="<[NAME=]PATH>",
          help="vLLM log (file, docker logs, journald text/json/export); NAME=PATH names the seat. Repeatable."),
     log_year: int | None = typer.Option(None, "--log-year", parser=count_option("--log-year", minimum=1970, maximum=9999, example="2026"),
@@ -52,6 +70,10 @@ def diagnose_command(
     from seatplan.observe.sources.shared import Rejections
     from seatplan.output import emit_json, progress, to_jsonable
 
+    words = leftover_words(context)
+    if words is not None:
+        raise SeatplanError(f"each file goes after the option that says what it is, not on its own ({words})", where="seatplan diagnose",
+                            fix="write " + " ".join(f"{option_for_file(word)} {shlex.quote(word)}" for word in context.args))
     if not (vllm_log or beszel or nvidia_smi or prometheus or vllm_metrics):
         raise SeatplanError("nothing to read", where="diagnose",
                             fix="pass at least one of --vllm-log, --beszel, --nvidia-smi, --prometheus, --vllm-metrics")

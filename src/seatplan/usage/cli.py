@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from seatplan.clihelp import WIDE, add_command
+from seatplan.clihelp import WIDE, add_command, leftover_words
 from seatplan.numeric_options import number_option, tokens_option
 
 if TYPE_CHECKING:  # the command imports them when it runs: `seatplan --help` stays fast
@@ -114,14 +114,10 @@ def usage_command(
     from seatplan.usage.summary import require_calls, summarize_usage
     from seatplan.usage.sweep import default_runaway_rule
 
-    if context.args:
-        # The spend logs come with --from; `seatplan usage spend-logs.csv` (the words left over, which the command
-        # takes for this alone) is told so, where Click would refuse an extra argument and name no option.
-        import shlex
-
+    words = leftover_words(context)
+    if words is not None:
         from seatplan.errors import SeatplanError
 
-        words = " ".join(shlex.quote(word) for word in context.args)
         raise SeatplanError(f"the spend logs go after --from, not on their own ({words})", where="seatplan usage",
                             fix=f"write --from {words}" if source is None and len(context.args) == 1 else "give one source, after --from")
     if output is not None:

@@ -12,6 +12,7 @@ import sys
 
 import typer
 
+from seatplan.clihelp import SeatplanGroup
 from seatplan.errors import SeatplanError
 
 STAGES = ("facts", "usage", "observe", "plan", "render", "verify", "report", "adopt")
@@ -23,6 +24,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    cls=SeatplanGroup,
 )
 
 

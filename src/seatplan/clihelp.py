@@ -6,9 +6,12 @@ One home, so that each stage's ``cli.py`` states its examples and the help reads
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 WIDE = typer.Option(False, "--wide", help="keep every table column, however wide the lines get (for `less -S` or a file)")
 
@@ -74,9 +77,84 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 }
 
 
-def add_command(app: typer.Typer, name: str, function: Callable[..., None]) -> None:
-    """Register ``function`` as ``seatplan NAME`` with its examples under the options."""
-    app.command(name, epilog=examples(*EXAMPLES[name]))(function)
+# The line each command has in `seatplan --help`: Click cuts a longer first sentence with "..." to fit 80 columns
+# (tests/docs/test_help.py reads the list whole at 80).
+SUMMARIES: dict[str, str] = {
+    'model': "KV layout, capacity, weights and contexts of one model",
+    'usage': "Per-seat figures from LiteLLM's spend logs",
+    'diagnose': "Boots, co-boot races, creep, plateaus from logs and GPUs",
+    'plan': "Size and place every seat; print the vLLM command lines",
+    'explain': "Every rule behind one seat's numbers in a plan",
+    'fit': "The longest context a model fits in a GPU's memory",
+    'schema': "The fleet file's JSON Schema, for your editor",
+    'render': "Env files, compose, Ansible, LiteLLM and alert rules",
+    'diff': "What rendering a plan would change, seat by seat",
+    'apply': "Render a plan and roll it out with ansible-playbook",
+    'rollback': "Put the env files backed up under a tag back",
+    'verify': "Check the running engines and gateway against a plan",
+    'upgrade-check': "What moving to another vLLM changes for a plan",
+    'report': "The plan, usage and GPU history on one HTML page",
+    'adopt': "Write a fleet file from the deployment that runs now",
+}
+
+# Python's textwrap breaks a line after any hyphen inside a word, so an option named in a help text came out as
+# "--key-" / "file". The hyphens of every word that fits the column are held as U+2011 (non-breaking hyphen, one
+# column like "-") while Click wraps, and given back before anything is printed; a word longer than the column
+# keeps its hyphens as the places it may break.
+_HELD_HYPHEN = "\u2011"
+
+
+def _hold_hyphens(text: str, width: int) -> str:
+    return re.sub(r"\S+", lambda word: word.group().replace("-", _HELD_HYPHEN) if len(word.group()) <= width else word.group(), text)
+
+
+# Click's context and formatter as Typer's commands use them (Typer carries its own copy of Click).
+_CLICK_CONTEXT: type[Any] = TyperCommand.context_class
+_CLICK_FORMATTER: type[Any] = _CLICK_CONTEXT.formatter_class
+
+
+class WholeWordFormatter(_CLICK_FORMATTER):
+    """Click's help formatter, wrapping help texts between words where a word fits."""
+
+    def write_text(self, text: str) -> None:
+        super().write_text(_hold_hyphens(text, self.width - self.current_indent))
+
+    def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        rows = list(rows)
+        # the width Click's write_dl gives the second column
+        first_col = min(max((len(first) for first, _ in rows), default=0), col_max) + col_spacing
+        text_width = max(self.width - first_col - 2, 10)
+        super().write_dl([(first, _hold_hyphens(second, text_width)) for first, second in rows], col_max, col_spacing)
+
+    def getvalue(self) -> str:
+        return str(super().getvalue()).replace(_HELD_HYPHEN, "-")
+
+
+class WholeWordContext(_CLICK_CONTEXT):
+    formatter_class = WholeWordFormatter
+
+
+class SeatplanCommand(TyperCommand):
+    context_class = WholeWordContext
+
+
+class SeatplanGroup(TyperGroup):
+    context_class = WholeWordContext
+
+
+def leftover_words(context: typer.Context) -> str | None:
+    """The words a command was given beyond its options (its context allows extra args for this alone), quoted
+    as a shell would take them back; None when there are none. A command that reads files only through named
+    options says where such a word goes, where Click would refuse "unexpected extra argument" and name none."""
+    import shlex
+
+    return " ".join(shlex.quote(word) for word in context.args) if context.args else None
+
+
+def add_command(app: typer.Typer, name: str, function: Callable[..., None], context_settings: dict[str, Any] | None = None) -> None:
+    """Register ``function`` as ``seatplan NAME`` with its summary, and its examples under the options."""
+    app.command(name, cls=SeatplanCommand, short_help=SUMMARIES[name], epilog=examples(*EXAMPLES[name]),
+                context_settings=context_settings)(function)
 
 
 def examples(*commands: str) -> str:

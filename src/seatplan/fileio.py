@@ -85,13 +85,46 @@ def exchange_paths(first: Path, second: Path) -> bool:
     raise OSError(code, os.strerror(code), str(first), None, str(second))
 
 
+def check_output_file(output: Path, what: str, example_name: str) -> None:
+    """Refuse, before any work, an ``-o`` that names a folder or lies under a file: the write would fail only
+    after the work (or, for a folder, read it as the old file). ``example_name`` is the file name the fix offers."""
+    if output.is_dir():
+        raise SeatplanError(f"is a folder, not the {what} to write", where=f"-o {output}", fix=f"give a file name, e.g. -o {output / example_name}")
+    for parent in output.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise SeatplanError(f"{parent} is a file, so nothing can be written under it", where=f"-o {output}",
+                                    fix="give -o a path in an existing folder")
+            return
+
+
+def write_output_text(output: Path, text: str, what: str) -> Path | None:
+    """:func:`atomic_write_text` for a command's ``-o``: a write the system refuses (a read-only folder, a full
+    disk) is an ``error:`` naming the option and the path, not a traceback."""
+    try:
+        return atomic_write_text(output, text)
+    except OSError as problem:
+        raise SeatplanError(f"cannot write the {what} ({problem.strerror or problem})", where=f"-o {output}",
+                            fix="give -o a file path in a folder you can write to") from None
+
+
+def write_output_json(output: Path, document: Any, what: str) -> Path | None:
+    return write_output_text(output, strict_json_text(document), what)
+
+
+def strict_json_text(document: Any) -> str:
+    return dumps_strict(document, indent=2, sort_keys=False) + "\n"
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, backup: bool = True, mode: int | None = None) -> Path | None:
     """Write ``text`` to ``path`` via a temporary file and rename; return the backup path if one was made.
 
     The old file is copied aside first only when its content changes, so repeated runs do not
-    pile up identical backups.
+    pile up identical backups. A folder at ``path`` is refused (it would otherwise be read as the old file).
     """
     target = Path(path)
+    if target.is_dir():
+        raise SeatplanError("is a folder, not a file to write", where=str(target), fix=f"give a file name, e.g. {target / 'NAME'}")
     target.parent.mkdir(parents=True, exist_ok=True)
     backup_path: Path | None = None
     if target.exists():
@@ -121,4 +154,4 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, backup: bool =
 
 def atomic_write_json(path: str | os.PathLike[str], document: Any, *, backup: bool = True) -> Path | None:
     """Strict JSON (non-finite numbers as null), written atomically."""
-    return atomic_write_text(path, dumps_strict(document, indent=2, sort_keys=False) + "\n", backup=backup)
+    return atomic_write_text(path, strict_json_text(document), backup=backup)

@@ -138,9 +138,13 @@ def fit_table(table: Any, width: int, drop: tuple[str, ...] = (), *, stack: bool
     nothing may stack) may a header fold: the cells carry the figures."""
 
     def needs(column) -> tuple[int, int, int]:
-        """(longest word of the cells, the same with the header's words, the widest line)."""
+        """(longest word of the cells, the same with the header's words, the widest line). A ``no_wrap`` column
+        holds lines that read only whole (one time and figure a line): its widest line counts as its word."""
         cells = list(column._cells)
-        longest_word = max((cell_len(word) for cell in cells for word in _words(cell)), default=1)
+        if column.no_wrap:
+            longest_word = max((cell_len(line) for cell in cells for line in str(cell).splitlines()), default=1)
+        else:
+            longest_word = max((cell_len(word) for cell in cells for word in _words(cell)), default=1)
         with_header = max([longest_word] + [cell_len(word) for word in _words(str(column.header))])
         widest = max([_cell_width(cell) for cell in cells] + [cell_len(str(column.header))])
         return longest_word, with_header, max(widest, with_header)
@@ -211,7 +215,8 @@ def stacked(table: Any, width: int) -> Any:
         for _ in range(per_line):
             grid.add_column(style="dim", no_wrap=True)
             grid.add_column(overflow="fold")
-        fields = [item for column in columns[1:] for item in (str(column.header), column._cells[row])]
+        # An empty cell says nothing in a block of its own (a change without a note): its header is left out too.
+        fields = [item for column in columns[1:] if str(column._cells[row]).strip() for item in (str(column.header), column._cells[row])]
         for first in range(0, len(fields), 2 * per_line):
             grid.add_row(*fields[first:first + 2 * per_line])
         blocks.append(Padding(grid, (0, 0, 0, 2)))

@@ -255,9 +255,10 @@ def flag_problem(name: str, version: Version) -> str | None:
     if row is None or row.at(version):
         return None
     if version < row.since:
-        return f"{row.name} needs vLLM {show(row.since)} or later (this plan is for {show(version)})"
+        # worded for either reader: a plan's own version (render, plan) or the version an upgrade would reach
+        return f"{row.name} needs vLLM {show(row.since)} or later, not {show(version)}"
     hint = f"; {row.note}" if row.note else ""
-    return f"{row.name} was removed in vLLM {show(row.until or ())} (this plan is for {show(version)}){hint}"
+    return f"{row.name} was removed in vLLM {show(row.until or ())}, so {show(version)} refuses it{hint}"
 
 
 def flag_problems(args: list[str], version: Version) -> list[str]:

@@ -156,3 +156,16 @@ def test_upgrade_check_keeps_identifiers_whole(night: NightDocuments, columns: i
         assert change["what"] in tokens, f"{change['what']} is cut at {columns} columns:\n{done.stdout}"
         assert change["seat"] in tokens
     assert max(len(line) for line in done.stdout.splitlines()) <= columns
+
+
+def test_a_stacked_row_leaves_out_its_empty_cells():
+    """A change without a note is two lines, not three with a bare "note" header under them."""
+    table = Table()
+    for header in ("seat", "what", "before", "after", "note"):
+        table.add_column(header)
+    table.add_row("qwen3-8b", "flag", "accepted", "--kv-cache-memory-bytes needs vLLM 0.10.2 or later, not 0.10.1", "")
+    table.add_row("qwen3-4b", "max_concurrency", "1.33", "1.41", "full-length requests")
+    lines = [line.rstrip() for line in render(output.stacked(table, 60), 60).splitlines()]
+    first = lines[lines.index("seat qwen3-8b") + 1:lines.index("seat qwen3-4b")]
+    assert not any(line.split()[-1] == "note" for line in first if line.split())
+    assert any("note" in line and "full-length requests" in line for line in lines[lines.index("seat qwen3-4b"):])

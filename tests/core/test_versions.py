@@ -83,7 +83,7 @@ def test_flag_problems_name_the_release_that_adds_or_removes_the_flag():
     assert versions.flag_since("--not-a-vllm-flag") is None
     args = ["--model", "m", "--kv-cache-memory-bytes", "1", "--rope-scaling", "{}"]
     assert versions.flag_problems(args, (0, 10, 1)) == [
-        "--kv-cache-memory-bytes needs vLLM 0.10.2 or later (this plan is for 0.10.1)"]
+        "--kv-cache-memory-bytes needs vLLM 0.10.2 or later, not 0.10.1"]
     problems = versions.flag_problems(args, (0, 32))
     assert len(problems) == 1 and problems[0].startswith("--rope-scaling was removed in vLLM 0.11.1")
 

@@ -56,3 +56,38 @@ def test_docs_cite_only_files_in_the_repo():
         cited = re.findall(r"\]\(([^)#:]+\.md)", text) + re.findall(r"(?<![\w/.-])([A-Za-z_-]+\.md),? (?:§|part )", text)
         for name in set(cited):
             assert (REPO_ROOT / "docs" / name).is_file() or (REPO_ROOT / name).is_file(), f"{page.name} cites {name}, which is not in the repo"
+
+
+def test_the_command_list_reads_whole_at_80_columns(capsys, monkeypatch):
+    """`seatplan --help` lists each command with its summary whole: Click cuts a longer first sentence with "..."."""
+    from seatplan.clihelp import SUMMARIES
+
+    monkeypatch.setenv("COLUMNS", "80")
+    done = run_cli(capsys, monkeypatch, "--help")
+    assert done.exit_code == 0 and "..." not in done.stdout.split("Commands:", 1)[1]
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
+    listed = {line.split()[0]: " ".join(line.split()[1:]) for line in done.stdout.split("Commands:\n", 1)[1].splitlines() if line.strip()}
+    assert listed == SUMMARIES
+
+
+@pytest.mark.parametrize("name", [name for name, _ in COMMANDS])
+def test_help_breaks_no_word_that_fits_at_a_hyphen(name: str, capsys, monkeypatch):
+    """Python's textwrap breaks after any hyphen ("--key-" / "file"); a word that fits the help's column stays whole.
+    The narrowest column at 80 is 46 characters (a 30-character option column, its gap and Click's margin)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    lines = run_cli(capsys, monkeypatch, name, "--help").stdout.splitlines()
+    for line, after in zip(lines, lines[1:]):
+        if re.search(r"\w-$", line) and after.split():
+            word = line.split()[-1] + after.split()[0]
+            assert len(word) > 46, f"{name} --help breaks {word!r} at a hyphen:\n{line}\n{after}"
+
+
+def test_python_dash_m_seatplan_is_the_command():
+    import os
+    import subprocess
+    import sys
+
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    done = subprocess.run([sys.executable, "-m", "seatplan", "plan", str(REPO_ROOT / "absent.yaml")], capture_output=True, text=True,
+                          env=environment, timeout=120)
+    assert done.returncode == 2 and "absent.yaml: cannot read the fleet file" in done.stderr

@@ -149,10 +149,35 @@ def test_length_above_the_derived_maximum_is_flagged(cli):
     assert _json(cli, str(fixture_dir("Qwen--Qwen3-8B")))["warnings"] == []
 
 
-@pytest.mark.parametrize("relative", ["./no-such-model", "../no-such-model", "models/a/b/no-such-model"])
+# models/Org--Name is how the demo names its directories: the Hub refuses "--" in an id, so it is a missing path
+# (it was a traceback from huggingface_hub's validator), as is a bare name.
+@pytest.mark.parametrize("relative", ["./no-such-model", "../no-such-model", "models/a/b/no-such-model", "models/Qwen--Qwen3-8B", "no-such-model"])
 def test_a_relative_model_path_that_is_missing_names_the_absolute_path_tried(cli, relative, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     completed = cli("model", relative, env={"COLUMNS": "500"})
     assert completed.exit_code == 2
     assert f"looked for {(tmp_path / relative).resolve()}" in completed.stderr
     assert "Traceback" not in completed.stderr
+
+
+def test_a_file_given_as_the_model_directory_is_named_a_file(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fleet.yaml").write_text("hosts: []\n")
+    completed = cli("model", "fleet.yaml", env={"COLUMNS": "500"})
+    assert completed.exit_code == 2 and "Traceback" not in completed.stderr
+    assert "error: fleet.yaml: is a file, not a model directory" in completed.stderr and "config.json" in completed.stderr
+
+
+def test_the_breakdown_wraps_under_its_values_at_80_columns(cli):
+    """Every line below the table is indented (a value wrapped to the margin read as a new label), fits 80 columns,
+    and the one line vLLM itself prints stays whole, as in its log."""
+    completed = cli("model", str(fixture_dir("Qwen--Qwen3-8B")), "--kv-cache-memory-bytes", "20GiB",
+                        env={"COLUMNS": "80"})
+    assert completed.exit_code == 0, completed.stderr
+    lines = [line.rstrip() for line in completed.stdout.splitlines()]
+    below = lines[next(index for index, line in enumerate(lines) if line.startswith("└")) + 1:]
+    log_line = next(line for line in below if "GPU KV cache size:" in line)
+    assert log_line.strip().endswith("x") and "Maximum concurrency for 40,960 tokens per request" in log_line
+    assert all(line.startswith("  ") for line in below if line), "\n".join(below)
+    assert all(len(line) <= 80 for line in below if line != log_line), "\n".join(below)
+    assert all(line.startswith("  ") for line in lines[1:lines.index(next(line for line in lines if "KV cache groups" in line))])

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from kits.documents import plan_document, planned_gpu, planned_seat
+from kits.night import NIGHT, vllm_log_options
 from kits.paths import REPO_ROOT
 from kits.series import DAY, HOUR, MINUTE, T0, seed_scenarios, write_nvidia_smi
 from kits.vllm_logs import boot_lines
@@ -107,6 +108,11 @@ def test_human_output_and_engine_stats(cli, scene, tmp_path):
     ((), "diagnose"),
     (("--nvidia-smi", "/nonexistent.csv"), "/nonexistent.csv"),
     (("--prometheus", "http://127.0.0.1:9/", "--since", "ages"), "--since"),
+    # files given on their own: each is told the option it goes after
+    (("engine.log", "smi.csv", "data.db"), "fix: write --vllm-log engine.log --nvidia-smi smi.csv --beszel data.db"),
+    # a folder where a file goes: the hub's database, or -o (refused before any reading)
+    (("--beszel", str(REPO_ROOT / "examples")), "examples: is a folder, not the hub's database"),
+    (("--nvidia-smi", "/nonexistent.csv", "-o", str(REPO_ROOT)), f"-o {REPO_ROOT}: is a folder, not the diagnose document to write"),
 ])
 def test_bad_input_is_a_clean_error(cli, args, where):
     result = cli("diagnose", *args)
@@ -152,3 +158,17 @@ def test_a_fleet_file_alone_maps_seats_but_checks_no_plan(cli):
     assert "co_boot_race" in kinds  # the fleet still names who shared GPU 0
     assert not kinds & {"plan_spare_missed", "seat_estimate_off"}
     assert all(gpu["plan"] is None for gpu in report["gpus"])
+
+
+@pytest.mark.parametrize("columns", ["80", "100"])
+def test_each_step_reads_whole_on_a_line_of_its_own(cli, columns, tmp_path):
+    """A GPU's steps, one a line: its time and its size are never split across lines (they were "11-25" / "13:56")."""
+    written = tmp_path / "diagnose.json"
+    done = cli("diagnose", *vllm_log_options(), "--nvidia-smi", str(NIGHT / "nvidia-smi.csv"), "-o", str(written),
+               env={"COLUMNS": columns})
+    assert done.exit_code == 0, done.stderr
+    steps = [step for gpu in json.loads(written.read_text())["gpus"] for step in gpu["steps"]]
+    assert steps
+    for step in steps:
+        said = f"{datetime.fromisoformat(step['at']):%m-%d %H:%M} {step['delta_mib']:+,.0f}"
+        assert any(f"│ {said} " in line for line in done.stdout.splitlines()), f"{said} is not whole on one line:\n{done.stdout}"

@@ -93,6 +93,10 @@ def test_published_never_lowers_and_yarn_cost_is_shown_but_off(qwen):
     assert yarn.result.startswith("YaRN off")
     assert yarn.inputs["extended_max_model_len"] == 131072
     assert yarn.inputs["extended_request_kv_bytes"] == 131072 * 147_456 == 19_327_352_832
+    # vLLM's default is already the published length: the line says there is nothing to raise (it read
+    # "raising 40,960 → 40,960 tokens")
+    raise_line = next(line for line in choice.lines if line.rule == "published_raise")
+    assert raise_line.note == "the published length is vLLM's default, 40,960 tokens: nothing to raise"
 
 
 def test_yarn_is_switched_on_only_where_allowed(qwen):

@@ -57,7 +57,7 @@ def test_launcher_decides_how_the_model_is_given(demo_plan):
 
 def test_a_flag_the_version_lacks_is_an_error_naming_the_release(demo_plan):
     assert unsupported_flags(["--kv-cache-memory-bytes", "1"], "0.10.2") == []
-    assert unsupported_flags(["--kv-cache-memory-bytes=1"], "0.10") == ["--kv-cache-memory-bytes needs vLLM 0.10.2 or later (this plan is for 0.10)"]
+    assert unsupported_flags(["--kv-cache-memory-bytes=1"], "0.10") == ["--kv-cache-memory-bytes needs vLLM 0.10.2 or later, not 0.10"]
     assert unsupported_flags(["--rope-scaling", "{}"], "0.11.1")[0].startswith("--rope-scaling was removed in vLLM 0.11.1")
     demo_plan.inputs.vllm_version = "0.9"
     with pytest.raises(SeatplanError) as problem:

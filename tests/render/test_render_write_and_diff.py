@@ -122,3 +122,58 @@ def test_bad_input_is_a_clear_error(demo_plan_path, tmp_path, capsys, monkeypatc
     code, _, stderr = run_seatplan(capsys, monkeypatch, "render", str(tmp_path / "bad.json"), "-o", str(tmp_path / "o"))
     assert code == 2 and "not JSON" in stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_diff_against_a_folder_seatplan_did_not_render_and_rollback_of_a_file(demo_plan_path, tmp_path, capsys, monkeypatch):
+    """A newcomer's mix-ups: `diff --against` a folder of other files (every line would be noise) and `rollback`
+    given the plan instead of the rendered directory. Each is a located error with its fix, exit 2."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("the operator's own file")
+    code, stdout, stderr = run_seatplan(capsys, monkeypatch, "diff", str(demo_plan_path), "--against", str(tmp_path / "mine"))
+    assert code == 2 and stdout == "" and f"error: {tmp_path / 'mine'}: the directory holds files but no seatplan-render.json" in stderr
+    assert "fix: pass the directory `seatplan render -o DIR` wrote" in stderr
+    (tmp_path / "new").mkdir()  # an empty folder is a new one: the diff is everything render would write
+    assert run_seatplan(capsys, monkeypatch, "diff", str(demo_plan_path), "--against", str(tmp_path / "new"))[0] == 1
+    for directory, said in ((demo_plan_path, "is a file, not a directory"), (tmp_path / "absent", "no such directory")):
+        code, _, stderr = run_seatplan(capsys, monkeypatch, "rollback", str(directory), "--to", "night2")
+        assert code == 2 and f"error: {directory}: {said}" in stderr and "fix: pass the directory `seatplan render -o DIR`" in stderr
+
+
+def test_a_file_diff_shows_only_the_lines_that_changed(demo_plan_path, tmp_path, capsys, monkeypatch):
+    """compose.yaml is over 200 lines, where difflib's autojunk ignored its recurring lines (`- '1024'`,
+    `- --max-num-seqs`): one changed flag showed every flag after it as removed and added again."""
+    plan = Plan.model_validate_json(demo_plan_path.read_text())
+    seat = plan.seat("qwen3-8b")
+    old_kv, old_util = seat.kv_cache_memory_bytes, seat.gpu_memory_utilization
+    assert old_kv is not None and old_util is not None
+    # the README's change: more KV, another utilisation and an output cap (a flag added at the end)
+    changed = saved_variant(demo_plan_path, tmp_path, **{"qwen3-8b": {"kv_cache_memory_bytes": old_kv + (1 << 30),
+                                                                       "gpu_memory_utilization": old_util + 0.011, "max_new_tokens": 4096}})
+    code, stdout, _ = run_seatplan(capsys, monkeypatch, "diff", changed, "--against", str(demo_plan_path), "--json")
+    assert code == 1
+    [compose] = [item for item in json.loads(stdout)["files"] if item["path"] == "compose.yaml"]
+    removed = [line[1:] for line in compose["diff"].splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line[1:] for line in compose["diff"].splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert removed == [f"    - '{old_kv}'", f"    - '{old_util:.3f}'"]
+    assert added[:2] == [f"    - '{old_kv + (1 << 30)}'", f"    - '{old_util + 0.011:.3f}'"] and "    - --override-generation-config" in added
+    assert not set(removed) & set(added)  # nothing shown removed and added again
+
+
+def test_the_file_diff_is_difflibs_on_files_short_of_autojunk(rng):
+    """Below 200 lines difflib's autojunk never applies: there the file diff is difflib.unified_diff's, byte for byte."""
+    import difflib
+
+    from seatplan.render.diff import unified
+
+    for _ in range(500):
+        before = [rng.choice("abcde") + "\n" for _ in range(rng.randint(0, 40))]
+        after = list(before)
+        for _ in range(rng.randint(0, 6)):
+            edit = rng.random()
+            if edit < 0.3 and after:
+                del after[rng.randrange(len(after))]
+            elif edit < 0.6:
+                after.insert(rng.randint(0, len(after)), rng.choice("abcdefg") + "\n")
+            elif after:
+                after[rng.randrange(len(after))] = rng.choice("xyz") + "\n"
+        assert unified("".join(before), "".join(after), "f") == "".join(difflib.unified_diff(before, after, "a/f", "b/f"))

@@ -140,7 +140,7 @@ def test_report_from_the_plan_alone_and_bad_documents(night: NightDocuments, tmp
     # A usage report given as the plan: a located error with its fix, exit 2, nothing written.
     wrong = tmp_path / "wrong.html"
     done = run_process("report", str(night.usage), "-o", str(wrong))
-    assert done.exit_code == 2 and "this is not a plan" in done.stderr and "\nfix: " in done.stderr
+    assert done.exit_code == 2 and "this is a usage report" in done.stderr and "not a plan" in done.stderr and "\nfix: " in done.stderr
     assert not wrong.exists()
     broken = tmp_path / "broken.json"
     broken.write_text('{"seats": [')

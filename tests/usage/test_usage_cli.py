@@ -60,8 +60,17 @@ def test_tables_for_people(cli, scenario_csv: Path) -> None:
 
 
 def test_user_errors_exit_2_without_a_traceback(cli, tmp_path: Path) -> None:
+    empty = tmp_path / "spend-logs.csv"
+    empty.write_text("")
+    written = tmp_path / "usage.json"  # what `seatplan usage -o` wrote, given back to --from
+    written.write_text('{\n  "kind": "seatplan.usage",\n  "version": 1\n}\n')
     for args, message in (
         (["--from", str(tmp_path / "absent.csv")], "no such file"),
+        (["--from", str(tmp_path)], f"error: {tmp_path}: is a folder, not a spend-log export"),
+        (["--from", str(empty)], f"error: {empty}: the file is empty"),
+        ([str(empty)], f"the spend logs go after --from, not on their own ({empty})\nfix: write --from {empty}"),
+        (["--from", str(written)], f"error: {written}: this is a usage report (seatplan.usage, written by `seatplan usage -o usage.json`"),
+        (["--from", str(tmp_path / "absent.csv"), "-o", str(tmp_path)], f"error: -o {tmp_path}: is a folder, not the usage report to write"),
         (["--from", "x.csv", "--days", "7", "--since", "2026-11-01"], "--days and --since"),
         (["--from", "x.csv", "--since", "last tuesday"], "cannot read 'last tuesday'"),
         (["--from", "postgresql://nobody@127.0.0.1:1/litellm"], "cannot connect to PostgreSQL"),

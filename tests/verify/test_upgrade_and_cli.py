@@ -71,7 +71,7 @@ def test_moving_to_0_11_0_needs_the_old_rope_key_and_keeps_the_bytes_flag(planne
 def test_moving_below_0_10_2_loses_the_kv_bytes_flag_for_every_seat(planned, capsys, monkeypatch):
     found = changes(capsys, monkeypatch, planned, "0.10.1")
     for seat in ("gemma", "qwen"):
-        assert found[(seat, "flag")]["after"] == "--kv-cache-memory-bytes needs vLLM 0.10.2 or later (this plan is for 0.10.1)"
+        assert found[(seat, "flag")]["after"] == "--kv-cache-memory-bytes needs vLLM 0.10.2 or later, not 0.10.1"
     assert ("*", "kv_bytes_flag") in found
 
 
@@ -111,3 +111,14 @@ def test_verify_names_a_missing_fleet_file(planned, capsys, monkeypatch):
     result = run_cli(capsys, monkeypatch, "verify", str(planned))
     assert result.exit_code == 2
     assert "inputs.fleet_path" in result.stderr and "--fleet" in result.stderr
+
+
+def test_verify_refuses_another_fleets_file(planned, capsys, monkeypatch):
+    """A plan checked with a fleet file that lacks the plan's hosts: a located error naming the plan's own fleet
+    file (it asked the plan's host names for addresses, and reported every engine unreachable)."""
+    other = planned.parent / "other.yaml"
+    other.write_text(f"hosts:\n  - name: elsewhere\n    gpus:\n      - {{index: 0, total_bytes: 80GiB}}\nseats:\n  - {{name: q, model: {QWEN3_8B}, port: 8000}}\n")
+    result = run_cli(capsys, monkeypatch, "verify", str(planned), "--fleet", str(other))
+    assert result.exit_code == 2 and result.stdout == ""
+    assert f"error: {other}: the fleet file names no host box, where the plan runs its seats" in result.stderr
+    assert f"fix: pass --fleet the fleet file this plan was made from ({planned.parent / 'fleet.yaml'})" in result.stderr

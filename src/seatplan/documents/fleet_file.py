@@ -20,8 +20,10 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
+from seatplan.documents.io import KIND_NAMES, kind_said
 from seatplan.encode import control_character
 from seatplan.errors import SeatplanError
+from seatplan.hub_names import parse_hub_id
 
 PathKey = tuple[str | int, ...]
 
@@ -270,18 +272,19 @@ def resolve_gpu_ref(fleet: Fleet, ref: int | str) -> tuple[str, int] | None:
 def resolve_model(model: str, base_dir: Path) -> str:
     """A model directory relative to the fleet file, or the name as given (a Hugging Face id).
 
-    A name that can only be a path (``./m``, ``../m``, ``~/m``, ``/m``, ``a/b/c``) and is not there is an
-    error naming the absolute path tried: relative paths are taken from the fleet file's directory, not
-    from where seatplan runs, and a user who guessed otherwise needs to see which one was looked at.
+    A name that is not there and cannot be a Hub id (``./m``, ``~/m``, ``/m``, ``a/b/c``, ``models/Org--Name``,
+    a bare ``m``) is an error naming the absolute path tried: relative paths are taken from the fleet file's
+    directory, not from where seatplan runs, and a user who guessed otherwise needs to see which one was looked at.
     """
     candidate = Path(model).expanduser()
     if not candidate.is_absolute():
         candidate = base_dir / candidate
     if candidate.exists():
         return str(candidate.resolve())
-    if _only_a_path(model) or _under_a_local_directory(model, base_dir):
+    if parse_hub_id(model) is None or _under_a_local_directory(model, base_dir):
         raise SeatplanError(f"model directory {model} does not exist (tried {candidate.absolute()})", where=str(candidate.absolute()),
-                            fix="a relative model path is taken from the fleet file's directory; correct it or give an absolute path")
+                            fix="a relative model path is taken from the fleet file's directory; correct it, give an absolute "
+                                "path, or a Hugging Face id (ORG/NAME[@REVISION])")
     return model
 
 
@@ -289,11 +292,6 @@ def _under_a_local_directory(model: str, base_dir: Path) -> bool:
     """``models/qwen3`` where ``models/`` sits beside the fleet file: a path with a typo, not a Hub id."""
     head = model.split("/", 1)[0]
     return "/" in model and (base_dir / head).is_dir()
-
-
-def _only_a_path(model: str) -> bool:
-    """Not an ``ORG/NAME`` (or bare ``NAME``) Hugging Face id: Hub ids hold at most one slash and never start with one of these."""
-    return model.startswith((".", "~", "/")) or model.count("/") > 1
 
 
 def gpu_refs(value: int | str | list[int | str] | None) -> list[int | str]:
@@ -486,6 +484,7 @@ def parse_fleet(text: str, display: str) -> tuple[Fleet, dict[PathKey, int]]:
     data, lines = _read_yaml(text, display)
     if not isinstance(data, dict):
         raise SeatplanError("the fleet file must be a mapping with hosts: and seats:", where=f"{display}:1", fix="see docs/fleet.md")
+    _refuse_other_files(data, display)
     _raise_problems(todo_problems(data), lines, display)
     _raise_problems(control_problems(data), lines, display)
     try:
@@ -494,6 +493,27 @@ def parse_fleet(text: str, display: str) -> tuple[Fleet, dict[PathKey, int]]:
         _raise_problems(_problems_from_validation(error, data), lines, display)
     _raise_problems(check_fleet(fleet), lines, display)
     return fleet, lines
+
+
+FLEET_FIX = "pass the fleet YAML file (hosts: and seats:, docs/fleet.md); `seatplan adopt` writes one from what runs"
+
+
+def _refuse_other_files(data: dict[Any, Any], display: str) -> None:
+    """The files a newcomer passes for a fleet file: a document seatplan wrote, a compose file, a LiteLLM config.
+    Each is named for what it is, with the command that takes it, rather than as a list of unknown keys."""
+    kind = data.get("kind")
+    if isinstance(kind, str) and kind in KIND_NAMES:
+        fix = FLEET_FIX + ("; to plan from what this plan runs, add it as --current (seatplan plan FLEET --current PLAN)"
+                           if kind == "seatplan.plan" else "")
+        raise SeatplanError(f"this is {kind_said(kind)}, not a fleet file", where=display, fix=fix)
+    if "hosts" in data or "seats" in data:
+        return
+    if "services" in data:
+        raise SeatplanError("this is a compose file (services:), not a fleet file", where=display,
+                            fix=f"write a fleet file from it: seatplan adopt --compose HOST={display} -o fleet.yaml (docs/adopt.md)")
+    if "model_list" in data:
+        raise SeatplanError("this is a LiteLLM config (model_list:), not a fleet file", where=display,
+                            fix=f"write a fleet file from it: seatplan adopt --litellm-config {display} -o fleet.yaml (docs/adopt.md)")
 
 
 def _raise_problems(problems: list[FleetProblem], lines: dict[PathKey, int], display: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -27,12 +27,32 @@ MAX_DOCUMENT_BYTES = 256 << 20  # a usage report of thousands of models and keys
 KIND_VERSIONS = {"seatplan.plan": 2, "seatplan.usage": 1, "seatplan.observed": 1, "seatplan.diagnose": 1}
 
 
+# Each kind as people call it, the command that writes it and the options that read it: what a refusal says when
+# one document is passed where another is expected (a usage report given to `render`, a plan given to `plan`).
+KIND_NAMES = {
+    "seatplan.plan": ("a plan", "seatplan plan FLEET -o plan.json",
+                      "render, diff, apply, verify, explain, upgrade-check, report, diagnose --plan and plan --current"),
+    "seatplan.usage": ("a usage report", "seatplan usage -o usage.json", "plan --usage and report --usage"),
+    "seatplan.diagnose": ("a diagnose document", "seatplan diagnose -o diagnose.json", "plan --observed and report --diagnose"),
+    "seatplan.observed": ("an observations file", "an older seatplan diagnose", "plan --observed and report --observed"),
+}
+
+
+def kind_said(kind: object) -> str:
+    """``kind`` in words: what it is, what wrote it and what reads it."""
+    if isinstance(kind, str) and kind in KIND_NAMES:
+        name, made_by, read_by = KIND_NAMES[kind]
+        return f"{name} ({kind}, written by `{made_by}`, read by {read_by})"
+    if isinstance(kind, str) and kind:
+        return f"a {kind} document"
+    return "a document without a seatplan kind"
+
+
 def check_kind(data: object, kind: str, what: str, where: str, fix: str) -> None:
     """Refuse a document that does not say it is ``kind``, or is of a version newer than this seatplan reads."""
     found = data.get("kind") if isinstance(data, dict) else None
     if found != kind:
-        said = f"a {found} document" if isinstance(found, str) and found else "a document without a seatplan kind"
-        raise SeatplanError(f"this is {said}, not a {what} (kind {kind})", where=where, fix=fix)
+        raise SeatplanError(f"this is {kind_said(found)}, not a {what}", where=where, fix=fix)
     assert isinstance(data, dict)  # found == kind, and only a dict has a kind
     version = data.get("version")
     newest = KIND_VERSIONS[kind]
@@ -42,15 +62,23 @@ def check_kind(data: object, kind: str, what: str, where: str, fix: str) -> None
 
 
 def read_document(path: str | Path, model: type[Document], what: str, fix: str, kind: str) -> Document:
+    return read_document_and_json(path, model, what, fix, kind)[0]
+
+
+def read_document_and_json(path: str | Path, model: type[Document], what: str, fix: str, kind: str) -> tuple[Document, dict[str, Any]]:
+    """The document, and the JSON it was read from (for fields newer than ``model``, as the report draws them)."""
     source = Path(path)
     data = read_bounded_json(source, what, fix)
     check_kind(data, kind, what, str(source), fix)
-    return validated(model, data, str(source), fix)
+    assert isinstance(data, dict)  # check_kind found a kind, which only a mapping has
+    return validated(model, data, str(source), fix), data
 
 
 def read_bounded_json(source: Path, what: str, fix: str) -> object:
     """A JSON file of at most MAX_DOCUMENT_BYTES, UTF-8, bounded in depth, finite numbers; else a SeatplanError."""
     raw = read_bounded_bytes(source, what, fix, MAX_DOCUMENT_BYTES)
+    if not raw.strip():
+        raise SeatplanError(f"the {what} is empty", where=str(source), fix=fix)
     try:
         return loads_bounded(raw.decode("utf-8"))
     except UnicodeDecodeError as problem:
@@ -96,5 +124,8 @@ def read_diagnose(path: str | Path) -> DiagnoseReport:
                          "pass the document `seatplan diagnose -o FILE` (or --json) wrote", "seatplan.diagnose")
 
 
+PLAN_FIX = "pass a plan saved with `seatplan plan FLEET -o plan.json`"
+
+
 def read_plan(path: str | Path) -> Plan:
-    return read_document(path, Plan, "plan", "pass a plan saved with `seatplan plan FLEET -o plan.json`", "seatplan.plan")
+    return read_document(path, Plan, "plan", PLAN_FIX, "seatplan.plan")

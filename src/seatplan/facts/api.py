@@ -10,6 +10,7 @@ from seatplan.errors import SeatplanError
 from seatplan.facts import architecture, context, hub, kv_cache, reader, weights
 from seatplan.facts import layout as kv_layout
 from seatplan.facts.models import EngineSettings, ModelFacts, ModelShape, YarnOption
+from seatplan.hub_names import parse_hub_id
 from seatplan.units import MAX_PLAUSIBLE_BYTES
 
 # The facts stage's entry points for the other stages (tests/test_import_graph.py holds them to this list).
@@ -120,7 +121,7 @@ def locate(model: str | Path) -> Path:
     """A local directory (or its config.json) as it is; else ``ORG/NAME[@REVISION]`` read from the Hub
     (configs and safetensors headers only, see :mod:`seatplan.facts.hub`)."""
     name = str(model)
-    if Path(name).expanduser().exists() or hub.parse_hub_id(name) is None:
+    if Path(name).expanduser().exists() or parse_hub_id(name) is None:
         return reader.locate_model(name)
     return hub.fetch_model(name, FACT_FILES).directory
 

@@ -14,7 +14,8 @@ def register(app: typer.Typer) -> None:
 
 
 def model_command(
-    model: str = typer.Argument(..., help="Model directory, or ORG/NAME[@REVISION] on the Hugging Face Hub (configs and headers only; HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE)."),
+    model: str = typer.Argument(
+        ..., metavar="MODEL", help="Model directory, or ORG/NAME[@REVISION] on the Hugging Face Hub (configs and headers only; HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE)."),
     tp: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=count_option("--tp", maximum=1024, example="2"), help="Tensor-parallel size (GPUs per engine)."),
     dtype: str = typer.Option("auto", "--dtype", help="Model dtype: auto, bfloat16, float16, float32."),
     kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (model dtype) or fp8."),

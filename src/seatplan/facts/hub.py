@@ -32,6 +32,7 @@ from huggingface_hub.errors import (
     EntryNotFoundError,
     GatedRepoError,
     HfHubHTTPError,
+    HFValidationError,
     OfflineModeIsEnabled,
     RepositoryNotFoundError,
     RevisionNotFoundError,
@@ -40,12 +41,11 @@ from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_st
 
 from seatplan.errors import SeatplanError
 from seatplan.facts import reader, weights
+from seatplan.hub_names import parse_hub_id
 
 PROBE_BYTES = 100_000  # huggingface_hub's and hf-mem's first read: 97% of headers fit (huggingface_hub PR 1855)
 TIMEOUT_S = 30.0
 RECORD = "seatplan-hub.json"  # what the facts directory was read from: repo, revision, commit, endpoint
-_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 _CACHED_COMMIT = re.compile(r"[0-9A-Za-z]{1,64}")  # what a Hub cache ref or snapshot may name (mirrors vary)
 
@@ -56,14 +56,6 @@ class HubModel:
     revision: str
     commit: str
     directory: Path  # the facts directory (or the Hub cache's snapshot, offline with no header cache)
-
-
-def parse_hub_id(model: str) -> tuple[str, str] | None:
-    """``ORG/NAME`` or ``ORG/NAME@REVISION`` → (repo id, revision); None for anything else (a path)."""
-    name, at, revision = model.partition("@")
-    if not _HUB_ID.fullmatch(name) or ".." in name or (at and not (_REVISION.fullmatch(revision) and ".." not in revision)):
-        return None
-    return name, revision or "main"
 
 
 def header_cache_dir() -> Path:
@@ -153,6 +145,10 @@ def _resolve(repo_id: str, revision: str) -> tuple[str, list[str]]:
                             "or is private and this request had no token that may read it",
                             where=f"{constants.ENDPOINT}/{repo_id}",
                             fix=f"give the model's directory, or {_token_fix(repo_id)}") from None
+    except HFValidationError as problem:
+        # parse_hub_id follows huggingface_hub's rules; should a release tighten them, this names the model, not a traceback
+        raise SeatplanError(f"{repo_id} is no local directory ({Path(repo_id).resolve()} does not exist) and not a Hugging Face id: {problem}",
+                            where=repo_id, fix="give the model's directory, or ORG/NAME[@REVISION]") from None
     except HfHubHTTPError as problem:
         raise SeatplanError(f"the Hub refused {repo_id}@{revision}: {problem}", where=f"{constants.ENDPOINT}/{repo_id}",
                             fix="check HF_ENDPOINT and HF_TOKEN, or set HF_HUB_OFFLINE=1 to use the cache") from None

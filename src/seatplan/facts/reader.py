@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
+from seatplan.hub_names import parse_hub_id
 from seatplan.jsontext import JsonTooDeep, loads_bounded
 
 MAX_JSON_BYTES = 64 << 20  # configs are kilobytes; a shard index a few MB
@@ -49,7 +50,10 @@ def locate_model(model: str) -> Path:
         return path.parent
     if path.is_dir():
         return path
-    if model.count("/") == 1 and not model.startswith((".", "/", "~")):
+    if path.is_file():
+        raise SeatplanError("is a file, not a model directory", where=model,
+                            fix="give the directory that holds the model's config.json (or that config.json itself)")
+    if parse_hub_id(model) is not None:
         cache = hub_cache_dir()
         repo_dir = cache / ("models--" + model.replace("/", "--"))
         if repo_dir.is_dir():

@@ -2,33 +2,54 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
 
-from seatplan.clihelp import WIDE, add_command
+from seatplan.clihelp import WIDE, add_command, leftover_words
 from seatplan.numeric_options import count_option, number_option
 
 
 def register(app: typer.Typer) -> None:
-    add_command(app, "diagnose", diagnose_command)
+    add_command(app, "diagnose", diagnose_command, context_settings={"allow_extra_args": True})
+
+
+def option_for_file(name: str) -> str:
+    """The option a file given on its own most likely belongs to, by its name (the fix of that mistake)."""
+    lowered = name.lower()
+    if lowered.endswith((".db", ".sqlite")):
+        return "--beszel"
+    if lowered.endswith(".csv"):
+        return "--nvidia-smi"
+    if lowered.endswith((".prom", ".metrics")):
+        return "--vllm-metrics"
+    if lowered.endswith((".yaml", ".yml")):
+        return "--fleet"
+    if lowered.endswith(".json"):
+        return "--plan"
+    return "--vllm-log"
 
 
 def diagnose_command(
-    vllm_log: list[str] = typer.Option([], "--vllm-log", help="vLLM log (file, docker logs, journald text/json/export); NAME=PATH names the seat. Repeatable."),
+    context: typer.Context,
+    vllm_log: list[str] = typer.Option([], "--vllm-log", metavar="<[NAME=]PATH>",
+         help="vLLM log (file, docker logs, journald text/json/export); NAME=PATH names the seat. Repeatable."),
     log_year: int | None = typer.Option(None, "--log-year", parser=count_option("--log-year", minimum=1970, maximum=9999, example="2026"),
                                         help="Year for vLLM's MM-DD timestamps (default: the log file's modification year)."),
     utc_offset: str | None = typer.Option(None, "--utc-offset", help="The GPU hosts' clock offset (+01:00) for vLLM's and nvidia-smi's zone-less timestamps (default: UTC)."),
     beszel: Path | None = typer.Option(None, "--beszel", help="Beszel hub database (beszel_data/data.db)."),
     beszel_system: str | None = typer.Option(None, "--beszel-system", help="Only this Beszel system (name or id)."),
-    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help=("nvidia-smi CSV log: --query-gpu=timestamp,index,memory.used,memory.total or --query-compute-apps;"
-        " HOST=PATH names its host. Repeatable.")),
-    host_name: list[str] = typer.Option([], "--host-name", help=("MONITOR=HOST: the plan/fleet host a Beszel system, DCGM hostname or nvidia-smi host stands for"
+    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", metavar="<[HOST=]CSV>",
+         help=("nvidia-smi CSV log, of --query-gpu with timestamp, index, memory.used and memory.total, or of"
+        " --query-compute-apps; HOST=PATH names its host. Repeatable.")),
+    host_name: list[str] = typer.Option([], "--host-name", metavar="<MONITOR=HOST>",
+         help=("MONITOR=HOST: the plan/fleet host a Beszel system, DCGM hostname or nvidia-smi host stands for"
         " (also hosts[].monitor_names in the fleet). Repeatable.")),
     prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus URL (DCGM exporter + vLLM series via /api/v1/query_range), or a saved exposition-text file."),
     since: str = typer.Option("14d", "--since", help="With a Prometheus URL: how far back (e.g. 7d, 36h)."),
     step_seconds: int = typer.Option(60, "--step", parser=count_option("--step", maximum=86_400 * 366, example="60"), help="With a Prometheus URL: resolution in seconds."),
-    vllm_metrics: list[str] = typer.Option([], "--vllm-metrics", help="vLLM /metrics: a URL (one scrape now) or saved scrapes. Repeatable."),
+    vllm_metrics: list[str] = typer.Option([], "--vllm-metrics", metavar="<URL|FILE>", help="vLLM /metrics: a URL (one scrape now) or saved scrapes. Repeatable."),
     fleet: Path | None = typer.Option(None, "--fleet", help="Fleet file (YAML/JSON): which seat runs on which GPU."),
     plan: Path | None = typer.Option(None, "--plan", help="plan.json to check the observed plateaus against."),
     min_step_mib: float = typer.Option(256.0, "--min-step-mib", parser=number_option("--min-step-mib", minimum=0, maximum=1 << 30, example="256"),
@@ -42,16 +63,22 @@ def diagnose_command(
     """Read vLLM logs and GPU memory history: boots, co-boot races, steps, creep, plateaus, the plan check."""
     from seatplan.documents.io import read_plan
     from seatplan.errors import SeatplanError
-    from seatplan.fileio import atomic_write_json
+    from seatplan.fileio import check_output_file, write_output_json
     from seatplan.observe import inputs
     from seatplan.observe.detect import DetectSettings
     from seatplan.observe.diagnose import diagnose
     from seatplan.observe.sources.shared import Rejections
     from seatplan.output import emit_json, progress, to_jsonable
 
+    words = leftover_words(context)
+    if words is not None:
+        raise SeatplanError(f"each file goes after the option that says what it is, not on its own ({words})", where="seatplan diagnose",
+                            fix="write " + " ".join(f"{option_for_file(word)} {shlex.quote(word)}" for word in context.args))
     if not (vllm_log or beszel or nvidia_smi or prometheus or vllm_metrics):
         raise SeatplanError("nothing to read", where="diagnose",
                             fix="pass at least one of --vllm-log, --beszel, --nvidia-smi, --prometheus, --vllm-metrics")
+    if output is not None:
+        check_output_file(output, "diagnose document", "diagnose.json")
     offset_s = inputs.utc_offset_seconds(utc_offset)
     with progress("reading logs and GPU memory history", enabled=not json_output):
         rejected = Rejections()
@@ -71,7 +98,7 @@ def diagnose_command(
         # One document: -o writes what --json prints; plan --observed reads its observed part.
         report = report.model_copy(update={"rejected_inputs": rejected.as_list(), "observed": observed})
     if output is not None:
-        atomic_write_json(output, to_jsonable(report))
+        write_output_json(output, to_jsonable(report), "diagnose document")
     if json_output:
         emit_json(report)
     else:

@@ -27,9 +27,10 @@ def show_report(report: DiagnoseReport, written: Path | None, wide: bool = False
     if report.gpus:
         table = Table(title="GPUs", title_justify="left")
         for column in ("GPU", "samples", "steps (MiB)", "creep", "plateau used MiB", "plateau free MiB", "plan"):
-            table.add_column(column)
+            table.add_column(column, no_wrap=column == "steps (MiB)")
         for gpu in report.gpus:
-            steps = ", ".join(f"{s.at:%m-%d %H:%M} {s.delta_mib:+,.0f}" for s in gpu.steps) or "–"
+            # one step a line, never split (the column is no_wrap): a time and its size read together
+            steps = "\n".join(f"{s.at:%m-%d %H:%M} {s.delta_mib:+,.0f}" for s in gpu.steps) or "–"
             creep = (f"+{gpu.creep.rise_mib:,.0f} MiB" + _rise_bounds(gpu.creep) + f" in {gpu.creep.hours_to_plateau:.1f} h"
                      + (f", 90 % in {gpu.creep.hours_to_90pct:.1f} h" if gpu.creep.hours_to_90pct is not None else "")
                      + ("" if gpu.creep.levelled_off else " (still rising)")

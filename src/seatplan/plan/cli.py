@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
 
 
 def plan_command(
-    fleet: Path = typer.Argument(..., help="the fleet file (YAML)"),
+    fleet: Path = typer.Argument(..., metavar="FLEET", help="the fleet file (YAML)"),
     usage: Path | None = typer.Option(None, "--usage", help="usage summary from `seatplan usage --json`"),
     observed: Path | None = typer.Option(None, "--observed", help="observed footprints from `seatplan diagnose`"),
     output: Path | None = typer.Option(None, "-o", "--output", help="save the plan document here (atomic write)"),
@@ -45,10 +45,12 @@ def plan_command(
     """Size every seat, place them for the largest worst-case spare at plateau, and print the vLLM command lines."""
     from seatplan.documents.fleet_file import load_fleet
     from seatplan.documents.io import read_observed, read_usage
-    from seatplan.fileio import atomic_write_text
+    from seatplan.fileio import check_output_file, write_output_text
     from seatplan.plan.current import read_current
     from seatplan.plan.planner import build_plan
 
+    if output is not None:
+        check_output_file(output, "plan", "plan.json")
     loaded = load_fleet(fleet)
     running = read_current(current, loaded.fleet) if current else None
     usage_summary = read_usage(usage) if usage else None
@@ -68,7 +70,7 @@ def plan_command(
         )
     placed = plan.worst_case_spare_bytes is not None
     if output is not None and placed:
-        atomic_write_text(output, plan.model_dump_json(indent=2) + "\n")
+        write_output_text(output, plan.model_dump_json(indent=2) + "\n", "plan")
     if json_output:
         from seatplan.output import emit_json
 
@@ -92,7 +94,7 @@ def plan_command(
 
 def explain_command(
     plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan -o`"),
-    seat: str = typer.Argument(..., help="the seat to explain"),
+    seat: str = typer.Argument(..., metavar="SEAT", help="the seat to explain"),
     json_output: bool = typer.Option(False, "--json", help="print the seat's plan entry as JSON"),
     wide: bool = WIDE,
 ) -> None:
@@ -125,21 +127,23 @@ def explain_command(
 
 
 def fit_command(
-    model: str = typer.Argument(..., help="model directory or Hugging Face id"),
+    model: str = typer.Argument(..., metavar="MODEL", help="model directory or Hugging Face id"),
     gpu_memory_bytes: int = typer.Option(..., "--gpu-memory", parser=size_option("--gpu-memory", example="96GiB"), metavar="<size>",
                                          help="memory per GPU the seat may use, e.g. 96GiB"),
-    tensor_parallel_size: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=count_option("--tp", maximum=1024, example="2")),
-    dtype: str = typer.Option("auto", "--dtype"),
-    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype"),
-    vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version"),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", parser=count_option("--max-num-seqs", example="256")),
+    tensor_parallel_size: int = typer.Option(1, "--tp", "--tensor-parallel-size", parser=count_option("--tp", maximum=1024, example="2"),
+                                        help="tensor-parallel size (GPUs per engine)"),
+    dtype: str = typer.Option("auto", "--dtype", help="model dtype: auto, bfloat16, float16, float32"),
+    kv_cache_dtype: str = typer.Option("auto", "--kv-cache-dtype", help="auto (the model dtype) or fp8"),
+    vllm_version: str = typer.Option(DEFAULT_VLLM_VERSION, "--vllm-version", help="the vLLM release whose formulas to use (0.8 to 0.32)"),
+    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", parser=count_option("--max-num-seqs", example="256"),
+                                      help="as vLLM's flag (default: vLLM's server default for this GPU size)"),
     max_num_batched_tokens: int | None = typer.Option(None, "--max-num-batched-tokens", parser=tokens_option("--max-num-batched-tokens", example="8192"),
-                                                metavar="<tokens>"),
+                                                metavar="<tokens>", help="as vLLM's flag (default: vLLM's server default for this GPU size)"),
     headroom_bytes: int = typer.Option(0, "--headroom", parser=size_option("--headroom", minimum=0, example="2GiB"), metavar="<size>",
                                        help="memory to keep free on the GPU"),
     kv_factor: float = typer.Option(DEFAULT_KV_FACTOR, "--kv-factor", parser=number_option("--kv-factor", minimum=0.01, maximum=100, example="1.0"),
                                     help="the plan's KV factor, for the sized-by-rule answer"),
-    enforce_eager: bool = typer.Option(False, "--enforce-eager"),
+    enforce_eager: bool = typer.Option(False, "--enforce-eager", help="as vLLM's flag: no CUDA graphs, so none of their memory"),
     json_output: bool = typer.Option(False, "--json", help="print the fit report as JSON"),
     wide: bool = WIDE,
 ) -> None:

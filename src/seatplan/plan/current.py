@@ -29,6 +29,16 @@ class CurrentLayout:
 
 
 def read_current(path: Path, fleet: Fleet) -> CurrentLayout:
+    layout = _read_layout(path, fleet)
+    seats = {seat.name for seat in fleet.seats}
+    if layout.gpus and not seats & set(layout.gpus):
+        # a seat added or removed since is normal; none in common is another fleet's plan or rollout
+        raise SeatplanError(f"what runs there ({', '.join(sorted(layout.gpus))}) is none of this fleet's seats: another fleet's plan or rollout?",
+                            where=f"--current {path}", fix="pass the plan or the rendered directory of this fleet, or leave --current out")
+    return layout
+
+
+def _read_layout(path: Path, fleet: Fleet) -> CurrentLayout:
     if path.is_file():
         return from_plan(path)
     if not path.is_dir():

@@ -23,7 +23,7 @@ from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
 from seatplan.plan.contexts import lower_raised_contexts
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.placement import place
-from seatplan.plan.size_seat import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat
+from seatplan.plan.size_seat import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat, usage_for
 from seatplan.units import human_bytes
 
 
@@ -74,6 +74,8 @@ def build_plan(
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}
         plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
+    if usage is not None:
+        plan.warnings += unused_usage_warnings(fleet, usage)
     if result.best is None and result.infeasible is None:
         plan.warnings.append(f"no layout found within the {time_limit_s:g} s time limit (the fleet is not proven infeasible); raise --time-limit")
     return plan
@@ -145,3 +147,14 @@ def with_gpu_corrections(fleet: Fleet, observed: ObservedFootprints | None) -> t
                     notes.append(f"GPU {host.name}:{gpu.index}: {human_bytes(correction.extra_bytes)} more reserved, seen at plateau "
                                  f"beyond its seats' footprints ({', '.join(correction.seats)}; {correction.source})")
     return fleet, notes
+
+
+def unused_usage_warnings(fleet: Fleet, usage: UsageReport) -> list[str]:
+    """The usage report's models with calls that no seat of this fleet takes (a usage report made for another fleet,
+    or a seat renamed since): said, as the observations no seat takes are, rather than left out in silence."""
+    taken = {id(entry) for seat in fleet.seats if (entry := usage_for(usage, seat.served_model_name or seat.name, seat.name)) is not None}
+    unused = sorted(name for name, entry in usage.models.items() if entry.calls and id(entry) not in taken)
+    if not unused:
+        return []
+    return [f"usage for {', '.join(unused)}, which no seat of the fleet serves, was not used (a usage report made with "
+            "another fleet's --fleet, or a served_model_name that changed?)"]

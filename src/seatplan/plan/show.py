@@ -80,7 +80,7 @@ def gpu_table(plan: Plan) -> Table:
 
 def footprint_table(plan: Plan) -> Table:
     used = [name for name in PART_COLUMNS if any(part.name == name for seat in plan.seats for part in seat.footprint_parts)]
-    table = Table(title="Footprint per GPU of each seat (GiB; estimate = labelled estimate, exact = pinned/measured)", title_justify="left")
+    table = Table(title="Footprint per GPU of each seat (GiB; ~ marks an estimated part; basis: how the total is known)", title_justify="left")
     table.add_column("seat")
     for name in used:
         table.add_column(PART_TITLES[name], justify="right")
@@ -159,9 +159,9 @@ def print_plan(console: Console, plan: Plan) -> None:
     console.print(Text("Command lines (in boot order; start each when the one before it is ready)", style="bold"))
     for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
         if seat.vllm_args:
-            console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(command_line(seat)), soft_wrap=True)
+            console.print(Text(f"{seat.boot_order}. {seat.name}:", style="bold"), Text(command_line(seat)), soft_wrap=True)
         else:
-            console.print(Text(f"{seat.boot_order}. {seat.name}: ", style="bold"), Text(f"fixed seat, {gib(seat.footprint_bytes)} GiB on {', '.join(seat.gpus)}"))
+            console.print(Text(f"{seat.boot_order}. {seat.name}:", style="bold"), Text(f"fixed seat, {gib(seat.footprint_bytes)} GiB on {', '.join(seat.gpus)}"))
     if len(plan.frontier) > 1:
         console.print(frontier_table(plan))
     if plan.chosen_because:

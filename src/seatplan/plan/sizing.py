@@ -134,7 +134,8 @@ def _raise_cost_line(facts: ModelFacts, max_model_len: int) -> ExplanationLine:
         rule="published_raise",
         inputs={"default_max_model_len": default, "max_model_len": max_model_len, "request_kv_bytes_default": before, "request_kv_bytes": after},
         result=f"+{human_bytes(after - before)} per max-length request" if after > before else "no extra KV per request",
-        note=f"raising {default:,} → {max_model_len:,} tokens",
+        note=f"raising {default:,} → {max_model_len:,} tokens" if max_model_len != default
+        else f"the published length is vLLM's default, {default:,} tokens: nothing to raise",
     )
 
 

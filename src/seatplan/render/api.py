@@ -12,7 +12,7 @@ from typing import TextIO
 from seatplan.documents.io import read_plan
 from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
-from seatplan.render.bundle import manifest, render_files
+from seatplan.render.bundle import MANIFEST, manifest, render_files
 from seatplan.render.diff import DiffReport, diff_trees
 from seatplan.render.runner import PlaybookRun, playbook_command, run_playbook
 from seatplan.render.settings import TARGETS, RenderSettings, Target
@@ -67,6 +67,11 @@ def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | N
     if against.is_dir():
         settings = settings or settings_of(against) or RenderSettings()
         old = read_tree(against)
+        if old and read_manifest(against) is None:
+            # An empty directory is a new one (the diff is everything render would write); files without a
+            # manifest are someone else's, and every line of the diff would be noise.
+            raise SeatplanError(f"the directory holds files but no {MANIFEST}, so seatplan did not render it", where=str(against),
+                                fix="pass the directory `seatplan render -o DIR` wrote, or an older plan.json")
         new = rendered(loaded, settings, rendered_targets(old))
         report = diff_trees(only_owned(old, new), new, str(against))
         report.warnings += blind_to_rollout(loaded, against)

@@ -94,7 +94,7 @@ def build_settings(
 
 def render_command(
     plan_file: Path = PLAN_ARGUMENT,
-    target: list[str] = typer.Option(["all"], "--target", "-t", help="env, compose, ansible, litellm, prometheus or all; repeatable"),
+    target: list[str] = typer.Option(["all"], "--target", "-t", metavar="<target>", help="env, compose, ansible, litellm, prometheus or all; repeatable"),
     output: Path = typer.Option(..., "-o", "--output", help="the directory to render into (replaced whole, atomically)"),
     launcher: str = LAUNCHER,
     bind_host: str | None = BIND_HOST,
@@ -166,7 +166,7 @@ def apply_command(
     check: bool = typer.Option(False, "--check", help="ansible-playbook --check --diff: show what would change, restart nothing"),
     tag: str | None = typer.Option(None, "--tag", help="names the backups (<file>.bak-YYYYMMDD-TAG); default: the time, HHMMSS"),
     output: Path | None = typer.Option(None, "-o", "--output", help="the rendered directory (default: PLAN's directory/rendered), rendered again with its own settings"),
-    extra: list[str] = typer.Option([], "-e", "--extra-vars", help="KEY=VALUE passed to ansible-playbook; repeatable"),
+    extra: list[str] = typer.Option([], "-e", "--extra-vars", metavar="<KEY=VALUE>", help="KEY=VALUE passed to ansible-playbook; repeatable"),
     fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file the plan's inputs are checked against (default: the one it was made from)"),
     force: bool = typer.Option(False, "--force", help="apply even a plan whose inputs changed, that no longer fits, or that names other hosts (says what it overrode)"),
     json_output: bool = JSON_OUTPUT,
@@ -213,15 +213,19 @@ def rollback_command(
     to: str = typer.Option(..., "--to", help="the tag of the backups to put back"),
     inventory: Path | None = typer.Option(None, "--inventory", "-i", help="the Ansible inventory (default: DIR/ansible/inventory.yaml)"),
     check: bool = typer.Option(False, "--check", help="show what would be put back, restart nothing"),
-    extra: list[str] = typer.Option([], "-e", "--extra-vars", help="KEY=VALUE passed to ansible-playbook; repeatable"),
+    extra: list[str] = typer.Option([], "-e", "--extra-vars", metavar="<KEY=VALUE>", help="KEY=VALUE passed to ansible-playbook; repeatable"),
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Put the env files backed up under TAG back, restarting each changed engine one at a time."""
     from seatplan.encode import check_name
+    from seatplan.errors import SeatplanError
     from seatplan.render.api import rollback
     from seatplan.render.runner import missing_backups
 
     check_name("tag", to, "--to")
+    if not directory.is_dir():
+        raise SeatplanError("is a file, not a directory" if directory.exists() else "no such directory", where=str(directory),
+                            fix="pass the directory `seatplan render -o DIR` or `seatplan apply -o DIR` wrote")
     run = rollback(directory, inventory or directory / "ansible" / "inventory.yaml", tag=to, check=check, extra=extra, echo=None if json_output else sys.stdout)
     refused = missing_backups(run, to) if run.returncode != 0 else None
     if refused is not None:

@@ -73,7 +73,29 @@ def status_of(old: str | None, new: str | None) -> Status:
 
 
 def unified(old: str, new: str, path: str) -> str:
-    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
+    """``diff -u`` of two texts, as difflib.unified_diff writes it but without its "autojunk" rule: in a file of
+    200 lines or more, difflib ignores lines that recur often (compose.yaml's `- '1024'`, `- --max-num-seqs`), and
+    a changed engine's unchanged flags then show as removed and added again."""
+    before, after = old.splitlines(True), new.splitlines(True)
+    lines: list[str] = []
+    for group in difflib.SequenceMatcher(None, before, after, autojunk=False).get_grouped_opcodes(3):
+        if not lines:
+            lines += [f"--- a/{path}\n", f"+++ b/{path}\n"]
+        lines.append(f"@@ -{_hunk_range(group[0][1], group[-1][2])} +{_hunk_range(group[0][3], group[-1][4])} @@\n")
+        for tag, old_start, old_end, new_start, new_end in group:
+            if tag == "equal":
+                lines += [" " + line for line in before[old_start:old_end]]
+                continue
+            lines += ["-" + line for line in before[old_start:old_end]] + ["+" + line for line in after[new_start:new_end]]
+    return "".join(lines)
+
+
+def _hunk_range(start: int, stop: int) -> str:
+    """A hunk's line range as ``diff -u`` writes it: ``first,count``, ``first`` alone for one line, and the line
+    before an empty range."""
+    count = stop - start
+    first = start + 1 if count else start
+    return str(first) if count == 1 else f"{first},{count}"
 
 
 def located(path: str, against: str, old_text: str, new_text: str) -> list[Change]:

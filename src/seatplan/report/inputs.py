@@ -6,19 +6,14 @@ spare-versus-moves ``frontier``, a seat's ``replay``) are drawn when present and
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
-from seatplan.documents.io import read_observed
+from seatplan.documents.io import PLAN_FIX, read_diagnose, read_document_and_json, read_observed, read_usage
 from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
 from seatplan.documents.plan import Plan
 from seatplan.documents.usage import UsageReport
-from seatplan.errors import SeatplanError
-from seatplan.jsontext import JsonTooDeep, loads_bounded
 
 
 @dataclass(frozen=True)
@@ -31,49 +26,16 @@ class ReportInputs:
     names: dict[str, str] = field(default_factory=dict)  # which file each document came from (base names only)
 
 
-def read_json(path: Path, what: str, made_by: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as problem:
-        raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(path),
-                            fix=f"pass a {what} written by `{made_by}`") from None
-    except UnicodeDecodeError as problem:
-        raise SeatplanError(f"the {what} is not UTF-8 text ({problem.reason} at byte {problem.start})", where=str(path),
-                            fix=f"pass the file `{made_by}` wrote, unchanged") from None
-    try:
-        return loads_bounded(text)
-    except json.JSONDecodeError as problem:
-        raise SeatplanError(f"the {what} is not JSON ({problem.msg})", where=f"{path}:{problem.lineno}",
-                            fix=f"pass the file `{made_by}` wrote, unchanged") from None
-    except (JsonTooDeep, ValueError) as problem:
-        raise SeatplanError(f"the {what} is not a document seatplan writes: {problem}", where=str(path),
-                            fix=f"pass the file `{made_by}` wrote, unchanged") from None
-
-
-def parse_document(model: type[BaseModel], data: Any, path: Path, what: str, made_by: str) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as problem:
-        first = problem.errors()[0]
-        location = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        raise SeatplanError(f"this is not a {what}: {location}: {first['msg']}", where=str(path),
-                            fix=f"pass the file `{made_by}` wrote (with this seatplan version)") from None
-
-
 def read_inputs(plan_path: Path, usage_path: Path | None = None, diagnose_path: Path | None = None,
                 observed_path: Path | None = None) -> ReportInputs:
-    plan_raw = read_json(plan_path, "plan", "seatplan plan -o plan.json")
-    plan = parse_document(Plan, plan_raw, plan_path, "plan", "seatplan plan -o plan.json")
+    plan, plan_raw = read_document_and_json(plan_path, Plan, "plan", PLAN_FIX, "seatplan.plan")
     usage = diagnose = observed = None
     names = {"plan": plan_path.name}
     if usage_path is not None:
-        made_by = "seatplan usage -o usage.json"
-        usage = parse_document(UsageReport, read_json(usage_path, "usage report", made_by), usage_path, "usage report", made_by)
+        usage = read_usage(usage_path)
         names["usage"] = usage_path.name
     if diagnose_path is not None:
-        made_by = "seatplan diagnose --json > diagnose.json"
-        diagnose = parse_document(DiagnoseReport, read_json(diagnose_path, "diagnose report", made_by), diagnose_path,
-                                  "diagnose report", made_by)
+        diagnose = read_diagnose(diagnose_path)
         names["diagnose"] = diagnose_path.name
     if observed_path is not None:
         observed = read_observed(observed_path)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from seatplan.clihelp import WIDE, add_command
+from seatplan.clihelp import WIDE, add_command, leftover_words
 from seatplan.numeric_options import number_option, tokens_option
 
 if TYPE_CHECKING:  # the command imports them when it runs: `seatplan --help` stays fast
@@ -83,6 +83,7 @@ def anchor_days(window: Window, days: float | None, until: str | None, source: s
 
 
 def usage_command(
+    context: typer.Context,
     source: str | None = typer.Option(
         None, "--from", help="https://GATEWAY/ base URL of a LiteLLM gateway (its /spend/logs/v2, key from --key-env / --key-file), "
         "postgresql://USER@HOST/DB DSN of LiteLLM's database (else $SEATPLAN_USAGE_DSN or $DATABASE_URL), "
@@ -105,7 +106,7 @@ def usage_command(
     wide: bool = WIDE,
 ) -> None:
     """Turn LiteLLM's spend logs into per-seat capacity figures: token percentiles, peak in-flight load, runaway replies."""
-    from seatplan.fileio import atomic_write_json
+    from seatplan.fileio import check_output_file, write_output_json
     from seatplan.output import console, emit_json, progress
     from seatplan.usage.queries import Window
     from seatplan.usage.seat_map import SeatMap, load_seat_map
@@ -113,6 +114,14 @@ def usage_command(
     from seatplan.usage.summary import require_calls, summarize_usage
     from seatplan.usage.sweep import default_runaway_rule
 
+    words = leftover_words(context)
+    if words is not None:
+        from seatplan.errors import SeatplanError
+
+        raise SeatplanError(f"the spend logs go after --from, not on their own ({words})", where="seatplan usage",
+                            fix=f"write --from {words}" if source is None and len(context.args) == 1 else "give one source, after --from")
+    if output is not None:
+        check_output_file(output, "usage report", "usage.json")
     window = resolve_window(since, until, days, datetime.now(UTC).replace(tzinfo=None))
     seat_map = load_seat_map(fleet) if fleet else SeatMap()
     resolved = resolve_source(source)
@@ -125,7 +134,7 @@ def usage_command(
     report.window.days_counted_back_from = anchor
     require_calls(report)
     if output is not None:
-        atomic_write_json(output, report.model_dump(mode="json"))
+        write_output_json(output, report.model_dump(mode="json"), "usage report")
     if as_json:
         emit_json(report)
         return
@@ -137,4 +146,4 @@ def usage_command(
 
 
 def register(app: typer.Typer) -> None:
-    add_command(app, "usage", usage_command)
+    add_command(app, "usage", usage_command, context_settings={"allow_extra_args": True})

@@ -13,6 +13,7 @@ import gzip
 import itertools
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from seatplan.documents.io import kind_said
 from seatplan.errors import SeatplanError
 from seatplan.secrets import dsn_password, redact_dsn
 from seatplan.usage import csvscan
@@ -308,8 +310,10 @@ def _json_lines_from_clause(path: Path, keep_rejects: bool) -> str:
 
 @contextmanager
 def _file_source(path: Path, request_id_from_tokens: int | None, fast_csv: bool) -> Iterator[DuckDBFileSource]:
+    if path.is_dir():
+        raise SeatplanError("is a folder, not a spend-log export", where=str(path), fix=SOURCE_FIX)
     if not path.is_file():
-        raise SeatplanError("no such file", where=str(path), fix=SOURCE_FIX)
+        raise SeatplanError("no such file" if not path.exists() else "not a regular file", where=str(path), fix=SOURCE_FIX)
     source_format = detect_file_format(path)
     workdir = Path(tempfile.mkdtemp(prefix="seatplan-usage-"))
     connection = duckdb.connect()
@@ -345,6 +349,7 @@ def require_records(source: str) -> None:
     if is_dsn(source) or not path.is_file():
         return
     source_format = detect_file_format(path)
+    _refuse_empty_or_seatplan_document(path)
     if source_format == "csv":
         _csv_header(path)
     with _open_text(path) as stream:
@@ -371,6 +376,20 @@ def require_records(source: str) -> None:
     found = f"records with keys {', '.join(sorted(keys_seen)[:8])}" if keys_seen else "no JSON record"
     raise SeatplanError(f"no LiteLLM spend-log record in the first {RECORDS_LOOKED_AT} lines ({found})", where=str(path),
                         fix="expected one JSON object per line with " + ", ".join(REQUIRED_COLUMNS) + "; " + SOURCE_FIX)
+
+
+_SEATPLAN_KIND = re.compile(r'^\{\s*"kind"\s*:\s*"(seatplan\.[a-z]+)"')
+
+
+def _refuse_empty_or_seatplan_document(path: Path) -> None:
+    """An empty file, or a document seatplan wrote (usage.json given back to --from): named for what it is."""
+    with _open_text(path) as stream:
+        start = stream.read(4096)
+    if not start.strip():
+        raise SeatplanError("the file is empty", where=str(path), fix=SOURCE_FIX)
+    written = _SEATPLAN_KIND.match(start.lstrip())
+    if written:
+        raise SeatplanError(f"this is {kind_said(written.group(1))}, not a spend-log export", where=str(path), fix=SOURCE_FIX)
 
 
 def _csv_header(path: Path) -> list[str]:

@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 
 def verify_command(
-    plan: Path = typer.Argument(..., help="a plan saved with `seatplan plan FLEET -o plan.json`"),
+    plan: Path = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan FLEET -o plan.json`"),
     gateway: str | None = typer.Option(None, "--gateway", help="LiteLLM gateway URL: every seat's served name must be listed and answer"),
     key_env: str = typer.Option(DEFAULT_KEY_ENV, "--key-env", help="environment variable holding the gateway key (never printed); '' for none"),
     key_file: Path | None = typer.Option(None, "--key-file", help="a file (chmod 600) whose first line is the gateway key, read when the variable is unset"),
@@ -61,7 +61,7 @@ def verify_command(
 
 
 def upgrade_check_command(
-    plan: Path = typer.Argument(..., help="a plan saved with `seatplan plan FLEET -o plan.json`"),
+    plan: Path = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan FLEET -o plan.json`"),
     to: str = typer.Option(..., "--to", help="the vLLM version the engines would move to (0.8 to 0.32)"),
     fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
     json_output: bool = typer.Option(False, "--json", help="print the changes as one JSON document"),

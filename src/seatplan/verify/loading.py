@@ -42,6 +42,11 @@ def load_context(plan_path: Path, fleet: Path | None) -> VerifyContext:
     plan = read_plan(plan_path)
     loaded = load_fleet(fleet_path_of(plan, plan_path, fleet))
     hosts = {host.name: HostInfo(address=host.reachable_at, device=host.device) for host in loaded.fleet.hosts}
+    missing = sorted({gpu.host for gpu in plan.gpus if gpu.seats} - set(hosts))
+    if missing:
+        # another fleet's file: verify would ask the plan's host names for addresses the fleet does not give
+        raise SeatplanError(f"the fleet file names no host {', '.join(missing)}, where the plan runs its seats", where=str(loaded.path),
+                            fix=f"pass --fleet the fleet file this plan was made from ({plan.inputs.fleet_path})")
     return VerifyContext(plan=plan, hosts=hosts, fleet_dir=loaded.base_dir, facts_loader=load_model_facts)
 
 

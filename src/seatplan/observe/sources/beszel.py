@@ -47,7 +47,8 @@ def read_beszel(path: str | Path, *, system: str | None = None, rejected: Reject
     db_path = Path(path)
     rejected = rejected if rejected is not None else Rejections()
     if not db_path.is_file():
-        raise SeatplanError("no such file", where=str(db_path), fix="pass the hub's data.db (Docker volume /beszel_data/data.db)")
+        said = "is a folder, not the hub's database" if db_path.is_dir() else "no such file"
+        raise SeatplanError(said, where=str(db_path), fix="pass the hub's data.db (Docker volume /beszel_data/data.db)")
     connection = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         systems = dict(connection.execute("SELECT id, name FROM systems").fetchall())

@@ -24,6 +24,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+import highspy
+
 from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place
 from seatplan.plan.placement.bounds import linear_model, lp_bound
 from seatplan.plan.placement.greedy import best_fit, most_free_first
@@ -136,8 +138,6 @@ def generated_fleet(shape: Shape, seed: int) -> tuple[list[GpuSlot], list[SeatDe
 
 def milp_worst_spare(problem: Problem, time_limit_s: float) -> int | None:
     """A plain MILP of the same formulation in HiGHS, given the time; its incumbent's worst-case spare in bytes."""
-    import highspy
-
     model = linear_model(problem)
     highs = highspy.Highs()
     highs.setOptionValue("output_flag", False)

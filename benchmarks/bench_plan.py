@@ -19,6 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from seatplan.documents.fleet_file import load_fleet
+from seatplan.plan.planner import build_plan
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "examples" / "demo" / "fleet.yaml"
 MODELS = REPO / "tests" / "fixtures" / "models"
@@ -51,9 +54,6 @@ def host_scale_fleet(directory: Path) -> Path:
 
 
 def time_in_process(fleet: Path, runs: int) -> tuple[float, dict]:
-    from seatplan.documents.fleet_file import load_fleet
-    from seatplan.plan.planner import build_plan
-
     seconds, plan = [], None
     for _ in range(runs):
         started = time.perf_counter()

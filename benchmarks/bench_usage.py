@@ -28,6 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # the test kits (tests/kits/)
 
+import psycopg  # noqa: E402
+
 from kits.pg_cluster import find_initdb, running_cluster, spendlogs_ddl  # noqa: E402
 
 SECONDS_PER_WEEK = 7 * 24 * 3600
@@ -127,8 +129,6 @@ def timed_child(command: list[str]) -> tuple[float, float, str]:
 
 
 def prepare_database(dsn: str, rows: int) -> str:
-    import psycopg
-
     database_dsn = dsn.rsplit("/", 1)[0] + f"/spend_{rows}"
     with psycopg.connect(dsn, autocommit=True) as admin:
         exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (f"spend_{rows}",)).fetchone()
@@ -156,8 +156,6 @@ def prepare_database(dsn: str, rows: int) -> str:
 
 
 def prepare_csv(dsn: str, path: Path) -> Path:
-    import psycopg
-
     if path.exists():
         return path
     partial = path.with_suffix(".partial")

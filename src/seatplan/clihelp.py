@@ -7,6 +7,7 @@ One home, so that each stage's ``cli.py`` states its examples and the help reads
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -146,7 +147,6 @@ def leftover_words(context: typer.Context) -> str | None:
     """The words a command was given beyond its options (its context allows extra args for this alone), quoted
     as a shell would take them back; None when there are none. A command that reads files only through named
     options says where such a word goes, where Click would refuse "unexpected extra argument" and name none."""
-    import shlex
 
     return " ".join(shlex.quote(word) for word in context.args) if context.args else None
 

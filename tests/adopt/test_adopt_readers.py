@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kits.cli import run_cli
+from seatplan import __version__
 from seatplan.adopt.args import read_args
 from seatplan.adopt.assemble import Noted
 from seatplan.adopt.engines import checked_base_url, probe_engine
@@ -313,8 +314,6 @@ def test_a_relative_model_path_not_found_names_the_absolute_path_tried(tmp_path)
 
 
 def test_version_prints_the_package_version(capsys, monkeypatch):
-    from seatplan import __version__
-
     result = run_cli(capsys, monkeypatch, "--version")
     assert result.exit_code == 0 and result.stdout.strip() == f"seatplan {__version__}"
 

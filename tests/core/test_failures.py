@@ -8,12 +8,13 @@ import os
 import random
 import re
 import stat
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from kits.cli import run_cli
-from kits.night import FLEET
+from kits.night import FLEET, NIGHT
 
 MODELS = FLEET.parent / "models"
 QWEN_MOE = MODELS / "Qwen--Qwen3-30B-A3B-Instruct-2507"
@@ -153,10 +154,6 @@ def test_written_files_follow_the_umask(tmp_path: Path, umask: int, capsys, monk
 
 @pytest.mark.parametrize("seed", range(3))
 def test_days_on_an_export_count_back_from_its_last_request_or_until(seed: int, capsys, monkeypatch):
-    from datetime import datetime, timedelta
-
-    from kits.night import NIGHT
-
     draw = random.Random(seed)
     days = round(draw.uniform(0.25, 6.5), 2)
     export = str(NIGHT / "spend-logs.csv")

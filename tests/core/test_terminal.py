@@ -4,6 +4,7 @@ COLUMNS when piped, NO_COLOR is honoured, slow steps show a progress bar on stde
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import re
@@ -16,6 +17,7 @@ from rich.table import Table
 
 from kits.cli import CliResult
 from kits.night import FLEET, NIGHT, NightDocuments, vllm_log_options
+from kits.paths import REPO_ROOT
 from seatplan.output import fit_table, progress
 from seatplan.units import GiB
 
@@ -138,10 +140,6 @@ def test_a_bad_unit_in_the_fleet_file_says_how_to_fix_it(cli, tmp_path: Path):
 
 def test_every_error_seatplan_raises_names_its_fix():
     """Each ``SeatplanError(...)`` in the source passes ``fix=``: the CLI prints it as the ``fix:`` line."""
-    import ast
-
-    from kits.paths import REPO_ROOT
-
     missing = []
     for path in sorted((REPO_ROOT / "src" / "seatplan").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

@@ -3,7 +3,10 @@ entry (a heading in docs/*.md naming it): the sqlite-utils habit of testing the 
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 import typer.main
@@ -11,7 +14,7 @@ import typer.main
 from kits.cli import run_cli
 from kits.paths import REPO_ROOT
 from seatplan.cli import app
-from seatplan.clihelp import EXAMPLES
+from seatplan.clihelp import EXAMPLES, SUMMARIES
 
 COMMANDS = sorted(typer.main.get_command(app).commands.items())  # type: ignore[attr-defined]
 HEADINGS = [line for page in sorted((REPO_ROOT / "docs").glob("*.md")) for line in page.read_text().splitlines() if line.startswith("#")]
@@ -60,8 +63,6 @@ def test_docs_cite_only_files_in_the_repo():
 
 def test_the_command_list_reads_whole_at_80_columns(capsys, monkeypatch):
     """`seatplan --help` lists each command with its summary whole: Click cuts a longer first sentence with "..."."""
-    from seatplan.clihelp import SUMMARIES
-
     monkeypatch.setenv("COLUMNS", "80")
     done = run_cli(capsys, monkeypatch, "--help")
     assert done.exit_code == 0 and "..." not in done.stdout.split("Commands:", 1)[1]
@@ -83,10 +84,6 @@ def test_help_breaks_no_word_that_fits_at_a_hyphen(name: str, capsys, monkeypatc
 
 
 def test_python_dash_m_seatplan_is_the_command():
-    import os
-    import subprocess
-    import sys
-
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
     done = subprocess.run([sys.executable, "-m", "seatplan", "plan", str(REPO_ROOT / "absent.yaml")], capture_output=True, text=True,
                           env=environment, timeout=120)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import jsonschema
 import pytest
+import yaml
 
 from kits.plan import LLAMA_8B, GiB, one_host, write_fleet
+from seatplan.documents.fleet import Fleet as FleetModel
 from seatplan.documents.fleet_file import load_fleet, parse_fleet
 from seatplan.errors import SeatplanError
 
@@ -120,11 +123,6 @@ def test_current_layout_must_name_declared_seats(tmp_path):
 
 
 def test_schema_accepts_the_demo_fleet_and_rejects_unknown_keys():
-    import jsonschema
-    import yaml
-
-    from seatplan.documents.fleet import Fleet as FleetModel
-
     schema = FleetModel.model_json_schema()
     demo = yaml.safe_load((LLAMA_8B.parents[3] / "examples" / "demo" / "fleet.yaml").read_text())
     jsonschema.validate(demo, schema)

@@ -8,7 +8,9 @@ import pytest
 
 from kits.facts import facts, fixture_dir, write_config
 from seatplan.errors import SeatplanError
+from seatplan.facts.api import load_model_facts
 from seatplan.facts.context import derive_max_len, rope_scaling_of
+from seatplan.facts.models import parse_vllm_version
 from seatplan.facts.reader import locate_model
 
 
@@ -36,15 +38,12 @@ def test_context_limits(name, derived, default, published):
 def test_yarn_configs_are_scaled_only_until_0_29(version, derived):
     text = {"model_type": "qwen2", "max_position_embeddings": 32768,
             "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
-    from seatplan.facts.models import parse_vllm_version
 
     assert derive_max_len(text, parse_vllm_version(version), rope_scaling_of(text)) == derived
 
 
 @pytest.mark.parametrize("version", ["0.8", "0.32"])
 def test_linear_rope_scaling_multiplies_in_every_era(version):
-    from seatplan.facts.models import parse_vllm_version
-
     text = {"model_type": "llama", "max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2.0}}
     assert derive_max_len(text, parse_vllm_version(version), rope_scaling_of(text)) == 8192
 
@@ -105,8 +104,6 @@ def test_hf_id_resolves_through_hf_hub_cache(tmp_path, monkeypatch):
 
 
 def facts_from_id(model_id: str):
-    from seatplan.facts.api import load_model_facts
-
     return load_model_facts(model_id)
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from kits.facts import facts, write_config
 from seatplan.errors import SeatplanError
+from seatplan.facts.api import cpu_has_amx
 from seatplan.facts.kv_specs import ChunkedLocalAttentionSpec, MambaSpec
 
 COMMON = {"vocab_size": 512, "tie_word_embeddings": False, "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
@@ -186,8 +187,6 @@ def test_block_size_override():
 
 
 def test_amx_detection_reads_cpu_flags(tmp_path):
-    from seatplan.facts.api import cpu_has_amx
-
     (tmp_path / "amx").write_text("flags\t\t: fpu sse avx512f amx_bf16 amx_tile amx_int8\n")
     (tmp_path / "plain").write_text("flags\t\t: fpu sse avx2\n")
     assert cpu_has_amx(tmp_path / "amx") and not cpu_has_amx(tmp_path / "plain")

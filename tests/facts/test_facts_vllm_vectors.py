@@ -10,7 +10,7 @@ import pytest
 
 from kits.facts import GiB, facts, write_config
 from kits.paths import FIXTURES
-from seatplan.facts.kv_cache import group_layers
+from seatplan.facts.kv_cache import capacity, group_layers
 from seatplan.facts.kv_specs import FullAttentionSpec, SlidingWindowSpec
 from seatplan.facts.models import EngineSettings
 from seatplan.units import format_gib
@@ -85,7 +85,6 @@ def test_sliding_layers_with_half_the_heads_get_a_larger_block():
     settings = EngineSettings()
     plan = group_layers([full, sliding] * 4, settings)
     assert {g.kind: g.block_size for g in plan.groups} == {"full_attention": 16, "sliding_window": 32}
-    from seatplan.facts.kv_cache import capacity
 
     result = capacity(plan.groups, plan.bytes_per_block, 4 * GiB, 32768, settings)
     assert (result.num_blocks, result.kv_cache_tokens, round(result.max_concurrency, 2)) == (16384, 199_654, 6.09)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
 import pytest
 
 from kits.facts import facts, fixture_dir, write_config
+from kits.paths import FIXTURES
 from seatplan.errors import SeatplanError
-from seatplan.facts.weights import read_safetensors_header
+from seatplan.facts.weights import MXFP4_PADDING, mxfp4_expert_bytes, read_safetensors_header
+from seatplan.observe.logparse import parse_log
 
 TINY_LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 1,
               "num_attention_heads": 4, "num_key_value_heads": 1, "intermediate_size": 128, "vocab_size": 256,
@@ -191,11 +194,6 @@ def test_log_s04_qwen3_moe_tp4_weights():
 
 def _excerpt_weights() -> dict[str, int]:
     """Excerpt → the weights figure its "Model loading took" / "Loading model weights took" line states (bytes)."""
-    import re
-
-    from kits.paths import FIXTURES
-    from seatplan.observe.logparse import parse_log
-
     text = (FIXTURES / "vllm-startup-logs.txt").read_text()
     parts = re.split(r"^### (S\d+).*$", text, flags=re.M)
     found = {}
@@ -246,8 +244,6 @@ def test_as_loaded_matches_what_vllm_logged(excerpt, tmp_path):
 
 def test_mxfp4_padding_per_backend_and_tp():
     """gpt-oss-120b: hidden 2880, expert intermediate 2880, 128 experts × 36 layers (vLLM mxfp4.py create_weights)."""
-    from seatplan.facts.weights import MXFP4_PADDING, mxfp4_expert_bytes
-
     one_rank = {tp: facts("openai--gpt-oss-120b", tensor_parallel_size=tp) for tp in (1, 2, 4, 8)}
     stored = {tp: result.weights_stored_bytes for tp, result in one_rank.items()}
     loaded = {tp: result.weights_bytes for tp, result in one_rank.items()}

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 from pathlib import Path
 
 import pytest
 import typer
 
 from kits.cli import run_cli
-from kits.paths import MODEL_FIXTURES
+from kits.paths import MODEL_FIXTURES, REPO_ROOT
 from kits.plan import one_host, write_fleet
 from seatplan.cli import app
 from seatplan.numeric_options import MAX_CONTEXT_TOKENS, MAX_DEVICE_MEMORY_BYTES, NumberType, TextNumberType
@@ -163,8 +164,6 @@ def test_report_output_that_cannot_be_a_file_is_an_error_with_a_fix(plan_file, t
 
 def refusal_examples() -> list[tuple[str, str, list[str]]]:
     """Every ``$ seatplan ...`` example in docs/verify.md and docs/reliability.md whose output is an ``error:``."""
-    from kits.paths import REPO_ROOT
-
     found = []
     for page in ("verify.md", "reliability.md"):
         lines = (REPO_ROOT / "docs" / page).read_text().splitlines()
@@ -176,7 +175,5 @@ def refusal_examples() -> list[tuple[str, str, list[str]]]:
 
 @pytest.mark.parametrize("page, command, expected", refusal_examples(), ids=[example[1] for example in refusal_examples()])
 def test_the_refusals_shown_in_the_docs_are_what_seatplan_prints(page, command, expected, capsys, monkeypatch):
-    import shlex
-
     result = run_cli(capsys, monkeypatch, *shlex.split(command)[1:])
     assert result.exit_code == 2 and result.stderr.splitlines() == expected, result.stderr

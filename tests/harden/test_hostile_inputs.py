@@ -17,6 +17,9 @@ import pytest
 
 from kits.hostile import seatplan, strict_json
 from kits.paths import FORMAT_FIXTURES, MODEL_FIXTURES
+from seatplan.fileio import atomic_write_json
+from seatplan.output import emit_json
+from seatplan.units import human_bytes
 
 LLAMA_8B = MODEL_FIXTURES / "meta-llama--Llama-3.1-8B-Instruct"
 NVIDIA_SMI = FORMAT_FIXTURES / "nvidia_smi_query_gpu.csv"
@@ -135,8 +138,6 @@ def test_index_total_size_beyond_any_hardware_is_refused(tmp_path: Path) -> None
 
 
 def test_human_bytes_of_a_googol_and_beyond_does_not_overflow() -> None:
-    from seatplan.units import human_bytes
-
     assert human_bytes(10**400).endswith("GiB")
     assert human_bytes(-(10**400)).startswith("-")
     assert human_bytes(float("nan")) == "nan B"
@@ -304,9 +305,6 @@ def test_usage_json_output_is_strict(tmp_path: Path) -> None:
 
 
 def test_output_json_turns_non_finite_numbers_into_null(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from seatplan.fileio import atomic_write_json
-    from seatplan.output import emit_json
-
     document = {"a": float("nan"), "b": [float("inf"), 1.5], "c": {"d": float("-inf")}}
     emit_json(document)
     assert strict_json(capsys.readouterr().out) == {"a": None, "b": [None, 1.5], "c": {"d": None}}

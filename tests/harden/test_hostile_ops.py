@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from jsonschema import Draft7Validator
 
 from kits.hostile import Outcome, seatplan
 from kits.parts import free_port, require
-from kits.render import QWEN3_8B, load_ansible_yaml
+from kits.render import COMPOSE_SCHEMA, QWEN3_8B, load_ansible_yaml
 from kits.rollout import ansible_installed, localhost_inventory
 from seatplan.render.runner import ansible_playbook
 
@@ -230,10 +231,6 @@ def test_an_absolute_model_path_reaches_compose_whole_and_uninterpolated(work, p
 
 
 def schema_ok(compose_file: Path) -> None:
-    from jsonschema import Draft7Validator
-
-    from kits.render import COMPOSE_SCHEMA
-
     errors = list(Draft7Validator(json.loads(COMPOSE_SCHEMA.read_text())).iter_errors(yaml.safe_load(compose_file.read_text())))
     assert errors == [], errors[0].message if errors else ""
 

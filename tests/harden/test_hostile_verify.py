@@ -25,13 +25,14 @@ import httpx
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from rich.table import Table
 
 from kits.cli import CliResult, run_cli, run_process
 from kits.leaks import TEST_SECRETS
 from kits.paths import MODEL_FIXTURES
 from kits.plan import one_host, write_fleet
 from seatplan.bounded_http import BoundedClient
-from seatplan.output import printable
+from seatplan.output import console, printable
 from seatplan.secrets import HIDDEN, PARTIAL_MIN_CHARS, scrub, spellings
 
 QWEN3_8B = MODEL_FIXTURES / "Qwen--Qwen3-8B"
@@ -384,10 +385,6 @@ def test_the_terminal_escaper_lets_no_control_character_through_and_keeps_the_re
 @given(text=st.text(alphabet=st.characters(max_codepoint=0x30FF), max_size=60))
 def test_the_console_shows_every_string_it_prints_with_controls_escaped(text):
     """Text, table titles, headers and cells: Rich drops only BEL/BS/VT/FF/CR by itself and lets ESC through."""
-    from rich.table import Table
-
-    from seatplan.output import console
-
     out = console()
     with out.capture() as captured:
         table = Table(title=f"t{text}")

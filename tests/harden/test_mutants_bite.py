@@ -13,8 +13,17 @@ import numpy as np
 import pytest
 
 from kits.paths import MODEL_FIXTURES
+from seatplan.documents.fleet import Policy, SeatSpec
+from seatplan.documents.usage import RunawayRule
+from seatplan.errors import SeatplanError
+from seatplan.facts.api import load_model_facts
 from seatplan.facts.kv_specs import ChunkedLocalAttentionSpec, SlidingWindowSpec
+from seatplan.facts.layout import hybrid_block_size
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
+from seatplan.plan.placement import GpuSlot, SeatDemand
+from seatplan.plan.placement.problem import compile_problem
+from seatplan.plan.sizing import choose_kv_bytes
+from seatplan.usage.sweep import runaway_threshold_tokens
 
 BLOCK = 16
 T0 = 1_790_000_000  # a whole number of 10-minute bins
@@ -52,10 +61,6 @@ def test_chunked_local_attention_counts_a_partial_block(in_flight: int, max_mode
 
 
 def test_kv_rule_takes_the_ceiling_of_request_times_factor_exactly() -> None:
-    from seatplan.documents.fleet import Policy, SeatSpec
-    from seatplan.facts.api import load_model_facts
-    from seatplan.plan.sizing import choose_kv_bytes
-
     llama = load_model_facts(MODEL_FIXTURES / "meta-llama--Llama-3.1-8B-Instruct")
     seat = SeatSpec(name="s", model="m", kv_factor=1.1)
     request = llama.request_kv_bytes(4096)
@@ -146,8 +151,6 @@ def test_a_step_is_placed_at_the_first_reading_half_a_step_off_the_old_level() -
 
 
 def test_hybrid_block_size_on_gpu_is_a_multiple_of_the_kernel_block() -> None:
-    from seatplan.facts.layout import hybrid_block_size
-
     # vLLM's _align_hybrid_block_size with an 8-token base block: the attention page must hold the 50-byte state
     # (one block of 8 x 10 bytes does), then the GPU kernels' 16-token alignment raises it to 16.
     assert hybrid_block_size(8, 50, 10, "cuda") == 16
@@ -156,11 +159,6 @@ def test_hybrid_block_size_on_gpu_is_a_multiple_of_the_kernel_block() -> None:
 
 
 def test_kv_rule_without_a_step_and_its_explanation_are_exact() -> None:
-    from seatplan.documents.fleet import Policy, SeatSpec
-    from seatplan.errors import SeatplanError
-    from seatplan.facts.api import load_model_facts
-    from seatplan.plan.sizing import choose_kv_bytes
-
     llama = load_model_facts(MODEL_FIXTURES / "meta-llama--Llama-3.1-8B-Instruct")
     unrounded = Policy(rounding_step_bytes=0)
     choice = choose_kv_bytes(SeatSpec(name="s", model="m", kv_factor=1.1), llama, 4096, unrounded)
@@ -180,9 +178,6 @@ def test_kv_rule_without_a_step_and_its_explanation_are_exact() -> None:
 
 
 def test_runaway_threshold_rounds_a_fractional_multiple_up() -> None:
-    from seatplan.documents.usage import RunawayRule
-    from seatplan.usage.sweep import runaway_threshold_tokens
-
     rule = RunawayRule(operator_threshold_tokens=None, floor_tokens=4, tail_multiple=1.5, cap_fraction=0.9, description="")
     assert runaway_threshold_tokens(rule, 7, None) == 11  # 1.5 x 7 = 10.5 -> 11
     assert runaway_threshold_tokens(rule, 7, 11) == 9  # 0.9 x 11 = 9.9 -> 9: the cap rounds down
@@ -192,9 +187,6 @@ def test_runaway_threshold_rounds_a_fractional_multiple_up() -> None:
 
 
 def test_a_seat_that_fills_a_gpu_exactly_fits() -> None:
-    from seatplan.plan.placement import GpuSlot, SeatDemand
-    from seatplan.plan.placement.problem import compile_problem
-
     problem = compile_problem([GpuSlot(host="h", index=0, capacity_bytes=1000, headroom_bytes=100)],
                               [SeatDemand(name="s", footprint_bytes=900)])
     assert problem.fits([(0,)])
@@ -215,8 +207,5 @@ def test_a_creep_still_rising_reports_its_rise_to_the_latest_level() -> None:
 
 
 def test_with_every_gpu_kept_clear_the_worst_spare_is_zero() -> None:
-    from seatplan.plan.placement import GpuSlot
-    from seatplan.plan.placement.problem import compile_problem
-
     problem = compile_problem([GpuSlot(host="h", index=0, capacity_bytes=1000, keep_clear=True)], [])
     assert problem.worst_spare(problem.loads([])) == 0

@@ -9,6 +9,7 @@ Hypothesis shrinks. Inputs that once broke a reader are kept in tests/fuzz/corpu
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -36,7 +37,6 @@ def damaged_lines(lines: list[str]):
             return [line[: cut % (len(line) + 1)]]
         if how == 3:
             return [line, line]
-        import re
         return [re.sub(r"-?\d+(?:\.\d+)?", value, line, count=1 + cut % 3)]
 
     return st.lists(st.tuples(st.sampled_from(lines), st.integers(0, 4), st.sampled_from(HOSTILE_NUMBERS),
@@ -156,8 +156,6 @@ FLEET_LINES = FLEET.read_text().splitlines()
 
 def _fleet_with(position: int, value: str) -> list[str]:
     """The demo fleet whole, with one number or word of one line swapped for a hostile value."""
-    import re
-
     lines = list(FLEET_LINES)
     index = position % len(lines)
     lines[index] = re.sub(r"(?<=: )[^,{}\[\]\n]+", value, lines[index], count=1)

@@ -32,6 +32,7 @@ from kits.vllm_engine import (  # noqa: E402
     vllm_python,
     vllm_venv,
 )
+from seatplan.fileio import atomic_write_json  # noqa: E402
 
 ORACLE_PATH = TESTS_DIR / "fixtures" / "vllm_cpu_oracle.json"
 # Start-up log lines that carry or explain the KV figures (block size, padding, groups, capacity).
@@ -107,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
     if not vllm_installed():
         raise SystemExit(f"no vLLM in {vllm_venv()}; run scripts/install-test-deps.sh")
 
-    from seatplan.fileio import atomic_write_json
 
     log_dir = boot_log_dir()
     fetch = saved_boot if options.saved else boot_plan_now

@@ -27,14 +27,13 @@ from kits.vllm_engine import (
     boot_engine,
     boot_log_dir,
 )
+from seatplan.facts.api import load_model_facts
+from seatplan.facts.models import EngineSettings
 
 pytestmark = pytest.mark.vllm
 
 
 def facts_for(config: EngineConfig):
-    from seatplan.facts.api import load_model_facts
-    from seatplan.facts.models import EngineSettings
-
     settings = EngineSettings(
         device="cpu",
         vllm_version=VLLM_VERSION,

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from kits.paths import FIXTURES
+from seatplan.facts.api import load_model_facts
+from seatplan.facts.models import EngineSettings
 
 ORACLE = json.loads((FIXTURES / "vllm_cpu_oracle.json").read_text())
 
 
 def _facts(boot: dict, model_dir: Path):
-    from seatplan.facts.api import load_model_facts
-    from seatplan.facts.models import EngineSettings
-
     (model_dir / "config.json").write_text(json.dumps(boot["model_config"]))
     engine = boot["engine"]
     settings = EngineSettings(device=engine["device"], vllm_version=engine["vllm_version"], dtype=engine["dtype"],

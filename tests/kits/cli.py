@@ -25,7 +25,7 @@ def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
             env: Mapping[str, str | None] | None = None) -> CliResult:
     """``seatplan ARGS`` through the real entry point (``seatplan.cli.main``), captured in-process. ``env`` sets
     (or, with None, removes) variables for this run only."""
-    from seatplan.cli import main  # at call time: the seatplan under test, as the test set it up
+    from seatplan.cli import main  # noqa: PLC0415 (at call time: the seatplan under test, as the test set it up)
 
     with monkeypatch.context() as scoped:
         for name, value in (env or {}).items():

@@ -25,9 +25,27 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
+
 from kits.paths import REPO_ROOT
+from seatplan.documents.fleet_file import load_fleet
+from seatplan.documents.io import read_observed, read_plan, read_usage
 from seatplan.errors import SeatplanError
+from seatplan.facts.api import load_model_facts
+from seatplan.facts.weights import DTYPE_BYTES, read_safetensors_header
+from seatplan.jsontext import dumps_strict
+from seatplan.observe.inputs import read_vllm_logs, read_vllm_metrics
+from seatplan.observe.sources.beszel import read_beszel
+from seatplan.observe.sources.nvidia_smi import read_nvidia_smi
+from seatplan.observe.sources.prometheus import read_prometheus_text
+from seatplan.output import to_jsonable
 from seatplan.units import MAX_PLAUSIBLE_BYTES
+from seatplan.usage import csvscan
+from seatplan.usage.queries import Window
+from seatplan.usage.seat_map import SeatMap
+from seatplan.usage.sources import open_source, require_records
+from seatplan.usage.summary import collect_usage, require_calls
+from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
 
 REPO_TESTS = REPO_ROOT / "tests"
 LLAMA_CONFIG = REPO_TESTS / "fixtures" / "models" / "meta-llama--Llama-3.1-8B-Instruct" / "config.json"
@@ -79,9 +97,6 @@ def check(condition: bool, message: str) -> None:
 
 def strict_json(document: object) -> None:
     """What ``--json`` would print must be strict JSON."""
-    from seatplan.jsontext import dumps_strict
-    from seatplan.output import to_jsonable
-
     text = dumps_strict(to_jsonable(document))
     json.loads(text, parse_constant=lambda constant: (_ for _ in ()).throw(PropertyViolated(constant)))
 
@@ -89,14 +104,10 @@ def strict_json(document: object) -> None:
 # ------------------------------------------------------------------------------------------- the targets
 
 def fleet(data: bytes) -> str:
-    from seatplan.documents.fleet_file import load_fleet
-
     return judged_file("fleet YAML", "fleet.yaml", data, load_fleet)
 
 
 def config(data: bytes) -> str:
-    from seatplan.facts.api import load_model_facts
-
     with scratch() as directory:
         (directory / "config.json").write_bytes(data)
 
@@ -110,8 +121,6 @@ def config(data: bytes) -> str:
 
 
 def safetensors(data: bytes) -> str:
-    from seatplan.facts.weights import DTYPE_BYTES, read_safetensors_header
-
     def run(path: Path) -> None:
         for tensor in read_safetensors_header(path):
             check(0 <= tensor.nbytes <= len(data), f"tensor {tensor.name!r} claims {tensor.nbytes} bytes of {len(data)}")
@@ -121,8 +130,6 @@ def safetensors(data: bytes) -> str:
 
 
 def vllm_log(data: bytes) -> str:
-    from seatplan.observe.inputs import read_vllm_logs
-
     def run(path: Path) -> None:
         boots, stats = read_vllm_logs([str(path)], year=2026)
         check(bool(boots or stats), "a vLLM log accepted with nothing found in it")
@@ -131,8 +138,6 @@ def vllm_log(data: bytes) -> str:
 
 
 def _check_series(series, reader: str) -> None:
-    import numpy as np
-
     for one in series:
         check(bool(((one.times_s >= 0) & (one.times_s <= LATEST_EPOCH_S)).all()), f"{reader}: a time outside 1970..9999")
         used = one.used_mib[~np.isnan(one.used_mib)]
@@ -140,8 +145,6 @@ def _check_series(series, reader: str) -> None:
 
 
 def nvidia_smi(data: bytes) -> str:
-    from seatplan.observe.sources.nvidia_smi import read_nvidia_smi
-
     def run(path: Path) -> None:
         series, processes = read_nvidia_smi(path)
         check(bool(series or processes), "an nvidia-smi CSV accepted with no reading")
@@ -151,9 +154,6 @@ def nvidia_smi(data: bytes) -> str:
 
 
 def prometheus(data: bytes) -> str:
-    from seatplan.observe.inputs import read_vllm_metrics
-    from seatplan.observe.sources.prometheus import read_prometheus_text
-
     def run(path: Path) -> None:
         series, stats = read_prometheus_text(path)
         check(bool(series or stats), "exposition text accepted with nothing found in it")
@@ -178,8 +178,6 @@ BESZEL_SCHEMA = (
 
 def beszel(data: bytes) -> str:
     """Rows of a hub database from the bytes: each line is ``created<TAB>type<TAB>stats``."""
-    from seatplan.observe.sources.beszel import read_beszel
-
     with scratch() as directory:
         path = directory / "data.db"
         connection = sqlite3.connect(path)
@@ -199,8 +197,6 @@ def beszel(data: bytes) -> str:
 
 
 def document(data: bytes) -> str:
-    from seatplan.documents.io import read_observed, read_plan, read_usage
-
     with scratch() as directory:
         path = directory / "document.json"
         path.write_bytes(data)
@@ -211,12 +207,6 @@ def document(data: bytes) -> str:
 
 
 def _usage(path: Path, fast: bool):
-    from seatplan.usage.queries import Window
-    from seatplan.usage.seat_map import SeatMap
-    from seatplan.usage.sources import open_source, require_records
-    from seatplan.usage.summary import collect_usage, require_calls
-    from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
-
     rule = default_runaway_rule(None)
     require_records(str(path))
     with open_source(str(path), lowest_runaway_threshold_tokens(rule, []), fast_csv=fast) as source:
@@ -227,8 +217,6 @@ def _usage(path: Path, fast: bool):
 
 def spend_csv(data: bytes) -> str:
     """A spend-log CSV (the real header, then the bytes): the compiled reader stops with a reason or agrees with DuckDB."""
-    from seatplan.usage import csvscan
-
     def run(path: Path) -> None:
         slow, slow_reader = _usage(path, fast=False)
         check(slow_reader == "duckdb", "the DuckDB reading was not DuckDB's")

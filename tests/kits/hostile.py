@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from seatplan.cli import main
+
 
 @dataclass
 class Outcome:
@@ -40,8 +42,6 @@ def strict_json(text: str):
 
 def seatplan(*args: str, monkeypatch: pytest.MonkeyPatch | None = None) -> Outcome:
     """``seatplan ARGS`` through the real entry point; an uncaught exception propagates (a test failure)."""
-    from seatplan.cli import main
-
     out, err = io.StringIO(), io.StringIO()
     saved = sys.argv
     sys.argv = ["seatplan", *args]

@@ -7,12 +7,17 @@ datetimes with ``Z``, JSON columns as objects), so all three sources carry the s
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 T0 = datetime(2026, 11, 23, 0, 0, 0)
 SINCE = T0 + timedelta(seconds=1000)
@@ -132,9 +137,6 @@ JSON_COLUMNS = ("metadata", "request_tags")
 
 
 def insert_calls(dsn: str, calls: tuple[Call, ...] | list[Call]) -> None:
-    import psycopg
-    from psycopg.types.json import Jsonb
-
     rows = [spend_log_row(call) for call in calls]
     columns = list(rows[0])
     names = ", ".join(f'"{name}"' for name in columns)
@@ -148,8 +150,6 @@ def insert_calls(dsn: str, calls: tuple[Call, ...] | list[Call]) -> None:
 
 def export_csv(dsn: str, path: Path) -> Path:
     """What ``\\copy (SELECT * FROM "LiteLLM_SpendLogs") TO 'x.csv' CSV HEADER`` writes."""
-    import psycopg
-
     with psycopg.connect(dsn) as connection, connection.cursor() as cursor, path.open("wb") as out:
         with cursor.copy('COPY (SELECT * FROM "LiteLLM_SpendLogs") TO STDOUT WITH (FORMAT csv, HEADER)') as copy:
             for block in copy:
@@ -164,9 +164,6 @@ def _api_time(moment: datetime) -> str:
 
 def export_jsonl(dsn: str, path: Path) -> Path:
     """The rows as ``GET /spend/logs`` items, one per line, newest first like the API."""
-    import psycopg
-    from psycopg.rows import dict_row
-
     with psycopg.connect(dsn, row_factory=dict_row) as connection:
         rows = connection.execute('SELECT * FROM "LiteLLM_SpendLogs" ORDER BY "startTime" DESC').fetchall()
     with path.open("w", encoding="utf-8") as out:
@@ -184,8 +181,6 @@ def _csv_time(moment: datetime) -> str:
 
 def write_csv(calls: tuple[Call, ...] | list[Call], path: Path, drop_columns: tuple[str, ...] = ()) -> Path:
     """The rows as PostgreSQL's ``COPY ... CSV HEADER`` writes them, without needing a server."""
-    import csv
-
     rows = [spend_log_row(call) for call in calls]
     columns = [name for name in rows[0] if name not in drop_columns]
     with path.open("w", newline="", encoding="utf-8") as out:

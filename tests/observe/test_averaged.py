@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from kits.beszel_hub import DAY, HOUR, MINUTE, NOW, Gpu, Hub, Life
+from seatplan.observe.averaged import Records, analyse_records
 from seatplan.observe.detect import analyse
 from seatplan.observe.sources.beszel import read_beszel
 
@@ -144,7 +145,6 @@ def test_a_restart_the_averages_hide_is_found_from_the_boot_line(tmp_path):
 def test_a_history_that_begins_while_an_engine_boots_is_no_creep():
     """The first record holds the boot (minutes at zero and loading in its mean): seen by no other record, it is no
     creep (the night example's hub printed creeps of +210,347 MiB "in 1.8 h" before)."""
-    from seatplan.observe.averaged import Records, analyse_records
 
     rng = np.random.default_rng(4)
     for _ in range(5):

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kits.series import DAY, HOUR, MINUTE, T0, Boot, Scenario, seed_scenarios
-from seatplan.observe.detect import GpuSeries, analyse
+from seatplan.observe.detect import GAP_FLOOR_S, GAP_WINDOW, GpuSeries, analyse, count_gaps, rolling_median
 
 
 def series_of(scenario: Scenario, index: int = 0) -> GpuSeries:
@@ -137,8 +137,6 @@ def test_one_restart_is_found_where_it_happened(before, delta, sign, day, seed):
 
 
 def test_gaps_counted_at_the_long_pauses_alone_match_the_full_rolling_median():
-    from seatplan.observe.detect import GAP_FLOOR_S, GAP_WINDOW, count_gaps, rolling_median
-
     rng = np.random.default_rng(31)
     for _ in range(40):
         spacing = rng.choice([15.0, 60.0, 300.0, 7200.0], size=int(rng.integers(1, 400))) * rng.uniform(0.9, 1.1)

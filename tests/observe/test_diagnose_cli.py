@@ -9,9 +9,10 @@ import pytest
 
 from kits.documents import plan_document, planned_gpu, planned_seat
 from kits.night import NIGHT, vllm_log_options
-from kits.paths import REPO_ROOT
+from kits.paths import FORMAT_FIXTURES, REPO_ROOT
 from kits.series import DAY, HOUR, MINUTE, T0, seed_scenarios, write_nvidia_smi
 from kits.vllm_logs import boot_lines
+from seatplan.documents.observed import ObservedFootprints
 from seatplan.units import GiB, MiB
 
 
@@ -87,14 +88,11 @@ def test_json_report_and_observations(cli, scene):
     assert observed["seats"]["big"]["kv_cache_memory_bytes"] == 62 * GiB
 
     assert observed["engines"] == {}  # no stats lines or /metrics were given
-    from seatplan.documents.observed import ObservedFootprints
 
     assert ObservedFootprints.model_validate(observed).seats["big"].footprint_bytes == observed["seats"]["big"]["footprint_bytes"]
 
 
 def test_human_output_and_engine_stats(cli, scene, tmp_path):
-    from kits.paths import FORMAT_FIXTURES
-
     observed_path = tmp_path / "observed.json"
     result = cli("diagnose", "--nvidia-smi", str(scene / "smi.csv"), "--vllm-log", f"renamed={scene / 'engines.log'}",
                  "--vllm-metrics", str(FORMAT_FIXTURES / "vllm_metrics.prom"), "-o", str(observed_path))

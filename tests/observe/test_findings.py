@@ -10,8 +10,9 @@ import numpy as np
 from kits.paths import MODEL_FIXTURES
 from kits.vllm_logs import boot_lines
 from seatplan.documents.fleet import Policy
+from seatplan.observe.diagnose import diagnose
 from seatplan.observe.findings import seat_findings
-from seatplan.observe.inputs import kv_rule_pins, rule_arithmetic
+from seatplan.observe.inputs import kv_rule_pins, rule_arithmetic, seat_map
 from seatplan.observe.logparse import parse_log
 from seatplan.units import GiB
 
@@ -65,8 +66,6 @@ seats:
 
 def test_fleet_names_the_seat_and_its_rule(tmp_path):
     fleet = big_seat_fleet(tmp_path, "kv_factor: 1.5", "current_layout:\n  big: node-1:1\n")
-    from seatplan.observe.diagnose import diagnose
-    from seatplan.observe.inputs import seat_map
 
     boots = racy_boots("/elsewhere/on/the/gpu/host")  # the log's path need not exist here: the fleet's does
     view = seat_map(None, fleet)

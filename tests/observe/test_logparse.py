@@ -11,6 +11,10 @@ import pytest
 
 from kits.paths import FIXTURES
 from kits.vllm_logs import boot_lines
+from seatplan.errors import SeatplanError
+from seatplan.observe.diagnose import diagnose
+from seatplan.observe.findings import co_boot_race, context_cuts, seat_findings
+from seatplan.observe.inputs import utc_offset_seconds
 from seatplan.observe.logparse import parse_log, split_line
 from seatplan.units import GiB
 
@@ -124,7 +128,6 @@ def test_co_boot_race_seed_case_in_one_docker_log():
     assert [b.started_at.day for b in boots] == [20, 22, 25]
     assert {b.seat for b in boots} == {"qwen3-32b"} and all(b.sized_by == "utilization" for b in boots)
 
-    from seatplan.observe.findings import seat_findings
 
     findings = seat_findings("qwen3-32b", boots)
     # Alone in the log, the moving KV is drift: nothing shows a neighbour booting at the same time.
@@ -144,7 +147,6 @@ def test_co_boot_race_seed_case_in_one_docker_log():
 
 def test_steady_boots_are_no_race():
     boots = parse_log(boot_lines(1, 2, "a", clock="11-20 09:00:00") + boot_lines(1, 2, "a", clock="11-21 09:00:00", kv_gib=20.41)).boots
-    from seatplan.observe.findings import co_boot_race
 
     assert len(boots) == 2 and co_boot_race("a", boots) is None
 
@@ -195,7 +197,6 @@ def test_startup_errors_and_old_engine():
     assert boots[0].errors[0].requested_bytes == gib(39.6)
     assert boots[1].errors[0].derived_max_model_len == 40960
 
-    from seatplan.observe.findings import seat_findings
 
     kinds = [f.kind for f in seat_findings("x", boots)]
     assert kinds.count("boot_failed") == 2 and "no_kv_bytes_flag" in kinds
@@ -206,7 +207,6 @@ def test_auto_fit_is_a_context_cut():
     lines.insert(3, "(EngineCore_DP0 pid=2) INFO 11-20 09:00:00 [kv_cache_utils.py:1] Auto-fit max_model_len: reduced from 262144 to 98304")
     boot = parse_log(lines).boots[0]
     assert (boot.max_model_len_before_auto_fit, boot.max_model_len) == (262144, 98304)
-    from seatplan.observe.findings import context_cuts
 
     assert "262144 to 98304" in context_cuts("d", [boot])[0].message
 
@@ -220,15 +220,10 @@ def test_host_clock_offset_applies_to_zone_less_times_only():
 
 @pytest.mark.parametrize("text, seconds", [("+01:00", 3600), ("-0500", -18000), ("UTC+5:30", 19800), (None, 0)])
 def test_utc_offset_option(text, seconds):
-    from seatplan.observe.inputs import utc_offset_seconds
-
     assert utc_offset_seconds(text) == seconds
 
 
 def test_bad_utc_offset():
-    from seatplan.errors import SeatplanError
-    from seatplan.observe.inputs import utc_offset_seconds
-
     with pytest.raises(SeatplanError, match="UTC offset"):
         utc_offset_seconds("+25:00")
 
@@ -252,8 +247,6 @@ def test_engine_stats_lines(line, running, waiting, usage, preempted):
 
 def test_thirteen_unrelated_excerpts_are_thirteen_engines_and_no_race():
     """Issue 13 §2: the excerpts in one file come from different machines; none may be merged or raced."""
-    from seatplan.observe.diagnose import diagnose
-
     lines = (FIXTURES / "vllm-startup-logs.txt").read_text().splitlines()
     boots = [boot for boot in parse_log(lines, source="vllm-startup-logs.txt", year=2025).boots
              if boot.source.split(":")[1].split("-")[0] not in {str(n) for n, line in enumerate(lines, 1) if line.startswith("#|")}]
@@ -273,7 +266,6 @@ def test_thirteen_unrelated_excerpts_are_thirteen_engines_and_no_race():
 def test_two_engines_booting_together_in_one_log_are_a_race():
     """Without a fleet, engines in one log file are assumed to share the GPU, and the evidence says so. A race
     needs a figure that moved (issue 20: one was reported where KV went 6.02 → 6.02 GiB)."""
-    from seatplan.observe.diagnose import diagnose
 
     both = [line for pair in zip(boot_lines(100, 101, "alpha", kv_gib=10.0), boot_lines(200, 201, "beta", kv_gib=30.0))
             for line in pair]

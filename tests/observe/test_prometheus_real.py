@@ -10,6 +10,7 @@ import pytest
 
 from kits.parts import free_port, require_binary, stop_process
 from kits.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios
+from seatplan.errors import SeatplanError
 from seatplan.observe.detect import analyse
 from seatplan.observe.sources.prometheus import read_prometheus
 
@@ -77,7 +78,5 @@ def test_query_range_through_a_real_prometheus(prometheus_url):
 
 
 def test_unreachable_prometheus_is_a_seatplan_error():
-    from seatplan.errors import SeatplanError
-
     with pytest.raises(SeatplanError, match="cannot query Prometheus"):
         read_prometheus(f"http://127.0.0.1:{free_port()}", start=T0, end=T0 + 3600, timeout_s=2)

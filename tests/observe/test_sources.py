@@ -13,6 +13,7 @@ from kits.series import DAY, MINUTE, T0, dcgm_text, seed_scenarios, write_beszel
 from seatplan.errors import SeatplanError
 from seatplan.exposition import parse_exposition
 from seatplan.observe.detect import analyse
+from seatplan.observe.diagnose import summarise_stats
 from seatplan.observe.sources.beszel import read_beszel
 from seatplan.observe.sources.nvidia_smi import read_nvidia_smi
 from seatplan.observe.sources.prometheus import read_prometheus_text, series_from_query_range
@@ -146,8 +147,6 @@ def test_query_range_json():
 
 
 def test_metrics_counter_resets_are_summed():
-    from seatplan.observe.diagnose import summarise_stats
-
     text = []
     for minute, (preempted, usage) in enumerate([(0, 0.2), (3, 0.9), (5, 0.5), (1, 0.1), (4, 0.3)]):  # restart after the 3rd
         stamp = (T0 + minute * 60) * 1000

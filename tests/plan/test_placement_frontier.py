@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from kits.cli import run_cli
+from kits.plan import write_fleet
 from seatplan.plan.placement import GpuSlot, SeatDemand, place
 from seatplan.plan.placement.frontier import budgets
 
@@ -114,11 +118,6 @@ current_layout: {a: 0, b: 0, c: 0, d: 1, e: 2}
 
 
 def test_plan_shows_the_frontier_and_takes_max_moves_and_move_cost(capsys, monkeypatch, tmp_path):
-    import json
-
-    from kits.cli import run_cli
-    from kits.plan import write_fleet
-
     fleet = write_fleet(tmp_path, FLEET)
     plain = json.loads(run_cli(capsys, monkeypatch, "plan", str(fleet), "--json").stdout)
     assert [(p["max_moves"], p["moves"], p["worst_case_spare_bytes"] // GiB) for p in plain["frontier"]] == [(0, 0, 0), (1, 1, 20), (2, 2, 30)]

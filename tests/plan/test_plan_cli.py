@@ -9,6 +9,7 @@ import pytest
 
 from kits.cli import run_cli
 from kits.plan import LLAMA_8B, GiB, MiB, one_host, write_fleet
+from seatplan.cli import main
 from seatplan.documents.plan import Plan
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "fleet.yaml"
@@ -17,8 +18,6 @@ DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "fleet.yaml"
 @pytest.fixture(scope="module")
 def demo_plan_file(tmp_path_factory) -> Path:
     """The demo planned once through the CLI (-o), shared by the tests that read it."""
-    from seatplan.cli import main
-
     target = tmp_path_factory.mktemp("demo") / "plan.json"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("sys.argv", ["seatplan", "plan", str(DEMO), "-o", str(target), "--json"])

@@ -11,10 +11,11 @@ import math
 import pytest
 
 from kits.documents import model_usage, runaway, usage_report
-from kits.plan import LLAMA_8B, PHI_35, GiB, MiB, one_host, write_fleet
+from kits.plan import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB, one_host, write_fleet
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.documents.plan import Plan
+from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
 from seatplan.plan.planner import build_plan
 
@@ -208,8 +209,6 @@ seats:
 
 
 def test_sizing_errors_name_the_seat_line(tmp_path):
-    from seatplan.errors import SeatplanError
-
     seats = f"seats:\n  - name: a\n    model: {LLAMA_8B}\n    port: 8001\n  - name: b\n    model: {LLAMA_8B}\n    port: 8002\n    kv_cache_memory_bytes: 1GiB\n"
     path = write_fleet(tmp_path, one_host() + seats)
     with pytest.raises(SeatplanError) as caught:
@@ -245,8 +244,6 @@ def test_observations_for_unknown_seats_are_reported(tmp_path):
 
 
 def test_fp8_kv_and_yarn_reach_the_command_line(tmp_path):
-    from kits.plan import QWEN3_8B
-
     fleet = one_host(1, "96GiB") + f"""
 seats:
   - {{name: short, model: {LLAMA_8B}, port: 8001, max_model_len: 32768, kv_cache_dtype: fp8}}

@@ -7,6 +7,8 @@ a 16-token block is 2 MiB. Qwen3-8B: 36 layers, same heads → 144 KiB (147,456 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kits.documents import model_usage, runaway
 from kits.plan import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB
@@ -171,9 +173,6 @@ def test_a_runaway_tail_is_not_taken_for_ordinary_replies():
 
 
 def test_kv_rule_invariants_hold_for_any_length_factor_and_step(llama):
-    from hypothesis import given, settings
-    from hypothesis import strategies as st
-
     @settings(max_examples=200, deadline=None)
     @given(
         max_model_len=st.integers(min_value=1, max_value=131072),

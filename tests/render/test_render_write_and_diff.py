@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 
 from kits.rollout import run_seatplan
 from seatplan.documents.plan import Plan
+from seatplan.render.diff import unified
 
 
 def saved_variant(demo_plan_path, tmp_path, name="new.json", **changes) -> str:
@@ -161,10 +163,6 @@ def test_a_file_diff_shows_only_the_lines_that_changed(demo_plan_path, tmp_path,
 
 def test_the_file_diff_is_difflibs_on_files_short_of_autojunk(rng):
     """Below 200 lines difflib's autojunk never applies: there the file diff is difflib.unified_diff's, byte for byte."""
-    import difflib
-
-    from seatplan.render.diff import unified
-
     for _ in range(500):
         before = [rng.choice("abcde") + "\n" for _ in range(rng.randint(0, 40))]
         after = list(before)

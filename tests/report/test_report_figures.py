@@ -4,6 +4,7 @@ definitions on the walkthrough's week and on hand-made cases."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -141,8 +142,6 @@ def test_every_figure_has_its_numbers_in_a_table_or_on_hover(night: NightDocumen
 
 
 def test_replayed_peak_read_where_the_usage_document_has_one():
-    from types import SimpleNamespace
-
     assert replay_peak_tokens(SimpleNamespace()) is None  # usage documents without a replay
     replay = SimpleNamespace(peak_blocks=1_200, block_size_tokens=16, token_groups=1)
     assert replay_peak_tokens(SimpleNamespace(kv_replay=replay)) == 19_200

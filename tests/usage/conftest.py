@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from kits.parts import free_port, require, require_binary
@@ -51,8 +52,6 @@ _database_numbers = itertools.count()
 @pytest.fixture
 def new_spend_database(postgres_dsn: str) -> Callable[[], str]:
     """Makes a fresh database with ``LiteLLM_SpendLogs`` exactly as LiteLLM's migrations leave it; returns its DSN."""
-    import psycopg
-
     def make() -> str:
         name = f"spend_{os.getpid()}_{next(_database_numbers)}"
         with psycopg.connect(postgres_dsn, autocommit=True) as admin:

@@ -10,6 +10,10 @@ from pathlib import Path
 from kits.spend_scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, T0, UNTIL, Call, insert_calls, write_csv
 from kits.usage import figures, usage_report
 from seatplan.documents.fleet import Policy
+from seatplan.documents.usage import KvReplay
+from seatplan.facts.api import load_model_facts
+from seatplan.facts.models import EngineSettings
+from seatplan.plan.kv_replay import replay_check
 from seatplan.usage.queries import Window
 
 MODELS = Path(__file__).resolve().parents[1] / "fixtures" / "models"
@@ -110,10 +114,6 @@ def test_a_kv_that_holds_the_peak_says_so_and_a_level_between_breakpoints_is_a_b
     assert line["result"].startswith("holds the window: peak 377 of 454 usable blocks")
     assert (line["inputs"]["minutes_above"], line["inputs"]["waited_requests"]) == (0.0, 0)
 
-    from seatplan.documents.usage import KvReplay
-    from seatplan.facts.api import load_model_facts
-    from seatplan.facts.models import EngineSettings
-    from seatplan.plan.kv_replay import replay_check
 
     # A curve with 100-block steps, read at 299 usable blocks: the level below (200) bounds it from above.
     document = json.loads(usage.read_text())["models"]["qwen3-8b"]["kv_replay"]
@@ -127,9 +127,6 @@ def test_a_kv_that_holds_the_peak_says_so_and_a_level_between_breakpoints_is_a_b
 
 def test_a_replay_that_counted_other_blocks_is_not_read(tmp_path: Path) -> None:
     # Without --fleet the usage stage assumes 16-token blocks; Qwen3-Next runs 544-token ones.
-    from seatplan.facts.api import load_model_facts
-    from seatplan.facts.models import EngineSettings
-    from seatplan.plan.kv_replay import replay_check
 
     report = usage_report(write_csv(STACKED, tmp_path / "spend.csv"))
     facts = load_model_facts(MODELS / "Qwen--Qwen3-Next-80B-A3B-Thinking", EngineSettings(vllm_version="0.32"))

@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from kits.cli import run_cli
 from kits.parts import free_port
@@ -55,8 +57,6 @@ class SpendApi(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, dsn: str, count_cap: int, page_clamp: int, port: int) -> None:
-        import psycopg
-
         self.dsn, self.count_cap, self.page_clamp = dsn, count_cap, page_clamp
         self.requests = 0
         with psycopg.connect(dsn) as connection:
@@ -79,8 +79,6 @@ class SpendApiHandler(BaseHTTPRequestHandler):
     server: SpendApi
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        import psycopg
-        from psycopg.rows import dict_row
 
         self.server.requests += 1
         url = urlsplit(self.path)
@@ -257,7 +255,6 @@ HOSTILE_BODIES = [b"<html>login</html>", b"[" * 100_000 + b"]" * 100_000, b'{"da
 
 def hostile_handler(body: bytes) -> type[BaseHTTPRequestHandler]:
     """A server whose answer is not LiteLLM's: it must be a located error, never a traceback or a hang."""
-
     class Hostile(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
             self.send_response(200)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kits.spend_scenario import CHAT_MODEL, SCENARIO, insert_calls, write_csv
+from seatplan.documents.io import read_usage
 from seatplan.usage.cli import resolve_window
 
 WINDOW_FLAGS = ["--since", "2026-11-23T00:16:40", "--until", "2026-11-23T10:00:00Z"]
@@ -41,8 +42,6 @@ def test_json_output_is_one_document_with_the_contract_fields(cli, scenario_csv:
 
 
 def test_plan_stage_reads_the_usage_document(cli, scenario_csv: Path, tmp_path: Path) -> None:
-    from seatplan.documents.io import read_usage
-
     output = tmp_path / "usage.json"
     assert cli("usage", "--from", str(scenario_csv), "-o", str(output), "--json").exit_code == 0
     summary = read_usage(output)

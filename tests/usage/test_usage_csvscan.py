@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
@@ -24,10 +25,10 @@ from kits.parts import require
 from kits.spend_scenario import SCENARIO, write_csv
 from kits.usage import figures, usage_report
 from seatplan.usage import csvscan
-from seatplan.usage.queries import METADATA_KEYS, Window
+from seatplan.usage.queries import CLIENT_COLUMNS, METADATA_KEYS, MODEL_COLUMNS, SourceShape, Window, normalized_columns
 from seatplan.usage.rows import MISSING
 from seatplan.usage.seat_map import SeatMap
-from seatplan.usage.sources import _csv_header, open_source
+from seatplan.usage.sources import DuckDBFileSource, _csv_from_clause, _csv_header, open_source
 from seatplan.usage.summary import collect_usage
 from seatplan.usage.sweep import default_runaway_rule, lowest_runaway_threshold_tokens
 
@@ -205,7 +206,6 @@ def fast_read_lines(path: Path, names: tuple[str, ...]) -> tuple[csvscan.Scanned
 def test_rows_with_one_hash_read_alike(tmp_path: Path, drawn: list[dict[str, str | None]]) -> None:
     """The hash may split rows DuckDB reads alike (text written two ways), never join rows it reads apart:
     every field the report takes from a line, as DuckDB reads it, is the same for all lines of one hash."""
-    from seatplan.usage.queries import CLIENT_COLUMNS, MODEL_COLUMNS
 
     read = fast_read_lines(write_rows(tmp_path / "pooled.csv", drawn), (*MODEL_COLUMNS, *CLIENT_COLUMNS))
     if read is None:
@@ -222,10 +222,7 @@ def test_rows_with_one_hash_read_alike(tmp_path: Path, drawn: list[dict[str, str
 def test_times_and_counts_read_as_duckdb_reads_them(tmp_path: Path, drawn: list[dict[str, str | None]]) -> None:
     """Each line's times (zones, fractions, T or space) and token counts (empty, quoted empty, negative) are
     what DuckDB's expressions of the DuckDB path make of the same cells."""
-    import duckdb
 
-    from seatplan.usage.queries import SourceShape, normalized_columns
-    from seatplan.usage.sources import _csv_from_clause
 
     path = write_rows(tmp_path / "numbers.csv", drawn)
     with scanner_of(path) as scanner:
@@ -340,7 +337,6 @@ def test_without_the_compiled_reader_duckdb_reads_every_csv(tmp_path: Path, monk
 def test_lines_duckdb_cannot_read_back_send_the_file_to_duckdb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Never seen (the reader takes only lines DuckDB reads), but if the lines of the distinct hashes did not
     read back one for one, the whole file is read by DuckDB rather than reported from half a reading."""
-    from seatplan.usage.sources import DuckDBFileSource
 
     path = write_csv(SCENARIO, tmp_path / "spend.csv")
 

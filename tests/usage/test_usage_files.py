@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kits.spend_scenario import CHAT_MODEL, SCENARIO, SINCE, UNTIL, write_csv
+from kits.spend_scenario import CHAT_MODEL, SCENARIO, SINCE, UNTIL, spend_log_row, write_csv
 from kits.usage import figures, usage_report
 from seatplan.errors import SeatplanError
 from seatplan.usage.queries import Window
@@ -81,7 +81,6 @@ def test_broken_metadata_json_reads_as_no_metadata(scenario_csv: Path) -> None:
 
 def test_jsonl_broken_and_blank_lines(scenario_csv: Path, tmp_path: Path) -> None:
     reference = figures(usage_report(scenario_csv, WINDOW))
-    from kits.spend_scenario import spend_log_row
 
     def api_line(call) -> str:
         row = spend_log_row(call)

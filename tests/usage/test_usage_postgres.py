@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import psycopg
 import pytest
 
+import seatplan.usage.postgres as postgres
 from kits.pg_cluster import SPENDLOGS_SQL
-from kits.spend_scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, UNTIL, export_csv, export_jsonl, insert_calls
+from kits.spend_scenario import CHAT_MODEL, EMBED_MODEL, SCENARIO, SINCE, UNTIL, Call, export_csv, export_jsonl, insert_calls
 from kits.usage import figures, usage_report
 from seatplan.errors import SeatplanError
+from seatplan.usage.postgres import COLUMNS, INT8_ELEMENT, TID_ELEMENT, RowColumns, page_ranges
 from seatplan.usage.queries import Window
 from seatplan.usage.sources import open_source
 
@@ -121,8 +125,6 @@ def test_fleet_maps_litellm_names_to_served_names(scenario_dsn: str, tmp_path: P
 
 
 def test_session_is_read_only(scenario_dsn: str) -> None:
-    import psycopg
-
     with open_source(scenario_dsn) as source:
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             source.connection.execute('DELETE FROM "LiteLLM_SpendLogs"')
@@ -137,8 +139,6 @@ def test_csv_and_jsonl_exports_give_the_same_figures(scenario_dsn: str, tmp_path
 
 
 def test_litellm_samples_agree_across_postgres_csv_and_jsonl(new_spend_database, format_fixtures: Path) -> None:
-    import psycopg
-
     dsn = new_spend_database()
     inserts = SPENDLOGS_SQL.read_text(encoding="utf-8")
     with psycopg.connect(dsn, autocommit=True) as connection:
@@ -162,8 +162,6 @@ def test_missing_table_and_bad_dsn_are_user_errors(new_spend_database, postgres_
 
 def _busy_table(new_spend_database) -> str:
     """The scenario plus 3000 more calls from many clients: the table spans dozens of heap pages."""
-    from kits.spend_scenario import Call
-
     dsn = new_spend_database()
     filler = [Call(f"fill-{number}", 1000 + number * 7 % 30000, 1000 + number * 7 % 30000 + number % 50, number % 900,
                    number % 300, key_alias=f"key-{number % 40}", user_agent=f"agent/{number % 3}", ip=f"10.0.1.{number % 5}")
@@ -174,8 +172,6 @@ def _busy_table(new_spend_database) -> str:
 
 def test_page_ranges_on_two_connections_read_exactly_the_table(new_spend_database, tmp_path: Path, monkeypatch) -> None:
     """One heap page per range, so both connections read many ranges; the report equals the CSV export's."""
-    import seatplan.usage.postgres as postgres
-
     dsn = _busy_table(new_spend_database)
     whole = figures(usage_report(dsn, WINDOW))
     monkeypatch.setattr(postgres, "PAGES_PER_RANGE", 1)
@@ -191,11 +187,6 @@ def test_page_ranges_on_two_connections_read_exactly_the_table(new_spend_databas
 
 def test_helper_connection_reads_the_same_snapshot(new_spend_database, monkeypatch) -> None:
     """A row committed after the read began is in no page range of this report, whichever connection reads it."""
-    import psycopg
-
-    import seatplan.usage.postgres as postgres
-    from kits.spend_scenario import Call
-
     dsn = _busy_table(new_spend_database)
     before = usage_report(dsn, WINDOW).models[CHAT_MODEL].calls
     monkeypatch.setattr(postgres, "PAGES_PER_RANGE", 1)
@@ -214,8 +205,6 @@ def test_helper_connection_reads_the_same_snapshot(new_spend_database, monkeypat
 
 
 def test_one_connection_when_the_server_cannot_share_a_snapshot(new_spend_database, monkeypatch) -> None:
-    import seatplan.usage.postgres as postgres
-
     dsn = _busy_table(new_spend_database)
     whole = figures(usage_report(dsn, WINDOW))
     monkeypatch.setattr(postgres, "PAGES_PER_RANGE", 1)
@@ -227,9 +216,7 @@ def test_one_connection_when_the_server_cannot_share_a_snapshot(new_spend_databa
 def test_before_postgresql_14_the_table_is_read_in_one_statement(new_spend_database, monkeypatch) -> None:
     """Without TID range scans each page range would scan the whole table; older servers get one statement.
     (The server here is newer: its reported version is lowered, and the statements it is sent are checked.)"""
-    import psycopg
 
-    import seatplan.usage.postgres as postgres
 
     dsn = _busy_table(new_spend_database)
     whole = figures(usage_report(dsn, WINDOW))
@@ -245,10 +232,6 @@ def test_before_postgresql_14_the_table_is_read_in_one_statement(new_spend_datab
 
 def test_row_columns_grow_past_the_estimate_and_keep_every_range() -> None:
     """Ranges arrive in any order and may outnumber the table's estimated rows; each row lands once."""
-    import numpy as np
-
-    from seatplan.usage.postgres import COLUMNS, INT8_ELEMENT, TID_ELEMENT, RowColumns
-
     def page_range(block: int, rows: int) -> list[np.ndarray]:
         ctid = np.zeros(rows, dtype=TID_ELEMENT)
         ctid["length"], ctid["block"], ctid["offset"] = 6, block, np.arange(1, rows + 1)
@@ -274,8 +257,6 @@ def test_row_columns_grow_past_the_estimate_and_keep_every_range() -> None:
 
 
 def test_page_ranges_cover_every_page() -> None:
-    from seatplan.usage.postgres import page_ranges
-
     assert page_ranges(0, 4) == [(0, None)]
     assert page_ranges(1, 4) == [(0, None)]
     assert page_ranges(10, 4) == [(0, 3), (3, 6), (6, 9), (9, None)]

@@ -15,8 +15,10 @@ from kits.hostile import seatplan
 from kits.leaks import TEST_SECRETS
 from kits.parts import free_port
 from kits.paths import FORMAT_FIXTURES
+from kits.spend_scenario import SCENARIO, insert_calls
 from seatplan.errors import SeatplanError
 from seatplan.secrets import read_secret, redact_dsn, scrub
+from seatplan.usage.postgres import postgres_source
 
 PASSWORD = TEST_SECRETS[0]
 
@@ -46,8 +48,6 @@ def test_a_dsn_in_the_environment_that_cannot_connect_is_an_error_without_the_pa
                                  f"postgresql://litellm:{PASSWORD}@127.0.0.1:notaport/db",
                                  f"postgresql://litellm:{PASSWORD}@[::1/db"])
 def test_driver_errors_that_quote_the_connection_string_are_scrubbed(dsn: str) -> None:
-    from seatplan.usage.postgres import postgres_source
-
     with pytest.raises(SeatplanError) as caught:
         with postgres_source(dsn, redact_dsn(dsn)):
             pass
@@ -64,7 +64,6 @@ def test_a_non_url_in_the_environment_is_refused_without_echoing_the_password(mo
 def test_the_report_names_the_database_with_the_password_hidden(new_spend_database, tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The real server (trust authentication here, so the password travels and is ignored)."""
-    from kits.spend_scenario import SCENARIO, insert_calls
 
     plain = new_spend_database()
     insert_calls(plain, SCENARIO[:3])

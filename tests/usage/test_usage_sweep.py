@@ -5,14 +5,19 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import seatplan.usage.loads as loads
 from kits.spend_scenario import CHAT_MODEL, T0, Call, write_csv
 from kits.usage import usage_report
 from seatplan.documents.usage import RunawayGroup
+from seatplan.usage.loads import RequestRows, peak_loads, percentiles, runaway_mask
 from seatplan.usage.queries import Window
+from seatplan.usage.rows import SLOT_BITS, distinct
+from seatplan.usage.scan import microseconds
 from seatplan.usage.sweep import (
     ClientRow,
     Interval,
@@ -154,10 +159,7 @@ def test_file_sweep_matches_the_reference(tmp_path_factory: pytest.TempPathFacto
 def test_bucketed_sweep_matches_the_reference(requests, window, bucket_us, runaway_tokens) -> None:
     """Per seat and overall, with runaways left out, for any bucket length (one bucket per microsecond up to all
     in one). Times are whole milliseconds here, so a microsecond bucket stays cheap."""
-    import numpy as np
 
-    from seatplan.usage.loads import RequestRows, peak_loads, runaway_mask
-    from seatplan.usage.scan import microseconds
 
     seat_names = ("a", "b", "c")
     rows = RequestRows(
@@ -188,10 +190,6 @@ def test_bucketed_sweep_matches_the_reference(requests, window, bucket_us, runaw
 
 
 def test_percentiles_by_partition_match_nearest_rank() -> None:
-    import numpy as np
-
-    from seatplan.usage.loads import percentiles
-
     for values in ([5], [1, 2], list(range(1, 11)), [7, 7, 7, 100], [1] * 98 + [50, 900]):
         histogram: dict[int, int] = {}
         for value in values:
@@ -204,10 +202,6 @@ def test_percentiles_by_partition_match_nearest_rank() -> None:
 @given(values=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 300)), max_size=60), huge=st.booleans())
 def test_seat_percentiles_by_histogram_and_by_partition_match_nearest_rank(values, huge) -> None:
     """The histogram (token counts that fit in HISTOGRAM_BINS) and the partition fallback give nearest rank."""
-    import numpy as np
-
-    import seatplan.usage.loads as loads
-
     seat_names = ("a", "b", "c", "d")
     tokens = np.array([value + (2**40 if huge and index == 0 else 0) for index, (_, value) in enumerate(values)], dtype=np.int64)
     seat = np.array([seat for seat, _ in values], dtype=np.int32)
@@ -230,10 +224,6 @@ def test_seat_percentiles_by_histogram_and_by_partition_match_nearest_rank(value
 @given(picks=st.lists(st.integers(0, 7), max_size=200))
 def test_distinct_hashes_match_a_sort_even_when_they_share_slots(picks) -> None:
     """Hashes that share their low bits, or all the bits of the first rounds, still get their own index."""
-    import numpy as np
-
-    from seatplan.usage.rows import SLOT_BITS, distinct
-
     shared = 12345
     keys = np.array([shared, shared + (1 << SLOT_BITS), shared + (1 << (2 * SLOT_BITS)), shared + (3 << (3 * SLOT_BITS)),
                      -shared, 0, -(2**63), 2**63 - 1], dtype=np.int64)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
 from pydantic import ValidationError
 
 from seatplan.adopt.assemble import Adopted, Noted, Tree, adopt
@@ -84,8 +85,6 @@ def _validated(model: type[HostSpec] | type[SeatSpec], data: dict, noted: Noted)
 
 def check_text(text: str, display: str) -> list[str]:
     """The loader's verdict: a file without TODO must load as is; one with TODOs lists them (plan refuses it)."""
-    import yaml
-
     todo = todo_problems(yaml.safe_load(text))
     if not todo:
         try:

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import yaml
+
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, GpuReading, Launch, Route
 from seatplan.adopt.fleet_rules import seat_value_problem
 from seatplan.documents.fleet_file import check_yaml_limits
@@ -47,8 +49,6 @@ def read_text(path: Path, what: str, fix: str) -> str:
 
 def read_yaml(path: Path, what: str) -> tuple[Any, Any]:
     """The document and its composed node (for line numbers), with the fleet loader's size limits."""
-    import yaml
-
     text = read_text(path, what, f"give the path of the {what}")
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
@@ -70,8 +70,6 @@ def read_yaml(path: Path, what: str) -> tuple[Any, Any]:
 
 def _child(node: Any, key: str, *, key_node: bool = False) -> Any:
     """The value node under ``key`` (or the key's own node, whose line is where the entry starts)."""
-    import yaml
-
     if isinstance(node, yaml.MappingNode):
         for name_node, value_node in node.value:
             if isinstance(name_node, yaml.ScalarNode) and name_node.value == key:

@@ -31,7 +31,7 @@ class _Model:
     """The CP-SAT model of a :class:`Problem`; with ``optional`` a seat may stay unplaced (``placed[seat]``)."""
 
     def __init__(self, problem: Problem, *, optional: bool = False) -> None:
-        from ortools.sat.python import cp_model
+        from ortools.sat.python import cp_model  # noqa: PLC0415 (0.7 s to load; see the module's docstring)
 
         self.problem = problem
         self.model = cp_model.CpModel()
@@ -125,7 +125,7 @@ def _common_unit(problem: Problem) -> int:
 
 
 def _solver(time_limit_s: float):
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # noqa: PLC0415 (0.7 s to load; see the module's docstring)
 
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = WORKERS
@@ -147,7 +147,7 @@ def solve(
     ``bound_bytes``: an upper bound on the worst-case spare proven elsewhere (the LP relaxation);
     ``max_moves``: only layouts with at most that many moves count.
     """
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # noqa: PLC0415 (0.7 s to load; see the module's docstring)
 
     deadline = time.perf_counter() + time_limit_s  # building a fleet-sized model takes a while too
     proven_bytes = root_bound(problem) if bound_bytes is None else min(bound_bytes, root_bound(problem))
@@ -199,7 +199,7 @@ def solve(
 
 def fewest_dropped(problem: Problem, *, time_limit_s: float) -> tuple[set[int], list[GpuSet], bool]:
     """The fewest seats (then the fewest bytes) to leave out so the rest fits; whether that is proven minimal."""
-    from ortools.sat.python import cp_model
+    from ortools.sat.python import cp_model  # noqa: PLC0415 (0.7 s to load; see the module's docstring)
 
     built = _Model(problem, optional=True)
     seats = range(len(problem.seat_names))

@@ -156,3 +156,21 @@ def test_a_history_that_begins_while_an_engine_boots_is_no_creep():
         analysis = analyse_records(Records(ends, np.full(count, 7200), used, np.full(count, "120m")))
         assert analysis.steps == [] and analysis.segments[-1].creep is None
         assert analysis.segments[-1].plateau_used_mib == pytest.approx(level, abs=PLATEAU_MIB)
+
+
+@pytest.mark.parametrize("before_hours", [70.0, 100.0, 130.0])
+def test_a_restart_hidden_in_a_polling_gap_is_a_reboot_when_memory_fell_across_it(tmp_path, before_hours):
+    """A restart that gave back 450 MiB inside a 6-hour stretch with no polls, the creep since winning back most of it
+    by the first record after (the fall it shows is below --min-step-mib): that record still reads lower than the last
+    before the stretch, which a living engine cannot do."""
+    gpu = Gpu(lives=[Life(boot_s=int(20 * DAY), level_mib=40_000, creep_mib=450, creep_hours=6),
+                     Life(boot_s=int(before_hours * HOUR), level_mib=40_000, creep_mib=1500, creep_hours=24)], jitter_mib=20)
+    hub = Hub(gpus=[gpu], days=21, agent_gaps=[(int(before_hours * HOUR) + 2 * HOUR, 6 * HOUR)])
+    series = read_beszel(hub.write(tmp_path / "data.db"))[0]
+    analysis = analyse(series)
+    assert len(analysis.steps) == 1, analysis.steps
+    assert "without records" in analysis.steps[0].evidence
+    # The reboot lies somewhere in the stretch: the creep since it is sized, or said not to be determinable.
+    creep = analysis.segments[-1].creep
+    assert creep is not None
+    assert abs(creep.rise_mib - 1500) <= 0.10 * 1500 or (creep.rise_determined is False and creep.rise_low_mib <= 1500 <= creep.rise_high_mib)

@@ -7,7 +7,9 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
 * **Reboot** (where the history shows one): a record falls below the one before it by at least
   ``min_step_mib`` (memory only grows while an engine lives, so a fall is a restart), a record dips
   below both neighbours (a restart back to the same level: the minutes at zero pull the mean down),
-  or a record is near zero (the engine was down for most of the window). The reboot lies somewhere in
+  a record is near zero (the engine was down for most of the window), or a record after a stretch without its
+  type's records (longer than its window and HOLE_S: polls missing) reads lower than the one before it by more
+  than its type's jitter and a quarter of ``min_step_mib``. The reboot lies somewhere in
   the windows of the falling record and the one before it (unless that one still reads the old level); a boot time from the engines' logs inside
   that span fixes it exactly, else it is fitted (and labelled inferred, with the span).
 * **Model of one boot's life**: the level ``P`` before the reboot ``s``, nothing while the engine is down (until
@@ -60,6 +62,9 @@ from seatplan.documents.observed import Creep, Segment, Step
 
 # Near zero: the GPU held (almost) nothing for most of the window.
 NEAR_ZERO_MIB = 1024.0
+# A stretch this long (and longer than the next record's window) without records: a fall across it needs only to
+# stand out of the jitter to be a reboot.
+HOLE_S = 600.0
 # A fall or dip stands out of a record type's jitter by this many σ.
 NOISE_FACTOR = 5.0
 # A record type's own jitter is read from at least this many consecutive differences.
@@ -189,12 +194,18 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
     # A fall or dip must also stand out of the jitter of its own record type (a 1-minute record is one poll).
     noise_mib = NOISE_FACTOR * record_noise_mib(records)
     step_mib, dip_noise_mib = np.maximum(min_step_mib, noise_mib), noise_mib
+    hole_s = np.r_[0.0, records.start_s[1:] - records.end_s[:-1]]
     hits: list[tuple[int, str]] = []
     for j in range(1, count):
         if used[j] < NEAR_ZERO_MIB and used[j - 1] >= NEAR_ZERO_MIB:
             hits.append((j, "fall to near zero"))
         elif used[j] < used[j - 1] - step_mib[j]:
             hits.append((j, f"averaged fall of {used[j - 1] - used[j]:,.0f} MiB"))
+        elif hole_s[j] > max(float(records.window_s[j]), HOLE_S) and records.record_types[j] == records.record_types[j - 1] \
+                and used[j] < used[j - 1] - max(noise_mib[j], min_step_mib * UNTOUCHED_SHARE):
+            # Memory only grows while an engine lives: a fall out of the jitter across a hole in one record type's
+            # history (polls missing, not where a coarser type hands over to a finer one) is a restart it hid.
+            hits.append((j, f"fall of {used[j - 1] - used[j]:,.0f} MiB across {hole_s[j] / 3600:.1f} h without records"))
         elif j + 1 < count and used[j] < min(used[j - 1], used[j + 1]) - max(min_step_mib / 2, dip_noise_mib[j]):
             hits.append((j, f"averaged dip of {min(used[j - 1], used[j + 1]) - used[j]:,.0f} MiB"))
     reboots: list[Reboot] = []
@@ -337,7 +348,8 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
         reboots, delays = np.array([known_reboot_s]), np.linspace(0.0, LOSS_SPREAD_S, DELAY_GRID)
     else:
         reboots, delays = _reboot_grid(records, reboot_lo_s, reboot_hi_s, known=before_mib is not None), np.zeros(1)
-    grid = _refine_scales(records, before_mib, _fit_grid(records, before_mib, GridPoints.every(reboots, delays, shapes)))
+    known = known_reboot_s is not None
+    grid = _refine_scales(records, before_mib, _fit_grid(records, before_mib, GridPoints.every(reboots, delays, shapes), known=known), known=known)
     best = grid.best()
     blind = known_reboot_s is None and before_mib is not None and reboot_hi_s > reboot_lo_s
     reboot_step = (reboot_hi_s - reboot_lo_s) / (REBOOT_GRID - 1) if blind else 0.0
@@ -349,7 +361,7 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
         near_reboots = np.unique(np.clip(at_s + np.linspace(-reboot_step, reboot_step, FINE_GRID), reboot_lo_s, reboot_hi_s))
         near = GridPoints(np.zeros(FINE_GRID), np.zeros(FINE_GRID), centre.scale_s * np.geomspace(1 / ratio, ratio, FINE_GRID),
                           np.full(FINE_GRID, centre.exponential), np.full(FINE_GRID, centre.fast_ratio))
-        grid = grid.join(_fit_grid(records, before_mib, GridPoints.every(near_reboots, np.array([centre.start_s - at_s]), near)))
+        grid = grid.join(_fit_grid(records, before_mib, GridPoints.every(near_reboots, np.array([centre.start_s - at_s]), near), known=known))
         candidate = grid.best()
         best = candidate if _better(grid.at(candidate), grid.at(best)) else best
         reboot_step, ratio = 2 * reboot_step / (FINE_GRID - 1), ratio ** (2 / (FINE_GRID - 1))
@@ -370,7 +382,7 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
         candidate = grid.best()
         best = candidate if _better(grid.at(candidate), grid.at(best)) else best
     fit = grid.at(best)
-    fit.model_mib = _model(records, before_mib, fit)
+    fit.model_mib = _model(records, before_mib, fit, known=known)
     fit.alike = grid.alike(best, len(records.end_s))
     return fit
 
@@ -387,7 +399,7 @@ def _reboot_grid(records: Records, lo_s: float, hi_s: float, *, known: bool) -> 
     return np.unique(np.r_[even, near[(near >= lo_s) & (near <= hi_s)]])
 
 
-def _refine_scales(records: Records, before_mib: float | None, grid: FitGrid) -> FitGrid:
+def _refine_scales(records: Records, before_mib: float | None, grid: FitGrid, *, known: bool = False) -> FitGrid:
     """Each (reboot time, delay, shape, fast ratio) of ``grid`` with its scales refined around its best one (FINE_PASSES
     narrowing grids): the profile over the reboot time that bounds the creep."""
     ratio = float(TAU_HOURS[1] / TAU_HOURS[0])
@@ -402,7 +414,7 @@ def _refine_scales(records: Records, before_mib: float | None, grid: FitGrid) ->
         factors = np.geomspace(1 / ratio, ratio, FINE_GRID)
         grid = grid.join(_fit_grid(records, before_mib, GridPoints(
             np.repeat(unique[:, 0], FINE_GRID), np.repeat(unique[:, 1], FINE_GRID), (centre[:, None] * factors[None, :]).ravel(),
-            np.repeat(unique[:, 2] > 0.5, FINE_GRID), np.repeat(unique[:, 3], FINE_GRID))))
+            np.repeat(unique[:, 2] > 0.5, FINE_GRID), np.repeat(unique[:, 3], FINE_GRID)), known=known))
         ratio = ratio ** (2 / (FINE_GRID - 1))
     return grid
 
@@ -510,9 +522,9 @@ class FitGrid:
 _GRID_ARRAYS = ("reboot_s", "delay_s", "scale_s", "exponential", "fast_ratio", "level_mib", "rise_mib", "fast_mib", "residual", "seen_mib")
 
 
-def _columns(records: Records, before_mib: float | None, points: GridPoints) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _columns(records: Records, before_mib: float | None, points: GridPoints, *, known: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The model's columns per grid point (grid, 5, records), the records less the level before the reboot, and
-    the share of each record before the reboot."""
+    the share of each record before the reboot. ``known``: the reboot time is a boot line's."""
     a, b = records.start_s[None, :].astype(float), records.end_s[None, :].astype(float)
     width = b - a
     reboot_s, scale_s, exponential, fast_ratio = points.reboot_s, points.scale_s, points.exponential, points.fast_ratio
@@ -535,25 +547,29 @@ def _columns(records: Records, before_mib: float | None, points: GridPoints) -> 
         # those reboot times for the freedom alone.
         after = a > grid_reboot
         second = after & (a == np.where(after, a, np.inf).min(axis=1, keepdims=True))
+        if known:
+            # A boot line's reboot time is not chosen by the fit: the next record loses only what the loading can reach.
+            second &= a < grid_reboot + LOSS_SPREAD_S
         losses = [np.where(first, -1.0 / width, 0.0), np.where(second, -1.0 / width, 0.0)]
     else:
         losses = [np.zeros_like(pre), np.zeros_like(pre)]
     return np.stack([post, shape_mean, fast_mean, *losses], axis=1), target, pre
 
 
-def _model(records: Records, before_mib: float | None, fit: Fit) -> np.ndarray:
+def _model(records: Records, before_mib: float | None, fit: Fit, *, known: bool = False) -> np.ndarray:
     """Each record's mean under ``fit`` (the losses solved again for its reboot time)."""
     reboot_s = fit.reboot_s if fit.reboot_s is not None else fit.start_s
     columns, target, pre = _columns(records, before_mib, GridPoints(np.array([reboot_s]), np.array([fit.start_s - reboot_s]),
-                                                                    np.array([fit.scale_s]), np.array([fit.exponential]), np.array([fit.fast_ratio])))
+                                                                    np.array([fit.scale_s]), np.array([fit.exponential]), np.array([fit.fast_ratio])),
+                                     known=known)
     weights = records.window_s.astype(float)[None, :]
     coef = _nonnegative_tail(np.einsum("gir,gjr,gr->gij", columns, columns, weights), np.einsum("gir,gr,gr->gi", columns, target, weights))
     return np.einsum("gir,gi->gr", columns, coef)[0] + (before_mib or 0.0) * pre[0]
 
 
-def _fit_grid(records: Records, before_mib: float | None, points: GridPoints) -> FitGrid:
+def _fit_grid(records: Records, before_mib: float | None, points: GridPoints, *, known: bool = False) -> FitGrid:
     """Fits at grid points (reboot time, delay, scale, shape, fast ratio); level and rises by non-negative least squares."""
-    columns, target, _ = _columns(records, before_mib, points)
+    columns, target, _ = _columns(records, before_mib, points, known=known)
     reboot_s, scale_s, exponential, fast_ratio = points.reboot_s, points.scale_s, points.exponential, points.fast_ratio
     weights = records.window_s.astype(float)
     w = np.broadcast_to(weights[None, :], target.shape)

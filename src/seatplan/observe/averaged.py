@@ -116,6 +116,11 @@ class Records:
     def start_s(self) -> np.ndarray:
         return self.end_s - self.window_s
 
+    @property
+    def hole_s(self) -> np.ndarray:
+        """Seconds no record covers before each record (0 for the first; negative where windows overlap)."""
+        return np.r_[0.0, self.start_s[1:] - self.end_s[:-1]]
+
     def part(self, keep: np.ndarray) -> Records:
         return Records(self.end_s[keep], self.window_s[keep], self.used_mib[keep], self.record_types[keep])
 
@@ -194,7 +199,7 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
     # A fall or dip must also stand out of the jitter of its own record type (a 1-minute record is one poll).
     noise_mib = NOISE_FACTOR * record_noise_mib(records)
     step_mib, dip_noise_mib = np.maximum(min_step_mib, noise_mib), noise_mib
-    hole_s = np.r_[0.0, records.start_s[1:] - records.end_s[:-1]]
+    hole_s = records.hole_s
     hits: list[tuple[int, str]] = []
     for j in range(1, count):
         if used[j] < NEAR_ZERO_MIB and used[j - 1] >= NEAR_ZERO_MIB:
@@ -343,15 +348,15 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
     (``alike``) bound the creep, and the reboot times at the edges of theirs are refined too.
     """
     shapes = _shapes()
-    if known_reboot_s is not None:
+    known = known_reboot_s is not None
+    if known:
         # A boot line is the engine starting: the creep starts when it is back, up to LOSS_SPREAD_S later.
         reboots, delays = np.array([known_reboot_s]), np.linspace(0.0, LOSS_SPREAD_S, DELAY_GRID)
     else:
         reboots, delays = _reboot_grid(records, reboot_lo_s, reboot_hi_s, known=before_mib is not None), np.zeros(1)
-    known = known_reboot_s is not None
     grid = _refine_scales(records, before_mib, _fit_grid(records, before_mib, GridPoints.every(reboots, delays, shapes), known=known), known=known)
     best = grid.best()
-    blind = known_reboot_s is None and before_mib is not None and reboot_hi_s > reboot_lo_s
+    blind = not known and before_mib is not None and reboot_hi_s > reboot_lo_s
     reboot_step = (reboot_hi_s - reboot_lo_s) / (REBOOT_GRID - 1) if blind else 0.0
     ratio = float(TAU_HOURS[1] / TAU_HOURS[0]) ** (2 / (FINE_GRID - 1))
     # Finer grids around the best point, each narrowing the steps (reboot time and scale) to a grid point's span.
@@ -596,7 +601,7 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
     records = records.part(order)
     if len(records.end_s) == 0:
         raise ValueError("no readings")
-    gaps = int(np.count_nonzero(records.start_s[1:] - records.end_s[:-1] > np.maximum(records.window_s[1:], 120)))
+    gaps = int(np.count_nonzero(records.hole_s[1:] > np.maximum(records.window_s[1:], 120)))
     analysis = Analysis(samples=len(records.end_s), start=when_utc(records.start_s[0]), end=when_utc(records.end_s[-1]),
                                 gaps=gaps)
     reboots = find_reboots(records, min_step_mib=min_step_mib, boot_times_s=list(boot_times_s), boots_here_s=list(boots_here_s))

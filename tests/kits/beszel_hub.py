@@ -83,28 +83,7 @@ class Hub:
         for gpu in self.gpus:
             raw = gpu.used(polls) + rng.normal(0, gpu.jitter_mib, len(polls))
             values.append(np.round(np.round(np.maximum(raw, 0.0)) * STORED_PER_MIB, 2))
-        stored = {"1m": (polls.astype(float).tolist(), np.array(values).T)}
-        records = {"1m": list(zip(polls.tolist(), np.array(values).T.tolist()))}
-        latest_created: dict[str, float] = {}
-        cron = (polls[0] // 600 + 1) * 600
-        while cron <= NOW:
-            for shorter, minimum, longer, minutes in LONGER:
-                if longer != "10m" and latest_created.get(longer, -np.inf) > cron - minutes * MINUTE + MINUTE:
-                    continue
-                times, means = stored.get(shorter, ([], []))
-                # The cron run makes the shorter record first, then reads it into the longer one.
-                lo, hi = bisect_right(times, cron + 1 - minutes * MINUTE), bisect_right(times, cron + 1)
-                if hi - lo < minimum:
-                    continue
-                mean = np.round(np.asarray(means[lo:hi]).mean(axis=0), 2)
-                created = cron + 1
-                old_times, old_means = stored.get(longer, ([], []))
-                stored[longer] = (old_times, old_means)
-                old_times.append(created)
-                old_means.append(mean)
-                records.setdefault(longer, []).append((created, mean.tolist()))
-                latest_created[longer] = created
-            cron += 600
+        records = cron_records(polls, np.array(values).T)
         out = []
         for kind, rows in records.items():
             for created, means in rows:
@@ -129,3 +108,32 @@ class Hub:
         connection.commit()
         connection.close()
         return path
+
+
+def cron_records(polls: np.ndarray, values: np.ndarray, now: int = NOW) -> dict[str, list[tuple[int, list[float]]]]:
+    """Every record the hub makes up to ``now`` from 1-minute ``values`` (polls × GPUs) at ``polls`` (seconds),
+    before the clean-up: the 10-minute cron, run by run, each longer record the mean of the shorter ones in
+    ``(run + 1 s − window, run + 1 s]``, made only with enough of them, and a 20m/120m/480m one only when none of
+    its type was made in the last window less a minute (records.go's ``CreateLongerRecords``)."""
+    stored: dict[str, tuple[list[float], list[np.ndarray]]] = {"1m": (polls.astype(float).tolist(), list(values))}
+    records: dict[str, list[tuple[int, list[float]]]] = {"1m": list(zip(polls.tolist(), values.tolist()))}
+    latest_created: dict[str, float] = {}
+    cron = (int(polls[0]) // 600 + 1) * 600
+    while cron <= now:
+        for shorter, minimum, longer, minutes in LONGER:
+            if longer != "10m" and latest_created.get(longer, -np.inf) > cron - minutes * MINUTE + MINUTE:
+                continue
+            times, means = stored.get(shorter, ([], []))
+            # The cron run makes the shorter record first, then reads it into the longer one.
+            lo, hi = bisect_right(times, cron + 1 - minutes * MINUTE), bisect_right(times, cron + 1)
+            if hi - lo < minimum:
+                continue
+            mean = np.round(np.asarray(means[lo:hi]).mean(axis=0), 2)
+            created = cron + 1
+            old_times, old_means = stored.setdefault(longer, ([], []))
+            old_times.append(created)
+            old_means.append(mean)
+            records.setdefault(longer, []).append((created, mean.tolist()))
+            latest_created[longer] = created
+        cron += 600
+    return records

@@ -1,9 +1,10 @@
 """Random Beszel histories whose truth the fit does not assume: shapes, sizes and positions drawn at random.
 
-Independent of tests/kits/beszel_hub.py (which replays the hub's cron record by record): here each
-record type's records are the mean of the 1-minute polls over windows aligned on the type's period, what the
-hub's chained averages come to when no poll is missing, computed at once with cumulative sums (numpy), and
-the retention clean-up keeps each type for its period plus up to an hour (the clean-up runs hourly).
+The records are made as the hub makes them (kits/beszel_hub.py's ``cron_records``, henrygd/beszel's
+records.go replayed run by run): each longer record the mean of the shorter ones in its window, made only with
+enough of them, the 20m/120m/480m ones only when none of their type was made in the last window, so polling
+gaps shift where the longer windows fall and leave records averaging fewer polls than their window holds;
+the hourly clean-up keeps each type for its period plus up to an hour.
 
 Per draw:
 
@@ -28,13 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from kits.beszel_hub import RETENTION_S, STORED_PER_MIB, cron_records
 from kits.series import hub_database
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
 # A Tuesday morning, aligned on no record period.
 NOW = int(datetime(2026, 12, 1, 0, 3, 20, tzinfo=UTC).timestamp())
-WINDOW_S = {"1m": 60, "10m": 600, "20m": 1200, "120m": 7200, "480m": 28800}
-RETENTION_S = {"1m": HOUR, "10m": 12 * HOUR, "20m": DAY, "120m": 7 * DAY, "480m": 30 * DAY}
 PLATEAU_SHARE = 0.95
 GB_MIB = 1e9 / 2**20
 
@@ -79,12 +79,12 @@ class Draw:
         after = self.level_mib + self.creep(times_s - back)
         return np.where(times_s < boot, before, np.where(times_s < back, 0.0, after))
 
-    def truth_now_mib(self) -> float:
-        return float(self.used(np.array([float(NOW)]))[0])
+    def truth_mib(self, at_s: float) -> float:
+        return float(self.used(np.array([at_s]))[0])
 
-    def plateau_at_s(self) -> float | None:
-        """When the curve first holds 95 % of its whole rise (None: not before NOW)."""
-        times = np.arange(self.boot_s + self.down_s, NOW + 1.0, 30.0)
+    def plateau_at_s(self, until_s: float = NOW) -> float | None:
+        """When the curve first holds 95 % of its whole rise (None: not before ``until_s``)."""
+        times = np.arange(self.boot_s + self.down_s, until_s + 1.0, 30.0)
         reached = np.flatnonzero(self.creep(times - self.boot_s - self.down_s) >= PLATEAU_SHARE * self.rise_mib)
         return float(times[reached[0]]) if len(reached) else None
 
@@ -113,26 +113,21 @@ def draw(rng: np.random.Generator) -> Draw:
 
 
 def records(one: Draw, rng: np.random.Generator) -> list[tuple[str, int, float]]:
-    """(type, end time, mean MiB) for every record the hub keeps at NOW."""
-    polls = np.arange(NOW - one.days * DAY, NOW + 1, MINUTE, dtype=float)
+    """(type, creation time, mean in the hub's stored unit, MiB / 1.024) for every record the hub keeps at NOW."""
+    # The hub polls once a minute, at an offset of its own; the agent reads nvidia-smi's whole MiB.
+    polls = np.arange(NOW - int(one.days * DAY), NOW + 1, MINUTE) + int(rng.integers(0, MINUTE))
+    polls = polls[polls <= NOW]
     keep = np.ones(len(polls), dtype=bool)
     for start, length in one.gaps:
         keep &= ~((polls >= NOW - start) & (polls < NOW - start + length))
     polls = polls[keep]
-    values = np.maximum(one.used(polls) + rng.normal(0, one.jitter_mib, len(polls)), 0.0)
-    total = np.r_[0.0, np.cumsum(values)]
+    raw = np.maximum(one.used(polls.astype(float)) + rng.normal(0, one.jitter_mib, len(polls)), 0.0)
+    stored = np.round(np.round(raw) * STORED_PER_MIB, 2)
     out: list[tuple[str, int, float]] = []
-    for kind, window in WINDOW_S.items():
+    for kind, rows in cron_records(polls, stored[:, None]).items():
+        # The clean-up runs hourly: each type is kept for its period plus however long since the last run.
         kept_s = RETENTION_S[kind] + float(rng.uniform(0, HOUR))
-        ends = np.arange((NOW - kept_s) // window * window + window, NOW + 1, window, dtype=float)
-        if kind == "1m":
-            ends, means = polls[polls > NOW - kept_s], values[polls > NOW - kept_s]
-        else:
-            lo, hi = np.searchsorted(polls, ends - window, side="right"), np.searchsorted(polls, ends, side="right")
-            # The hub averages only windows with enough shorter records (here: at least half the polls).
-            full = (hi - lo) >= window / MINUTE / 2
-            ends, means = ends[full], (total[hi[full]] - total[lo[full]]) / (hi[full] - lo[full])
-        out.extend((kind, int(end), float(mean)) for end, mean in zip(ends, means))
+        out.extend((kind, int(created), float(means[0])) for created, means in rows if created >= NOW - kept_s)
     return out
 
 
@@ -141,10 +136,9 @@ def write_hub(path: Path, one: Draw, rng: np.random.Generator, total_mib: float 
     rows = []
     for number, (kind, created, mean) in enumerate(records(one, rng)):
         stamp = datetime.fromtimestamp(created, tz=UTC).strftime("%Y-%m-%d %H:%M:%S.000Z")
-        gpu: dict[str, float | str | int] = {"n": "H200 0", "mt": round(total_mib / 1.024, 2), "u": 5}
-        stored = round(round(mean) / 1.024, 2)
-        if stored:
-            gpu["mu"] = stored
+        gpu: dict[str, float | str | int] = {"n": "H200 0", "mt": round(total_mib * STORED_PER_MIB, 2), "u": 5}
+        if mean:
+            gpu["mu"] = mean
         rows.append((stamp, f"r{number:014d}", json.dumps({"g": {"0": gpu}}), "sys000000000009", kind, stamp))
     connection.executemany("INSERT INTO system_stats VALUES (?, ?, ?, ?, ?, ?)", rows)
     connection.commit()

@@ -4,16 +4,18 @@ The generator (tests/kits/random_hub.py) draws the creep's shape (exponential, l
 two-stage), time constant 3–24 h, rise 0.3–3 GB, the reboot anywhere (so anywhere inside its window),
 1–10 minutes down, jitter σ 5–50 MiB, polling gaps and 1–30 days of history (so the reboot falls in the
 10m, 20m, 120m or 480m stretch); half the draws give the boot line. Each hub database goes through the
-real reader (``read_beszel``) and ``analyse``. The issue's targets: creep within 10 %, plateau within
+real reader (``read_beszel``) and ``analyse``; the records are made as the hub's cron makes them
+(kits/beszel_hub.py's ``cron_records``). The issue's targets: creep within 10 %, plateau within
 40 MiB, plateau time within one record of the finest type covering it.
 
 Where the records cannot tell (a reboot somewhere in a 2- or 8-hour window and no boot line: moving it
 scales the creep; a slow tail whose 95 % point the jitter hides), the diagnosis says so: ``rise_determined``
 or ``plateau_at_determined`` false, with the bounds of the fits the records cannot tell apart. A draw
 counts as correct when it meets the target, or when it is flagged so and the truth lies inside its stated
-bounds (the plateau time: within one record of them, the target's own resolution). Asserted: the plateau
-in every draw, the creep in every draw, the plateau time in every draw but at most MAX_TIME_MISSES, and
-the flagged shares below ceilings measured at this seed (docs/diagnose.md); the worst cases are printed.
+bounds (the plateau time: within one record of them, the target's own resolution). Asserted: the plateau,
+the creep and the plateau time in every draw, and the flagged shares below ceilings measured at this seed
+(docs/diagnose.md); the worst cases are printed. A second test does the same for FRESH_DRAWS histories on a
+seed drawn each run (``SEATPLAN_TEST_SEED`` replays one).
 """
 
 from __future__ import annotations
@@ -35,13 +37,13 @@ CREEP_SHARE = 0.10
 MIN_CREEP_MIB = 100.0
 
 
-# Measured at this seed (docs/diagnose.md): the one miss is a 4.5-hour polling gap inside the 8-hour records
-# around the reboot (their means hold only part of their windows, which no record shows).
-MAX_TIME_MISSES = 1
-# Flagged shares measured at this seed, with a margin: a fit that flags more than this has lost precision.
-FLAGGED_BLIND_CEILING = 0.55
-FLAGGED_LOGGED_CEILING = 0.20
+# Flagged shares measured at this seed (docs/diagnose.md: 2 %, 53 %, 25 %), with a margin: a fit that flags more
+# than this has lost precision.
+FLAGGED_BLIND_CEILING = 0.65
+FLAGGED_LOGGED_CEILING = 0.10
 FLAGGED_TIME_CEILING = 0.40
+# Draws on a fresh seed each run (the ``rng`` fixture): histories nobody chose, every one within the targets.
+FRESH_DRAWS = 20
 
 
 @dataclass
@@ -62,6 +64,10 @@ class Outcome:
     def creep_ok(self) -> bool:
         inside = self.rise_bounds_mib is not None and self.rise_bounds_mib[0] <= self.true_rise_mib <= self.rise_bounds_mib[1]
         return self.creep_error <= CREEP_SHARE or (self.rise_flagged and inside)
+
+    @property
+    def plateau_ok(self) -> bool:
+        return abs(self.plateau_error_mib) <= PLATEAU_MIB
 
     @property
     def time_ok(self) -> bool:
@@ -93,11 +99,13 @@ def outcome(number: int, one: Draw, series: GpuSeries) -> Outcome:
     analysis = analyse(series, DetectSettings(min_creep_mib=MIN_CREEP_MIB), boot_times_s=boots, boots_here_s=boots)
     life = analysis.segments[-1]
     creep = life.creep
-    truth_mib = one.truth_now_mib()
+    # The truth where the records end (polls may be missing up to NOW: the level then is no record's).
+    end_s = float(series.times_s[-1])
+    truth_mib = one.truth_mib(end_s)
     true_rise = truth_mib - one.level_mib
     rise = creep.rise_mib if creep is not None else 0.0
     bounds = (creep.rise_low_mib, creep.rise_high_mib) if creep is not None and creep.rise_low_mib is not None and creep.rise_high_mib is not None else None
-    true_at = one.plateau_at_s()
+    true_at = one.plateau_at_s(end_s)
     time_error = time_bounds = None
     if true_at is not None and creep is not None and creep.levelled_off:
         record_s = finest_window_s(series, true_at)
@@ -144,12 +152,25 @@ def test_creep_and_plateau_over_random_histories(tmp_path):
 
     assert len(outcomes) == DRAWS and len(logged) > DRAWS // 3 and len(blind) > DRAWS // 3
     # The target, met in every draw: the plateau the plan check acts on.
-    assert all(abs(o.plateau_error_mib) <= PLATEAU_MIB for o in outcomes), [o.describe() for o in outcomes if abs(o.plateau_error_mib) > PLATEAU_MIB]
+    assert all(o.plateau_ok for o in outcomes), [o.describe() for o in outcomes if not o.plateau_ok]
     # Every creep within 10 %, or flagged as not determinable with the true rise inside its stated bounds.
     assert all(o.creep_ok for o in outcomes), [o.describe() for o in outcomes if not o.creep_ok]
-    # Every plateau time within one record, or flagged with the truth inside its bounds, but the measured misses.
-    assert len(misses) <= MAX_TIME_MISSES, misses
+    # Every plateau time within one record, or flagged with the truth inside its bounds (within one record of them).
+    assert not misses, misses
     # Flagging is no way out: the shares flagged stay below what this seed measured (with a margin).
     assert flagged[0] <= FLAGGED_LOGGED_CEILING and flagged[1] <= FLAGGED_BLIND_CEILING and flagged[2] <= FLAGGED_TIME_CEILING, flagged
     # Every plateau carries its ± MiB.
     assert all(o.uncertainty_mib > 0 for o in outcomes)
+
+
+def test_every_history_on_a_fresh_seed_is_within_the_targets(tmp_path, rng):
+    """FRESH_DRAWS histories from a seed drawn this run: each one's plateau, creep and plateau time within the targets
+    (or flagged with the truth inside its bounds), so the sweep above is no tuning to one seed."""
+    generator = np.random.default_rng(rng.randrange(2**32))
+    failures = []
+    for number in range(FRESH_DRAWS):
+        one = draw(generator)
+        result = outcome(number, one, read_beszel(write_hub(tmp_path / f"hub-{number}.db", one, generator))[0])
+        if not (result.plateau_ok and result.creep_ok and result.time_ok):
+            failures.append(result.describe())
+    assert not failures, failures

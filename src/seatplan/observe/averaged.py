@@ -5,7 +5,8 @@ different windows are never read as one series of points. Every figure comes fro
 the records as interval means, so a 2-hour and a 10-minute record each count for what they average:
 
 * **Reboot** (where the history shows one): a record falls below the one before it by at least
-  ``min_step_mib`` (memory only grows while an engine lives, so a fall is a restart), a record dips
+  ``min_step_mib`` (a record of two hours or more shows only part of the step: a quarter of it will do), out of
+  the jitter (memory only grows while an engine lives, so a fall is a restart), a record dips
   below both neighbours (a restart back to the same level: the minutes at zero pull the mean down),
   a record is near zero (the engine was down for most of the window), or a record after a stretch without its
   type's records (longer than its window and HOLE_S: polls missing) reads lower than the one before it by more
@@ -17,13 +18,18 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   the record holding the restart and in the next one (one unknown ≥ 0 each, whatever ``s``: a loss only for some
   ``s`` would make the fit prefer those for the freedom alone). ``L`` is the level when the engine is back
   (extrapolated: the first post-boot record already holds part of the creep), ``R`` the creep. Shapes: saturating
-  exponential ``1 − exp(−x / τ)`` (with a second, faster stage of time constant τ / r, r in FAST_RATIOS, and its
+  exponential ``1 − exp(−x / τ)`` (with a second, faster stage of time constant τ / r, r from FAST_RATIOS refined, and its
   own rise ≥ 0: two-stage) and linear-then-flat ``min(x / T, 1)``. Each record is the mean of the curve over its
   window (closed-form integrals). For a given ``s``, delay and τ (or ``T``) the model is linear in ``L``, the rises
   and ``D`` (all ≥ 0 but ``L``), so those come from non-negative least squares (each record weighted by its window
   length: inverse variance for a mean of independent polls); ``s``, τ/``T`` and the shape from a coarse grid (each
-  reboot time's scales then refined: the profile over ``s``), then finer grids around the best point. A boot line
-  fixes ``s``; the delay is fitted on a 30-second grid.
+  reboot time's scales and fast ratio then refined: the profile over ``s``), then finer grids around the best point
+  and a compass search from it and the next-best reboot times (``_pattern_search``); without a boot line the
+  profile over ``s`` across the whole span (``_profile_reboots``). A boot line fixes ``s``; the delay is fitted on a
+  30-second grid. A life before that was still creeping may have risen past its last record by the reboot: one more
+  unknown ≥ 0 in the record holding it (``Before.rising``).
+* **Hidden reboot**: a first life whose creep starts at a stretch without records rebooted there (creep starts at a
+  boot); that stretch becomes the reboot's span (``_hidden_reboot``).
 * **Bounds**: every grid point evaluated is kept; the fits whose χ² is within ALIKE_CHI2 of the best one's (the
   jitter estimated from the best fit's residual) are those the records cannot tell apart. Their range of ``L``
   bounds the creep (``rise_low_mib`` … ``rise_high_mib``), their 95 % times the plateau time; the reboot times at
@@ -41,12 +47,12 @@ the records as interval means, so a 2-hour and a 10-minute record each count for
   A 12-hour creep seen only through 8-hour (480m) records is not: its plateau is still exact, its size is
   reported but labelled unresolved.
 
-Error measured (tests/observe/test_averaged_random.py, 200 random histories the fit does not assume; the
-figures in docs/diagnose.md): plateau within 40 MiB in every draw; the creep within 10 % or flagged not
-determinable with the truth inside its bounds in every draw; the plateau time within one record or so
-flagged in all but one (a 4.5-hour polling gap inside the 8-hour records at the reboot). Without a boot
-line, moving the reboot by Δ inside its window scales an exponential creep's rise by exp(Δ / τ), which
-no record can tell apart: that is what the bounds say.
+Error measured (tests/observe/test_averaged_random.py, 200 random histories the fit does not assume, made as
+the hub's cron makes them, and 20 more on a fresh seed each run; the figures in docs/diagnose.md): in every
+draw the plateau within 40 MiB, the creep within 10 % or flagged not determinable with the truth inside its
+bounds, and the plateau time within one record or so flagged. Without a boot line, moving the reboot by Δ
+inside its window scales an exponential creep's rise by exp(Δ / τ), which no record can tell apart: that is
+what the bounds say.
 """
 
 from __future__ import annotations
@@ -65,7 +71,13 @@ NEAR_ZERO_MIB = 1024.0
 # A stretch this long (and longer than the next record's window) without records: a fall across it needs only to
 # stand out of the jitter to be a reboot.
 HOLE_S = 600.0
-# A fall or dip stands out of a record type's jitter by this many σ.
+# The plateau is read from a type with at least this many levelled records (see _plateau).
+PLATEAU_RECORDS = 3
+# Records this long show a restart only in part (see find_reboots).
+LONG_WINDOW_S = 7200
+# A fall or dip stands out of the jitter of the difference of two of a type's records by this many σ (two records'
+# jitter: √2 × one's; at 3.5 σ of the difference, one in 4,000 steps, the last hour's 60 1-minute polls of a GPU
+# jittering 50 MiB would show a fall of a quarter GiB in one history in seventy).
 NOISE_FACTOR = 5.0
 # A record type's own jitter is read from at least this many consecutive differences.
 NOISE_RECORDS = 12
@@ -85,13 +97,21 @@ FINE_GRID = 9
 FINE_PASSES = 2
 # The edges of the reboot times the records cannot tell apart: this many times across one coarse step.
 EDGE_GRID = 5
+# The profile over the scale around the best fit's: this many scales (and fast ratios) up to × PROFILE_SPAN each way.
+PROFILE_GRID, PROFILE_SPAN = 17, 1.6
+# The compass search after the grids: at most this many moves or halvings.
+SEARCH_STEPS = 40
+# ... from this many reboot times besides the best one's; its first steps in scale and fast ratio (× this).
+SEARCH_STARTS, SEARCH_SCALE_STEP = 3, 1.15
+# The profile over a blind reboot time: this many delays over LOSS_SPREAD_S at each reboot time.
+PROFILE_DELAYS = 16
 # Where the creep starts after the reboot (the engine back): this many delays over LOSS_SPREAD_S (30 s apart).
 DELAY_GRID = 31
 FLAT_SHARE = 0.25
 # A record within this share of --min-step-mib of the one before it still reads the old level.
 UNTOUCHED_SHARE = 0.25
 # Fits whose squared residuals are this close to the best one are told apart by the smallest rise.
-TIE_SHARE, TIE_MIB = 0.005, 1.0
+TIE_SHARE, TIE_MIB = 0.005, 0.1
 # The engine may be down and loading this long after the restart (so the next record may hold part of it).
 LOSS_SPREAD_S = 900.0
 # Fits whose χ² (weighted by window, the jitter estimated from the best fit) is within this of the best one's
@@ -134,6 +154,15 @@ class Reboot:
     before_mib: float     # the level just before the reboot
     evidence: str
     known_at_s: float | None = None  # a boot line's time inside the span
+
+
+@dataclass(frozen=True)
+class Before:
+    """The life before a reboot, as the next life's fit sees it: its level, and whether it may have risen past it by
+    the reboot (it was still creeping: its records end before its plateau)."""
+
+    level_mib: float
+    rising: bool = False
 
 
 @dataclass
@@ -197,20 +226,24 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
     """
     used, count = records.used_mib, len(records.used_mib)
     # A fall or dip must also stand out of the jitter of its own record type (a 1-minute record is one poll).
-    noise_mib = NOISE_FACTOR * record_noise_mib(records)
-    step_mib, dip_noise_mib = np.maximum(min_step_mib, noise_mib), noise_mib
+    noise_mib = NOISE_FACTOR * np.sqrt(2.0) * record_noise_mib(records)
+    # A record of two hours or more shows only the part of a step after it inside its window (a restart near its end,
+    # little), and its minutes down are a small share of it: its fall need only be a quarter of --min-step-mib. A
+    # shorter record holding a restart is pulled far down by those minutes; a fall of less is jitter.
+    step_mib = np.maximum(np.where(records.window_s >= LONG_WINDOW_S, min_step_mib * UNTOUCHED_SHARE, min_step_mib), noise_mib)
+    dip_noise_mib = noise_mib
     hole_s = records.hole_s
     hits: list[tuple[int, str]] = []
     for j in range(1, count):
         if used[j] < NEAR_ZERO_MIB and used[j - 1] >= NEAR_ZERO_MIB:
             hits.append((j, "fall to near zero"))
-        elif used[j] < used[j - 1] - step_mib[j]:
-            hits.append((j, f"averaged fall of {used[j - 1] - used[j]:,.0f} MiB"))
         elif hole_s[j] > max(float(records.window_s[j]), HOLE_S) and records.record_types[j] == records.record_types[j - 1] \
                 and used[j] < used[j - 1] - max(noise_mib[j], min_step_mib * UNTOUCHED_SHARE):
             # Memory only grows while an engine lives: a fall out of the jitter across a hole in one record type's
             # history (polls missing, not where a coarser type hands over to a finer one) is a restart it hid.
             hits.append((j, f"fall of {used[j - 1] - used[j]:,.0f} MiB across {hole_s[j] / 3600:.1f} h without records"))
+        elif used[j] < used[j - 1] - step_mib[j]:
+            hits.append((j, f"averaged fall of {used[j - 1] - used[j]:,.0f} MiB"))
         elif j + 1 < count and used[j] < min(used[j - 1], used[j + 1]) - max(min_step_mib / 2, dip_noise_mib[j]):
             hits.append((j, f"averaged dip of {min(used[j - 1], used[j + 1]) - used[j]:,.0f} MiB"))
     reboots: list[Reboot] = []
@@ -222,7 +255,9 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
         # The record before the fall holds the reboot too, unless it still reads the old level (the reboot came after it).
         untouched = j >= 2 and abs(used[j - 1] - used[j - 2]) < min_step_mib * UNTOUCHED_SHARE
         first = j if untouched else max(j - 1, 0)
-        before = float(used[j - 1]) if untouched else float(used[j - 2]) if j >= 2 else float(used[first])
+        # The old level: a still creeping life that rose into the record before the fall held at least that much until
+        # the reboot, wherever in that record it came (its minutes down and a lower level after it only pull it down).
+        before = float(used[j - 1]) if untouched else float(max(used[j - 2], used[j - 1])) if j >= 2 else float(used[first])
         # After a gap in the records the reboot may lie anywhere since the last record before it ended.
         span_start_s = min(float(records.start_s[first]), float(records.end_s[first - 1])) if first >= 1 else float(records.start_s[first])
         reboots.append(Reboot(span_start_s=span_start_s, span_end_s=float(records.end_s[j]), first=first,
@@ -338,7 +373,7 @@ def _nonnegative_tail(normal: np.ndarray, right: np.ndarray) -> np.ndarray:
 
 
 def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, reboot_hi_s: float,
-             known_reboot_s: float | None = None) -> Fit:
+             known_reboot_s: float | None = None, before_rising: bool = False) -> Fit:
     """Fit one boot's life (see the module docstring) to records that start at or after ``reboot_lo_s``.
 
     ``before_mib`` is None for the first life in the history (no reboot seen: the creep may start anywhere
@@ -348,28 +383,44 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
     (``alike``) bound the creep, and the reboot times at the edges of theirs are refined too.
     """
     shapes = _shapes()
+    before = Before(before_mib, before_rising) if before_mib is not None else None
     known = known_reboot_s is not None
     if known:
         # A boot line is the engine starting: the creep starts when it is back, up to LOSS_SPREAD_S later.
         reboots, delays = np.array([known_reboot_s]), np.linspace(0.0, LOSS_SPREAD_S, DELAY_GRID)
     else:
-        reboots, delays = _reboot_grid(records, reboot_lo_s, reboot_hi_s, known=before_mib is not None), np.zeros(1)
-    grid = _refine_scales(records, before_mib, _fit_grid(records, before_mib, GridPoints.every(reboots, delays, shapes), known=known), known=known)
+        reboots, delays = _reboot_grid(records, reboot_lo_s, reboot_hi_s, known=before is not None), np.zeros(1)
+    grid = _refine_scales(records, before, _fit_grid(records, before, GridPoints.every(reboots, delays, shapes), known=known), known=known)
     best = grid.best()
-    blind = not known and before_mib is not None and reboot_hi_s > reboot_lo_s
+    blind = not known and before is not None and reboot_hi_s > reboot_lo_s
     reboot_step = (reboot_hi_s - reboot_lo_s) / (REBOOT_GRID - 1) if blind else 0.0
     ratio = float(TAU_HOURS[1] / TAU_HOURS[0]) ** (2 / (FINE_GRID - 1))
+    # The fast stage's ratio between FAST_RATIOS' points too (a slow stage's time constant is no multiple of the fast one's).
+    fast_step = float(FAST_RATIOS[1] / FAST_RATIOS[0])
     # Finer grids around the best point, each narrowing the steps (reboot time and scale) to a grid point's span.
     for _ in range(FINE_PASSES):
         centre = grid.at(best)
         at_s = centre.reboot_s if centre.reboot_s is not None else centre.start_s
         near_reboots = np.unique(np.clip(at_s + np.linspace(-reboot_step, reboot_step, FINE_GRID), reboot_lo_s, reboot_hi_s))
-        near = GridPoints(np.zeros(FINE_GRID), np.zeros(FINE_GRID), centre.scale_s * np.geomspace(1 / ratio, ratio, FINE_GRID),
-                          np.full(FINE_GRID, centre.exponential), np.full(FINE_GRID, centre.fast_ratio))
-        grid = grid.join(_fit_grid(records, before_mib, GridPoints.every(near_reboots, np.array([centre.start_s - at_s]), near), known=known))
+        near = _near_shapes(centre, ratio, fast_step)
+        grid = grid.join(_fit_grid(records, before, GridPoints.every(near_reboots, np.array([centre.start_s - at_s]), near), known=known))
         candidate = grid.best()
         best = candidate if _better(grid.at(candidate), grid.at(best)) else best
         reboot_step, ratio = 2 * reboot_step / (FINE_GRID - 1), ratio ** (2 / (FINE_GRID - 1))
+        fast_step = fast_step ** (2 / (FINE_GRID - 1))
+    # The compass search from the best point and, where the fit chooses the reboot time, from the best point at each of
+    # the SEARCH_STARTS best other reboot times of the grids (the profile over the reboot time has local minima where
+    # a record's boundary passes: a search from one point stays in its own).
+    starts = [best, *(_best_per_reboot(grid, SEARCH_STARTS + 1) if blind else [])]
+    found = best
+    for start in dict.fromkeys(starts):
+        grid, end = _pattern_search(records, before, grid, start, (reboot_lo_s, reboot_hi_s) if blind else None, known=known)
+        found = end if _better(grid.at(end), grid.at(found)) else found
+    best = found
+    if blind:
+        grid = _profile_reboots(records, before, grid, grid.at(best), reboot_lo_s, reboot_hi_s)
+        candidate = grid.best()
+        best = candidate if _better(grid.at(candidate), grid.at(best)) else best
     alike = grid.alike(best, len(records.end_s))
     if blind and len(alike.reboot_s):
         # The edges of the reboot times the records cannot tell apart, to a fine step: they bound the creep's size;
@@ -377,19 +428,90 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
         step = (reboot_hi_s - reboot_lo_s) / (REBOOT_GRID - 1)
         earliest = np.clip(np.linspace(alike.reboot_s.min() - step, alike.reboot_s.min(), EDGE_GRID), reboot_lo_s, reboot_hi_s)
         latest = np.clip(np.linspace(alike.reboot_s.max(), alike.reboot_s.max() + step, EDGE_GRID), reboot_lo_s, reboot_hi_s)
-        grid = grid.join(_refine_scales(records, before_mib, _fit_grid(records, before_mib, GridPoints.every(np.unique(earliest), np.zeros(1), shapes))))
+        grid = grid.join(_refine_scales(records, before, _fit_grid(records, before, GridPoints.every(np.unique(earliest), np.zeros(1), shapes))))
         # The latest creep start is bounded sharply (a longer delay than the engine was down leaves a record holding more
         # than the model can): a fine grid of delays, with the best fit's shape and scales around its own.
         centre = grid.at(grid.best())
         near = GridPoints(np.zeros(FINE_GRID), np.zeros(FINE_GRID), centre.scale_s * np.geomspace(1 / ratio, ratio, FINE_GRID) ** 4,
                           np.full(FINE_GRID, centre.exponential), np.full(FINE_GRID, centre.fast_ratio))
-        grid = grid.join(_fit_grid(records, before_mib, GridPoints.every(np.unique(latest), np.linspace(0.0, LOSS_SPREAD_S, DELAY_GRID), near)))
+        grid = grid.join(_fit_grid(records, before, GridPoints.every(np.unique(latest), np.linspace(0.0, LOSS_SPREAD_S, DELAY_GRID), near)))
         candidate = grid.best()
         best = candidate if _better(grid.at(candidate), grid.at(best)) else best
+    # The profile over the scale (and a two-stage creep's ratio) at the best fit's reboot: the fine passes sample only
+    # near the best point, and the plateau time's bounds are where the records stop telling those scales apart.
+    centre = grid.at(best)
+    at_s = centre.reboot_s if centre.reboot_s is not None else centre.start_s
+    profile = _near_shapes(centre, PROFILE_SPAN, PROFILE_SPAN, count=PROFILE_GRID)
+    grid = grid.join(_fit_grid(records, before, GridPoints.every(np.array([at_s]), np.array([centre.start_s - at_s]), profile), known=known))
     fit = grid.at(best)
-    fit.model_mib = _model(records, before_mib, fit, known=known)
+    fit.model_mib = _model(records, before, fit, known=known)
     fit.alike = grid.alike(best, len(records.end_s))
     return fit
+
+
+def _profile_reboots(records: Records, before: Before | None, grid: FitGrid, centre: Fit, lo_s: float, hi_s: float) -> FitGrid:
+    """The profile over the reboot time across its span, each reboot time with its own delay, scale and fast ratio
+    (from ``centre``'s shape): where the records cannot tell reboot times apart (a restart somewhere in an 8-hour record
+    whose next record is freed for the loading too) the whole stretch fits alike, and the creep's bounds are its ends."""
+    reboots = np.linspace(lo_s, hi_s, REBOOT_GRID)
+    shape = GridPoints(np.zeros(1), np.zeros(1), np.array([centre.scale_s]), np.array([centre.exponential]), np.array([centre.fast_ratio]))
+    delays = GridPoints.every(reboots, np.linspace(0.0, LOSS_SPREAD_S, PROFILE_DELAYS), shape)
+    grid = grid.join(_fit_grid(records, before, delays))
+    parts = []
+    for at_s in reboots:
+        mine = np.flatnonzero(grid.reboot_s == at_s)
+        index = int(mine[np.argmin(grid.residual[mine])])
+        parts.append(GridPoints.every(np.array([at_s]), np.array([float(grid.delay_s[index])]),
+                                      _near_shapes(grid.at(index), SEARCH_SCALE_STEP, SEARCH_SCALE_STEP if centre.fast_rise_mib > 0 else 1.0)))
+    return grid.join(_fit_grid(records, before, GridPoints.concat(parts)))
+
+
+def _best_per_reboot(grid: FitGrid, count: int) -> list[int]:
+    """The best point at each of the ``count`` reboot times whose best points fit best."""
+    order = np.lexsort((grid.residual, grid.reboot_s))
+    first = order[np.r_[True, grid.reboot_s[order][1:] != grid.reboot_s[order][:-1]]]
+    return [int(index) for index in first[np.argsort(grid.residual[first])][:count]]
+
+
+def _pattern_search(records: Records, before: Before | None, grid: FitGrid, best: int, reboot_span_s: tuple[float, float] | None,
+                    *, known: bool) -> tuple[FitGrid, int]:
+    """From the grids' best point, a compass search over the reboot time (when the fit chooses it), the delay, the
+    scale and a two-stage creep's fast ratio: every point one step away in each of them at once is tried, the best
+    one taken while it fits better, and the steps halved when none does. The grids' points are too far apart for a
+    two-stage creep whose four of them move together (a later reboot, a slower stage and a faster one fit alike)."""
+    centre = grid.at(best)
+    reboot_step = (reboot_span_s[1] - reboot_span_s[0]) / (REBOOT_GRID - 1) / 2 if reboot_span_s is not None else 0.0
+    delay_step, scale_step = 60.0 if before is not None else 0.0, SEARCH_SCALE_STEP
+    fast_step = SEARCH_SCALE_STEP if centre.exponential and centre.fast_rise_mib > 0 else 1.0
+    offsets = np.array(np.meshgrid(*[[-1, 0, 1]] * 4, indexing="ij")).reshape(4, -1)
+    for _ in range(SEARCH_STEPS):
+        if reboot_step < 15.0 and scale_step < 1.004:
+            break
+        at_s = centre.reboot_s if centre.reboot_s is not None else centre.start_s
+        reboots = at_s + offsets[0] * reboot_step
+        delays = np.clip(centre.start_s - at_s + offsets[1] * delay_step, 0.0, LOSS_SPREAD_S if before is not None else 0.0)
+        if reboot_span_s is not None:
+            reboots = np.clip(reboots, *reboot_span_s)
+        points = GridPoints(reboots, delays, centre.scale_s * scale_step ** offsets[2], np.full(offsets.shape[1], centre.exponential),
+                            np.maximum(centre.fast_ratio * fast_step ** offsets[3], 1.05))
+        grid = grid.join(_fit_grid(records, before, points, known=known))
+        candidate = grid.best()
+        if _better(grid.at(candidate), centre) and candidate != best:
+            best, centre = candidate, grid.at(candidate)
+            continue
+        reboot_step, delay_step = reboot_step / 2, delay_step / 2
+        scale_step, fast_step = np.sqrt(scale_step), np.sqrt(fast_step)
+    return grid, best
+
+
+def _near_shapes(centre: Fit, scale_step: float, fast_step: float, count: int = FINE_GRID) -> GridPoints:
+    """Scales around ``centre``'s (``count`` of them, × ``scale_step`` at the edges) and, for a two-stage creep, each
+    with fast ratios around its own (``fast_step`` likewise; the fast stage never slower than the slow one)."""
+    scales = centre.scale_s * np.geomspace(1 / scale_step, scale_step, count)
+    two_stage = centre.exponential and centre.fast_rise_mib > 0
+    ratios = np.maximum(centre.fast_ratio * np.geomspace(1 / fast_step, fast_step, count), 1.05) if two_stage else np.array([centre.fast_ratio])
+    scale_s, fast_ratio = (grid.ravel() for grid in np.meshgrid(scales, ratios, indexing="ij"))
+    return GridPoints(np.zeros(len(scale_s)), np.zeros(len(scale_s)), scale_s, np.full(len(scale_s), centre.exponential), fast_ratio)
 
 
 def _reboot_grid(records: Records, lo_s: float, hi_s: float, *, known: bool) -> np.ndarray:
@@ -404,23 +526,25 @@ def _reboot_grid(records: Records, lo_s: float, hi_s: float, *, known: bool) -> 
     return np.unique(np.r_[even, near[(near >= lo_s) & (near <= hi_s)]])
 
 
-def _refine_scales(records: Records, before_mib: float | None, grid: FitGrid, *, known: bool = False) -> FitGrid:
-    """Each (reboot time, delay, shape, fast ratio) of ``grid`` with its scales refined around its best one (FINE_PASSES
-    narrowing grids): the profile over the reboot time that bounds the creep."""
-    ratio = float(TAU_HOURS[1] / TAU_HOURS[0])
+def _refine_scales(records: Records, before: Before | None, grid: FitGrid, *, known: bool = False) -> FitGrid:
+    """Each (reboot time, delay, shape) of ``grid`` with its scales (and a two-stage creep's fast ratio) refined around
+    its best one (FINE_PASSES narrowing grids): the profile over the reboot time that bounds the creep."""
+    ratio, fast_step = float(TAU_HOURS[1] / TAU_HOURS[0]), float(FAST_RATIOS[1] / FAST_RATIOS[0])
     for _ in range(FINE_PASSES):
-        keys = np.stack([grid.reboot_s, grid.delay_s, grid.exponential.astype(float), grid.fast_ratio], axis=1)
-        unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+        keys = np.stack([grid.reboot_s, grid.delay_s, grid.exponential.astype(float)], axis=1)
+        _, inverse = np.unique(keys, axis=0, return_inverse=True)
         inverse = inverse.ravel()
-        # The best scale of each key: sort by (key, residual) and take each key's first.
+        # The best point of each key: sort by (key, residual) and take each key's first.
         order = np.lexsort((grid.residual, inverse))
         first = order[np.r_[True, inverse[order][1:] != inverse[order][:-1]]]
-        centre = grid.scale_s[first]
-        factors = np.geomspace(1 / ratio, ratio, FINE_GRID)
-        grid = grid.join(_fit_grid(records, before_mib, GridPoints(
-            np.repeat(unique[:, 0], FINE_GRID), np.repeat(unique[:, 1], FINE_GRID), (centre[:, None] * factors[None, :]).ravel(),
-            np.repeat(unique[:, 2] > 0.5, FINE_GRID), np.repeat(unique[:, 3], FINE_GRID)), known=known))
-        ratio = ratio ** (2 / (FINE_GRID - 1))
+        points = []
+        for index in first:
+            centre = grid.at(int(index))
+            at_s = float(grid.reboot_s[index])
+            near = _near_shapes(centre, ratio, fast_step)
+            points.append(GridPoints.every(np.array([at_s]), np.array([float(grid.delay_s[index])]), near))
+        grid = grid.join(_fit_grid(records, before, GridPoints.concat(points), known=known))
+        ratio, fast_step = ratio ** (2 / (FINE_GRID - 1)), fast_step ** (2 / (FINE_GRID - 1))
     return grid
 
 
@@ -445,6 +569,10 @@ class GridPoints:
     scale_s: np.ndarray
     exponential: np.ndarray
     fast_ratio: np.ndarray
+
+    @staticmethod
+    def concat(parts: list[GridPoints]) -> GridPoints:
+        return GridPoints(*(np.concatenate([getattr(part, name) for part in parts]) for name in ("reboot_s", "delay_s", "scale_s", "exponential", "fast_ratio")))
 
     @staticmethod
     def every(reboots_s: np.ndarray, delays_s: np.ndarray, shapes: GridPoints) -> GridPoints:
@@ -527,8 +655,8 @@ class FitGrid:
 _GRID_ARRAYS = ("reboot_s", "delay_s", "scale_s", "exponential", "fast_ratio", "level_mib", "rise_mib", "fast_mib", "residual", "seen_mib")
 
 
-def _columns(records: Records, before_mib: float | None, points: GridPoints, *, known: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The model's columns per grid point (grid, 5, records), the records less the level before the reboot, and
+def _columns(records: Records, before: Before | None, points: GridPoints, *, known: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The model's columns per grid point (grid, 6, records), the records less the level before the reboot, and
     the share of each record before the reboot. ``known``: the reboot time is a boot line's."""
     a, b = records.start_s[None, :].astype(float), records.end_s[None, :].astype(float)
     width = b - a
@@ -537,15 +665,15 @@ def _columns(records: Records, before_mib: float | None, points: GridPoints, *, 
     # Between the reboot and the creep's start the engine is down (nothing held); the losses cover its loading.
     start = grid_reboot + points.delay_s[:, None]
     pre = _overlap(a, b, -np.inf, grid_reboot) / width
-    post = np.ones_like(pre) if before_mib is None else _overlap(a, b, start, np.inf) / width
+    post = np.ones_like(pre) if before is None else _overlap(a, b, start, np.inf) / width
     shape_mean = _window_means(records, start[:, 0], scale_s, exponential)
     # Two stages: a fast exponential beside the slow one (zero for the linear shape; ≥ 0 like every rise).
     fast_mean = _window_means(records, start[:, 0], scale_s / fast_ratio, np.ones(len(scale_s), dtype=bool), rows=exponential)
-    target = records.used_mib[None, :] - (before_mib or 0.0) * pre
+    target = records.used_mib[None, :] - (before.level_mib if before is not None else 0.0) * pre
     # The minutes the engine was down and loading: a loss of memory-seconds in the record holding the restart
     # and, when the loading runs past its end, in the next one (their lengths are unknown, and 1-minute polls
     # see them only as whole polls): one unknown ≥ 0 per record, so those records say nothing about L, R, T.
-    if before_mib is not None:
+    if before is not None:
         first = (a <= grid_reboot) & (grid_reboot < b)
         # The next record is given its loss whether or not the loading reached it: a loss only where the reboot
         # sits in the last LOSS_SPREAD_S of its record would free a record there, and the fit would prefer
@@ -558,23 +686,26 @@ def _columns(records: Records, before_mib: float | None, points: GridPoints, *, 
         losses = [np.where(first, -1.0 / width, 0.0), np.where(second, -1.0 / width, 0.0)]
     else:
         losses = [np.zeros_like(pre), np.zeros_like(pre)]
-    return np.stack([post, shape_mean, fast_mean, *losses], axis=1), target, pre
+    # A life before that was still creeping may have risen past its last record by the reboot: the minutes before it
+    # in the record holding it hold that level plus an unknown ≥ 0 (memory only grows while an engine lives).
+    risen = np.where(first, pre, 0.0) if before is not None and before.rising else np.zeros_like(pre)
+    return np.stack([post, shape_mean, fast_mean, *losses, risen], axis=1), target, pre
 
 
-def _model(records: Records, before_mib: float | None, fit: Fit, *, known: bool = False) -> np.ndarray:
+def _model(records: Records, before: Before | None, fit: Fit, *, known: bool = False) -> np.ndarray:
     """Each record's mean under ``fit`` (the losses solved again for its reboot time)."""
     reboot_s = fit.reboot_s if fit.reboot_s is not None else fit.start_s
-    columns, target, pre = _columns(records, before_mib, GridPoints(np.array([reboot_s]), np.array([fit.start_s - reboot_s]),
+    columns, target, pre = _columns(records, before, GridPoints(np.array([reboot_s]), np.array([fit.start_s - reboot_s]),
                                                                     np.array([fit.scale_s]), np.array([fit.exponential]), np.array([fit.fast_ratio])),
                                      known=known)
     weights = records.window_s.astype(float)[None, :]
     coef = _nonnegative_tail(np.einsum("gir,gjr,gr->gij", columns, columns, weights), np.einsum("gir,gr,gr->gi", columns, target, weights))
-    return np.einsum("gir,gi->gr", columns, coef)[0] + (before_mib or 0.0) * pre[0]
+    return np.einsum("gir,gi->gr", columns, coef)[0] + (before.level_mib if before is not None else 0.0) * pre[0]
 
 
-def _fit_grid(records: Records, before_mib: float | None, points: GridPoints, *, known: bool = False) -> FitGrid:
+def _fit_grid(records: Records, before: Before | None, points: GridPoints, *, known: bool = False) -> FitGrid:
     """Fits at grid points (reboot time, delay, scale, shape, fast ratio); level and rises by non-negative least squares."""
-    columns, target, _ = _columns(records, before_mib, points, known=known)
+    columns, target, _ = _columns(records, before, points, known=known)
     reboot_s, scale_s, exponential, fast_ratio = points.reboot_s, points.scale_s, points.exponential, points.fast_ratio
     weights = records.window_s.astype(float)
     w = np.broadcast_to(weights[None, :], target.shape)
@@ -590,7 +721,7 @@ def _fit_grid(records: Records, before_mib: float | None, points: GridPoints, *,
     seen = rise * np.where(exponential, -np.expm1(-elapsed / scale_s), np.minimum(elapsed / scale_s, 1.0)) \
         + fast * -np.expm1(-elapsed / (scale_s / fast_ratio))
     return FitGrid(reboot_s.astype(float), points.delay_s.astype(float), scale_s.astype(float), exponential.astype(bool), fast_ratio.astype(float), level, rise, fast,
-                   residual, seen, first_life=before_mib is None)
+                   residual, seen, first_life=before is None)
 
 
 def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_mib: float = 256.0,
@@ -605,11 +736,29 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
     analysis = Analysis(samples=len(records.end_s), start=when_utc(records.start_s[0]), end=when_utc(records.end_s[-1]),
                                 gaps=gaps)
     reboots = find_reboots(records, min_step_mib=min_step_mib, boot_times_s=list(boot_times_s), boots_here_s=list(boots_here_s))
+    lives = _fit_lives(records, reboots, min_step_mib)
+    hidden = _hidden_reboot(records, *lives[0][1:], min_creep_mib) if lives and lives[0][0] is None else None
+    if hidden is not None:
+        lives = _fit_lives(records, sorted([*reboots, hidden], key=lambda reboot: reboot.first), min_step_mib)
+    for reboot, life, fit in lives:
+        step_at = None
+        if reboot is not None:
+            step_at = reboot.known_at_s if reboot.known_at_s is not None else fit.reboot_s if fit.reboot_s is not None else reboot.span_start_s
+            analysis.steps.append(Step(
+                at=when_utc(step_at), delta_mib=round(fit.level_mib - reboot.before_mib, 1), before_mib=round(reboot.before_mib, 1),
+                after_mib=round(fit.level_mib, 1), window_start=when_utc(reboot.span_start_s), window_end=when_utc(reboot.span_end_s),
+                inferred=reboot.known_at_s is None, evidence=reboot.evidence))
+        analysis.segments.append(_segment(life, fit, reboot, min_creep_mib, step_at))
+    return analysis
+
+
+def _fit_lives(records: Records, reboots: list[Reboot], min_step_mib: float) -> list[tuple[Reboot | None, Records, Fit]]:
+    """Each boot's life between the reboots, fitted (the first one has no reboot before it)."""
+    lives: list[tuple[Reboot | None, Records, Fit]] = []
     bounds = [0] + [reboot.first for reboot in reboots] + [len(records.end_s)]
     for number in range(len(bounds) - 1):
         reboot = reboots[number - 1] if number > 0 else None
-        lo, hi = bounds[number], bounds[number + 1]
-        life = records.part(np.arange(lo, hi))
+        life = records.part(np.arange(bounds[number], bounds[number + 1]))
         # Records entirely near zero are the engine down: nothing to fit there.
         life = life.part(life.used_mib >= NEAR_ZERO_MIB) if np.any(life.used_mib >= NEAR_ZERO_MIB) else life
         if len(life.end_s) == 0:
@@ -622,15 +771,59 @@ def analyse_records(records: Records, *, min_step_mib: float = 256.0, min_creep_
             fit = fit_life(life, before_mib=None, reboot_lo_s=float(life.start_s[0]) - 2 * 86400.0,
                            reboot_hi_s=float(life.end_s[-1]))
         else:
+            # The life before still creeping when its records end (or too few of them to tell): it may have risen since.
+            rising = not lives or len(lives[-1][1].end_s) < 3 or lives[-1][2].reach_s(PLATEAU_SHARE) > float(lives[-1][1].end_s[-1])
             fit = fit_life(life, before_mib=reboot.before_mib, reboot_lo_s=reboot.span_start_s, reboot_hi_s=reboot.span_end_s,
-                           known_reboot_s=reboot.known_at_s)
-            step_at = reboot.known_at_s if reboot.known_at_s is not None else fit.reboot_s if fit.reboot_s is not None else reboot.span_start_s
-            analysis.steps.append(Step(
-                at=when_utc(step_at), delta_mib=round(fit.level_mib - reboot.before_mib, 1), before_mib=round(reboot.before_mib, 1),
-                after_mib=round(fit.level_mib, 1), window_start=when_utc(reboot.span_start_s), window_end=when_utc(reboot.span_end_s),
-                inferred=reboot.known_at_s is None, evidence=reboot.evidence))
-        analysis.segments.append(_segment(life, fit, reboot, min_creep_mib, step_at if reboot is not None else None))
-    return analysis
+                           known_reboot_s=reboot.known_at_s, before_rising=rising)
+        lives.append((reboot, life, fit))
+    return lives
+
+
+def _hidden_reboot(records: Records, life: Records, fit: Fit, min_creep_mib: float) -> Reboot | None:
+    """A restart hidden in a stretch without records, read from where the first life's creep starts.
+
+    Creep starts when an engine boots: a first life whose fitted creep starts not before the history but at a
+    stretch without records (polls missing, or where a finer record type takes over from a coarser one) booted
+    there (or shortly before: see ``within_s``), and the records after it may have started lower than those before
+    it, which the fit cannot see without a reboot to fit. The reboot's span is that stretch and the record after it.
+    """
+    if fit.rise_mib + fit.fast_rise_mib < min_creep_mib or fit.start_s <= float(life.start_s[0]):
+        return None
+    holes = np.flatnonzero(life.hole_s > np.maximum(life.window_s, HOLE_S))
+    # The records after the restart may read the old level for a while (the new life's creep passing it) before the
+    # fit's creep starts: the latest stretch without records before that start, within half the rise's duration.
+    within_s = (fit.reach_s(PLATEAU_SHARE) - fit.start_s) / 2
+    holes = holes[(life.start_s[holes - 1] <= fit.start_s) & (fit.start_s <= life.end_s[holes] + within_s)]
+    if len(holes) == 0:
+        return _creep_start_reboot(records, life, fit, within_s)
+    k = int(holes[-1])
+    j = int(np.flatnonzero(records.end_s == life.end_s[k])[0])
+    return Reboot(span_start_s=float(records.end_s[j - 1]), span_end_s=float(records.end_s[j]), first=j, last=j,
+                  before_mib=float(records.used_mib[j - 1]),
+                  evidence=f"creep starting after {life.hole_s[k] / 3600:.1f} h without records, ending "
+                           f"{when_utc(records.start_s[j]):%m-%d %H:%M} (a restart hidden there)")
+
+
+def _creep_start_reboot(records: Records, life: Records, fit: Fit, within_s: float) -> Reboot | None:
+    """A restart back to about the old level, seen only as a creep starting inside the history: no record falls or
+    dips (an 8-hour record holding a few minutes down and a fast creep after them reads about the level before).
+    The reboot's span runs from the record before the one holding the fitted creep start to the one after it, or
+    ``within_s`` after the start if later (the shape
+    fitted without a reboot may start its creep early or late), and is fitted there."""
+    holding = np.flatnonzero(life.end_s >= fit.start_s)
+    if len(holding) == 0 or int(holding[0]) < 2:
+        return None
+    # From the record before the one holding it: a restart early in a record pulls it below the old level a little
+    # (its minutes down), which the fit without a reboot reads as the creep starting after it.
+    k = int(holding[0]) - 1
+    j = int(np.flatnonzero(records.end_s == life.end_s[k])[0])
+    # To the record after the one holding it at least: a step inside a record reads as a ramp through it and the next.
+    after = min(j + 2, len(records.end_s) - 1)
+    last = int(np.flatnonzero(records.end_s <= max(fit.start_s + within_s, float(records.end_s[after])))[-1])
+    return Reboot(span_start_s=float(records.start_s[j]), span_end_s=float(records.end_s[last]), first=j, last=last,
+                  before_mib=float(records.used_mib[j - 1]),
+                  evidence=f"memory rising from the {records.record_types[j]} record ending {when_utc(records.end_s[j]):%m-%d %H:%M} "
+                           "with no fall or dip (a restart to about the old level or above, hidden in the averages)")
 
 
 def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: float, boot_s: float | None) -> Segment:
@@ -643,14 +836,20 @@ def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: floa
     # The creep starts when the engine is back (up to LOSS_SPREAD_S after the reboot), the life at the reboot.
     start_s = fit.start_s if fit.reboot_s is not None else float(life.start_s[0])
     creep = None
-    if plateau - fit.level_mib >= min_creep_mib:
+    # A creep the records cannot size (a reboot somewhere in an 8-hour record) is reported, with its bounds, when any
+    # fit they cannot tell from the best one sees it, not only when the smallest of them does.
+    # (A first life's fits may start their creep before the records, at any level: there only the best one counts.)
+    sized = fit.reboot_s is not None and fit.alike is not None and len(fit.alike.level_mib) > 0
+    lowest_level_mib = min(float(fit.alike.level_mib.min()), fit.level_mib) if sized and fit.alike is not None else fit.level_mib
+    # (The best fit must still see a quarter of it: a steady GPU rebooted blind could hide any rise in its freed records.)
+    if plateau - lowest_level_mib >= min_creep_mib and plateau - fit.level_mib >= min_creep_mib * UNTOUCHED_SHARE:
         reached = reached_s if levelled_off else history_end
         # Resolved: at least three records see the rise, and the restart is known to better than the rise lasted.
         seen_by = np.count_nonzero((life.end_s > fit.start_s) & (life.start_s < reached_s))
         span_s = 0.0 if reboot is None or reboot.known_at_s is not None else reboot.span_end_s - reboot.span_start_s
         resolved = seen_by >= 3 and span_s <= reached_s - fit.start_s
         two_stage = fit.fast_rise_mib > TWO_STAGE_SHARE * (fit.rise_mib + fit.fast_rise_mib)
-        bounds = _bounds(life, fit, plateau, reached, levelled_off)
+        bounds = _bounds(life, fit, plateau, uncertainty, reached, levelled_off)
         shape = ("two-stage exponential" if two_stage else "saturating exponential") if fit.exponential else "linear then flat"
         creep = Creep(
             start=when_utc(start_s), plateau_at=when_utc(reached), rise_mib=round(plateau - fit.level_mib, 1),
@@ -674,13 +873,16 @@ def _segment(life: Records, fit: Fit, reboot: Reboot | None, min_creep_mib: floa
                    still_to_rise_mib=round(still_to_rise, 1) if levelled_off else None, creep=creep)
 
 
-def _bounds(life: Records, fit: Fit, plateau_mib: float, reached_s: float, levelled_off: bool) -> dict[str, Any]:
+def _bounds(life: Records, fit: Fit, plateau_mib: float, uncertainty_mib: float, reached_s: float, levelled_off: bool) -> dict[str, Any]:
     """The creep's size and plateau time over the fits the records cannot tell from ``fit`` (``Creep``'s bounds), and
-    whether they agree: sizes within DETERMINED_SHARE, plateau times within one record of the finest type there."""
+    whether they agree: sizes within DETERMINED_SHARE, plateau times within one record of the finest type there.
+    The size's bounds hold the plateau's ± too (it is the rise's other end)."""
     alike = fit.alike if fit.alike is not None and len(fit.alike.level_mib) else None
     reach = alike.reach_s(PLATEAU_SHARE) if alike is not None else np.array([reached_s])
     levels = alike.level_mib if alike is not None else np.array([fit.level_mib])
-    rise, low, high = plateau_mib - fit.level_mib, plateau_mib - max(float(levels.max()), fit.level_mib), plateau_mib - min(float(levels.min()), fit.level_mib)
+    rise = plateau_mib - fit.level_mib
+    low = plateau_mib - uncertainty_mib - max(float(levels.max()), fit.level_mib)
+    high = plateau_mib + uncertainty_mib - min(float(levels.min()), fit.level_mib)
     earliest, latest = min(float(reach.min()), reached_s), max(float(reach.max()), reached_s)
     covering = (life.start_s < reached_s) & (reached_s <= life.end_s)
     record_s = float(life.window_s[covering].min()) if covering.any() else float(life.window_s.max())
@@ -695,7 +897,7 @@ def _plateau(life: Records, fit: Fit, levelled_from_s: float | None) -> tuple[fl
     """The level now, its ± MiB, what the fit says is still to come, and which records gave it.
 
     The records used are the latest levelled ones (starting after the plateau was reached) at the finest
-    resolution among them; while still rising, those of the last hour. Their mean residual corrects the fit's
+    resolution among them that has PLATEAU_RECORDS of them; while still rising, those of the last hour. Their mean residual corrects the fit's
     level at the history's end, so a shape that fits the whole life a little off does not move the plateau.
     ± is twice the standard error of that mean (the jitter) plus how much the fit moves across those records.
     """
@@ -703,12 +905,16 @@ def _plateau(life: Records, fit: Fit, levelled_from_s: float | None) -> tuple[fl
     chosen = life.start_s >= levelled_from_s if levelled_from_s is not None else np.zeros(len(life.end_s), dtype=bool)
     if not chosen.any():
         chosen = life.end_s >= history_end - max(3600.0, float(life.window_s[-1]))
-    finest = float(life.window_s[chosen].min())
-    chosen &= life.window_s == finest
+    # The finest type with at least PLATEAU_RECORDS of them (the clean-up may leave one 1-minute poll after a polling
+    # gap at the history's end: one poll's jitter is no plateau); with none, the type with the most.
+    windows, counts = np.unique(life.window_s[chosen], return_counts=True)
+    enough = windows[counts >= PLATEAU_RECORDS]
+    chosen &= life.window_s == (float(enough.min()) if len(enough) else float(windows[np.argmax(counts)]))
     residual = life.used_mib[chosen] - fit.model_mib[chosen]
     now_mib = fit.value_at(history_end)
     count = int(chosen.sum())
-    spread = float(np.std(residual, ddof=1)) if count >= 3 else fit.residual_mib
+    # Too few records for their own spread: their type's jitter (read from its consecutive records).
+    spread = float(np.std(residual, ddof=1)) if count >= PLATEAU_RECORDS else max(float(record_noise_mib(life)[chosen].max()), fit.residual_mib)
     drift = abs(now_mib - float(fit.model_mib[chosen].mean()))
     uncertainty = max(2 * spread / np.sqrt(count) + drift, 1.0)
     still_to_rise = max(fit.level_mib + fit.rise_mib + fit.fast_rise_mib - now_mib, 0.0)

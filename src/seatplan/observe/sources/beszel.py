@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from bisect import bisect_right
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -115,39 +116,50 @@ def _finite_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
 
 
-_CRON_S = 600  # the hub's */10 cron makes every longer record
-
-
-def _phase(records: list[tuple[float, dict]], period_runs: int) -> int:
-    """Which cron run (mod ``period_runs``) this type's records are made on (they keep their phase)."""
-    runs = [round(created / _CRON_S) % period_runs for created, _ in records]
-    return max(set(runs), key=runs.count) if runs else 0
-
-
-def _shift_to(run: int, phase: int, period_runs: int) -> int:
-    """Cron runs back from ``run`` to the latest run on ``phase``."""
-    return (run - phase) % period_runs
 
 
 def _effective_ends(records_by_type: list[list[tuple[float, dict]]]) -> list[list[tuple[float, dict]]]:
     """Each record's time moved to the end of what it really averages.
 
     A 120m record averages the 20m records made in its last 2 h; when those are made on other cron runs
-    than the 120m one (their phases differ), the averaged minutes end at the latest 20m record, up to
-    10 minutes before the 120m record's own time; a 480m record likewise ends where its latest 120m record's
-    minutes end. The phases are read from the records of each type the hub still keeps.
+    than the 120m one, the averaged minutes end at the latest of them, up to 10 minutes before the 120m
+    record's own time; a 480m record likewise ends where its latest 120m record's minutes end (up to 2 hours
+    before). Where the hub still keeps that shorter record the end is exact; where the clean-up took it (the
+    120m records older than the 20m ones' day, the 480m ones older than the 120m ones' 7 days) it is read
+    from the records of its cadence whose shorter ones are kept (see ``_ends_from``).
     """
-    one, ten, twenty, long, longest = records_by_type
-    phase20, phase120 = _phase(twenty, 2), _phase(long, 12)
+    one, ten, twenty, long, longest = (sorted(records, key=lambda record: record[0]) for records in records_by_type)
+    # A 20m record's 10m records are made on its own run, and a 10m record's 1-minute ones up to it.
+    ends20 = [(created, created) for created, _ in twenty]
+    ends120 = _ends_from(long, ends20, BESZEL_WINDOW_S["120m"])
+    ends480 = _ends_from(longest, ends120, BESZEL_WINDOW_S["480m"])
+    return [one, ten, twenty, [(end, gpus) for (end, _), (_, gpus) in zip(ends120, long)],
+            [(end, gpus) for (end, _), (_, gpus) in zip(ends480, longest)]]
 
-    def shift120(created: float) -> int:
-        return _shift_to(round(created / _CRON_S), phase20, 2) * _CRON_S
 
-    def shift480(created: float) -> int:
-        back = _shift_to(round(created / _CRON_S), phase120, 12) * _CRON_S
-        return back + shift120(created - back)
+def _ends_from(records: list[tuple[float, dict]], shorter: list[tuple[float, float]], window_s: int) -> list[tuple[float, float]]:
+    """(effective end, created) per record, from the shorter records it averaged: ``shorter`` holds (created,
+    effective end) of each one kept, in order; it averaged those made in (created − window, created].
 
-    return [one, ten, twenty, [(c - shift120(c), g) for c, g in long], [(c - shift480(c), g) for c, g in longest]]
+    Where those are gone, a record keeps the shift of the records of its own stretch whose shorter records are kept
+    (a stretch: records exactly one window apart, the cadence the hub keeps until a polling gap breaks it); a stretch
+    with none keeps its own times: after a gap the hub makes the first longer record on the run that makes the
+    shorter record completing its count, so their runs coincide.
+    """
+    made = [created for created, _ in shorter]
+    exact: list[float | None] = []
+    for created, _ in records:
+        latest = bisect_right(made, created + 0.5) - 1
+        exact.append(created - shorter[latest][1] if latest >= 0 and made[latest] > created - window_s else None)
+    stretch = [0]
+    for (before, _), (after, _) in zip(records, records[1:]):
+        stretch.append(stretch[-1] + (abs(after - before - window_s) > 2))
+    known: dict[int, float] = {}
+    for number, shift in zip(stretch, exact):
+        if shift is not None:
+            known.setdefault(number, shift)
+    return [(created - (shift if shift is not None else known.get(number, 0.0)), created)
+            for (created, _), shift, number in zip(records, exact, stretch)]
 
 
 def _beszel_system(host: str, records_by_type: list[list[tuple[float, dict[int, tuple[float, float | None]]]]],

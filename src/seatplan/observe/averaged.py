@@ -678,8 +678,14 @@ def _columns(records: Records, before: Before | None, points: GridPoints, *, kno
         # The next record is given its loss whether or not the loading reached it: a loss only where the reboot
         # sits in the last LOSS_SPREAD_S of its record would free a record there, and the fit would prefer
         # those reboot times for the freedom alone.
-        after = a > grid_reboot
-        second = after & (a == np.where(after, a, np.inf).min(axis=1, keepdims=True))
+        after = np.where(a > grid_reboot, a, np.inf)
+        next_start = after.min(axis=1, keepdims=True)
+        second = np.isfinite(after) & (a == next_start)
+        # A reboot the fit places in a stretch without records (no record holds it): the two records after it take the
+        # two losses, so that every reboot time frees two records and none is preferred for the freedom alone.
+        in_hole = ~first.any(axis=1, keepdims=True) & (not known)
+        following = np.isfinite(after) & (a == np.where(after > next_start, after, np.inf).min(axis=1, keepdims=True))
+        first, second = np.where(in_hole, second, first), np.where(in_hole, following, second)
         if known:
             # A boot line's reboot time is not chosen by the fit: the next record loses only what the loading can reach.
             second &= a < grid_reboot + LOSS_SPREAD_S

@@ -182,6 +182,11 @@ class Fit:
     seen_mib: float = 0.0       # the rise the records see by the history's end
     alike: FitGrid | None = None  # the fits the records cannot tell from this one
 
+    @property
+    def anchor_s(self) -> float:
+        """Where the fit's grid is laid: the reboot time, or for a first life (none) where its creep starts."""
+        return self.reboot_s if self.reboot_s is not None else self.start_s
+
     def value_at(self, t_s: float) -> float:
         x = t_s - self.start_s
         return self.level_mib + self.rise_mib * _shape(x, self.scale_s, self.exponential) \
@@ -231,7 +236,6 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
     # little), and its minutes down are a small share of it: its fall need only be a quarter of --min-step-mib. A
     # shorter record holding a restart is pulled far down by those minutes; a fall of less is jitter.
     step_mib = np.maximum(np.where(records.window_s >= LONG_WINDOW_S, min_step_mib * UNTOUCHED_SHARE, min_step_mib), noise_mib)
-    dip_noise_mib = noise_mib
     hole_s = records.hole_s
     hits: list[tuple[int, str]] = []
     for j in range(1, count):
@@ -244,7 +248,7 @@ def find_reboots(records: Records, *, min_step_mib: float, boot_times_s: Sequenc
             hits.append((j, f"fall of {used[j - 1] - used[j]:,.0f} MiB across {hole_s[j] / 3600:.1f} h without records"))
         elif used[j] < used[j - 1] - step_mib[j]:
             hits.append((j, f"averaged fall of {used[j - 1] - used[j]:,.0f} MiB"))
-        elif j + 1 < count and used[j] < min(used[j - 1], used[j + 1]) - max(min_step_mib / 2, dip_noise_mib[j]):
+        elif j + 1 < count and used[j] < min(used[j - 1], used[j + 1]) - max(min_step_mib / 2, noise_mib[j]):
             hits.append((j, f"averaged dip of {min(used[j - 1], used[j + 1]) - used[j]:,.0f} MiB"))
     reboots: list[Reboot] = []
     for j, evidence in hits:
@@ -400,7 +404,7 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
     # Finer grids around the best point, each narrowing the steps (reboot time and scale) to a grid point's span.
     for _ in range(FINE_PASSES):
         centre = grid.at(best)
-        at_s = centre.reboot_s if centre.reboot_s is not None else centre.start_s
+        at_s = centre.anchor_s
         near_reboots = np.unique(np.clip(at_s + np.linspace(-reboot_step, reboot_step, FINE_GRID), reboot_lo_s, reboot_hi_s))
         near = _near_shapes(centre, ratio, fast_step)
         grid = grid.join(_fit_grid(records, before, GridPoints.every(near_reboots, np.array([centre.start_s - at_s]), near), known=known))
@@ -440,7 +444,7 @@ def fit_life(records: Records, *, before_mib: float | None, reboot_lo_s: float, 
     # The profile over the scale (and a two-stage creep's ratio) at the best fit's reboot: the fine passes sample only
     # near the best point, and the plateau time's bounds are where the records stop telling those scales apart.
     centre = grid.at(best)
-    at_s = centre.reboot_s if centre.reboot_s is not None else centre.start_s
+    at_s = centre.anchor_s
     profile = _near_shapes(centre, PROFILE_SPAN, PROFILE_SPAN, count=PROFILE_GRID)
     grid = grid.join(_fit_grid(records, before, GridPoints.every(np.array([at_s]), np.array([centre.start_s - at_s]), profile), known=known))
     fit = grid.at(best)
@@ -487,7 +491,7 @@ def _pattern_search(records: Records, before: Before | None, grid: FitGrid, best
     for _ in range(SEARCH_STEPS):
         if reboot_step < 15.0 and scale_step < 1.004:
             break
-        at_s = centre.reboot_s if centre.reboot_s is not None else centre.start_s
+        at_s = centre.anchor_s
         reboots = at_s + offsets[0] * reboot_step
         delays = np.clip(centre.start_s - at_s + offsets[1] * delay_step, 0.0, LOSS_SPREAD_S if before is not None else 0.0)
         if reboot_span_s is not None:

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from seatplan.encode import NAME_RULES, address_problem, name_problem
 from seatplan.errors import FieldValueError, SeatplanError
@@ -90,6 +90,57 @@ def no_single_quote(what: str, text: str) -> None:
     if "'" in text:
         raise FieldValueError(f"{what} holds a single quote, which the engine's env file cannot carry",
                               "remove the quote (a model path or argument needs none; JSON arguments use double quotes)")
+
+
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+HOST_PATH_PATTERN = r"^/[A-Za-z0-9._/@+-]*$"
+UNIT_PATTERN = r"^[A-Za-z0-9:_.\\@-]{1,250}\.service$"
+COMPOSE_SERVICE_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$"
+
+
+class EnvReference(_Strict):
+    """A value the fleet file names but never holds: a secret (an `HF_TOKEN`, an engine's `VLLM_API_KEY`) read on
+    the GPU host when the engine starts. Render writes the reference (systemd `PassEnvironment=`, compose
+    `${NAME}`), and every document and line seatplan prints carries the name only (docs/fleet.md, "Secrets")."""
+
+    from_host_env: str = Field(pattern=ENV_NAME_PATTERN, description="the variable in the host's environment that holds the value")
+
+
+EnvValue = str | EnvReference
+
+
+class StartedBy(_Strict):
+    """How the seat's engine is started today, outside seatplan: the first `seatplan apply` stops it before it
+    starts seatplan's engine (the cut-over) and rollback starts it again. Exactly one kind is given:
+    `compose_file` with `compose_service`, `systemd_unit`, or `stop_command` (with `start_command` for rollback)."""
+
+    compose_file: str | None = Field(None, pattern=HOST_PATH_PATTERN, description="the compose file on the host (absolute path)")
+    compose_service: str | None = Field(None, pattern=COMPOSE_SERVICE_PATTERN, description="the service in that file that runs the engine")
+    systemd_unit: str | None = Field(None, pattern=UNIT_PATTERN, description="the systemd unit that runs the engine (`vllm@qwen3.service`)")
+    stop_command: list[str] = Field(default_factory=list, description="the command that stops the engine, as words (no shell)")
+    start_command: list[str] = Field(default_factory=list, description="the command that starts it again (rollback), as words (no shell)")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> StartedBy:
+        kinds = [name for name, given in (("compose", self.compose_file is not None or self.compose_service is not None),
+                                           ("systemd", self.systemd_unit is not None),
+                                           ("command", bool(self.stop_command or self.start_command))) if given]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one of: compose_file with compose_service, systemd_unit, or stop_command "
+                             f"(with start_command); this gives {', '.join(kinds) or 'none'}")
+        if kinds == ["compose"] and (self.compose_file is None or self.compose_service is None):
+            raise ValueError("compose_file and compose_service go together")
+        if kinds == ["command"] and not self.stop_command:
+            raise ValueError("start_command needs a stop_command (the cut-over stops the engine first)")
+        for word in self.stop_command + self.start_command:
+            no_single_quote(repr(word), word)
+        return self
+
+    @property
+    def kind(self) -> Literal["compose", "systemd", "command"]:
+        if self.systemd_unit is not None:
+            return "systemd"
+        return "compose" if self.compose_file is not None else "command"
 
 
 class HostSpec(_Strict):
@@ -187,8 +238,14 @@ class SeatSpec(_Strict):
         description="a fixed seat's health URL: the engines booted after it wait until it answers 200",
     )
     extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
-    env: dict[str, str] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES); "
-                                "keys are POSIX names, values hold no single quote or control character")
+    env: dict[str, EnvValue] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES); "
+                                     "keys are POSIX names, values hold no single quote or control character; a secret is given by "
+                                     "reference, `{from_host_env: NAME}`, never by value (docs/fleet.md, \"Secrets\")")
+    env_files: list[Annotated[str, Field(pattern=HOST_PATH_PATTERN)]] = Field(
+        default_factory=list, description="files on the GPU host (absolute paths, root-only) whose `KEY=value` lines the engine "
+        "reads at start: secrets stay on the host; render writes `EnvironmentFile=` / compose `env_file:`")
+    started_by: StartedBy | None = Field(None, description="how the engine is started today outside seatplan (written by "
+                                         "`seatplan adopt`): the first apply stops it before starting seatplan's engine")
 
     @field_validator("name")
     @classmethod
@@ -202,11 +259,22 @@ class SeatSpec(_Strict):
 
     @field_validator("env")
     @classmethod
-    def _env_keys(cls, value: dict[str, str]) -> dict[str, str]:
+    def _env_keys(cls, value: dict[str, EnvValue]) -> dict[str, EnvValue]:
         for key, text in value.items():
             checked_name("env key", key)
-            no_single_quote(f"the value of {key}", text)
+            if isinstance(text, str):
+                no_single_quote(f"the value of {key}", text)
         return value
+
+    @property
+    def env_values(self) -> dict[str, str]:
+        """The environment given by value (written into the engine's env file)."""
+        return {key: value for key, value in self.env.items() if isinstance(value, str)}
+
+    @property
+    def env_from_host(self) -> dict[str, str]:
+        """The environment given by reference: the engine's variable → the host's variable that holds it."""
+        return {key: value.from_host_env for key, value in self.env.items() if isinstance(value, EnvReference)}
 
     @field_validator("model", "model_path_on_host", "extra_args")
     @classmethod

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from seatplan.documents.fleet import Device
+from seatplan.documents.fleet import Device, StartedBy
 
 Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
 
@@ -86,6 +86,10 @@ class PlannedSeat(BaseModel):
     command: list[str] = Field(default_factory=list)
     health_url: str | None = None
     block_size: int | None = None
+    # secrets by reference (docs/fleet.md, "Secrets"): names only, never values
+    env_from_host: dict[str, str] = Field(default_factory=dict, description="the engine's variable → the host variable holding its value")
+    env_files: list[str] = Field(default_factory=list, description="files on the host the engine reads its environment from")
+    started_by: StartedBy | None = Field(None, description="how the engine was started before seatplan ran it (the cut-over)")
 
 
 class PlannedGpu(BaseModel):
@@ -139,6 +143,32 @@ class PlanInfeasibility(BaseModel):
     seats: list[ShortSeat]
 
 
+RolloutAction = Literal["stop", "start", "restart"]
+
+
+class RolloutStep(BaseModel):
+    """One step apply runs: stop a seat, start it on its GPUs, or restart it in place."""
+
+    action: RolloutAction
+    seat: str
+    gpus: list[str] = Field(description="HOST:INDEX: where it stops (stop) or starts (start, restart)")
+
+
+class DownSpan(BaseModel):
+    """A seat kept stopped while other seats start (a trade of GPUs leaves no order without one)."""
+
+    seat: str
+    from_step: int = Field(description="the first step (1-based) during which the seat is down")
+    to_step: int = Field(description="the last step during which it is down (its start)")
+
+
+class Rollout(BaseModel):
+    """The order of the changes from the current layout to the planned one, each start checked to fit."""
+
+    steps: list[RolloutStep] = Field(default_factory=list)
+    down: list[DownSpan] = Field(default_factory=list)
+
+
 class PlanInputs(BaseModel):
     fleet_path: str
     fleet_sha256: str
@@ -177,6 +207,7 @@ class Plan(BaseModel):
     infeasible: PlanInfeasibility | None
     warnings: list[str]
     inputs: PlanInputs
+    rollout: Rollout | None = Field(None, description="the steps from the current layout, in the order apply runs them")
 
     def seat(self, name: str) -> PlannedSeat | None:
         return next((seat for seat in self.seats if seat.name == name), None)

@@ -133,7 +133,7 @@ def plan_seat(
     util_situations: tuple[float | None, float | None] = (None, None)
     headrooms: tuple[int | None, int | None] = (None, None)
     settings: VllmSettings | None = None
-    env = dict(spec.env)
+    env = dict(spec.env_values)
     host: HostSpec | None = next((host for host in fleet.hosts if keys and host.name == keys[0][0]), None)
     if keys and (host is None or host.device == "cuda"):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for _, index in keys)
@@ -190,6 +190,9 @@ def plan_seat(
         image=spec.image if spec.engine == "fixed" else None,
         command=list(spec.command) if spec.engine == "fixed" else [],
         health_url=spec.health_url if spec.engine == "fixed" else None,
+        env_from_host=spec.env_from_host,
+        env_files=list(spec.env_files),
+        started_by=spec.started_by,
     )
     if settings is not None:
         # The plan shows the command `seatplan render` writes with its default launcher.

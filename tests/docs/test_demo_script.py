@@ -8,6 +8,7 @@ starts, pip's lines passed through (and its download noise not), then the plan o
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -48,6 +49,11 @@ def checkout(root: Path) -> Path:
     return stand_in
 
 
+NEXT_STEPS = ['==> put seatplan on your PATH for this shell: export PATH="{root}/.venv/bin:$PATH"',
+              "==> next, why one seat got its numbers: seatplan explain plan.json qwen3-30b-a3b",
+              "==> then the files to roll it out: seatplan render plan.json -o rollout   (the whole night: docs/walkthrough.md)"]
+
+
 @pytest.mark.parametrize("state", ["fresh clone", "installed"])
 def test_demo_script_names_each_step_while_it_installs_then_plans(tmp_path: Path, state: str):
     stand_in = checkout(tmp_path)
@@ -63,11 +69,19 @@ def test_demo_script_names_each_step_while_it_installs_then_plans(tmp_path: Path
     if state == "fresh clone":
         assert steps == ["==> creating the virtualenv .venv",
                          "==> installing seatplan and its dependencies into .venv (OR-Tools, DuckDB, plotly, ...; a minute or two)",
-                         "==> seatplan plan examples/demo/fleet.yaml --json"]
+                         "==> seatplan plan examples/demo/fleet.yaml -o plan.json --json"] + [step.replace("{root}", str(tmp_path)) for step in NEXT_STEPS]
         lines = done.stderr.splitlines()
         shown = [line for line in PIP_LINES if line in lines]
         assert shown == [line for line in PIP_LINES if not line.startswith(" ")]  # what pip collects, not its download bars
         assert lines.index(steps[1]) < lines.index(shown[0]) < lines.index(steps[2])
     else:
-        assert steps == ["==> seatplan plan examples/demo/fleet.yaml --json"]
+        assert steps == ["==> seatplan plan examples/demo/fleet.yaml -o plan.json --json"] + [step.replace("{root}", str(tmp_path)) for step in NEXT_STEPS]
     assert '"worst_case_spare_bytes"' in done.stdout and done.stdout.lstrip().startswith("{")
+    # issue 32: the plan is saved where the next steps say, and they can be run as printed
+    saved = json.loads((tmp_path / "plan.json").read_text())
+    assert saved == json.loads(done.stdout)
+    explain = steps[-2].split(": ", 1)[1].split()
+    assert explain[:3] == ["seatplan", "explain", "plan.json"]
+    shown = subprocess.run([str(tmp_path / ".venv" / "bin" / explain[0]), *explain[1:]], cwd=tmp_path, env=environment,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and f"{explain[3]}: why these numbers" in shown.stdout, shown.stderr

@@ -11,6 +11,8 @@ import importlib
 import sys
 
 import typer
+from typer._click import exceptions as click_exceptions  # Typer carries its own copy of Click (clihelp.py)
+from typer._click import utils as click_utils
 
 from seatplan.clihelp import SeatplanGroup
 from seatplan.errors import SeatplanError
@@ -51,20 +53,44 @@ def _register_stages() -> None:
 _register_stages()
 
 
+def wants_json(args: list[str]) -> bool:
+    """``--json`` among the command's options (not after ``--``, where it would be a file's name)."""
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
 def main() -> None:
+    # Click's standalone mode would print its own usage errors and exit inside app(); here they come back, so that
+    # under --json every error is also one JSON object on stdout (issue 32).
+    as_json = wants_json(sys.argv[1:])
+    if "seatplan.output" in sys.modules:  # loaded by an earlier command in this process; a fresh one loads it clean
+        sys.modules["seatplan.output"].forget_emitted()
     try:
-        app(prog_name="seatplan")
+        code = app(prog_name="seatplan", standalone_mode=False)
     except SeatplanError as problem:
         from rich.markup import escape
 
-        from seatplan.output import error_console, printable
+        from seatplan.output import emit_error_json, error_console, printable
 
+        if as_json:
+            emit_error_json(problem.message, where=problem.where, fix=problem.fix)
         # The message may quote a fleet string or a server's answer: its brackets are no markup, its controls no
         # terminal commands.
         error_console().print(f"[bold red]error:[/] {escape(printable(str(problem), keep_newlines=True))}", markup=True, soft_wrap=True)
         sys.exit(problem.exit_code)
-    except KeyboardInterrupt:
+    except click_exceptions.ClickException as problem:
+        if as_json and not isinstance(problem, click_exceptions.NoArgsIsHelpError):
+            from seatplan.output import emit_error_json
+
+            emit_error_json(problem.format_message(), where=None, fix="see the command's --help")
+        problem.show()
+        sys.exit(problem.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
         sys.exit(130)
+    except BrokenPipeError:
+        # the reader of stdout went away (`seatplan ... | head`): nothing more can be said there
+        sys.stdout = click_utils.PacifyFlushWrapper(sys.stdout)  # type: ignore[assignment]
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

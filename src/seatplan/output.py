@@ -56,10 +56,27 @@ def to_jsonable(document: Any) -> Any:
     return document
 
 
+_emitted: list[bool] = []  # a document went to stdout in this process: an error after it must not add a second
+
+
 def emit_json(document: Any) -> None:
     """Print exactly one strict JSON document on stdout (non-finite numbers as null), nothing else."""
     sys.stdout.write(dumps_strict(to_jsonable(document), indent=2) + "\n")
     sys.stdout.flush()
+    _emitted.append(True)
+
+
+def forget_emitted() -> None:
+    """A new command starts with nothing on stdout (one process may run several: tests call ``cli.main`` again)."""
+    _emitted.clear()
+
+
+def emit_error_json(message: str, *, where: str | None, fix: str | None) -> None:
+    """Under ``--json``, an error is the one JSON document on stdout (``{"error", "fix", "where"}``), so a script
+    reading stdout sees why there is no result; the text goes to stderr as always. Nothing is added after a
+    document already printed (stdout stays one document)."""
+    if not _emitted:
+        emit_json({"error": printable(message), "fix": printable(fix) if fix else None, "where": printable(where) if where else None})
 
 
 WIDE_COLUMNS = 10_000  # --wide: tables take their natural width, as ``kubectl get -o wide`` or ``less -S`` readers expect

@@ -15,6 +15,7 @@ import pytest
 
 from kits.cli import run_cli
 from kits.night import FLEET, NIGHT
+from kits.paths import REPO_ROOT
 
 MODELS = FLEET.parent / "models"
 QWEN_MOE = MODELS / "Qwen--Qwen3-30B-A3B-Instruct-2507"
@@ -61,13 +62,21 @@ def test_fit_without_a_pin_says_what_to_add(tmp_path: Path, capsys, monkeypatch)
     assert done.exit_code == 2 and "fix: add kv_cache_memory_bytes" in done.stderr
 
 
-def test_a_decimal_gpu_size_warns_what_cuda_reports(tmp_path: Path, capsys, monkeypatch):
+def test_a_decimal_gpu_size_is_refused_at_its_line_with_cuda_s_total_as_the_fix(tmp_path: Path, capsys, monkeypatch):
+    """issue 32: `96GB` was a warning without file:line and exit 0, and its fix (nvidia-smi's memory.total) was not
+    docs/adopt.md's (total − reserved). Now an error at its line, nothing written, the fix the one adopt.md gives."""
     labelled = fleet(tmp_path, seat("s", MODELS / "Qwen--Qwen3-8B"), gpu="{index: 0, name: RTX PRO 6000 Blackwell, total_bytes: 96GB}")
-    done = run_cli(capsys, monkeypatch, "plan", str(labelled), "--json")
-    warnings = json.loads(done.stdout)["warnings"]
-    assert any("box:0: total_bytes 96 GB is 89.41 GiB" in warning and "reports 95.59 GiB" in warning for warning in warnings)
+    line = next(number for number, text in enumerate(labelled.read_text().splitlines(), start=1) if "96GB" in text)
+    target = tmp_path / "plan.json"
+    done = run_cli(capsys, monkeypatch, "plan", str(labelled), "-o", str(target))
+    text = " ".join(done.stderr.split())
+    assert done.exit_code == 2 and not target.exists(), done.stderr
+    assert f"error: {labelled}:{line}: box:0: total_bytes 96GB is 89.41 GiB" in text and "reports 95.59 GiB" in text
+    assert "memory.total − memory.reserved" in text and "docs/adopt.md" in text
+    adopt_doc = (REPO_ROOT / "docs" / "adopt.md").read_text()
+    assert "The total written is `memory.total − memory.reserved`" in adopt_doc  # the advice is the one adopt.md gives
     exact = fleet(tmp_path, seat("s", MODELS / "Qwen--Qwen3-8B"), gpu="{index: 0, name: RTX PRO 6000 Blackwell, total_bytes: 97887MiB}")
-    assert not any("total_bytes" in warning for warning in json.loads(run_cli(capsys, monkeypatch, "plan", str(exact), "--json").stdout)["warnings"])
+    assert run_cli(capsys, monkeypatch, "plan", str(exact), "--json").exit_code == 0
 
 
 @pytest.mark.parametrize("seed", range(4))

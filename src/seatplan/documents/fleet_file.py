@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -236,7 +237,24 @@ def _word_problem(detail: ErrorDetails, path: PathKey) -> FleetProblem:
     if kind == "missing":
         return FleetProblem(path, "required key is missing", f"add {path[-1]}:" if path else "declare hosts: and seats: (docs/fleet.md)")
     message = str(detail["msg"]).removeprefix("Value error, ")
-    return FleetProblem(path, message, getattr(detail.get("ctx", {}).get("error"), "fix", None) or _field_fix(path))
+    return FleetProblem(path, message, getattr(detail.get("ctx", {}).get("error"), "fix", None) or _number_fix(detail) or _field_fix(path))
+
+
+def _number_fix(detail: ErrorDetails) -> str | None:
+    """A number written with a decimal comma (``1,25``) or a thousands separator (``8,192``): the fix is the number
+    as YAML reads it (issue 32), not the key's description."""
+    written = detail.get("input")
+    if detail["type"] not in ("float_parsing", "int_parsing") or not isinstance(written, str):
+        return None
+    text = written.strip()
+    if re.fullmatch(r"\d{1,3}(,\d{3})+", text):
+        plain = text.replace(",", "")
+        if detail["type"] == "int_parsing":
+            return f"write {plain} (no thousands separator: YAML reads {text} as text)"
+        return f"write {plain}, or {text.replace(',', '.')} if the comma is a decimal point (YAML reads {text} as text)"
+    if re.fullmatch(r"\d*,\d+", text) and detail["type"] == "float_parsing":
+        return f"write {text.replace(',', '.')} (a decimal point: YAML reads {text} as text)"
+    return None
 
 
 def _field_fix(path: PathKey) -> str:

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
@@ -24,6 +25,7 @@ Document = TypeVar("Document", bound=BaseModel)
 
 MAX_DOCUMENT_BYTES = 256 << 20  # a usage report of thousands of models and keys is a few MB
 # The kinds seatplan writes, and the newest version of each this seatplan reads.
+MAX_FLEET_SNIFF_BYTES = 4 << 20  # a fleet file is a few KB; a larger non-JSON file is not read again as YAML
 KIND_VERSIONS = {"seatplan.plan": 2, "seatplan.usage": 1, "seatplan.observed": 1, "seatplan.diagnose": 1}
 
 
@@ -85,9 +87,22 @@ def read_bounded_json(source: Path, what: str, fix: str) -> object:
         raise SeatplanError(f"the {what} is not UTF-8 text ({problem.reason} at byte {problem.start})", where=str(source),
                             fix=fix) from None
     except json.JSONDecodeError as problem:
+        if looks_like_fleet(raw):
+            raise SeatplanError(f"this is a fleet file (YAML), not a {what}", where=str(source),
+                                fix=f"make the plan from it first, `seatplan plan {source} -o plan.json`, and pass plan.json") from None
         raise SeatplanError(f"the {what} is not JSON: {problem.msg}", where=f"{source}:{problem.lineno}", fix=fix) from None
     except (JsonTooDeep, ValueError) as problem:
         raise SeatplanError(f"the {what} is not a document seatplan writes: {problem}", where=str(source), fix=fix) from None
+
+
+def looks_like_fleet(raw: bytes) -> bool:
+    """A YAML mapping with a fleet's top-level keys (``hosts``, ``seats``): the file `seatplan plan` reads, given where a
+    document it writes is expected (issue 32). Only files that failed as JSON get here, and only their first keys count."""
+    try:
+        data = yaml.safe_load(raw[:MAX_FLEET_SNIFF_BYTES].decode("utf-8")) if len(raw) <= MAX_FLEET_SNIFF_BYTES else None
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and bool({"hosts", "seats"} & {str(key) for key in data})
 
 
 def validated(model: type[Document], data: object, where: str, fix: str) -> Document:

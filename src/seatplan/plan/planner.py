@@ -40,6 +40,7 @@ def build_plan(
     current: CurrentLayout | None = None,
 ) -> Plan:
     require_ports(loaded)
+    require_cuda_sizes(loaded)
     fleet, corrected = with_gpu_corrections(with_current(loaded.fleet, current), observed)
     gpus = gpu_table(fleet)
 
@@ -70,7 +71,7 @@ def build_plan(
     plan = assemble_plan(fleet, gpus, sized, result, inputs)
     if current is not None:
         plan.restarts = restarted_seats(plan, current)
-    plan.warnings += corrected + decimal_gpu_warnings(fleet) + profile_class_warnings(plan, fleet.policy.vllm_version)
+    plan.warnings += corrected + profile_class_warnings(plan, fleet.policy.vllm_version)
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}
         plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
@@ -99,18 +100,23 @@ def restarted_seats(plan: Plan, current: CurrentLayout) -> list[str]:
     ]
 
 
-def decimal_gpu_warnings(fleet: Fleet) -> list[str]:
+def require_cuda_sizes(loaded: LoadedFleet) -> None:
     """A GPU size written in decimal gigabytes is the box's label, not what CUDA reports: a card sold as "96 GB"
     reports 97,887 MiB = 95.59 GiB through CUDA (examples/night/nvidia-smi.csv, memory.total), and 96GB = 89.41 GiB
-    would plan 6 GiB of it away."""
-    warnings = []
-    for host in fleet.hosts:
-        for gpu in host.gpus:
-            if gpu.total_bytes % 10**9 == 0 and gpu.total_bytes % 2**30 != 0:
-                warnings.append(
-                    f"{host.name}:{gpu.index}: total_bytes {gpu.total_bytes // 10**9} GB is {human_bytes(gpu.total_bytes)}, the box's label rather than "
-                    f"what CUDA reports (a card sold as 96 GB reports 95.59 GiB); write memory.total from nvidia-smi --query-gpu=memory.total, in MiB or GiB")
-    return warnings
+    would plan 6 GiB of it away, or call a fleet that fits too big. An error, not a warning (issue 32): the plan
+    made from it would be wrong on every GPU, and the fix is one figure that docs/adopt.md says how to read."""
+    labelled = [(host_position, gpu_position, host.name, gpu) for host_position, host in enumerate(loaded.fleet.hosts)
+                for gpu_position, gpu in enumerate(host.gpus) if gpu.total_bytes % 10**9 == 0 and gpu.total_bytes % 2**20 != 0]
+    if not labelled:
+        return
+    host_position, gpu_position, host_name, gpu = labelled[0]
+    others = f" (and {', '.join(f'{name}:{item.index}' for _, _, name, item in labelled[1:])})" if labelled[1:] else ""
+    raise SeatplanError(
+        f"{host_name}:{gpu.index}{others}: total_bytes {gpu.total_bytes // 10**9}GB is {human_bytes(gpu.total_bytes)}, the box's label in decimal "
+        f"gigabytes, not what CUDA reports (a card sold as 96 GB reports 95.59 GiB): the plan would give the difference away",
+        where=loaded.where(("hosts", host_position, "gpus", gpu_position, "total_bytes")),
+        fix="write CUDA's total, memory.total − memory.reserved from `nvidia-smi --query-gpu=index,memory.total,memory.reserved --format=csv`, "
+            "in MiB (e.g. total_bytes: 97887MiB), or let `seatplan adopt --nvidia-smi CSV` write it (docs/adopt.md)")
 
 
 def profile_class_warnings(plan: Plan, vllm_version: str) -> list[str]:

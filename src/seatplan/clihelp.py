@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -109,6 +110,15 @@ def _hold_hyphens(text: str, width: int) -> str:
     return re.sub(r"\S+", lambda word: word.group().replace("-", _HELD_HYPHEN) if len(word.group()) <= width else word.group(), text)
 
 
+def _whole_words(text: str, width: int) -> list[str]:
+    """``text`` wrapped at ``width`` between words only (never inside one, hyphens included), paragraphs kept."""
+    wrapper = textwrap.TextWrapper(width, break_long_words=False, break_on_hyphens=False, replace_whitespace=False)
+    lines: list[str] = []
+    for paragraph in text.split("\n\n"):
+        lines += ([""] if lines else []) + (wrapper.wrap(" ".join(paragraph.splitlines())) or [""])
+    return lines
+
+
 # Click's context and formatter as Typer's commands use them (Typer carries its own copy of Click).
 _CLICK_CONTEXT: type[Any] = TyperCommand.context_class
 _CLICK_FORMATTER: type[Any] = _CLICK_CONTEXT.formatter_class
@@ -121,11 +131,24 @@ class WholeWordFormatter(_CLICK_FORMATTER):
         super().write_text(_hold_hyphens(text, self.width - self.current_indent))
 
     def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+        """Click's definition list (options, commands), each text wrapped between words only: a word longer than
+        the column (an nvidia-smi query, a URL) stays whole on a line of its own, so it can be copied (issue 32)."""
         rows = list(rows)
-        # the width Click's write_dl gives the second column
         first_col = min(max((len(first) for first, _ in rows), default=0), col_max) + col_spacing
         text_width = max(self.width - first_col - 2, 10)
-        super().write_dl([(first, _hold_hyphens(second, text_width)) for first, second in rows], col_max, col_spacing)
+        for first, second in rows:
+            self.write(f"{'':>{self.current_indent}}{first}")
+            if not second:
+                self.write("\n")
+                continue
+            if len(first) <= first_col - col_spacing:
+                self.write(" " * (first_col - len(first)))
+            else:
+                self.write("\n" + " " * (first_col + self.current_indent))
+            lines = _whole_words(second, text_width) or [""]
+            self.write(f"{lines[0]}\n")
+            for line in lines[1:]:
+                self.write(f"{'':>{first_col + self.current_indent}}{line}\n")
 
     def getvalue(self) -> str:
         return str(super().getvalue()).replace(_HELD_HYPHEN, "-")

@@ -17,12 +17,12 @@ def register(app: typer.Typer) -> None:
 def adopt_command(
     output: Path = typer.Option(..., "-o", "--output", help="the fleet file to write"),
     litellm_config: Path | None = typer.Option(None, "--litellm-config", help="the LiteLLM proxy's config.yaml: its model_list names the engines"),
-    engine: list[str] = typer.Option([], "--engine", help="an engine's URL (http://HOST:PORT), asked for /v1/models, /version and /metrics; repeatable"),
-    compose: list[str] = typer.Option([], "--compose", help="[HOST=]FILE: a compose file that starts engines (command: args, device_ids); repeatable"),
-    env_dir: list[str] = typer.Option([], "--env-dir", help="[HOST=]DIR: a directory of the engines' .env files (the vllm command, CUDA_VISIBLE_DEVICES); repeatable"),
-    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", help="[HOST=]CSV of nvidia-smi "
+    engine: list[str] = typer.Option([], "--engine", metavar="<URL>", help="an engine's URL (http://HOST:PORT), asked for /v1/models, /version and /metrics; repeatable"),
+    compose: list[str] = typer.Option([], "--compose", metavar="<[HOST=]FILE>", help="a compose file that starts engines (command: args, device_ids); repeatable"),
+    env_dir: list[str] = typer.Option([], "--env-dir", metavar="<[HOST=]DIR>", help="a directory of the engines' .env files (the vllm command, CUDA_VISIBLE_DEVICES); repeatable"),
+    nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", metavar="<[HOST=]CSV>", help="the CSV of nvidia-smi "
                                          "--query-gpu=index,name,uuid,memory.total,memory.reserved,memory.used --format=csv; repeatable"),
-    compute_apps: list[Path] = typer.Option([], "--compute-apps", help="CSV of nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory "
+    compute_apps: list[Path] = typer.Option([], "--compute-apps", metavar="<CSV>", help="the CSV of nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory "
                                             "--format=csv: the memory a fixed seat (a GPU service that is not vLLM) holds; repeatable"),
     gpus_from_host: bool = typer.Option(False, "--gpus-from-host", help="run nvidia-smi here (the engines' only host)"),
     timeout_s: float = typer.Option(10.0, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="10"),

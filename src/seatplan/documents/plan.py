@@ -182,6 +182,10 @@ class PlanInputs(BaseModel):
     # where the seats' current GPUs and commands came from (`plan --current PLAN|DIR`, or "the fleet file's
     # current_layout"); None: the plan knows nothing of what runs, so its moves are not counted against it
     current_from: str | None = None
+    # what picked the layout from the spare-versus-moves frontier (the headline says it): `plan --max-moves` and
+    # policy.move_cost_bytes; None in plans made before they were recorded
+    max_moves: int | None = None
+    move_cost_bytes: int | None = None
 
 
 class Plan(BaseModel):

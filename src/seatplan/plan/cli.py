@@ -68,7 +68,7 @@ def plan_command(
             max_moves=max_moves,
             current=running,
         )
-    placed = plan.worst_case_spare_bytes is not None
+    placed = plan.worst_case_spare_bytes is not None and plan.infeasible is None
     if output is not None and placed:
         write_output_text(output, plan.model_dump_json(indent=2) + "\n", "plan")
     if json_output:
@@ -87,7 +87,8 @@ def plan_command(
         if not json_output:
             from seatplan.output import error_console
 
-            reason = "the fleet does not fit; see the seats above" if plan.infeasible else plan.warnings[-1]
+            reason = (plan.infeasible.summary.split(". ", 1)[0] if plan.infeasible and not plan.infeasible.seats
+                      else "the fleet does not fit; see the seats above" if plan.infeasible else plan.warnings[-1])
             error_console().print(f"[bold red]error:[/] {reason}", markup=True)
         raise typer.Exit(EXIT_INFEASIBLE)
 

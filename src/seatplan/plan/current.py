@@ -12,10 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seatplan.documents.fleet import Fleet
+from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
 from seatplan.documents.io import read_bounded_json, read_plan
+from seatplan.documents.plan import Plan, PlanInfeasibility
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_env, split_shell_line
 from seatplan.errors import SeatplanError
+from seatplan.units import GiB
 
 # written by the render stage beside its files; read here as a document, not through render's code
 RENDER_MANIFEST = "seatplan-render.json"
@@ -92,3 +95,39 @@ def command_words(value: str, where: Path) -> list[str]:
         return split_shell_line(value)
     except SeatplanError as problem:
         raise SeatplanError(f"{COMMAND_KEY} cannot be read ({problem.message})", where=str(where), fix="render the directory again") from None
+
+
+def running_gpus(fleet: Fleet) -> dict[str, list[str]]:
+    """Each seat's GPUs in the fleet's current_layout (``--current`` already merged in), as ``host:index``."""
+    found: dict[str, list[str]] = {}
+    for seat, refs in fleet.current_layout.items():
+        keys = [key for key in (resolve_gpu_ref(fleet, ref) for ref in gpu_refs(refs)) if key is not None]
+        found[seat] = [f"{host}:{index}" for host, index in keys]
+    return found
+
+
+def not_as_asked(plan: Plan, fleet: Fleet, max_moves: int) -> PlanInfeasibility:
+    """``--max-moves`` that no layout meets: each GPU that would be over if the seats stayed where they run, by how
+    much, and the fewest moves that fit (issue 32: it exited 0 with a plan of more moves than asked)."""
+    running = running_gpus(fleet)
+    footprint = {seat.name: seat.footprint_bytes for seat in plan.seats}
+    said = []
+    for gpu in plan.gpus:
+        label = f"{gpu.host}:{gpu.index}"
+        here = [name for name, gpus in running.items() if label in gpus and name in footprint]
+        usable_bytes = 0 if gpu.keep_clear else gpu.total_bytes - gpu.reserved_bytes - gpu.headroom_bytes
+        used_bytes = sum(footprint[name] for name in here)
+        if here and used_bytes > usable_bytes:
+            said.append(f"GPU {label} would hold {used_bytes / GiB:.2f} GiB ({', '.join(here)}) where {usable_bytes / GiB:.2f} GiB is usable"
+                        f"{' (kept clear)' if gpu.keep_clear else ' (total − reserved − headroom)'}: over by {(used_bytes - usable_bytes) / GiB:.2f} GiB")
+    new = [seat.name for seat in plan.seats if seat.gpus and not running.get(seat.name)]
+    moved = [seat.name for seat in plan.seats if running.get(seat.name) and sorted(running[seat.name]) != sorted(seat.gpus)]
+    if not said:
+        said.append(f"where the seats run they fit, but {', '.join(moved) or 'some'} cannot stay (a pin, avoid or filter)"
+                    + (f" and {', '.join(new)} (not running yet) need room that only moves make" if new else ""))
+    return PlanInfeasibility(
+        summary=f"does not fit as asked: --max-moves {max_moves}, but the fewest moves that fit are {plan.moves} ({', '.join(moved)} "
+                f"elsewhere). Kept where they run: " + "; ".join(said)
+                + f". Fix: allow them (--max-moves {plan.moves}), or make room on those GPUs (the footprints below)",
+        seats=[],
+    )

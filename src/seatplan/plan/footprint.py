@@ -17,11 +17,12 @@ from importlib import resources
 from pydantic import BaseModel
 
 from seatplan import versions
+from seatplan.documents.fleet import Policy
 from seatplan.documents.observed import ObservedSeat
 from seatplan.documents.plan import Basis, FootprintPart, PlannedSeat
 from seatplan.engine.settings import BatchDefaults
 from seatplan.facts.models import ModelShape
-from seatplan.units import GiB
+from seatplan.units import GiB, human_bytes
 
 
 class OverheadProfile(BaseModel):
@@ -158,12 +159,51 @@ def activation_part(shape: ModelShape, limits: EngineLimits, tensor_parallel_siz
 LEVER_SEQS = 256  # vLLM's max_num_seqs default before 0.11's larger server defaults; a common setting
 
 
-def levers(seat: PlannedSeat) -> list[tuple[str, int]]:
-    """What each fleet-file change would take off this seat's footprint per GPU: labelled estimates from the
-    parts' own inputs (the activation peak of :func:`activation_part` at fewer sequences; KV bytes halve at
-    half the bytes per element or, for full attention, at half the context)."""
+@dataclass(frozen=True)
+class Lever:
+    """One fleet-file change and what it would take off a seat's footprint per GPU."""
+
+    seat: str
+    change: str  # as the fleet file would say it
+    freed_bytes: int
+    operator_value: bool = False  # undoes an operator's value (a KV pin above the rule): named first
+
+
+def kv_terms(seat: PlannedSeat) -> dict[str, object] | None:
+    """The KV rule's figures for this seat (its ``kv_bytes`` explanation line), or None for a seat sized otherwise."""
+    line = next((line for line in seat.explanation if line.rule == "kv_bytes"), None)
+    return dict(line.inputs) if line is not None else None
+
+
+def _rule_bytes(terms: dict[str, object], request_kv_bytes: int, min_kv_cache_bytes: int) -> int:
+    """The KV rule (``Policy.rule_kv_bytes``, its one home) at the seat's factor and step."""
+    policy = Policy(rounding_step_bytes=int(str(terms["rounding_step_bytes"])))
+    return policy.rule_kv_bytes(request_kv_bytes, min_kv_cache_bytes, float(str(terms["factor"])))
+
+
+def operator_levers(seats: list[PlannedSeat]) -> list[Lever]:
+    """The operator's values that take more than the rule would: a KV pin above what the rule gives. Going back to
+    the rule frees pin − rule exactly (both are byte counts the plan carries), so these are named first (issue 32:
+    two seats pinned 60 GiB far above the rule were never named while a third seat was told to shrink)."""
+    found = []
+    for seat in seats:
+        terms = kv_terms(seat)
+        if terms is None or terms.get("pinned_bytes") is None:
+            continue
+        pinned, rule = int(str(terms["pinned_bytes"])), int(str(terms["rule_bytes"]))
+        if pinned > rule:
+            found.append(Lever(seat.name, f"kv_cache_memory_bytes: drop the pin {human_bytes(pinned)} (the rule gives {human_bytes(rule)})",
+                               pinned - rule, operator_value=True))
+    return sorted(found, key=lambda lever: -lever.freed_bytes)
+
+
+def levers(seat: PlannedSeat) -> list[Lever]:
+    """What each fleet-file change would take off this seat's footprint per GPU, given its pins: the activation
+    peak of :func:`activation_part` at fewer sequences; the KV rule again at half the bytes per element (fp8) or
+    half the context (full-attention layers: half the request). A lever that frees nothing is not offered: a pinned
+    KV cache keeps its size whatever the dtype or the context, and an fp8 KV cache is not halved again."""
     parts = {part.name: part for part in seat.footprint_parts}
-    found: list[tuple[str, int]] = []
+    found: list[Lever] = []
     activation = parts.get("activation_peak")
     if activation is not None and int(activation.inputs.get("max_num_seqs") or 0) > LEVER_SEQS:
         values = {key: float(value) for key, value in activation.inputs.items() if isinstance(value, (int, float))}
@@ -173,16 +213,22 @@ def levers(seat: PlannedSeat) -> list[tuple[str, int]]:
         before = max(sampler_peak_bytes(per_row, vocab, seqs, batched), forward)
         after = max(sampler_peak_bytes(per_row, vocab, LEVER_SEQS, batched), forward)
         if before > after:
-            found.append((f"max_num_seqs: {LEVER_SEQS} (from {seqs:,}): less activation", int(before - after)))
-    kv = parts.get("kv_cache")
-    if kv is not None and kv.bytes > 0:
-        found.append(("kv_cache_dtype: fp8 (a 16-bit KV cache)", kv.bytes // 2))
-        if seat.max_model_len:
-            found.append((f"max_model_len: {seat.max_model_len // 2} (half the context; full-attention layers)", kv.bytes // 2))
+            found.append(Lever(seat.name, f"max_num_seqs: {LEVER_SEQS} (from {seqs:,}): less activation", int(before - after)))
+    kv, terms = parts.get("kv_cache"), kv_terms(seat)
+    if kv is not None and kv.bytes > 0 and terms is not None and terms.get("pinned_bytes") is None:
+        request, minimum = int(str(terms["request_kv_bytes"])), int(str(terms["min_kv_cache_bytes"]))
+        if str(terms.get("kv_cache_dtype", "auto")) == "auto":
+            fp8 = kv.bytes - _rule_bytes(terms, request // 2, minimum // 2)
+            if fp8 > 0:
+                found.append(Lever(seat.name, "kv_cache_dtype: fp8 (a 16-bit KV cache)", fp8))
+        if seat.max_model_len and seat.max_model_len >= 2:
+            half = kv.bytes - _rule_bytes(terms, request // 2, minimum // 2)
+            if half > 0:
+                found.append(Lever(seat.name, f"max_model_len: {seat.max_model_len // 2} (half the context; full-attention layers)", half))
     weights = parts.get("weights")
     if weights is not None and seat.tensor_parallel_size == 1:
-        found.append(("tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", weights.bytes // 2))
-    return found
+        found.append(Lever(seat.name, "tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", weights.bytes // 2))
+    return [lever for lever in found if lever.freed_bytes > 0]
 
 
 def vllm_footprint(

@@ -21,7 +21,7 @@ from seatplan.errors import SeatplanError
 from seatplan.plan import footprint as fp
 from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
 from seatplan.plan.contexts import lower_raised_contexts
-from seatplan.plan.current import CurrentLayout
+from seatplan.plan.current import CurrentLayout, not_as_asked
 from seatplan.plan.placement import place
 from seatplan.plan.size_seat import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat, usage_for
 from seatplan.units import human_bytes
@@ -67,10 +67,14 @@ def build_plan(
         seatplan_version=seatplan.__version__,
         vllm_version=fleet.policy.vllm_version,
         current_from=current.source if current else ("the fleet file's current_layout" if fleet.current_layout else None),
+        max_moves=max_moves,
+        move_cost_bytes=fleet.policy.move_cost_bytes,
     )
     plan = assemble_plan(fleet, gpus, sized, result, inputs)
     if current is not None:
         plan.restarts = restarted_seats(plan, current)
+    if max_moves is not None and plan.moves is not None and plan.moves > max_moves:
+        plan.infeasible = not_as_asked(plan, fleet, max_moves)
     plan.warnings += corrected + profile_class_warnings(plan, fleet.policy.vllm_version)
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}

@@ -8,9 +8,9 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from seatplan.documents.plan import FitReport, Plan, PlannedSeat
+from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat
 from seatplan.output import fit_table
-from seatplan.plan.footprint import levers
+from seatplan.plan.footprint import levers, operator_levers
 from seatplan.units import GiB, human_bytes
 
 PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
@@ -29,20 +29,54 @@ def gib(num_bytes: int | None) -> str:
 
 
 def headline(plan: Plan) -> str:
+    """The choice in one line: the worst-case spare taken, with how many moves, and why not the largest one the
+    frontier shows; "proven optimal" only for what was proven (issue 32)."""
     if plan.infeasible is not None:
-        return "the fleet does not fit"
+        return plan.infeasible.summary.split(". ", 1)[0] if plan.infeasible.summary.startswith("does not fit as asked") else "the fleet does not fit"
     if plan.worst_case_spare_bytes is None:
         return "no layout found within the time limit"
-    proof = "proven optimal" if plan.optimal else f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)}, gap {gap(plan)})"
-    return f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s, {moves_said(plan)})"
+    said = f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}{moves_said(plan)}"
+    top = largest_point(plan)
+    traded = top is not None and top.worst_case_spare_bytes > plan.worst_case_spare_bytes
+    if traded:
+        assert top is not None
+        said += f" (best {top.worst_case_spare_bytes / GiB:.2f} GiB needs {top.moves}; {trade_reason(plan, top.moves)})"
+    if not plan.optimal:
+        proof = f"not proven optimal (bound {human_bytes(plan.bound_bytes or 0)}, gap {gap(plan)})"
+    elif traded:
+        proof = f"proven the best with at most {plan.moves} move(s)"
+    else:
+        proof = "proven optimal"
+    return f"{said}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s{restarts_said(plan)})"
+
+
+def largest_point(plan: Plan) -> PlannedFrontierPoint | None:
+    """The frontier's point with the largest worst-case spare (fewest moves among equals)."""
+    return max(plan.frontier, key=lambda point: (point.worst_case_spare_bytes, -point.moves), default=None)
+
+
+def trade_reason(plan: Plan, top_moves: int) -> str:
+    """Why the plan stops short of the largest spare: the move budget asked for, or the price of a move."""
+    asked = plan.inputs.max_moves
+    if asked is not None and top_moves > asked:
+        return f"at most {asked} move(s) asked: --max-moves {asked}"
+    cost = plan.inputs.move_cost_bytes
+    if cost:
+        return f"each move must buy {human_bytes(cost)}: policy.move_cost_bytes"
+    return plan.chosen_because or "a frontier point other than the largest"
 
 
 def moves_said(plan: Plan) -> str:
     """Moves count only against a known current layout (issue 18): without one, "0 moves" would say nothing."""
     if plan.inputs.current_from is None:
-        return "no current layout: pass --current PLAN|DIR to count moves"
-    said = f"{plan.moves} move(s)"
-    return said if plan.restarts is None else f"{said}, {len(plan.restarts)} restart(s)" + (f": {', '.join(plan.restarts)}" if plan.restarts else "")
+        return " (no current layout: pass --current PLAN|DIR to count moves)"
+    return f" with {plan.moves} move{'' if plan.moves == 1 else 's'}"
+
+
+def restarts_said(plan: Plan) -> str:
+    if plan.restarts is None:
+        return ""
+    return f", {len(plan.restarts)} restart(s)" + (f": {', '.join(plan.restarts)}" if plan.restarts else "")
 
 
 def gap(plan: Plan) -> str:
@@ -179,6 +213,10 @@ def print_plan(console: Console, plan: Plan) -> None:
 
 def print_infeasible(console: Console, plan: Plan) -> None:
     assert plan.infeasible is not None
+    if not plan.infeasible.seats:  # every seat fits somewhere; not as asked (--max-moves): the headline is its first sentence
+        console.print(Text(plan.infeasible.summary.split(". ", 1)[-1]), soft_wrap=True)
+        console.print(fit_table(footprint_table(plan), console.width, FOOTPRINT_DROP, stack=True))
+        return
     console.print(Text(plan.infeasible.summary), soft_wrap=True)
     table = Table(title="Seats that do not fit", title_justify="left")
     for column in ("seat", "footprint GiB", "closest GPU", "short by GiB", "why"):
@@ -196,14 +234,19 @@ def print_infeasible(console: Console, plan: Plan) -> None:
 
 
 def lever_table(plan: Plan) -> Table:
+    """What would make room: first the operator's values that take more than the rule (on any seat: they may be
+    what crowds the seats that do not fit), then each short seat's own levers, only those that free something."""
     assert plan.infeasible is not None
-    table = Table(title="What would make room (per GPU; estimates)", title_justify="left")
+    short_by = {seat.name: seat.short_by_bytes for seat in plan.infeasible.seats}
+    table = Table(title="What would make room (per GPU; ~ an estimate; operator values first)", title_justify="left")
     for column in ("seat", "change in the fleet file", "frees GiB", "short by GiB"):
         table.add_column(column, justify="right" if "GiB" in column else "left")
+    rows = operator_levers(plan.seats)
     for short in plan.infeasible.seats:
         seat = plan.seat(short.name)
-        for lever, freed_bytes in levers(seat) if seat is not None else []:
-            table.add_row(short.name, lever, f"{freed_bytes / GiB:.2f}~", gib(short.short_by_bytes))
+        rows += levers(seat) if seat is not None else []
+    for lever in rows:
+        table.add_row(lever.seat, lever.change, f"{lever.freed_bytes / GiB:.2f}" + ("" if lever.operator_value else "~"), gib(short_by.get(lever.seat)))
     return table
 
 

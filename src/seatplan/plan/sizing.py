@@ -188,6 +188,7 @@ def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, polic
         "factor": factor,
         "factor_source": "seat" if seat.kv_factor else "policy",
         "rounding_step_bytes": step,
+        "kv_cache_dtype": seat.kv_cache_dtype,
     }
     lines: list[ExplanationLine] = []
     if seat.kv_cache_memory_bytes is not None:

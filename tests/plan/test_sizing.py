@@ -95,10 +95,13 @@ def test_published_never_lowers_and_yarn_cost_is_shown_but_off(qwen):
     assert yarn.result.startswith("YaRN off")
     assert yarn.inputs["extended_max_model_len"] == 131072
     assert yarn.inputs["extended_request_kv_bytes"] == 131072 * 147_456 == 19_327_352_832
-    # vLLM's default is already the published length: the line says there is nothing to raise (it read
-    # "raising 40,960 → 40,960 tokens")
+    # vLLM's default is already above the published native length: the line says so, as the context line does
+    # (it read "raising 40,960 → 40,960 tokens", then "the published length is vLLM's default" after the context
+    # line had said the default is above the published 32,768: issue 32)
     raise_line = next(line for line in choice.lines if line.rule == "published_raise")
-    assert raise_line.note == "the published length is vLLM's default, 40,960 tokens: nothing to raise"
+    context_line = next(line for line in choice.lines if line.rule == "context")
+    assert "vLLM's default 40,960 (above the published native 32,768)" in context_line.note
+    assert raise_line.note == "vLLM's default, 40,960 tokens, is already above the published native 32,768: nothing to raise"
 
 
 def test_yarn_is_switched_on_only_where_allowed(qwen):
@@ -113,6 +116,32 @@ def test_yarn_is_switched_on_only_where_allowed(qwen):
     with pytest.raises(SeatplanError) as caught:
         sizing.choose_context(seat(model=str(QWEN3_8B), max_model_len=65536), qwen)
     assert caught.value.fix == "set allow_yarn: true for this seat"
+
+
+def test_yarn_takes_the_smallest_factor_that_reaches_the_length(qwen):
+    """issue 32: voices (Qwen3, native 32,768) raised to 65,536 got YaRN ×4 where ×2 reaches it; a larger factor
+    interpolates short prompts further for nothing. The command line and the explanation carry ×2."""
+    choice = sizing.choose_context(seat(model=str(QWEN3_8B), max_model_len=65536, allow_yarn=True), qwen)
+    assert choice.max_model_len == 65536 and choice.yarn is not None and choice.yarn.factor == 2.0
+    assert choice.yarn.extended_max_model_len == 65536 and choice.yarn.extended_request_kv_bytes == 65536 * 147_456
+    assert sizing.yarn_overrides(choice.yarn, "0.32")["rope_parameters"]["factor"] == 2.0
+    line = next(line for line in choice.lines if line.rule == "yarn")
+    assert line.inputs["factor"] == 2.0 and line.inputs["attention_scale"] == 1.0693
+    assert "YaRN ×2 reaches 65,536 tokens from the native 32,768" in line.note and "9.00 GiB of KV" in line.note
+    assert "= 1.069" in line.note
+
+
+@settings(max_examples=60, deadline=None)
+@given(target=st.integers(min_value=40_961, max_value=131_072))
+def test_yarn_factor_is_the_smallest_hundredth_reaching_any_length(qwen, target: int):
+    """Over the whole range YaRN opens (past the derived 40,960 up to the card's ×4): the factor in hundredths whose
+    length, int(original × factor) as vLLM sizes its rotary cache, reaches the length, and one hundredth less does not."""
+    choice = sizing.choose_context(seat(model=str(QWEN3_8B), max_model_len=target, allow_yarn=True), qwen)
+    assert choice.yarn is not None
+    factor = choice.yarn.factor
+    assert factor == round(factor, 2) and 1 < factor <= 4.0
+    assert int(32768 * factor) >= target > int(32768 * round(factor - 0.01, 2))
+    assert choice.yarn.extended_max_model_len == int(32768 * factor)
 
 
 def test_cap_steps_are_powers_of_two_and_halfway_points():

@@ -8,11 +8,12 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat
+from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat, RunnerUp
 from seatplan.output import fit_table
 from seatplan.plan.footprint import levers, operator_levers
 from seatplan.units import GiB, human_bytes
 
+RUNNER_UP_SEATS_SHOWN = 4  # seats a runner-up places elsewhere, named before "N more"
 PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
 # Columns left out first when a table does not fit the terminal (least important first); names and figures that
 # remain are never cut, and the caption names what was left out (output.fit_table). The footprint's parts add up
@@ -205,10 +206,22 @@ def print_plan(console: Console, plan: Plan) -> None:
         for column in ("#", "worst spare GiB", "moves", "why it lost"):
             table.add_column(column)
         for rank, alternative in enumerate(plan.runner_ups, start=2):
-            table.add_row(str(rank), gib(alternative.worst_case_spare_bytes), str(alternative.moves), alternative.why_lost)
+            table.add_row(str(rank), gib(alternative.worst_case_spare_bytes), str(alternative.moves), runner_up_said(plan, alternative))
         console.print(fit_table(table, console.width))
     for warning in plan.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
+
+
+def runner_up_said(plan: Plan, alternative: RunnerUp) -> str:
+    """What sets a runner-up apart from the chosen layout, said by the seats it places elsewhere, then why it lost.
+    The placement search describes a runner-up by the seats it keeps apart, which the chosen layout may keep apart
+    too ("with a, b and c not all on one GPU" of a plan that already has them on three GPUs: issue 32); where each
+    seat goes is true of that layout alone."""
+    chosen = {seat.name: seat.gpus for seat in plan.seats}
+    moved = [f"{name} on {', '.join(gpus)}" for name, gpus in sorted(alternative.assignment.items()) if sorted(gpus) != sorted(chosen.get(name, []))]
+    shown = moved[:RUNNER_UP_SEATS_SHOWN] + ([f"{len(moved) - RUNNER_UP_SEATS_SHOWN} more"] if len(moved) > RUNNER_UP_SEATS_SHOWN else [])
+    reason = alternative.why_lost.split(": ", 1)[1] if alternative.why_lost.startswith("with ") and ": " in alternative.why_lost else alternative.why_lost
+    return (f"{', '.join(shown)}: " if shown else "the same GPUs: ") + reason
 
 
 def print_infeasible(console: Console, plan: Plan) -> None:

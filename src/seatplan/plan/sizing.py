@@ -63,7 +63,7 @@ def choose_context(seat: SeatSpec, facts: ModelFacts) -> ContextChoice:
         target, source = declared, "declared"
     choice = _reach(seat, facts, target, source)
     if declared == "published":
-        choice.lines.append(_raise_cost_line(facts, choice.max_model_len))
+        choice.lines.append(_raise_cost_line(facts, choice.max_model_len, source))
     choice.lines.append(_yarn_line(seat, facts, choice))
     return choice
 
@@ -108,11 +108,12 @@ def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> Conte
     reachable = yarn is not None and target <= yarn.extended_max_model_len
     if reachable and seat.allow_yarn:
         assert yarn is not None  # reachable implies it
+        needed = smallest_yarn(facts, yarn, target)
         return ContextChoice(
             target,
-            yarn,
-            [ExplanationLine(rule="context", inputs=inputs | {"yarn_factor": yarn.factor}, result=f"max_model_len {target:,} with YaRN",
-                note=f"{source} is beyond {derived:,}; allow_yarn is set, so YaRN is switched on")],
+            needed,
+            [ExplanationLine(rule="context", inputs=inputs | {"yarn_factor": needed.factor}, result=f"max_model_len {target:,} with YaRN ×{needed.factor:g}",
+                note=f"{source} is beyond {derived:,}; allow_yarn is set, so YaRN is switched on at the smallest factor that reaches it")],
         )
     if seat.max_model_len == "published":
         why = "allow_yarn is off" if reachable else "no YaRN option reaches it"
@@ -127,20 +128,57 @@ def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> Conte
     raise SeatplanError(f"max_model_len {target:,} is beyond the {derived:,} vLLM derives for {seat.model}", where=f"seat {seat.name}", fix=fix)
 
 
-def _raise_cost_line(facts: ModelFacts, max_model_len: int) -> ExplanationLine:
-    default = facts.max_context_default
+YARN_FACTOR_STEP = 100  # factors in hundredths: 1.53, not 1.52587890625
+
+
+def smallest_yarn(facts: ModelFacts, yarn: YarnOption, target: int) -> YarnOption:
+    """YaRN at the smallest factor (in hundredths) whose length, original × factor, reaches ``target``: vLLM builds
+    the rotary cache for ``max_position_embeddings * scaling_factor`` positions and interpolates every frequency
+    below the fast band by the factor (vllm/model_executor/layers/rotary_embedding/yarn_scaling_rope.py,
+    ``_compute_inv_freq``, ``_compute_cos_sin_cache``), so a larger factor than the length needs stretches short
+    prompts further for nothing. Qwen's model cards say the same: set the factor the length needs (2.0 for 65,536
+    from a native 32,768). A factor the model's own config applies is kept as it is."""
+    if yarn.enabled:
+        return yarn
+    factor = math.ceil(target * YARN_FACTOR_STEP / yarn.original_max_position_embeddings) / YARN_FACTOR_STEP
+    while int(yarn.original_max_position_embeddings * factor) < target:  # a float just under the length
+        factor = round(factor + 1 / YARN_FACTOR_STEP, 2)
+    factor = min(factor, yarn.factor)
+    extended = int(yarn.original_max_position_embeddings * factor)
+    return yarn.model_copy(update={"factor": factor, "extended_max_model_len": extended,
+                                   "extended_request_kv_bytes": facts.request_kv_bytes(extended)})
+
+
+def yarn_attention_scale(factor: float) -> float:
+    """The scale YaRN puts on the rotary cos/sin (so on every attention logit) at ``factor``: vLLM's
+    ``yarn_get_mscale`` (vllm/model_executor/layers/rotary_embedding/common.py), 0.1·ln(factor) + 1."""
+    return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
+
+
+def _raise_cost_line(facts: ModelFacts, max_model_len: int, source: str) -> ExplanationLine:
+    default, published = facts.max_context_default, facts.max_context_published
     before, after = facts.request_kv_bytes(default), facts.request_kv_bytes(max_model_len)
+    if max_model_len != default:
+        note = f"raising {default:,} → {max_model_len:,} tokens ({source})"
+    elif published is None:
+        note = f"the model publishes no context: vLLM's default, {default:,} tokens, stays; nothing to raise"
+    elif published < default:
+        note = f"vLLM's default, {default:,} tokens, is already above the published native {published:,}: nothing to raise"
+    elif published > default:  # a published length the derived one cannot reach (it needs YaRN): the context line says why
+        note = f"the published {published:,} is beyond reach here: vLLM's default, {default:,} tokens, stays; nothing raised"
+    else:
+        note = f"the published length is vLLM's default, {default:,} tokens: nothing to raise"
     return ExplanationLine(
         rule="published_raise",
-        inputs={"default_max_model_len": default, "max_model_len": max_model_len, "request_kv_bytes_default": before, "request_kv_bytes": after},
+        inputs={"default_max_model_len": default, "published_max_model_len": published, "max_model_len": max_model_len,
+                "request_kv_bytes_default": before, "request_kv_bytes": after},
         result=f"+{human_bytes(after - before)} per max-length request" if after > before else "no extra KV per request",
-        note=f"raising {default:,} → {max_model_len:,} tokens" if max_model_len != default
-        else f"the published length is vLLM's default, {default:,} tokens: nothing to raise",
+        note=note,
     )
 
 
 def _yarn_line(seat: SeatSpec, facts: ModelFacts, choice: ContextChoice) -> ExplanationLine:
-    yarn = facts.yarn
+    yarn = choice.yarn or facts.yarn
     if yarn is None:
         return ExplanationLine(rule="yarn", inputs={"allow_yarn": seat.allow_yarn}, result="not applicable", note="the model has no YaRN extension option")
     if yarn.enabled:
@@ -159,9 +197,13 @@ def _yarn_line(seat: SeatSpec, facts: ModelFacts, choice: ContextChoice) -> Expl
             "original_max_position_embeddings": yarn.original_max_position_embeddings,
             "extended_max_model_len": yarn.extended_max_model_len,
             "extended_request_kv_bytes": yarn.extended_request_kv_bytes,
+            "attention_scale": round(yarn_attention_scale(yarn.factor), 4),
         },
-        result=f"YaRN {state}{why}",
-        note=f"YaRN ×{yarn.factor:g} would reach {yarn.extended_max_model_len:,} tokens; one such request needs {human_bytes(yarn.extended_request_kv_bytes)} of KV",
+        result=f"YaRN {state}{why}" + (f", ×{yarn.factor:g}" if choice.yarn is not None and not yarn.enabled else ""),
+        note=f"YaRN ×{yarn.factor:g} {'reaches' if choice.yarn is not None else 'would reach'} {yarn.extended_max_model_len:,} tokens from the native "
+             f"{yarn.original_max_position_embeddings:,}; one such request needs {human_bytes(yarn.extended_request_kv_bytes)} of KV; the cost, on short "
+             f"prompts too: the slow rotary frequencies interpolated ×{yarn.factor:g} and attention scaled by 0.1·ln({yarn.factor:g}) + 1 = "
+             f"{yarn_attention_scale(yarn.factor):.3f}",
     )
 
 
@@ -208,7 +250,9 @@ def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, polic
                 rule="kv_bytes",
                 inputs=inputs | {"pinned_bytes": pinned, "rule_bytes": rule_bytes},
                 result=f"{pinned:,} B ({human_bytes(pinned)}), operator pin",
-                note=f"the operator's pin wins over the rule, which would give {rule_bytes:,} B ({human_bytes(rule_bytes)}) = {pinned / request_bytes:.2f}× one request",
+                note=f"the pin, {pinned / request_bytes:.2f}× one request of {request_bytes:,} B, wins over the rule, which would give "
+                     f"{rule_bytes:,} B ({human_bytes(rule_bytes)}) = {rule_bytes / request_bytes:.2f}× one request "
+                     f"({factor:g}×, rounded up to {human_bytes(step)})",
             )
         )
     else:

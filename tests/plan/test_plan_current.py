@@ -4,6 +4,7 @@ edit on the demo fleet that leaves every other seat's command line and env file 
 from __future__ import annotations
 
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -93,15 +94,15 @@ def test_current_from_a_rendered_directory_reads_the_plan_it_was_rendered_from_e
     assert from_env.commands == {name: words for name, words in from_plan.commands.items() if name in engines}
     # replanned from it: the headline counts moves and restarts against what runs
     result = run_cli(capsys, monkeypatch, "plan", str(fleet_path), "--current", str(rollout))
-    assert result.exit_code == 0 and "0 move(s), 0 restart(s)" in " ".join(result.stdout.split())
+    assert result.exit_code == 0 and "with 0 moves, proven optimal" in " ".join(result.stdout.split()) and "0 restart(s))" in result.stdout
 
 
 def test_without_a_current_layout_the_headline_counts_no_moves(tmp_path, capsys, monkeypatch):
     document = demo_fleet(tmp_path)
     document.pop("current_layout", None)
     result = run_cli(capsys, monkeypatch, "plan", str(save(document, tmp_path / "fleet.yaml")))
-    headline = " ".join(result.stdout.split())
-    assert result.exit_code == 0 and "move(s)" not in headline and "no current layout: pass --current" in headline
+    headline = " ".join(result.stdout.split("GPUs at plateau")[0].split())
+    assert result.exit_code == 0 and not re.search(r"\d+ moves?\b", headline) and "no current layout: pass --current" in headline
 
 
 def test_current_that_is_not_a_plan_or_a_render_is_a_clear_error(tmp_path, capsys, monkeypatch):
@@ -110,3 +111,39 @@ def test_current_that_is_not_a_plan_or_a_render_is_a_clear_error(tmp_path, capsy
     for target, said in ((tmp_path / "missing", "no such plan or rendered directory"), (tmp_path / "empty", "not a directory `seatplan render` wrote")):
         result = run_cli(capsys, monkeypatch, "plan", str(fleet_path), "--current", str(target))
         assert result.exit_code == 2 and said in result.stderr and "fix:" in result.stderr
+
+
+def test_a_current_layout_that_disagrees_with_what_runs_is_warned_with_the_fix(tmp_path: Path, capsys, monkeypatch, rng: random.Random):
+    """issue 32: after a rollout, `plan FLEET` without --current counted moves from the fleet file's old hand-written
+    current_layout, silently. The seats whose current_layout is not where the rollout (--current DIR) or the last
+    plan (-o's file) has them are named, with the fix; a current_layout that agrees is not warned of."""
+    document = demo_fleet(tmp_path)
+    fleet = save(document, tmp_path / "fleet.yaml")
+    plan_path = tmp_path / "plan.json"
+    assert run_cli(capsys, monkeypatch, "plan", str(fleet), "-o", str(plan_path)).exit_code == 0
+    assert run_cli(capsys, monkeypatch, "render", str(plan_path), "-o", str(tmp_path / "rollout")).exit_code == 0
+    placed = {seat.name: seat.gpus for seat in Plan.model_validate_json(plan_path.read_text()).seats if seat.gpus}
+    document["current_layout"] = {name: gpus[0] for name, gpus in placed.items()}
+    agreeing = save(document, tmp_path / "agreeing.yaml")
+    for extra in (["--current", str(tmp_path / "rollout")], ["-o", str(plan_path)]):
+        done = run_cli(capsys, monkeypatch, "plan", str(agreeing), *extra, "--json")
+        assert done.exit_code == 0 and not any("current_layout disagrees" in warning for warning in Plan.model_validate_json(done.stdout).warnings)
+    open_gpus = ["gpu-box:0", "gpu-box:1", "gpu-box:2"]
+    stale = sorted(rng.sample(sorted(placed), rng.randint(1, len(placed))))
+    for name in stale:
+        document["current_layout"][name] = rng.choice([gpu for gpu in open_gpus if gpu != placed[name][0]])
+    written = save(document, tmp_path / "stale.yaml")
+    for extra, source, fix in ((["--current", str(tmp_path / "rollout")], "rollout", "--current was used. Fix: update current_layout"),
+                               (["-o", str(plan_path)], str(plan_path), f"Fix: if that plan was rolled out, plan with --current {plan_path}")):
+        done = run_cli(capsys, monkeypatch, "plan", str(written), *extra, "--json")
+        assert done.exit_code == 0, done.stderr
+        warned = [warning for warning in Plan.model_validate_json(done.stdout).warnings if "current_layout disagrees" in warning]
+        known = [name for name in stale if name != "speech" or source != "rollout"]  # a fixed seat has no env file to say where it runs
+        assert len(warned) == (1 if known else 0), warned
+        if not known:
+            continue
+        warning = warned[0]
+        assert warning.count(" is on ") == len(known), warning
+        for name in known:
+            assert f"{name} is on {placed[name][0]}, not {document['current_layout'][name]}" in warning
+        assert source in warning and fix in warning and str(written) in warning

@@ -46,7 +46,7 @@ def plan_command(
     from seatplan.documents.fleet_file import load_fleet
     from seatplan.documents.io import read_observed, read_usage
     from seatplan.fileio import check_output_file, write_output_text
-    from seatplan.plan.current import read_current
+    from seatplan.plan.current import read_current, stale_layout_warning
     from seatplan.plan.planner import build_plan
 
     if output is not None:
@@ -68,6 +68,8 @@ def plan_command(
             max_moves=max_moves,
             current=running,
         )
+    stale = stale_layout_warning(loaded.fleet, fleet, running, passed=True) if running else last_plan_disagrees(loaded.fleet, fleet, output)
+    plan.warnings += [stale] if stale else []
     placed = plan.worst_case_spare_bytes is not None and plan.infeasible is None
     if output is not None and placed:
         write_output_text(output, plan.model_dump_json(indent=2) + "\n", "plan")
@@ -91,6 +93,23 @@ def plan_command(
                       else "the fleet does not fit; see the seats above" if plan.infeasible else plan.warnings[-1])
             error_console().print(f"[bold red]error:[/] {reason}", markup=True)
         raise typer.Exit(EXIT_INFEASIBLE)
+
+
+def last_plan_disagrees(fleet, fleet_path: Path, output: Path | None) -> str | None:
+    """Without --current, the plan about to be replaced (``-o``'s file, when it is a plan of this fleet) is what the
+    operator last rolled out, likely: its layout against the fleet file's current_layout."""
+    from seatplan.errors import SeatplanError
+    from seatplan.plan.current import from_plan, stale_layout_warning
+
+    if output is None or not output.is_file() or not fleet.current_layout:
+        return None
+    try:
+        last = from_plan(output)
+    except SeatplanError:
+        return None  # not a plan: -o will overwrite it, as before
+    if not {seat.name for seat in fleet.seats} & set(last.gpus):
+        return None
+    return stale_layout_warning(fleet, fleet_path, last, passed=False)
 
 
 def explain_command(

@@ -131,3 +131,28 @@ def not_as_asked(plan: Plan, fleet: Fleet, max_moves: int) -> PlanInfeasibility:
                 + f". Fix: allow them (--max-moves {plan.moves}), or make room on those GPUs (the footprints below)",
         seats=[],
     )
+
+
+def layout_disagreements(fleet: Fleet, running: CurrentLayout) -> list[str]:
+    """Seats whose GPUs in the fleet file's current_layout are not where ``running`` says they run, as
+    ``seat is on b, not a`` (a seat the fleet file does not place, or ``running`` does not know, is no
+    disagreement: it is new, not started yet, or a fixed seat no env file names)."""
+    written = running_gpus(fleet)
+    return [f"{name} is on {', '.join(gpus)}, not {', '.join(written[name])}"
+            for name, gpus in sorted(running.gpus.items()) if written.get(name) and sorted(written[name]) != sorted(gpus)]
+
+
+def stale_layout_warning(fleet: Fleet, fleet_path: Path, running: CurrentLayout, *, passed: bool) -> str | None:
+    """A warning, with the fix, when the fleet file's hand-written current_layout disagrees with what runs (issue 32:
+    after a rollout, `plan` without --current counted 4 moves against the old current_layout while `diff` said
+    nothing changes). ``passed``: ``running`` came with --current (so it won); else it is the last plan beside."""
+    differing = layout_disagreements(fleet, running)
+    if not differing:
+        return None
+    said = "; ".join(differing)
+    if passed:
+        return (f"the fleet file's current_layout disagrees with --current {running.source}: {said}. --current was used. Fix: update "
+                f"current_layout in {fleet_path} (or remove it), so that a plan without --current counts moves from what runs")
+    return (f"the fleet file's current_layout disagrees with the last plan {running.source}: {said}. The moves above are counted from "
+            f"current_layout. Fix: if that plan was rolled out, plan with --current {running.source} (or the directory `seatplan render` "
+            f"wrote), or update current_layout in {fleet_path}")

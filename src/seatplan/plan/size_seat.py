@@ -18,7 +18,7 @@ from seatplan.facts.models import EngineSettings, ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.plan import sizing
 from seatplan.plan.kv_replay import replay_check
-from seatplan.units import human_bytes
+from seatplan.units import GiB, human_bytes
 
 GpuKey = tuple[str, int]
 FactsLoader = Callable[[str, EngineSettings], ModelFacts]
@@ -179,9 +179,9 @@ def seat_footprint(
     )
     return footprint, ExplanationLine(
         rule="footprint",
-        inputs={part.name: part.bytes for part in footprint.parts} | {"profile": profile.name},
+        inputs={part.name: part.bytes for part in footprint.parts} | {"profile": profile.name, "non_kv_mae_bytes": round(profile.non_kv_mae_gib * GiB)},
         result=f"{human_bytes(footprint.footprint_bytes)} per GPU (estimate)",
-        note=f"plateau estimate keyed on vLLM {version} (profile {profile.name}, non-KV MAE {profile.non_kv_mae_gib} GiB); pass --observed to replace it",
+        note=f"plateau estimate keyed on vLLM {version} (profile {profile.name}, non-KV MAE {profile.non_kv_mae_gib:.2f} GiB); pass --observed to replace it",
     )
 
 

@@ -171,7 +171,7 @@ def _raise_cost_line(facts: ModelFacts, max_model_len: int, source: str) -> Expl
     return ExplanationLine(
         rule="published_raise",
         inputs={"default_max_model_len": default, "published_max_model_len": published, "max_model_len": max_model_len,
-                "request_kv_bytes_default": before, "request_kv_bytes": after},
+                "request_kv_bytes_default": before, "request_kv_bytes": after, "extra_request_kv_bytes": max(0, after - before)},
         result=f"+{human_bytes(after - before)} per max-length request" if after > before else "no extra KV per request",
         note=note,
     )

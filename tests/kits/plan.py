@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import textwrap
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from kits.paths import MODEL_FIXTURES as MODELS
@@ -41,7 +41,7 @@ RANDOM_MODELS = ("Qwen--Qwen3-0.6B", "Qwen--Qwen3-4B", "Qwen--Qwen3-8B", "Qwen--
 RANDOM_GPU_TOTALS = ("23.64GiB", "44.39GiB", "79.19GiB", "95.59GiB", "139.8GiB")
 
 
-@lru_cache(maxsize=None)
+@cache
 def random_model_facts(model: str, tensor_parallel_size: int = 1, kv_cache_dtype: str = "auto"):  # -> ModelFacts
     """The facts stage's figures for ``model`` (the derived length, YaRN, the smallest KV a length boots with)."""
     from seatplan.facts.api import load_model_facts  # noqa: PLC0415 (at call time: the seatplan under test)

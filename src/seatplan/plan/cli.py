@@ -86,12 +86,15 @@ def plan_command(
         if output is not None and placed:
             out.print(f"plan saved to {output}")
     if not placed:
-        if not json_output:
-            from seatplan.output import error_console
+        # on stderr under --json too: stdout carries the plan, which says why in its own fields
+        from rich.markup import escape
 
-            reason = (plan.infeasible.summary.split(". ", 1)[0] if plan.infeasible and not plan.infeasible.seats
-                      else "the fleet does not fit; see the seats above" if plan.infeasible else plan.warnings[-1])
-            error_console().print(f"[bold red]error:[/] {reason}", markup=True)
+        from seatplan.output import error_console
+
+        where = "the plan's infeasible field" if json_output else "the seats above"
+        reason = (plan.infeasible.summary.split(". ", 1)[0] if plan.infeasible and not plan.infeasible.seats
+                  else f"the fleet does not fit; see {where}" if plan.infeasible else plan.warnings[-1])
+        error_console().print(f"[bold red]error:[/] {escape(reason)}", markup=True)
         raise typer.Exit(EXIT_INFEASIBLE)
 
 

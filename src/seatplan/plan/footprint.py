@@ -197,6 +197,16 @@ def operator_levers(seats: list[PlannedSeat]) -> list[Lever]:
     return sorted(found, key=lambda lever: -lever.freed_bytes)
 
 
+def full_attention_only(seat: PlannedSeat, request_kv_bytes: int) -> bool:
+    """One request takes a block per ``block_size`` tokens of the whole context: every KV layer attends to all of
+    it (no sliding window, no Mamba state), so half the context is half the request."""
+    capacity = next((line.inputs for line in seat.explanation if line.rule == "kv_capacity"), None)
+    if capacity is None or not seat.max_model_len:
+        return False
+    block_size, per_block = int(str(capacity["block_size"])), int(str(capacity["bytes_per_block"]))
+    return request_kv_bytes == -(-seat.max_model_len // block_size) * per_block
+
+
 def levers(seat: PlannedSeat) -> list[Lever]:
     """What each fleet-file change would take off this seat's footprint per GPU, given its pins: the activation
     peak of :func:`activation_part` at fewer sequences; the KV rule again at half the bytes per element (fp8) or
@@ -221,7 +231,7 @@ def levers(seat: PlannedSeat) -> list[Lever]:
             fp8 = kv.bytes - _rule_bytes(terms, request // 2, minimum // 2)
             if fp8 > 0:
                 found.append(Lever(seat.name, "kv_cache_dtype: fp8 (a 16-bit KV cache)", fp8))
-        if seat.max_model_len and seat.max_model_len >= 2:
+        if seat.max_model_len and seat.max_model_len >= 2 and full_attention_only(seat, request):
             half = kv.bytes - _rule_bytes(terms, request // 2, minimum // 2)
             if half > 0:
                 found.append(Lever(seat.name, f"max_model_len: {seat.max_model_len // 2} (half the context; full-attention layers)", half))

@@ -251,8 +251,8 @@ def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, polic
                 inputs=inputs | {"pinned_bytes": pinned, "rule_bytes": rule_bytes},
                 result=f"{pinned:,} B ({human_bytes(pinned)}), operator pin",
                 note=f"the pin, {pinned / request_bytes:.2f}× one request of {request_bytes:,} B, wins over the rule, which would give "
-                     f"{rule_bytes:,} B ({human_bytes(rule_bytes)}) = {rule_bytes / request_bytes:.2f}× one request "
-                     f"({factor:g}×, rounded up to {human_bytes(step)})",
+                     f"{rule_bytes:,} B ({human_bytes(rule_bytes)}) = {rule_bytes / request_bytes:.2f}× one request"
+                     + ("" if f"{rule_bytes / request_bytes:.2f}" == f"{factor:.2f}" else f" ({factor:g}×, rounded up to {human_bytes(step)})"),
             )
         )
     else:

@@ -15,6 +15,7 @@ from kits.cli import run_cli
 from kits.paths import REPO_ROOT
 from kits.plan import random_fleet
 from seatplan.documents.plan import Plan
+from seatplan.plan.show import runner_up_said
 from seatplan.units import GiB
 
 DEMO = REPO_ROOT / "examples" / "demo"
@@ -233,3 +234,31 @@ def test_each_kv_lever_frees_what_replanning_with_it_frees(tmp_path: Path, capsy
             step = int(next(line.inputs for line in seat_before.explanation if line.rule == "kv_bytes")["rounding_step_bytes"])
             slack = 0 if key == "kv_cache_dtype" else step + 2 * int(next(line.inputs for line in seat_before.explanation if line.rule == "kv_capacity")["bytes_per_block"])
             assert abs(freed - float(frees.rstrip("~")) * GiB) <= slack + 0.005 * GiB, (name, change, frees, freed / GiB)
+
+
+def test_each_runner_up_is_said_by_what_sets_it_apart_from_the_chosen_layout(tmp_path: Path, capsys, monkeypatch, rng: random.Random):
+    """issue 32: a runner-up "with coder, erp-seat, parakeet-nemo and voices not all on one GPU" was true of the
+    chosen layout too. Each runner-up row now names seats it places elsewhere than the plan does, each where it
+    puts them, and every seat it moves is counted."""
+    monkeypatch.setenv("COLUMNS", "250")
+    for draw in range(8):
+        directory = tmp_path / f"draw{draw}"
+        directory.mkdir()
+        fleet = random_fleet(rng, directory)
+        done = run_cli(capsys, monkeypatch, "plan", str(fleet), "--json", "--time-limit", "5")
+        if done.exit_code != 0:
+            continue
+        plan = Plan.model_validate_json(done.stdout)
+        chosen = {seat.name: sorted(seat.gpus) for seat in plan.seats}
+        for alternative in plan.runner_ups:
+            said = runner_up_said(plan, alternative)
+            differing = sorted(name for name, gpus in alternative.assignment.items() if sorted(gpus) != chosen.get(name, []))
+            named = re.findall(r"([\w.-]+) on ((?:[\w.-]+:\d+)(?:, [\w.-]+:\d+)*)", said.split(": ")[0] if differing else "")
+            shown = differing[:4]
+            assert [name for name, _ in named] == shown, (said, differing)
+            for name, gpus in named:
+                assert sorted(gpus.split(", ")) == sorted(alternative.assignment[name]) != chosen[name]
+            if len(differing) > 4:
+                assert f"{len(differing) - 4} more" in said
+            if not differing:
+                assert said.startswith("the same GPUs: ")

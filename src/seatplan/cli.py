@@ -88,7 +88,7 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         # the reader of stdout went away (`seatplan ... | head`): nothing more can be said there
-        sys.stdout = click_utils.PacifyFlushWrapper(sys.stdout)  # type: ignore[assignment]
+        sys.stdout = click_utils.PacifyFlushWrapper(sys.stdout)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -85,7 +85,8 @@ def test_no_source_says_where_to_get_one(cli) -> None:
     env = {"SEATPLAN_USAGE_DSN": "", "DATABASE_URL": ""}
     finished = cli("usage", "--json", env=env)
     assert finished.exit_code == 2 and "SEATPLAN_USAGE_DSN" in finished.stderr
-    assert finished.stdout == ""
+    said = json.loads(finished.stdout)  # under --json the error is also one JSON object on stdout (issue 32)
+    assert said["where"] == "--from" and "SEATPLAN_USAGE_DSN" in said["fix"]
 
 
 @pytest.mark.postgres

@@ -182,6 +182,7 @@ def print_plan(console: Console, plan: Plan) -> None:
     console.print(Text(headline(plan), style="bold green" if plan.infeasible is None and plan.optimal else "bold yellow"))
     if plan.infeasible is not None:
         print_infeasible(console, plan)
+        print_warnings(console, plan)  # what the input leaves open matters most when it does not fit
         return
     if plan.worst_case_spare_bytes is None:
         return
@@ -208,7 +209,13 @@ def print_plan(console: Console, plan: Plan) -> None:
         for rank, alternative in enumerate(plan.runner_ups, start=2):
             table.add_row(str(rank), gib(alternative.worst_case_spare_bytes), str(alternative.moves), runner_up_said(plan, alternative))
         console.print(fit_table(table, console.width))
-    for warning in plan.warnings:
+    print_warnings(console, plan)
+
+
+def print_warnings(console: Console, plan: Plan) -> None:
+    # when nothing is placed, "SEAT: not placed" of every seat says less than the table of the seats that do not fit
+    shown = [warning for warning in plan.warnings if not (plan.infeasible is not None and warning.endswith(": not placed"))]
+    for warning in shown:
         console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
 
 

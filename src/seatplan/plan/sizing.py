@@ -113,7 +113,8 @@ def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> Conte
             target,
             needed,
             [ExplanationLine(rule="context", inputs=inputs | {"yarn_factor": needed.factor}, result=f"max_model_len {target:,} with YaRN ×{needed.factor:g}",
-                note=f"{source} is beyond {derived:,}; allow_yarn is set, so YaRN is switched on at the smallest factor that reaches it")],
+                note=f"{target:,} ({source}) is beyond the {derived:,} vLLM derives from the config; allow_yarn is set, so YaRN is "
+                     f"switched on at the smallest factor that reaches it")],
         )
     if seat.max_model_len == "published":
         why = "allow_yarn is off" if reachable else "no YaRN option reaches it"

@@ -147,3 +147,14 @@ def test_a_current_layout_that_disagrees_with_what_runs_is_warned_with_the_fix(t
         for name in known:
             assert f"{name} is on {placed[name][0]}, not {document['current_layout'][name]}" in warning
         assert source in warning and fix in warning and str(written) in warning
+    # the plan counted moves from the stale current_layout, and against the rollout nothing changes: diff says why
+    stale_plan = tmp_path / "stale-plan.json"
+    assert run_cli(capsys, monkeypatch, "plan", str(written), "-o", str(stale_plan)).exit_code == 0
+    counted = Plan.model_validate_json(stale_plan.read_text())
+    diffed = run_cli(capsys, monkeypatch, "diff", str(stale_plan), "--against", str(tmp_path / "rollout"))
+    said = " ".join(diffed.stderr.split())
+    if counted.moves and diffed.exit_code == 0:  # the same layout as the rollout's, counted as moves
+        assert f"the plan counts {counted.moves} move(s) from the fleet file's current_layout, yet against {tmp_path / 'rollout'} nothing changes" in said
+        assert f"seatplan plan FLEET --current {tmp_path / 'rollout'}" in said
+    else:
+        assert "current_layout" not in said

@@ -169,6 +169,10 @@ class Rollout(BaseModel):
     down: list[DownSpan] = Field(default_factory=list)
 
 
+# inputs.current_from of a plan whose seats' current GPUs are the fleet file's current_layout (no --current)
+FLEET_CURRENT_LAYOUT = "the fleet file's current_layout"
+
+
 class PlanInputs(BaseModel):
     fleet_path: str
     fleet_sha256: str

@@ -13,6 +13,7 @@ from seatplan.documents.fleet import Fleet, SeatSpec
 from seatplan.documents.fleet_file import LoadedFleet, require_ports
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.documents.plan import (
+    FLEET_CURRENT_LAYOUT,
     Plan,
     PlanInputs,
 )
@@ -66,7 +67,7 @@ def build_plan(
         observed_path=observed_path,
         seatplan_version=seatplan.__version__,
         vllm_version=fleet.policy.vllm_version,
-        current_from=current.source if current else ("the fleet file's current_layout" if fleet.current_layout else None),
+        current_from=current.source if current else (FLEET_CURRENT_LAYOUT if fleet.current_layout else None),
         max_moves=max_moves,
         move_cost_bytes=fleet.policy.move_cost_bytes,
     )

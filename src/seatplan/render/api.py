@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from seatplan.documents.io import read_plan
-from seatplan.documents.plan import Plan
+from seatplan.documents.plan import FLEET_CURRENT_LAYOUT, Plan
 from seatplan.errors import SeatplanError
 from seatplan.render.bundle import MANIFEST, manifest, render_files
 from seatplan.render.diff import DiffReport, diff_trees
@@ -74,7 +74,7 @@ def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | N
                                 fix="pass the directory `seatplan render -o DIR` wrote, or an older plan.json")
         new = rendered(loaded, settings, rendered_targets(old))
         report = diff_trees(only_owned(old, new), new, str(against))
-        report.warnings += blind_to_rollout(loaded, against)
+        report.warnings += blind_to_rollout(loaded, against, changed=report.changed)
         return report
     if not against.is_file():
         raise SeatplanError("nothing to compare with", where=str(against), fix="pass a directory `seatplan render` wrote, or an older plan.json")
@@ -83,10 +83,21 @@ def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | N
     return diff_trees(rendered(old_plan, settings), rendered(loaded, settings), str(against))
 
 
-def blind_to_rollout(loaded: LoadedPlan, directory: Path) -> list[str]:
-    """A warning when a plan made without knowing what runs meets a rollout rendered from another plan (issue 18)."""
+def blind_to_rollout(loaded: LoadedPlan, directory: Path, *, changed: bool = True) -> list[str]:
+    """A warning when a plan made without knowing what runs meets a rollout rendered from another plan (issue 18),
+    or when a plan that counted moves from the fleet file's current_layout changes nothing here (issue 32: after a
+    rollout the hand-written current_layout was stale, the plan said 4 moves, and diff said "nothing changes")."""
     rollout = read_manifest(directory)
-    if loaded.plan.inputs.current_from is not None or rollout is None:
+    counted_from = loaded.plan.inputs.current_from
+    if rollout is None:
+        return []
+    if counted_from == FLEET_CURRENT_LAYOUT:
+        if changed or not loaded.plan.moves:
+            return []
+        return [f"the plan counts {loaded.plan.moves} move(s) from the fleet file's current_layout, yet against {directory} nothing "
+                f"changes: the seats already run where it puts them, so current_layout is stale; update it, or plan with "
+                f"`seatplan plan FLEET --current {directory}`"]
+    if counted_from is not None:
         return []
     if rollout.plan_sha256 == hashlib.sha256(loaded.text.encode("utf-8")).hexdigest():
         return []  # the rollout is this very plan's

@@ -24,6 +24,7 @@ from seatplan.plan.contexts import lower_raised_contexts
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.placement import place
 from seatplan.plan.size_seat import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat, usage_for
+from seatplan.secrets import looks_secret
 from seatplan.units import human_bytes
 
 
@@ -70,7 +71,7 @@ def build_plan(
     plan = assemble_plan(fleet, gpus, sized, result, inputs)
     if current is not None:
         plan.restarts = restarted_seats(plan, current)
-    plan.warnings += corrected + decimal_gpu_warnings(fleet) + profile_class_warnings(plan, fleet.policy.vllm_version)
+    plan.warnings += corrected + decimal_gpu_warnings(fleet) + profile_class_warnings(plan, fleet.policy.vllm_version) + secret_value_warnings(loaded)
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}
         plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
@@ -97,6 +98,19 @@ def restarted_seats(plan: Plan, current: CurrentLayout) -> list[str]:
         seat.name for seat in plan.seats
         if seat.gpus and seat.vllm_args and (current.gpus.get(seat.name) != seat.gpus or current.commands.get(seat.name) != seat.vllm_args)
     ]
+
+
+def secret_value_warnings(loaded: LoadedFleet) -> list[str]:
+    """A credential written into the fleet file by value lands in every env file, compose file and plan: name its line
+    and the reference that keeps it on the host. The value is never quoted."""
+    warnings = []
+    for position, seat in enumerate(loaded.fleet.seats):
+        for key, value in seat.env_values.items():
+            if looks_secret(key, value):
+                warnings.append(f"{loaded.where(('seats', position, 'env', key))}: seats[{position}] ({seat.name}): env {key} looks like a secret "
+                                f"given by value; give it by reference, `{key}: {{from_host_env: {key}}}` (set on the GPU host), or in a root-only "
+                                "file listed in the seat's env_files (docs/fleet.md, \"Secrets\")")
+    return warnings
 
 
 def decimal_gpu_warnings(fleet: Fleet) -> list[str]:

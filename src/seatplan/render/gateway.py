@@ -47,8 +47,11 @@ def gateway_variables(engines: list[Engine], settings: RenderSettings, gateway_t
         "seatplan_gateway_models": ansible_unsafe(sorted({engine.seat.served_model_name for engine in engines})),
         "seatplan_alerts_rollout": settings.prometheus_rules is not None,
         "seatplan_prometheus_rules": Unsafe(settings.prometheus_rules or ""),
-        "seatplan_prometheus_url": Unsafe((settings.prometheus_url or "").rstrip("/")),
-        "seatplan_prometheus_reload_command": Unsafe(settings.prometheus_reload or ""),
+        "seatplan_prometheus_url": Unsafe((settings.prometheus_url or "http://127.0.0.1:9090").rstrip("/")),
+        "seatplan_prometheus_reload_command": Unsafe(settings.prometheus_reload or "true"),
+        # booleans, not comparisons with '': Ansible reads an empty `!unsafe` scalar as null
+        "seatplan_prometheus_reload_by_command": settings.prometheus_reload is not None,
+        "seatplan_prometheus_read_back": settings.prometheus_url is not None,
         "seatplan_promtool": Unsafe(settings.promtool),
     }
 
@@ -154,9 +157,9 @@ def _reload_tasks() -> list[dict]:
     return [
         {"name": "alerts: Prometheus reloads (POST /-/reload)",
          "ansible.builtin.uri": {"url": "{{ seatplan_prometheus_url }}/-/reload", "method": "POST", "status_code": 200},
-         "when": "seatplan_prometheus_reload_command == ''"},
+         "when": "not seatplan_prometheus_reload_by_command"},
         {"name": "alerts: Prometheus reloads (the given command)", "ansible.builtin.shell": "{{ seatplan_prometheus_reload_command }}",
-         "when": "seatplan_prometheus_reload_command != ''"},
+         "when": "seatplan_prometheus_reload_by_command"},
     ]
 
 
@@ -166,7 +169,7 @@ def _rules_loaded_task() -> dict:
         "ansible.builtin.uri": {"url": "{{ seatplan_prometheus_url }}/api/v1/rules", "return_content": True},
         "register": "seatplan_prometheus_groups",
         "failed_when": "'seatplan' not in (seatplan_prometheus_groups.json.data.groups | map(attribute='name') | list)",
-        "when": "seatplan_prometheus_url != ''",
+        "when": "seatplan_prometheus_read_back",
     }
 
 

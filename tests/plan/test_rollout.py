@@ -14,7 +14,6 @@ import pytest
 
 from kits.parts import require
 from kits.vllm_engine import vllm_installed, vllm_python
-
 from seatplan.plan.rollout import Change, Engine, Gpu, RolloutProblem, Unchanged, order_rollout
 from seatplan.plan.utilisation import requested_bytes
 

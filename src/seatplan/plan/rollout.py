@@ -136,16 +136,16 @@ def rollout_problem(plan: Plan, running: Running) -> RolloutProblem:
         if not seat.gpus:
             continue
         new = tuple(seat.gpus)
-        old = running.gpus.get(seat.name)
-        if old is None and seat.engine == "fixed":
+        now = running.gpus.get(seat.name)
+        if now is None and seat.engine == "fixed":
             unchanged.append(Unchanged(seat.name, new, seat.footprint_bytes))
             continue
         same_command = running.commands is None or running.commands.get(seat.name) == seat.vllm_args
-        if old == new and same_command:
+        if now == new and same_command:
             unchanged.append(Unchanged(seat.name, new, seat.footprint_bytes))
             continue
         old_footprint = seat.footprint_bytes if same_command else running.footprints_bytes.get(seat.name, seat.footprint_bytes)
-        changes.append(Change(seat.name, old or (), old_footprint, new, engine_of(seat)))
+        changes.append(Change(seat.name, now or (), old_footprint, new, engine_of(seat)))
     return RolloutProblem(gpus, unchanged, changes)
 
 
@@ -412,7 +412,7 @@ def replay(problem: RolloutProblem, steps: list[RolloutStep]) -> list[RolloutSte
     where: dict[str, tuple[tuple[str, ...], int]] = {seat.seat: (seat.gpus, seat.footprint_bytes) for seat in problem.unchanged}
     where |= {change.seat: (change.old_gpus, change.old_footprint_bytes) for change in problem.changes if change.old_gpus}
     by_name = {change.seat: change for change in problem.changes}
-    checked = []
+    checked: list[RolloutStep] = []
     for step in steps:
         change = by_name[step.seat]
         if step.action in ("stop", "restart"):

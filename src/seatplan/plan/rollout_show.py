@@ -11,7 +11,7 @@ from seatplan.documents.plan import Plan, Rollout, RolloutStep, StartCheck
 from seatplan.output import fit_table
 from seatplan.units import human_bytes
 
-CHECK_DROP = ("running", "own ctx")
+CHECK_DROP = ("running", "own ctx", "fit margin", "request margin")
 
 
 def rollout_summary(rollout: Rollout) -> str:
@@ -47,13 +47,14 @@ def _gib(num_bytes: int | None) -> str:
     return "-" if num_bytes is None else f"{num_bytes / 2**30:.2f}"
 
 
-def check_table(title: str, checks: list[StartCheck]) -> Table:
+def check_table(title: str, rows: list[tuple[str, str, StartCheck]]) -> Table:
+    """One row per start and GPU (GiB)."""
     table = Table(title=title, title_justify="left")
-    for column in ("GPU", "running", "free", "own ctx", "util", "requested", "request margin", "footprint", "fit margin", "check"):
-        table.add_column(column, justify="left" if column in ("GPU", "running", "check") else "right")
-    for check in checks:
+    for column in ("step", "seat", "GPU", "running", "free", "own ctx", "util", "requested", "request margin", "footprint", "fit margin", "check"):
+        table.add_column(column, justify="left" if column in ("seat", "GPU", "running", "check") else "right")
+    for step, seat, check in rows:
         table.add_row(
-            check.gpu, ", ".join(check.running) or "-", _gib(check.free_bytes), _gib(check.own_context_bytes),
+            step, seat, check.gpu, ", ".join(check.running) or "-", _gib(check.free_bytes), _gib(check.own_context_bytes),
             f"{check.gpu_memory_utilization:.3f}" if check.gpu_memory_utilization is not None else "-",
             _gib(check.requested_bytes), _gib(check.request_margin_bytes), _gib(check.footprint_bytes), _gib(check.fit_margin_bytes),
             "pass" if check.passes else "FAIL",
@@ -79,13 +80,16 @@ def rollout_renderable(plan: Plan, width: int = 80) -> Group:
     rollout = plan.rollout
     items: list = [Text(rollout_summary(rollout), style="bold")]
     items.append(Text("each start: vLLM 0.32's request_memory needs free at its snapshot (free − own context) ≥ ceil(total × util), "
-                      "and the engine's footprint at plateau must fit in the free memory (GiB below; bytes in the lines)"))
+                      "and the engine's footprint at plateau must fit in the free memory"))
     if rollout.fails is not None:
-        items.append(fit_table(check_table(f"{rollout.fails.seat}: the closest any order comes", rollout.fails.checks), width, CHECK_DROP))
+        rows = [("-", rollout.fails.seat, check) for check in rollout.fails.checks]
+        items.append(fit_table(check_table(f"{rollout.fails.seat}: the most room any order leaves it (GiB)", rows), width, CHECK_DROP))
         items += [Text(f"  {check_said(check)}") for check in rollout.fails.checks]
+        return Group(*items)
+    rows = [(str(number), step.seat, check) for number, step in enumerate(rollout.steps, start=1) for check in step.checks]
+    if rows:
+        items.append(fit_table(check_table("Each start's check (GiB)", rows), width, CHECK_DROP))
     for number, step in enumerate(rollout.steps, start=1):
         items.append(Text(step_said(number, step), style="bold"))
-        if step.checks:
-            items.append(fit_table(check_table(f"step {number}: {step.seat}", step.checks), width, CHECK_DROP))
-            items += [Text(f"  {check_said(check)}") for check in step.checks]
+        items += [Text(f"    {check_said(check)}") for check in step.checks]
     return Group(*items)

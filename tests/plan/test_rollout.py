@@ -62,6 +62,19 @@ def test_a_one_seat_edit_is_one_restart_its_own_memory_freed_first():
     assert rollout.steps[0].checks[0].running == ["other"] and rollout.steps[0].checks[0].free_bytes == 50 * GiB
 
 
+def test_a_search_out_of_budget_still_gives_an_order_that_fits_and_says_it_is_not_proven():
+    gpus = {"h:0": Gpu("h:0", 100 * GiB, 0), "h:1": Gpu("h:1", 100 * GiB, 0)}
+    problem = RolloutProblem(gpus, [], [
+        Change("A", ("h:0",), 70 * GiB, ("h:1",), fixed(70 * GiB)),
+        Change("C", ("h:1",), 40 * GiB, ("h:0",), fixed(40 * GiB)),
+        Change("D", ("h:1",), 40 * GiB, ("h:0",), fixed(40 * GiB)),
+    ])
+    rollout = order_rollout(problem, budget=2)
+    assert not rollout.proven and rollout.fails is None
+    steps = [(step.action, next(change for change in problem.changes if change.seat == step.seat)) for step in rollout.steps]
+    assert fits_throughout(problem, steps) and len(rollout.down) == 1
+
+
 def test_no_order_at_all_names_the_start_and_its_shortfall():
     gpus = {"h:0": Gpu("h:0", 80 * GiB, 0)}
     rollout = order_rollout(RolloutProblem(gpus, [Unchanged("other", ("h:0",), 30 * GiB)], [

@@ -37,7 +37,7 @@ from seatplan.units import human_bytes
 
 # Parts the engine's own process holds before vLLM's start-up snapshot (as assemble.PRE_CHECK_PARTS).
 OWN_CONTEXT_PARTS = ("cuda_context", "nccl_allreduce")
-SEARCH_BUDGET = 200_000  # states expanded before the search settles for the first order it finds
+SEARCH_BUDGET = 5_000  # states the A* search expands before it settles for a depth-first search of the same budget (about 2-3 s each)
 MAX_STOP_SETS = 512  # sets of seats tried to make room for one start
 
 # a seat's state during the search
@@ -192,6 +192,7 @@ class Component:
                 if label in self.base_used:
                     self.base_used[label] += seat.footprint_bytes
         self.expanded = 0
+        self.truncated = False  # a start had more sets of seats to stop than were tried
 
     def initial(self) -> tuple[int, ...]:
         return tuple(RUNNING if change.old_gpus else NOT_RUNNING for change in self.changes)
@@ -205,12 +206,15 @@ class Component:
                 used += change.engine.footprint_bytes if change.engine else 0
         return used
 
-    def fits(self, state: tuple[int, ...], index: int) -> bool:
-        engine = self.changes[index].engine
+    def fits(self, used: dict[str, int], index: int, freed: list[int]) -> bool:
+        """Whether seat ``index`` starts with ``used`` on each GPU less what the seats in ``freed`` hold where they run."""
+        change = self.changes[index]
+        engine = change.engine
         assert engine is not None
-        for label in self.changes[index].new_gpus:
+        for label in change.new_gpus:
             gpu = self.gpus[label]
-            free = gpu.total_bytes - gpu.reserved_bytes - self.used(state, label)
+            taken = used[label] - sum(self.changes[other].old_footprint_bytes for other in freed if label in self.changes[other].old_gpus)
+            free = gpu.total_bytes - gpu.reserved_bytes - taken
             if free < engine.footprint_bytes:
                 return False
             if engine.util is not None and free - engine.own_context_bytes < requested_bytes(gpu.total_bytes, engine.util):
@@ -220,11 +224,13 @@ class Component:
     def blocks(self, state: tuple[int, ...]) -> Iterator[tuple[tuple[int, ...], Block, Cost]]:
         """Every next start, each with the smallest sets of running seats stopped to make room for it."""
         down = [index for index, status in enumerate(state) if status == DOWN]
+        used = {label: self.used(state, label) for label in self.gpus}
         for index, status in enumerate(state):
             if status not in (RUNNING, DOWN, NOT_RUNNING):
                 continue
             change = self.changes[index]
             after = list(state)
+            own = [index] if status == RUNNING else []
             if status == RUNNING:
                 after[index] = STOPPING
             targets = set(change.new_gpus)
@@ -236,15 +242,16 @@ class Component:
                 for stopped in itertools.combinations(candidates, size):
                     tried += 1
                     if tried > MAX_STOP_SETS:
+                        self.truncated = True
                         break
                     if any(minimal <= set(stopped) for minimal in found):
                         continue
+                    if not self.fits(used, index, own + list(stopped)):
+                        continue
+                    found.append(set(stopped))
                     trial = list(after)
                     for other in stopped:
                         trial[other] = DOWN
-                    if not self.fits(tuple(trial), index):
-                        continue
-                    found.append(set(stopped))
                     trial[index] = STARTED
                     block = self.block(index, status, stopped)
                     yield tuple(trial), block, self.cost(block, down, stopped)
@@ -308,8 +315,8 @@ class Component:
 
     def priority(self, state: tuple[int, ...], cost: Cost, greedy: bool) -> tuple[int, ...]:
         started = state.count(STARTED)
-        if greedy:
-            return (-started, *cost)
+        if greedy:  # the fewest seats down first, then depth first
+            return (cost[0], -started, cost[1], cost[2])
         rest = self.heuristic(state)
         return (cost[0] + rest[0], cost[1] + rest[1], cost[2] + rest[2], -started)
 
@@ -378,7 +385,8 @@ def order_rollout(problem: RolloutProblem, budget: int = SEARCH_BUDGET) -> Rollo
         if blocks is None and not finished:
             proven = False
             component.expanded = 0
-            blocks, furthest, _ = component.search(budget, greedy=True)
+            blocks, furthest, finished = component.search(4 * budget, greedy=True)  # a dive: a few expansions per seat
+        proven = proven and not component.truncated
         if blocks is None:
             return Rollout(proven=proven, fails=failure(component, furthest, finished))
         for block in blocks:
@@ -399,10 +407,13 @@ def failure(component: Component, furthest: tuple[int, ...], finished: bool) -> 
     else:
         what = f"the engine takes {human_bytes(worst.footprint_bytes)} at plateau, {human_bytes(worst.free_bytes)} is free"
     beside = ", ".join(worst.running) or "nothing else"
-    searched = "" if finished else " (within the search budget)"
+    if not finished:
+        return RolloutFailure(seat=seat, gpu=worst.gpu, short_by_bytes=gap, checks=checks, reason=(
+            f"no order found within the search budget ({SEARCH_BUDGET:,} states); the closest it came leaves {seat} to start on GPU "
+            f"{worst.gpu} beside {beside}: {what}, short by {human_bytes(gap)}; change fewer seats at once (--max-moves)"))
     return RolloutFailure(
         seat=seat, gpu=worst.gpu, short_by_bytes=gap, checks=checks,
-        reason=(f"no order starts every seat{searched}: {seat} cannot start on GPU {worst.gpu} beside {beside} even with every seat "
+        reason=(f"no order starts every seat: {seat} cannot start on GPU {worst.gpu} beside {beside} even with every seat "
                 f"that leaves it stopped: {what}, short by {human_bytes(gap)}"),
     )
 

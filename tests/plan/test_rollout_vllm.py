@@ -116,8 +116,16 @@ def changing(plan: Plan, current: CurrentLayout) -> set[str]:
     return out
 
 
-def running_at_start(plan: Plan, current: CurrentLayout) -> dict[str, tuple[list[str], int]]:
-    where = {name: (gpus, current.footprints_bytes[name]) for name, gpus in current.gpus.items()}
+def running_at_start(plan: Plan, current: CurrentLayout, basis: str = "current") -> dict[str, tuple[list[str], int]]:
+    """What runs before the first step, each seat at its current footprint, at the plan's (``basis="plan"``), or at
+    the larger of the two (``basis="larger"``, the rollout's own)."""
+    planned = {seat.name: seat.footprint_bytes for seat in plan.seats}
+
+    def footprint(name: str) -> int:
+        now, new = current.footprints_bytes[name], planned.get(name, current.footprints_bytes[name])
+        return {"current": now, "plan": new, "larger": max(now, new)}[basis]
+
+    where = {name: (gpus, footprint(name)) for name, gpus in current.gpus.items()}
     # a fixed seat the current layout does not place runs where planned
     where |= {seat.name: (seat.gpus, seat.footprint_bytes) for seat in plan.seats if seat.engine == "fixed" and seat.gpus and seat.name not in where}
     return where
@@ -133,7 +141,7 @@ def snapshot(plan: Plan, where: dict[str, tuple[list[str], int]], seat: PlannedS
 def no_order_exists(plan: Plan, current: CurrentLayout) -> bool:
     """Every changing seat stopped first (the most room any order gives), then every order of the starts."""
     moving = changing(plan, current)
-    base = {name: value for name, value in running_at_start(plan, current).items() if name not in moving}
+    base = {name: value for name, value in running_at_start(plan, current, "larger").items() if name not in moving}
     starting = [seat for seat in plan.seats if seat.name in moving and seat.gpus]
     assert len(starting) <= 7
     for order in itertools.permutations(starting):
@@ -162,7 +170,26 @@ def replay(plan: Plan, current: CurrentLayout, cases: list[dict], expected: list
         return
     seats = {seat.name: seat for seat in plan.seats}
     assert {step.seat for step in plan.rollout.steps} == changing(plan, current)  # only seats that change appear
-    where = running_at_start(plan, current)
+    # the seats running their old command count at their old footprint, and again at the plan's: both must pass
+    for basis in ("current", "plan"):
+        replay_on(plan, running_at_start(plan, current, basis), cases, expected)
+    # down: every seat stopped while another starts, from its stop to its start
+    down = []
+    for number, step in enumerate(plan.rollout.steps, start=1):
+        if step.action == "start":
+            stop = max((at for at, other in enumerate(plan.rollout.steps[:number - 1], start=1) if other.seat == step.seat), default=None)
+            if stop is not None and any(other.action != "stop" for other in plan.rollout.steps[stop:number - 1]):
+                down.append((step.seat, stop, number))
+    assert sorted(down) == sorted((span.seat, span.from_step, span.to_step) for span in plan.rollout.down)
+    seen["steps"] += len(plan.rollout.steps)
+    seen["down"] += len(plan.rollout.down)
+    seen["hosts>1"] += len({gpu.host for gpu in plan.gpus}) > 1
+    seen["tp"] += any(len(seats[step.seat].gpus) > 1 for step in plan.rollout.steps if step.seat in seats)
+
+
+def replay_on(plan: Plan, where: dict[str, tuple[list[str], int]], cases: list[dict], expected: list[tuple[str, bool, int]]) -> None:
+    assert plan.rollout is not None
+    seats = {seat.name: seat for seat in plan.seats}
     for number, step in enumerate(plan.rollout.steps, start=1):
         if step.action in ("stop", "restart"):
             assert step.seat in where and (step.action == "stop" or where[step.seat][0] == seats[step.seat].gpus)
@@ -181,18 +208,6 @@ def replay(plan: Plan, current: CurrentLayout, cases: list[dict], expected: list
             where[step.seat] = (seat.gpus, seat.footprint_bytes)
     # the steps end in the planned layout
     assert {name: gpus for name, (gpus, _) in where.items()} == {seat.name: seat.gpus for seat in plan.seats if seat.gpus}
-    # down: every seat stopped while another starts, from its stop to its start
-    down = []
-    for number, step in enumerate(plan.rollout.steps, start=1):
-        if step.action == "start":
-            stop = max((at for at, other in enumerate(plan.rollout.steps[:number - 1], start=1) if other.seat == step.seat), default=None)
-            if stop is not None and any(other.action != "stop" for other in plan.rollout.steps[stop:number - 1]):
-                down.append((step.seat, stop, number))
-    assert sorted(down) == sorted((span.seat, span.from_step, span.to_step) for span in plan.rollout.down)
-    seen["steps"] += len(plan.rollout.steps)
-    seen["down"] += len(plan.rollout.down)
-    seen["hosts>1"] += len({gpu.host for gpu in plan.gpus}) > 1
-    seen["tp"] += any(len(seats[step.seat].gpus) > 1 for step in plan.rollout.steps if step.seat in seats)
 
 
 def test_every_start_of_the_rollout_passes_vllms_own_check_with_the_engine_fitting(tmp_path, rng):

@@ -121,9 +121,10 @@ def engine_of(seat: PlannedSeat) -> Engine:
 def rollout_problem(plan: Plan, running: Running) -> RolloutProblem:
     """Which seats change and how, from the plan and what runs.
 
-    A fixed seat the current layout does not place is taken to run where planned (seatplan did not start it). A
-    seat whose command line is known and unchanged keeps the plan's footprint where it runs now (the newest figure
-    for the same engine); one that changed keeps its old plan's footprint where known.
+    A fixed seat the current layout does not place is taken to run where planned (seatplan did not start it). A seat
+    runs now at the larger of the plan's footprint and the one the plan it runs from gave it (``--current PLAN``):
+    the old figure is what its engine was sized to, the new one the newest estimate; the larger never makes a start
+    look roomier than it is.
     """
     gpus = {f"{gpu.host}:{gpu.index}": Gpu(f"{gpu.host}:{gpu.index}", gpu.total_bytes, gpu.reserved_bytes) for gpu in plan.gpus}
     unchanged: list[Unchanged] = []
@@ -141,10 +142,10 @@ def rollout_problem(plan: Plan, running: Running) -> RolloutProblem:
             unchanged.append(Unchanged(seat.name, new, seat.footprint_bytes))
             continue
         same_command = running.commands is None or running.commands.get(seat.name) == seat.vllm_args
+        old_footprint = max(seat.footprint_bytes, running.footprints_bytes.get(seat.name, 0))
         if now == new and same_command:
-            unchanged.append(Unchanged(seat.name, new, seat.footprint_bytes))
+            unchanged.append(Unchanged(seat.name, new, old_footprint))
             continue
-        old_footprint = seat.footprint_bytes if same_command else running.footprints_bytes.get(seat.name, seat.footprint_bytes)
         changes.append(Change(seat.name, now or (), old_footprint, new, engine_of(seat)))
     return RolloutProblem(gpus, unchanged, changes)
 

@@ -101,7 +101,7 @@ def explain_command(
     json_output: bool = typer.Option(False, "--json", help="print the seat's plan entry (with --rollout: the rollout) as JSON"),
     wide: bool = WIDE,
 ) -> None:
-    """Every rule behind one seat's numbers: inputs, results, footprint parts and command line."""
+    """Every rule behind one seat's numbers: inputs, results, footprint parts and command line; with --rollout, the rollout's steps and each start's check."""
     import difflib
 
     from seatplan.documents.io import read_plan

@@ -37,7 +37,7 @@ from seatplan.units import human_bytes
 
 # Parts the engine's own process holds before vLLM's start-up snapshot (as assemble.PRE_CHECK_PARTS).
 OWN_CONTEXT_PARTS = ("cuda_context", "nccl_allreduce")
-SEARCH_BUDGET = 5_000  # states the A* search expands before it settles for a depth-first search of the same budget (about 2-3 s each)
+SEARCH_BUDGET = 3_000  # states each search expands (the A* search, then a dive for the fewest seats down, then depth first)
 MAX_STOP_SETS = 512  # sets of seats tried to make room for one start
 
 # a seat's state during the search
@@ -194,17 +194,23 @@ class Component:
                     self.base_used[label] += seat.footprint_bytes
         self.expanded = 0
         self.truncated = False  # a start had more sets of seats to stop than were tried
+        self.steps_while_running = [1 if change.in_place else 2 for change in changes]  # a restart, or a stop and a start
+        self.leaving = {label: [index for index, change in enumerate(changes) if label in change.old_gpus] for label in problem.gpus}
 
     def initial(self) -> tuple[int, ...]:
         return tuple(RUNNING if change.old_gpus else NOT_RUNNING for change in self.changes)
 
-    def used(self, state: tuple[int, ...], label: str) -> int:
-        used = self.base_used[label]
+    def usage(self, state: tuple[int, ...]) -> dict[str, int]:
+        """What runs on each GPU in ``state``: the unchanged seats, the changing ones where they are."""
+        used = dict(self.base_used)
         for change, status in zip(self.changes, state, strict=True):
-            if status == RUNNING and label in change.old_gpus:
-                used += change.old_footprint_bytes
-            elif status == STARTED and label in change.new_gpus:
-                used += change.engine.footprint_bytes if change.engine else 0
+            if status == RUNNING:
+                for label in change.old_gpus:
+                    if label in used:
+                        used[label] += change.old_footprint_bytes
+            elif status == STARTED and change.engine is not None:
+                for label in change.new_gpus:
+                    used[label] += change.engine.footprint_bytes
         return used
 
     def fits(self, used: dict[str, int], index: int, freed: list[int]) -> bool:
@@ -225,7 +231,7 @@ class Component:
     def blocks(self, state: tuple[int, ...]) -> Iterator[tuple[tuple[int, ...], Block, Cost]]:
         """Every next start, each with the smallest sets of running seats stopped to make room for it."""
         down = [index for index, status in enumerate(state) if status == DOWN]
-        used = {label: self.used(state, label) for label in self.gpus}
+        used = self.usage(state)
         for index, status in enumerate(state):
             if status not in (RUNNING, DOWN, NOT_RUNNING):
                 continue
@@ -234,9 +240,7 @@ class Component:
             own = [index] if status == RUNNING else []
             if status == RUNNING:
                 after[index] = STOPPING
-            targets = set(change.new_gpus)
-            candidates = [other for other, other_status in enumerate(state)
-                          if other != index and other_status == RUNNING and targets & set(self.changes[other].old_gpus)]
+            candidates = sorted({other for label in change.new_gpus for other in self.leaving[label] if other != index and state[other] == RUNNING})
             found: list[set[int]] = []
             tried = 0
             for size in range(len(candidates) + 1):
@@ -273,23 +277,27 @@ class Component:
         return (len(stopped), span, length)
 
     def heuristic(self, state: tuple[int, ...]) -> Cost:
-        steps = 0
-        for change, status in zip(self.changes, state, strict=True):
+        """A lower bound on the rest: every seat down still starts (one step each), every seat still to start its steps."""
+        steps = down = 0
+        for steps_running, status in zip(self.steps_while_running, state, strict=True):
             if status == RUNNING:
-                steps += 1 if change.in_place else 2
-            elif status in (DOWN, NOT_RUNNING):
+                steps += steps_running
+            elif status == DOWN:
+                steps, down = steps + 1, down + 1
+            elif status == NOT_RUNNING:
                 steps += 1
-        return (0, sum(1 for status in state if status == DOWN), steps)
+        return (0, down, steps)
 
-    def search(self, budget: int, greedy: bool = False) -> tuple[list[Block] | None, tuple[int, ...], bool]:
-        """A* over the states (greedy: the most seats started first). Returns the blocks of the best order (None when
-        there is none), the furthest state reached, and whether the search finished within its budget."""
+    def search(self, budget: int, mode: str = "best") -> tuple[list[Block] | None, tuple[int, ...], bool]:
+        """Over the states: ``best`` A* (the fewest seats down for the fewest steps); ``dive`` the fewest seats down
+        first, then the most seats started; ``deep`` the most seats started first. Returns the blocks of the order found
+        (None when there is none), the furthest state reached, and whether the search finished within its budget."""
         start = self.initial()
         goal = tuple(STARTED for _ in self.changes)
         counter = itertools.count()
         best: dict[tuple[int, ...], Cost] = {start: (0, 0, 0)}
         came_from: dict[tuple[int, ...], tuple[tuple[int, ...], Block]] = {}
-        heap = [(self.priority(start, (0, 0, 0), greedy), next(counter), start)]
+        heap = [(self.priority(start, (0, 0, 0), mode), next(counter), start)]
         furthest = start
         closed: set[tuple[int, ...]] = set()
         while heap:
@@ -311,13 +319,15 @@ class Component:
                     continue
                 best[after] = total
                 came_from[after] = (state, block)
-                heapq.heappush(heap, (self.priority(after, total, greedy), next(counter), after))
+                heapq.heappush(heap, (self.priority(after, total, mode), next(counter), after))
         return None, furthest, True
 
-    def priority(self, state: tuple[int, ...], cost: Cost, greedy: bool) -> tuple[int, ...]:
+    def priority(self, state: tuple[int, ...], cost: Cost, mode: str) -> tuple[int, ...]:
         started = state.count(STARTED)
-        if greedy:  # the fewest seats down first, then depth first
+        if mode == "dive":
             return (cost[0], -started, cost[1], cost[2])
+        if mode == "deep":
+            return (-started, *cost)
         rest = self.heuristic(state)
         return (cost[0] + rest[0], cost[1] + rest[1], cost[2] + rest[2], -started)
 
@@ -383,10 +393,12 @@ def order_rollout(problem: RolloutProblem, budget: int = SEARCH_BUDGET) -> Rollo
     for changes in components(problem):
         component = Component(problem, changes)
         blocks, furthest, finished = component.search(budget)
-        if blocks is None and not finished:
+        for mode in ("dive", "deep"):  # out of budget: settle for an order, the fewest seats down first, then any
+            if blocks is not None or finished:
+                break
             proven = False
             component.expanded = 0
-            blocks, furthest, finished = component.search(4 * budget, greedy=True)  # a dive: a few expansions per seat
+            blocks, furthest, finished = component.search(budget, mode)
         proven = proven and not component.truncated
         if blocks is None:
             return Rollout(proven=proven, fails=failure(component, furthest, finished))

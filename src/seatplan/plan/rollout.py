@@ -30,13 +30,12 @@ from dataclasses import dataclass, field
 from seatplan.documents.fleet import Fleet
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
 from seatplan.documents.plan import DownSpan, Plan, PlannedSeat, Rollout, RolloutFailure, RolloutStep, StartCheck
+from seatplan.plan.assemble import PRE_CHECK_PARTS
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.placement import gpu_label
 from seatplan.plan.utilisation import requested_bytes
 from seatplan.units import human_bytes
 
-# Parts the engine's own process holds before vLLM's start-up snapshot (as assemble.PRE_CHECK_PARTS).
-OWN_CONTEXT_PARTS = ("cuda_context", "nccl_allreduce")
 SEARCH_BUDGET = 3_000  # states each search expands (the A* search, then a dive for the fewest seats down, then depth first)
 MAX_STOP_SETS = 512  # sets of seats tried to make room for one start
 
@@ -114,7 +113,7 @@ def running_now(fleet: Fleet, current: CurrentLayout | None) -> Running | None:
 
 
 def engine_of(seat: PlannedSeat) -> Engine:
-    own = sum(part.bytes for part in seat.footprint_parts if part.name in OWN_CONTEXT_PARTS) if seat.engine == "vllm" else 0
+    own = sum(part.bytes for part in seat.footprint_parts if part.name in PRE_CHECK_PARTS) if seat.engine == "vllm" else 0
     return Engine(seat.footprint_bytes, own, seat.gpu_memory_utilization if seat.engine == "vllm" else None)
 
 

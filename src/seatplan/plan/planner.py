@@ -23,6 +23,7 @@ from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
 from seatplan.plan.contexts import lower_raised_contexts
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.placement import place
+from seatplan.plan.rollout import plan_rollout
 from seatplan.plan.size_seat import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat, usage_for
 from seatplan.secrets import looks_secret
 from seatplan.units import human_bytes
@@ -71,6 +72,7 @@ def build_plan(
     plan = assemble_plan(fleet, gpus, sized, result, inputs)
     if current is not None:
         plan.restarts = restarted_seats(plan, current)
+    plan.rollout = plan_rollout(plan, fleet, current)  # issue 29: the order of the steps from what runs, every start checked
     plan.warnings += corrected + decimal_gpu_warnings(fleet) + profile_class_warnings(plan, fleet.policy.vllm_version) + secret_value_warnings(loaded)
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}

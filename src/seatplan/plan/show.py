@@ -11,6 +11,7 @@ from rich.text import Text
 from seatplan.documents.plan import FitReport, Plan, PlannedSeat
 from seatplan.output import fit_table
 from seatplan.plan.footprint import levers
+from seatplan.plan.rollout_show import print_rollout
 from seatplan.units import GiB, human_bytes
 
 PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
@@ -173,6 +174,7 @@ def print_plan(console: Console, plan: Plan) -> None:
         for rank, alternative in enumerate(plan.runner_ups, start=2):
             table.add_row(str(rank), gib(alternative.worst_case_spare_bytes), str(alternative.moves), alternative.why_lost)
         console.print(fit_table(table, console.width))
+    print_rollout(console, plan)
     for warning in plan.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"), soft_wrap=True)
 

@@ -45,6 +45,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     'explain': (
         'seatplan explain plan.json qwen3-8b',
+        'seatplan explain plan.json --rollout',
     ),
     'fit': (
         'seatplan fit examples/demo/models/Qwen--Qwen3-8B --gpu-memory 24GiB',

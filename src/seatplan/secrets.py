@@ -22,6 +22,21 @@ MAX_SECRET_FILE_BYTES = 64 << 10
 # truncation or by a proxy's) gives away no more than 7 of its characters.
 PARTIAL_MIN_CHARS = 8
 _ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# What says "secret" in an environment variable: its name (HF_TOKEN, VLLM_API_KEY, DB_PASSWORD, AWS_SECRET_ACCESS_KEY)
+# or its value's shape (a Hugging Face token, an OpenAI-style key). KEY is a whole word of the name, so KEYS_DIR or
+# MONKEY_PATCH are not secrets; TOKEN, SECRET and PASSWORD anywhere.
+_SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|ACCESS_KEY|PRIVATE_KEY)($|_)|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"^(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,}|ghp_[A-Za-z0-9]{8,}|xox[abp]-[A-Za-z0-9-]{8,})$")
+# Variables whose name says token but whose value is a number or a switch (a budget, not a credential).
+_NOT_SECRET_VALUE = re.compile(r"^(\d+|true|false|yes|no|on|off|0|1)?$", re.IGNORECASE)
+
+
+def looks_secret(name: str, value: str) -> bool:
+    """Whether an environment variable given by value is probably a credential (docs/fleet.md, "Secrets"): the one
+    rule the fleet loader's warning and adopt's references follow."""
+    if _SECRET_VALUE.match(value.strip()):
+        return True
+    return bool(_SECRET_NAME.search(name)) and not _NOT_SECRET_VALUE.match(value.strip())
 
 
 def check_environment_name(name: str, where: str) -> None:

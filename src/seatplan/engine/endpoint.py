@@ -49,3 +49,24 @@ def base_url(address: str, port: int | None) -> str:
 def health_url(address: str, port: int | None) -> str:
     """vLLM's ``GET /health`` (200 once the engine serves)."""
     return f"{base_url(address, port)}/health"
+
+
+WILDCARD_ADDRESSES = ("0.0.0.0", "::")
+
+
+def listens_everywhere(bind_host: str | None) -> bool:
+    """An engine without ``--host``, or bound to a wildcard address, answers on every interface."""
+    return bind_host is None or bind_host.strip("[]") in WILDCARD_ADDRESSES
+
+
+def local_address(address: str, bind_host: str | None) -> str:
+    """Where the engine's own host reaches it: the address it is bound to, unless that is every interface."""
+    return address if listens_everywhere(bind_host) else (bind_host or address).strip("[]")
+
+
+def published_port(bind_host: str | None, port: int) -> str:
+    """Compose's ``ports:`` entry: ``ADDR:PORT:PORT`` (IPv6 bracketed) when bound to one address, else ``PORT:PORT``."""
+    if listens_everywhere(bind_host):
+        return f"{port}:{port}"
+    address = (bind_host or "").strip("[]")
+    return f"[{address}]:{port}:{port}" if ":" in address else f"{address}:{port}:{port}"

@@ -70,7 +70,8 @@ def plan_command(
         )
     stale = stale_layout_warning(loaded.fleet, fleet, running, passed=True) if running else last_plan_disagrees(loaded.fleet, fleet, output)
     plan.warnings += [stale] if stale else []
-    placed = plan.worst_case_spare_bytes is not None and plan.infeasible is None
+    # a rollout with no order that fits, or --max-moves no layout meets: as a fleet that does not fit
+    placed = plan.worst_case_spare_bytes is not None and plan.infeasible is None and (plan.rollout is None or plan.rollout.fails is None)
     if output is not None and placed:
         write_output_text(output, plan.model_dump_json(indent=2) + "\n", "plan")
     if json_output:
@@ -94,6 +95,8 @@ def plan_command(
         where = "the plan's infeasible field" if json_output else "the seats above"
         reason = (plan.infeasible.summary.split(". ", 1)[0] if plan.infeasible and not plan.infeasible.seats
                   else f"the fleet does not fit; see {where}" if plan.infeasible else plan.warnings[-1])
+        if plan.infeasible is None and plan.rollout is not None and plan.rollout.fails is not None:
+            reason = f"the rollout does not fit: {plan.rollout.fails.reason}"
         error_console().print(f"[bold red]error:[/] {escape(reason)}", markup=True)
         raise typer.Exit(EXIT_INFEASIBLE)
 
@@ -117,17 +120,21 @@ def last_plan_disagrees(fleet, fleet_path: Path, output: Path | None) -> str | N
 
 def explain_command(
     plan_file: Path = typer.Argument(..., metavar="PLAN", help="a plan saved with `seatplan plan -o`"),
-    seat: str = typer.Argument(..., metavar="SEAT", help="the seat to explain"),
-    json_output: bool = typer.Option(False, "--json", help="print the seat's plan entry as JSON"),
+    seat: str | None = typer.Argument(None, metavar="SEAT", help="the seat to explain"),
+    rollout: bool = typer.Option(False, "--rollout", help="the rollout's steps instead, each start's check with its numbers"),
+    json_output: bool = typer.Option(False, "--json", help="print the seat's plan entry (with --rollout: the rollout) as JSON"),
     wide: bool = WIDE,
 ) -> None:
-    """Every rule behind one seat's numbers: inputs, results, footprint parts and command line."""
+    """Every rule behind one seat's numbers: inputs, results, footprint parts and command line; with --rollout, the rollout's steps and each start's check."""
     import difflib
 
     from seatplan.documents.io import read_plan
     from seatplan.errors import SeatplanError
 
     plan = read_plan(plan_file)
+    if rollout or seat is None:
+        explain_rollout(plan, plan_file, seat, rollout=rollout, json_output=json_output, wide=wide)
+        return
     entry = plan.seat(seat)
     if entry is None:
         names = [item.name for item in plan.seats]
@@ -147,6 +154,25 @@ def explain_command(
 
     out = console(wide)
     out.print(explanation_renderable(entry, out.width), soft_wrap=True)
+
+
+def explain_rollout(plan, plan_file: Path, seat: str | None, *, rollout: bool, json_output: bool, wide: bool) -> None:
+    """``seatplan explain PLAN --rollout`` (issue 29): the steps from what ran, each start's check with its numbers."""
+    from seatplan.errors import SeatplanError
+
+    if not rollout or seat is not None:
+        raise SeatplanError("name a seat, or pass --rollout (not both)", where=str(plan_file),
+                            fix=f"seatplan explain {plan_file} SEAT, or seatplan explain {plan_file} --rollout")
+    if json_output:
+        from seatplan.output import emit_json
+
+        emit_json(plan.rollout)
+        return
+    from seatplan.output import console
+    from seatplan.plan.rollout_show import rollout_renderable
+
+    out = console(wide)
+    out.print(rollout_renderable(plan, out.width), soft_wrap=True)
 
 
 def fit_command(

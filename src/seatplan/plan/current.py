@@ -29,6 +29,7 @@ class CurrentLayout:
     source: str  # what the plan records in inputs.current_from
     gpus: dict[str, list[str]]  # seat → GPU refs as current_layout takes them ("host:index")
     commands: dict[str, list[str]] = field(default_factory=dict)  # seat → the engine command it runs
+    footprints_bytes: dict[str, int] = field(default_factory=dict)  # seat → its footprint per GPU where a plan says (the rollout's figure)
 
 
 def read_current(path: Path, fleet: Fleet) -> CurrentLayout:
@@ -68,7 +69,8 @@ def read_manifest(path: Path) -> dict:
 def from_plan(path: Path, source: str | None = None) -> CurrentLayout:
     plan = read_plan(path)
     placed = [seat for seat in plan.seats if seat.gpus]
-    return CurrentLayout(source or str(path), {seat.name: list(seat.gpus) for seat in placed}, {seat.name: list(seat.vllm_args) for seat in placed})
+    return CurrentLayout(source or str(path), {seat.name: list(seat.gpus) for seat in placed}, {seat.name: list(seat.vllm_args) for seat in placed},
+                         {seat.name: seat.footprint_bytes for seat in placed})
 
 
 def from_env_files(directory: Path, fleet: Fleet) -> CurrentLayout:

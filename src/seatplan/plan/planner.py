@@ -24,7 +24,9 @@ from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
 from seatplan.plan.contexts import lower_raised_contexts
 from seatplan.plan.current import CurrentLayout, not_as_asked
 from seatplan.plan.placement import place
+from seatplan.plan.rollout import plan_rollout
 from seatplan.plan.size_seat import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat, usage_for
+from seatplan.secrets import looks_secret
 from seatplan.units import human_bytes
 
 
@@ -76,7 +78,8 @@ def build_plan(
         plan.restarts = restarted_seats(plan, current)
     if max_moves is not None and plan.moves is not None and plan.moves > max_moves:
         plan.infeasible = not_as_asked(plan, fleet, max_moves)
-    plan.warnings += corrected + profile_class_warnings(plan, fleet.policy.vllm_version)
+    plan.rollout = plan_rollout(plan, fleet, current)  # issue 29: the order of the steps from what runs, every start checked
+    plan.warnings += corrected + profile_class_warnings(plan, fleet.policy.vllm_version) + secret_value_warnings(loaded)
     if observed is not None:
         declared = {seat.name for seat in fleet.seats}
         plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
@@ -103,6 +106,19 @@ def restarted_seats(plan: Plan, current: CurrentLayout) -> list[str]:
         seat.name for seat in plan.seats
         if seat.gpus and seat.vllm_args and (current.gpus.get(seat.name) != seat.gpus or current.commands.get(seat.name) != seat.vllm_args)
     ]
+
+
+def secret_value_warnings(loaded: LoadedFleet) -> list[str]:
+    """A credential written into the fleet file by value lands in every env file, compose file and plan: name its line
+    and the reference that keeps it on the host. The value is never quoted."""
+    warnings = []
+    for position, seat in enumerate(loaded.fleet.seats):
+        for key, value in seat.env_values.items():
+            if looks_secret(key, value):
+                warnings.append(f"{loaded.where(('seats', position, 'env', key))}: seats[{position}] ({seat.name}): env {key} looks like a secret "
+                                f"given by value; give it by reference, `{key}: {{from_host_env: {key}}}` (set on the GPU host), or in a root-only "
+                                "file listed in the seat's env_files (docs/fleet.md, \"Secrets\")")
+    return warnings
 
 
 def require_cuda_sizes(loaded: LoadedFleet) -> None:

@@ -11,6 +11,7 @@ from rich.text import Text
 from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat, RunnerUp
 from seatplan.output import fit_table
 from seatplan.plan.footprint import levers, operator_levers
+from seatplan.plan.rollout_show import print_rollout
 from seatplan.units import GiB, human_bytes
 
 RUNNER_UP_SEATS_SHOWN = 4  # seats a runner-up places elsewhere, named before "N more"
@@ -209,6 +210,7 @@ def print_plan(console: Console, plan: Plan) -> None:
         for rank, alternative in enumerate(plan.runner_ups, start=2):
             table.add_row(str(rank), gib(alternative.worst_case_spare_bytes), str(alternative.moves), runner_up_said(plan, alternative))
         console.print(fit_table(table, console.width))
+    print_rollout(console, plan)
     print_warnings(console, plan)
 
 

@@ -15,6 +15,7 @@ import shlex
 
 from seatplan.encode import TAG, Unsafe, ansible_unsafe, dump_yaml, systemd_path
 from seatplan.render.engines import Engine, FixedSeat
+from seatplan.render.gateway import gateway_files, gateway_variables
 from seatplan.render.settings import RenderSettings
 from seatplan.render.targets import HEADER, Files, compose_hosts, compose_path
 
@@ -279,18 +280,23 @@ def fixed_wait_task() -> dict:
     }
 
 
-def ansible_files(engines: list[Engine], env_texts: dict[str, str], settings: RenderSettings, fixed: list[FixedSeat] | None = None) -> Files:
+def ansible_files(engines: list[Engine], env_texts: dict[str, str], settings: RenderSettings, fixed: list[FixedSeat] | None = None,
+                  gateway_texts: tuple[str, str] = ("", "")) -> Files:
+    """``gateway_texts``: the rendered LiteLLM config and alert rules, which the gateway plays put in place after the engines."""
     header = HEADER
     waits = [fixed_wait_task()] if any(item.seat.health_url for item in fixed or []) else []
-    files = {
+    gateway = {path: header + dump_yaml(plays) for path, plays in gateway_files(settings).items()}
+    files = gateway | {
         "ansible/inventory.yaml": header + dump_yaml(inventory(engines)),
-        "ansible/vars.yaml": header + dump_yaml(variables(engines, env_texts, settings, fixed)),
+        "ansible/vars.yaml": header + dump_yaml(variables(engines, env_texts, settings, fixed) | gateway_variables(engines, settings, *gateway_texts)),
         "ansible/playbook.yaml": header + dump_yaml([
-            play("seatplan apply: rolling restart, one engine at a time", prepare_tasks() + waits + [seats_loop("seat.yaml")]), verify_play()]),
+            play("seatplan apply: rolling restart, one engine at a time", prepare_tasks() + waits + [seats_loop("seat.yaml")]),
+            {"import_playbook": "gateway.yaml"}, verify_play()]),
         "ansible/seat.yaml": header + dump_yaml(seat_tasks()),
         "ansible/restart.yaml": header + dump_yaml(restart_tasks()),
         "ansible/rollback.yaml": header + dump_yaml([play("seatplan rollback: the tagged backups back, one engine at a time",
-                                                          rollback_check_tasks() + [seats_loop("rollback-seat.yaml")])]),
+                                                          rollback_check_tasks() + [seats_loop("rollback-seat.yaml")]),
+                                                     {"import_playbook": "gateway-rollback.yaml"}]),
         "ansible/rollback-seat.yaml": header + dump_yaml(rollback_seat_tasks()),
     }
     if settings.restart == "systemd":

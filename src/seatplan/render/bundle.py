@@ -13,7 +13,7 @@ from seatplan.errors import SeatplanError
 from seatplan.render.ansible import ansible_files
 from seatplan.render.engines import fixed_seats, plan_engines
 from seatplan.render.settings import TARGETS, RenderSettings, Target
-from seatplan.render.targets import Files, compose_files, env_files, litellm_config, prometheus_rules
+from seatplan.render.targets import Files, compose_files, env_files, litellm_config, open_engine_warnings, prometheus_rules
 from seatplan.versions import image_for, try_release
 
 MANIFEST = "seatplan-render.json"
@@ -39,13 +39,20 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
         files |= envs
     if "compose" in chosen:
         files |= compose_files(engines, settings.model_copy(update={"image": engine_image(plan, settings)}), fixed)
+    gateway, rules = litellm_config(engines, settings), prometheus_rules(plan, engines, settings)
     if "ansible" in chosen:
-        files |= ansible_files(engines, {engine.name: envs[f"env/{engine.name}.env"] for engine in engines}, settings, fixed)
+        gateway_texts = (gateway["litellm/config.yaml"], rules["prometheus/seatplan.rules.yaml"])
+        files |= ansible_files(engines, {engine.name: envs[f"env/{engine.name}.env"] for engine in engines}, settings, fixed, gateway_texts)
     if "litellm" in chosen:
-        files |= litellm_config(engines, settings)
+        files |= gateway
     if "prometheus" in chosen:
-        files |= prometheus_rules(plan, engines, settings)
+        files |= rules
     return files
+
+
+def render_warnings(plan: Plan, settings: RenderSettings) -> list[str]:
+    """What render says on stderr about what it wrote: engines open to the network without a key."""
+    return open_engine_warnings(plan_engines(plan, settings), settings)
 
 
 def engine_image(plan: Plan, settings: RenderSettings) -> str:

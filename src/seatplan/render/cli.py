@@ -34,7 +34,20 @@ GATEWAY_KEY_ENV = typer.Option("LITELLM_MASTER_KEY", "--gateway-key-env", help="
 ENGINE_KEY_ENV = typer.Option(None, "--engine-key-env", help="variable that holds the engines' API key, if they have one")
 FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", parser=size_option("--free-tolerance", minimum=0, example="1GiB"), metavar="<size>",
                               help="alert when a GPU's free memory is this far below the planned spare")
-VERIFY_GATEWAY = typer.Option(None, "--verify-gateway", help="the LiteLLM gateway URL the playbook's closing `seatplan verify` checks too")
+VERIFY_GATEWAY = typer.Option(None, "--gateway-url", "--verify-gateway",
+                              help="the LiteLLM gateway's URL: apply's smoke completions and the closing `seatplan verify` go through it")
+GATEWAY_CONFIG = typer.Option(None, "--gateway-config", metavar="PATH",
+                              help="the LiteLLM config's path on the gateway host: apply puts the rendered one there (backed up), "
+                              "restarts the gateway and smoke-tests every served model")
+GATEWAY_HOST = typer.Option("localhost", "--gateway-host", metavar="HOST", help="the inventory host that runs the gateway (default: the controller)")
+GATEWAY_RESTART = typer.Option("systemctl restart litellm", "--gateway-restart", metavar="COMMAND", help="the shell line that restarts the gateway there")
+PROMETHEUS_RULES = typer.Option(None, "--prometheus-rules", metavar="PATH",
+                                help="the alert rules' path on the Prometheus host: apply checks them with promtool, puts them there (backed up) and reloads Prometheus")
+PROMETHEUS_HOST = typer.Option("localhost", "--prometheus-host", metavar="HOST", help="the inventory host that runs Prometheus (default: the controller)")
+PROMETHEUS_URL = typer.Option(None, "--prometheus-url", metavar="URL",
+                              help="Prometheus' URL: POST /-/reload there (needs --web.enable-lifecycle), then its /api/v1/rules must list the rules")
+PROMETHEUS_RELOAD = typer.Option(None, "--prometheus-reload", metavar="COMMAND", help="a shell line that reloads Prometheus instead of POST /-/reload")
+PROMTOOL = typer.Option("promtool", "--promtool", metavar="PATH", help="promtool on the Prometheus host")
 JSON_OUTPUT = typer.Option(False, "--json", help="print one JSON document")
 
 
@@ -57,7 +70,9 @@ def build_settings(
     engine_key_env: str | None,
     free_tolerance_bytes: int,
     verify_gateway: str | None,
+    rollout: dict[str, str | None] | None = None,
 ) -> RenderSettings:
+    """``rollout``: the gateway and alert settings (RenderSettings' gateway_* and prometheus_* fields) as given."""
     from pydantic import ValidationError
 
     from seatplan.errors import SeatplanError
@@ -87,6 +102,7 @@ def build_settings(
             free_tolerance_bytes=free_tolerance_bytes,
             seatplan_command=shlex.join([sys.executable, "-m", "seatplan.cli"]),
             verify_gateway=verify_gateway,
+            **{key: value for key, value in (rollout or {}).items() if value is not None},
         )
     except ValidationError as error:
         raise settings_error(error) from None
@@ -106,18 +122,35 @@ def render_command(
     engine_key_env: str | None = ENGINE_KEY_ENV,
     free_tolerance: int = FREE_TOLERANCE,
     verify_gateway: str | None = VERIFY_GATEWAY,
+    gateway_config: str | None = GATEWAY_CONFIG,
+    gateway_host: str = GATEWAY_HOST,
+    gateway_restart: str = GATEWAY_RESTART,
+    prometheus_rules: str | None = PROMETHEUS_RULES,
+    prometheus_host: str = PROMETHEUS_HOST,
+    prometheus_url: str | None = PROMETHEUS_URL,
+    prometheus_reload: str | None = PROMETHEUS_RELOAD,
+    promtool: str = PROMTOOL,
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Write env files, compose.yaml, the Ansible playbook, the LiteLLM config and Prometheus rules for a plan."""
+    from seatplan.output import error_console
     from seatplan.render.api import load_plan, render_to, targets_from
+    from seatplan.render.bundle import render_warnings
 
     loaded = load_plan(plan_file)
-    settings = build_settings(plan_file, launcher, bind_host, restart, restart_script, host_dir, image, gateway_key_env, engine_key_env, free_tolerance, verify_gateway)
+    rollout = {"gateway_config": gateway_config, "gateway_host": gateway_host, "gateway_restart": gateway_restart, "prometheus_rules": prometheus_rules,
+               "prometheus_host": prometheus_host, "prometheus_url": prometheus_url, "prometheus_reload": prometheus_reload, "promtool": promtool}
+    settings = build_settings(plan_file, launcher, bind_host, restart, restart_script, host_dir, image, gateway_key_env, engine_key_env, free_tolerance,
+                              verify_gateway, rollout)
     result = render_to(loaded, settings, targets_from(target), output)
+    warnings = render_warnings(loaded.plan, settings)
+    for warning in warnings:
+        error_console().print(f"[bold yellow]warning:[/] {warning}", markup=True, soft_wrap=True, highlight=False)
     if json_output:
         from seatplan.output import emit_json
 
-        emit_json({"directory": str(result.directory), "changed": result.changed, "removed": result.removed, "backup": str(result.backup) if result.backup else None})
+        emit_json({"directory": str(result.directory), "changed": result.changed, "removed": result.removed, "backup": str(result.backup) if result.backup else None,
+                   "warnings": warnings})
         return
     from seatplan.output import console
 
@@ -169,6 +202,8 @@ def apply_command(
     extra: list[str] = typer.Option([], "-e", "--extra-vars", metavar="<KEY=VALUE>", help="KEY=VALUE passed to ansible-playbook; repeatable"),
     fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file the plan's inputs are checked against (default: the one it was made from)"),
     force: bool = typer.Option(False, "--force", help="apply even a plan whose inputs changed, that no longer fits, or that names other hosts (says what it overrode)"),
+    no_gateway: bool = typer.Option(False, "--no-gateway", help="leave the gateway's config, restart and smoke test out of this rollout"),
+    no_alerts: bool = typer.Option(False, "--no-alerts", help="leave the Prometheus alert rules out of this rollout"),
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Render PLAN again into DIR, then roll it out with ansible-playbook: changed seats only, one engine at a time, then verify."""
@@ -188,8 +223,14 @@ def apply_command(
     # `seatplan render` chose the launcher, restart command and the rest; apply keeps them
     settings = (settings_of(directory) or RenderSettings()).model_copy(update={"plan_path": str(plan_file.resolve())})
     render_to(loaded, settings, list(TARGETS), directory)
+    extra = [*extra, *left_out(no_gateway, no_alerts)]
     run = apply(directory, inventory, tag=tag, check=check, extra=extra, echo=None if json_output else sys.stdout)
     finish(run, json_output, overridden)
+
+
+def left_out(no_gateway: bool, no_alerts: bool) -> list[str]:
+    """The playbook's switches for --no-gateway and --no-alerts (the rendered plays check them)."""
+    return ([*(["seatplan_gateway_rollout=false"] if no_gateway else []), *(["seatplan_alerts_rollout=false"] if no_alerts else [])])
 
 
 def guard_apply(plan: Plan, plan_file: Path, fleet: Path | None, inventory: Path, *, force: bool) -> list[str]:
@@ -214,6 +255,8 @@ def rollback_command(
     inventory: Path | None = typer.Option(None, "--inventory", "-i", help="the Ansible inventory (default: DIR/ansible/inventory.yaml)"),
     check: bool = typer.Option(False, "--check", help="show what would be put back, restart nothing"),
     extra: list[str] = typer.Option([], "-e", "--extra-vars", metavar="<KEY=VALUE>", help="KEY=VALUE passed to ansible-playbook; repeatable"),
+    no_gateway: bool = typer.Option(False, "--no-gateway", help="leave the gateway's config as it is"),
+    no_alerts: bool = typer.Option(False, "--no-alerts", help="leave the Prometheus alert rules as they are"),
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Put the env files backed up under TAG back, restarting each changed engine one at a time."""
@@ -226,6 +269,7 @@ def rollback_command(
     if not directory.is_dir():
         raise SeatplanError("is a file, not a directory" if directory.exists() else "no such directory", where=str(directory),
                             fix="pass the directory `seatplan render -o DIR` or `seatplan apply -o DIR` wrote")
+    extra = [*extra, *left_out(no_gateway, no_alerts)]
     run = rollback(directory, inventory or directory / "ansible" / "inventory.yaml", tag=to, check=check, extra=extra, echo=None if json_output else sys.stdout)
     refused = missing_backups(run, to) if run.returncode != 0 else None
     if refused is not None:

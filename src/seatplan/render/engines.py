@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from seatplan.documents.plan import Plan, PlannedSeat
 from seatplan.encode import address_problem, check_name, control_character
 from seatplan.engine.command import check_flags, engine_command
-from seatplan.engine.endpoint import base_url, health_url, instance_label
+from seatplan.engine.endpoint import base_url, health_url, instance_label, local_address
 from seatplan.errors import SeatplanError
 from seatplan.render.settings import RenderSettings
 
@@ -27,6 +27,8 @@ class Engine:
     restart_args: list[str]
     # Started by compose, the whole host cold in boot order.
     boot_args: list[str]
+    # --bind: the one address it listens on (None: every interface)
+    bind_host: str | None = None
 
     @property
     def name(self) -> str:
@@ -38,7 +40,8 @@ class Engine:
 
     @property
     def health_url(self) -> str:
-        return health_url(self.address, self.port)
+        """Asked on the engine's own host (apply waits there), so at the address the engine is bound to."""
+        return health_url(local_address(self.address, self.bind_host), self.port)
 
     @property
     def instance(self) -> str:
@@ -129,7 +132,8 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
         restart_args = engine_command(seat, settings.launcher, utilisation=rolling_restart_utilisation(seat), bind_host=settings.bind_host)
         check_flags(seat, restart_args, plan.inputs.vllm_version)
         boot_args = engine_command(seat, settings.launcher)  # in a container the engine listens on every interface
-        engines.append(Engine(seat=seat, host=host, address=seat.address or host, port=seat.port, restart_args=restart_args, boot_args=boot_args))
+        engines.append(Engine(seat=seat, host=host, address=seat.address or host, port=seat.port, restart_args=restart_args, boot_args=boot_args,
+                              bind_host=settings.bind_host))
     taken: dict[tuple[str, int], str] = {}
     for engine in engines:
         other = taken.setdefault((engine.host, engine.port), engine.name)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
-from seatplan.encode import address_problem, control_character
+from seatplan.encode import address_problem, control_character, name_problem
 from seatplan.engine.command import DEFAULT_LAUNCHER
 from seatplan.errors import SeatplanError
 from seatplan.units import GiB
@@ -43,6 +43,17 @@ class RenderSettings(BaseModel):
     # LiteLLM: variable names only, never the keys
     gateway_key_env: str = Field("LITELLM_MASTER_KEY", description="variable holding the gateway's master key")
     engine_key_env: str | None = Field(None, description="variable holding the engines' --api-key, when they have one")
+    # The gateway and the alerts, rolled out after the engines (render/gateway.py); off while their paths are unset
+    gateway_config: str | None = Field(None, description="the LiteLLM config's path on the gateway host: apply copies the rendered one there "
+                                       "(with a backup), restarts the gateway when it changed and sends a one-token completion for every served model")
+    gateway_host: str = Field("localhost", description="the inventory host that runs the gateway (localhost: the controller)")
+    gateway_restart: str = Field("systemctl restart litellm", description="the shell line that restarts the gateway on its host")
+    prometheus_rules: str | None = Field(None, description="the alert rules' path on the Prometheus host (a file its rule_files reads): "
+                                         "apply checks the rendered rules with promtool, puts them there (with a backup) and reloads Prometheus")
+    prometheus_host: str = Field("localhost", description="the inventory host that runs Prometheus")
+    prometheus_url: str | None = Field(None, description="Prometheus' URL: apply POSTs /-/reload there (--web.enable-lifecycle) and reads back /api/v1/rules")
+    prometheus_reload: str | None = Field(None, description="a shell line that reloads Prometheus instead of POST /-/reload (systemctl reload prometheus)")
+    promtool: str = Field("promtool", description="promtool on the Prometheus host")
     # Prometheus
     free_tolerance_bytes: int = Field(GiB, ge=0, description="alert when free GPU memory is this far below the planned spare")
     kv_usage_threshold: float = Field(0.9, gt=0, le=1)
@@ -59,14 +70,30 @@ class RenderSettings(BaseModel):
                 raise ValueError(f"{text!r} holds the control character {bad}")
         return value
 
-    @field_validator("host_dir")
+    @field_validator("host_dir", "gateway_config", "prometheus_rules")
     @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/") or "/../" in value + "/":
-            raise ValueError(f"{value!r} is not an absolute path without `..` (the directory on each host)")
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or "/../" in value + "/" or value.endswith("/")):
+            raise ValueError(f"{value!r} is not an absolute path without `..` (a path on the host)")
         return value
 
-    @field_validator("verify_gateway")
+    @field_validator("gateway_host", "prometheus_host")
+    @classmethod
+    def _inventory_host(cls, value: str) -> str:
+        problem = name_problem("host name", value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _reachable(self) -> RenderSettings:
+        if self.gateway_config is not None and self.verify_gateway is None:
+            raise ValueError("gateway_config needs the gateway's URL (--gateway-url) for the completion that checks it")
+        if self.prometheus_rules is not None and self.prometheus_url is None and self.prometheus_reload is None:
+            raise ValueError("prometheus_rules needs --prometheus-url (POST /-/reload) or --prometheus-reload COMMAND")
+        return self
+
+    @field_validator("verify_gateway", "prometheus_url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
         if value is not None and not URL.fullmatch(value):
@@ -101,6 +128,6 @@ class RenderSettings(BaseModel):
 def settings_error(error: ValidationError) -> SeatplanError:
     """The first bad render setting as the flag that sets it."""
     first = error.errors(include_url=False)[0]
-    field = str(first["loc"][0]) if first["loc"] else "settings"
+    field = str(first["loc"][0]) if first["loc"] else str(first["msg"]).removeprefix("Value error, ").split(" ", 1)[0]
     message = str(first["msg"]).removeprefix("Value error, ")
     return SeatplanError(f"{field}: {message}", where=f"--{field.replace('_', '-')}", fix="see `seatplan render --help`")

@@ -12,6 +12,7 @@ from seatplan import versions
 from seatplan.documents.plan import Plan
 from seatplan.encode import compose_literal, dump_yaml, env_assignment, go_template_text, promql_string
 from seatplan.engine.command import COMMAND_KEY, shell_line
+from seatplan.engine.endpoint import listens_everywhere, published_port
 from seatplan.render.engines import Engine, FixedSeat
 from seatplan.render.settings import RenderSettings
 from seatplan.units import MiB, human_bytes
@@ -69,7 +70,7 @@ def compose_service(engine: Engine, previous: Engine | None, settings: RenderSet
         "entrypoint": [compose_literal(word) for word in settings.launcher],
         "command": [compose_literal(arg) for arg in engine.boot_args[launcher_words:]],
         "environment": {key: compose_literal(value) for key, value in sorted(seat.env.items()) if key != "CUDA_VISIBLE_DEVICES"},
-        "ports": [f"{engine.port}:{engine.port}"],
+        "ports": [published_port(settings.bind_host, engine.port)],
         "ipc": "host",
         # the long form: a `:` in the path cannot split it, and `$` is escaped as everywhere in the file
         "volumes": [model_volume(model)] if model.startswith("/") else ["${HF_HOME:-~/.cache/huggingface}:/root/.cache/huggingface"],
@@ -92,14 +93,14 @@ def compose_service(engine: Engine, previous: Engine | None, settings: RenderSet
     return service
 
 
-def fixed_service(fixed: FixedSeat) -> dict:
+def fixed_service(fixed: FixedSeat, settings: RenderSettings) -> dict:
     """A fixed seat with an image: compose runs it as given (no shell), before the engines."""
     seat = fixed.seat
     service: dict = {"image": seat.image, "restart": "unless-stopped"}
     if seat.command:
         service["command"] = [compose_literal(word) for word in seat.command]
     if seat.port is not None:
-        service["ports"] = [f"{seat.port}:{seat.port}"]
+        service["ports"] = [published_port(settings.bind_host, seat.port)]
     if seat.device == "cuda":
         service["deploy"] = {"resources": {"reservations": {"devices": [{"driver": "nvidia", "device_ids": fixed.gpu_indices, "capabilities": ["gpu"]}]}}}
     return service
@@ -139,7 +140,7 @@ def compose_files(engines: list[Engine], settings: RenderSettings, fixed: list[F
     for host in hosts:
         on_host = [engine for engine in engines if engine.host == host]
         fixed_here = [item for item in fixed if item.host == host]
-        services = {item.name: fixed_service(item) for item in fixed_here if item.managed}
+        services = {item.name: fixed_service(item, settings) for item in fixed_here if item.managed}
         for position, engine in enumerate(on_host):
             services[engine.name] = compose_service(engine, on_host[position - 1] if position else None, settings)
         last_fixed = next((item.name for item in reversed(fixed_here) if item.managed), None)
@@ -152,6 +153,27 @@ def compose_files(engines: list[Engine], settings: RenderSettings, fixed: list[F
 
 # ----------------------------------------------------------------------------- LiteLLM
 
+# vLLM takes its API key from --api-key or this variable (vllm/entrypoints/openai/cli_args.py, `api_key`, and
+# api_server.py's `args.api_key or envs.VLLM_API_KEY`): given by reference it stays off the command line.
+ENGINE_KEY_VARIABLE = "VLLM_API_KEY"
+
+
+def engine_key_variable(engine: Engine, settings: RenderSettings) -> str | None:
+    """The variable that holds the engine's key where the gateway runs: the seat's own reference, else --engine-key-env."""
+    return engine.seat.env_from_host.get(ENGINE_KEY_VARIABLE) or settings.engine_key_env
+
+
+def open_engine_warnings(engines: list[Engine], settings: RenderSettings) -> list[str]:
+    """Engines reachable from the network without a key let anyone skip the gateway (its keys, budgets and logs)."""
+    open_engines = [engine.name for engine in engines if listens_everywhere(settings.bind_host) and engine_key_variable(engine, settings) is None
+                    and ENGINE_KEY_VARIABLE not in engine.seat.env]
+    if not open_engines:
+        return []
+    return [f"engines {', '.join(open_engines)} listen on every interface without an API key: anyone on the network can skip the gateway; "
+            "render with --bind 127.0.0.1 (the gateway on the same host) or give each seat a key by reference "
+            "(env: {VLLM_API_KEY: {from_host_env: ENGINE_KEY}} in the fleet file, docs/fleet.md \"Secrets\")"]
+
+
 
 def litellm_config(engines: list[Engine], settings: RenderSettings) -> Files:
     entries = []
@@ -159,8 +181,9 @@ def litellm_config(engines: list[Engine], settings: RenderSettings) -> Files:
         params: dict = {"model": f"hosted_vllm/{engine.seat.served_model_name}", "api_base": f"{engine.base_url}/v1"}
         if engine.seat.max_new_tokens is not None:
             params["max_tokens"] = engine.seat.max_new_tokens
-        if settings.engine_key_env:
-            params["api_key"] = f"os.environ/{settings.engine_key_env}"
+        key_variable = engine_key_variable(engine, settings)
+        if key_variable is not None:
+            params["api_key"] = f"os.environ/{key_variable}"
         entries.append({"model_name": engine.seat.served_model_name, "litellm_params": params})
     document = {"model_list": entries, "general_settings": {"master_key": f"os.environ/{settings.gateway_key_env}"}}
     return {"litellm/config.yaml": HEADER + "# keys are read from the environment, never written here\n" + dump_yaml(document)}

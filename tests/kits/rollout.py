@@ -79,25 +79,30 @@ def fake_launcher() -> str:
 
 
 def restart_script(directory: Path) -> Path:
-    """The restart command the tests give the playbook: stop the seat's engine, start it from its env file.
+    """The restart command the tests give the playbook: stop the seat's engine, start it from its env file through
+    the rendered launcher (``HOST_DIR/bin/seatplan-engine.sh ENV_FILE``); with a third argument ``stop``, only stop it.
 
-    It records each start in ``starts.log`` with the /health answer of every engine it started before,
-    so a test can see that an engine started only after the one before it was healthy.
+    It records each start in ``starts.log`` with the /health answer of every engine it started before (and each
+    stop as ``SEAT stop``), so a test can see that an engine started only after the one before it was healthy. A
+    seat whose env file sets ``SEATPLAN_TEST_BROKEN`` starts a process that never answers /health: the tests' way
+    to make a step fail its health check.
     """
     state = directory / "state"
     state.mkdir(parents=True, exist_ok=True)
     script = directory / "restart.sh"
     script.write_text(textwrap.dedent(f"""\
         #!/bin/bash
-        # usage: restart.sh SEAT ENV_FILE
+        # usage: restart.sh SEAT ENV_FILE [stop]
         set -euo pipefail
-        seat=$1; env_file=$2; state={shlex.quote(str(state))}
+        seat=$1; env_file=$2; action=${{3:-restart}}; state={shlex.quote(str(state))}
         if [ -f "$state/$seat.pid" ]; then
           pid=$(cat "$state/$seat.pid")
           kill -TERM -- "-$pid" 2>/dev/null || true
           for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
           kill -KILL -- "-$pid" 2>/dev/null || true
+          rm -f "$state/$seat.pid"
         fi
+        if [ "$action" = stop ]; then echo "$seat stop" >> "$state/starts.log"; rm -f "$state/$seat.url"; exit 0; fi
         others=""
         for other in "$state"/*.url; do
           [ -e "$other" ] || continue
@@ -110,7 +115,11 @@ def restart_script(directory: Path) -> Path:
         echo "$seat start$others" >> "$state/starts.log"
         set -a; . "$env_file"; set +a
         echo "$SEATPLAN_HEALTH_URL" > "$state/$seat.url"
-        setsid bash -c 'eval "exec $SEATPLAN_COMMAND"' > "$state/$seat.log" 2>&1 < /dev/null &
+        if [ -n "${{SEATPLAN_TEST_BROKEN:-}}" ]; then
+          setsid sleep 3600 > "$state/$seat.log" 2>&1 < /dev/null &
+        else
+          setsid "$(dirname "$(dirname "$env_file")")/bin/seatplan-engine.sh" "$env_file" > "$state/$seat.log" 2>&1 < /dev/null &
+        fi
         echo $! > "$state/$seat.pid"
         """))
     script.chmod(0o755)

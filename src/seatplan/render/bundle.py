@@ -13,7 +13,7 @@ from seatplan.errors import SeatplanError
 from seatplan.render.ansible import ansible_files
 from seatplan.render.engines import fixed_seats, plan_engines
 from seatplan.render.settings import TARGETS, RenderSettings, Target
-from seatplan.render.targets import Files, compose_files, env_files, litellm_config, prometheus_rules
+from seatplan.render.targets import Files, compose_files, env_files, litellm_config, prometheus_rules, seat_compose_files
 from seatplan.versions import image_for, try_release
 
 MANIFEST = "seatplan-render.json"
@@ -37,10 +37,12 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
     files: Files = {}
     if "env" in chosen or "ansible" in chosen:  # the playbook ships the env files
         files |= envs
-    if "compose" in chosen:
-        files |= compose_files(engines, settings.model_copy(update={"image": engine_image(plan, settings)}), fixed)
+    if "compose" in chosen or ("ansible" in chosen and settings.restart == "compose"):
+        with_image = settings.model_copy(update={"image": engine_image(plan, settings)})
+        files |= compose_files(engines, with_image, fixed)
+        files |= seat_compose_files(engines, with_image)  # what apply recreates each seat from
     if "ansible" in chosen:
-        files |= ansible_files(engines, {engine.name: envs[f"env/{engine.name}.env"] for engine in engines}, settings, fixed)
+        files |= ansible_files(plan, engines, files, settings, fixed)
     if "litellm" in chosen:
         files |= litellm_config(engines, settings)
     if "prometheus" in chosen:

@@ -324,16 +324,17 @@ def undo_start_tasks() -> list[dict]:
     """Rollback of a start or restart: the seat's files as they were before the tag (a file the tag added goes), the
     engine stopped (start) or restarted from them (restart), the engine it cut over from started again."""
     differs = "item.matched > 0 and (item.files | sort(attribute='mtime') | last).checksum != (seatplan_now.results[ansible_loop.index0].stat.checksum | default(''))"
-    put_back_any = "(seatplan_backups.results | selectattr('matched', 'gt', 0) | list | length > 0)"
     new_any = "(seatplan_new.results | selectattr('matched', 'gt', 0) | list | length > 0)"
     return [
         {"name": "{{ seat.name }}: its files now", "loop": "{{ seatplan_files }}", "loop_control": {"label": "{{ item.dest }}"},
          "ansible.builtin.stat": {"path": "{{ item.dest }}", "checksum_algorithm": "sha1"}, "register": "seatplan_now"},
         find_marks("bak", "seatplan_backups"),
         find_marks("new", "seatplan_new"),
-        {"name": "{{ seat.name }}: did the tag add it?", "ansible.builtin.set_fact": {"seatplan_added": "{{ " + new_any + " }}"}},
+        {"name": "{{ seat.name }}: did the tag add it?", "ansible.builtin.set_fact": {"seatplan_added": "{{ " + new_any + " }}", "seatplan_differs": False}},
+        {"name": "{{ seat.name }}: does a file differ from the one tagged?", "loop": "{{ seatplan_backups.results }}",
+         "loop_control": {"label": "{{ item.item.dest }}", "extended": True}, "when": differs, "ansible.builtin.set_fact": {"seatplan_differs": True}},
         shell("{{ seat.name }}: stop the engine the tag started", "{{ seatplan_stop_command }}",
-              f"seatplan_added or (step.action == 'start' and {put_back_any})", ignore_errors=True),
+              "seatplan_added or (step.action == 'start' and seatplan_differs)", ignore_errors=True),
         {"name": "{{ seat.name }}: put back the newest file tagged {{ seatplan_tag }}", "loop": "{{ seatplan_backups.results }}",
          "loop_control": {"label": "{{ item.item.dest }}", "extended": True},
          "ansible.builtin.copy": {"src": "{{ (item.files | sort(attribute='mtime') | last).path }}", "dest": "{{ item.item.dest }}", "remote_src": True, "mode": "preserve"},

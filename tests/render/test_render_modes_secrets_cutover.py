@@ -38,8 +38,11 @@ from kits.rollout import (
     stop_engines,
     with_rollout,
 )
+from seatplan.documents.io import read_plan
 from seatplan.encode import env_assignment
 from seatplan.engine.command import shell_line
+from seatplan.render.bundle import render_files
+from seatplan.render.settings import RenderSettings
 
 SECRET = "hf_seatplanSecretValue0123456789abcdef"  # only ever in the environment
 FAST_HEALTH = ("-e", "seatplan_health_retries=20", "-e", "seatplan_health_delay_s=1")
@@ -187,9 +190,6 @@ def test_the_launcher_passes_a_secret_from_the_host_and_the_seats_env_files(tmp_
     environment through EnvironmentFile= and PassEnvironment=."""
     monkeypatch.setenv("SEATPLAN_TEST_HF", SECRET)
     plan = build_plan_file(secret_fleet(tmp_path), tmp_path / "plan.json")
-    from seatplan.documents.io import read_plan
-    from seatplan.render.bundle import render_files
-    from seatplan.render.settings import RenderSettings
 
     files = render_files(read_plan(plan), RenderSettings(launcher=["true"]), ["ansible"])
     launcher = tmp_path / "seatplan-engine.sh"

@@ -29,6 +29,10 @@ from kits.rollout import (
     stop_engines,
     with_rollout,
 )
+from seatplan.documents.io import read_plan
+from seatplan.render.ansible import rollout_steps
+from seatplan.render.engines import plan_engines
+from seatplan.render.settings import RenderSettings
 
 pytestmark = pytest.mark.ansible
 FAST_HEALTH = ("-e", "seatplan_health_retries=20", "-e", "seatplan_health_delay_s=1")
@@ -92,10 +96,6 @@ def test_apply_runs_the_steps_in_order_a_failed_step_is_undone_and_rollback_undo
 
 
 def test_the_steps_are_the_plans_rollout_else_a_restart_per_engine_in_boot_order(tmp_path):
-    from seatplan.documents.io import read_plan
-    from seatplan.render.ansible import rollout_steps
-    from seatplan.render.engines import plan_engines
-    from seatplan.render.settings import RenderSettings
 
     first, moved = two_plans(tmp_path)
     plan = read_plan(first)

@@ -234,7 +234,7 @@ def step_failed(what: str) -> dict:
 def start_step_tasks() -> list[dict]:
     """start or restart: back up the seat's files it replaces, write them, cut over from the engine started outside
     seatplan, (re)start, wait for /health. A failure puts back what the step changed, restarts what ran, and stops."""
-    changed = "item.stat.exists and item.stat.checksum != seat.sha1[item.item.kind]"
+    changed = "item.stat.exists and item.stat.checksum != (seat.sha1[item.item.kind] | default(''))"
     existed = "seatplan_before.results[0].stat.exists"
     restarts = "seatplan_written is changed or seat.name in (seatplan_stopped | default([])) or seatplan_cut is changed"
     block = [

@@ -37,10 +37,11 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
     files: Files = {}
     if "env" in chosen or "ansible" in chosen:  # the playbook ships the env files
         files |= envs
-    if "compose" in chosen or ("ansible" in chosen and settings.restart == "compose"):
+    if "compose" in chosen:
         with_image = settings.model_copy(update={"image": engine_image(plan, settings)})
-        files |= compose_files(engines, with_image, fixed)
-        files |= seat_compose_files(engines, with_image)  # what apply recreates each seat from
+        files |= compose_files(engines, with_image, fixed) | seat_compose_files(engines, with_image)
+    elif "ansible" in chosen and settings.restart == "compose" and (image := known_image(plan, settings)):
+        files |= seat_compose_files(engines, settings.model_copy(update={"image": image}))  # what apply recreates each seat from
     if "ansible" in chosen:
         files |= ansible_files(plan, engines, files, settings, fixed)
     if "litellm" in chosen:
@@ -60,6 +61,15 @@ def engine_image(plan: Plan, settings: RenderSettings) -> str:
             fix="set policy.image in the fleet file (e.g. vllm/vllm-openai:vX.Y.Z of that release) and plan again, or pass --image",
         )
     return chosen
+
+
+def known_image(plan: Plan, settings: RenderSettings) -> str | None:
+    """The engine image where one is known: the ansible target alone renders for any version (compose's files
+    need the image, and the compose target says so)."""
+    try:
+        return engine_image(plan, settings)
+    except SeatplanError:
+        return None
 
 
 def manifest(plan_text: str, settings: RenderSettings, files: Files) -> str:

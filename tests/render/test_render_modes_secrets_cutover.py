@@ -42,6 +42,7 @@ from seatplan.documents.io import read_plan
 from seatplan.encode import env_assignment
 from seatplan.engine.command import shell_line
 from seatplan.render.bundle import render_files
+from seatplan.render.diff import diff_trees
 from seatplan.render.settings import RenderSettings
 
 SECRET = "hf_seatplanSecretValue0123456789abcdef"  # only ever in the environment
@@ -231,3 +232,15 @@ def test_the_first_apply_cuts_over_from_the_engine_started_outside_seatplan_and_
     assert record.read_text().split() == ["stopped", "started"]
     assert (tmp_path / "state" / "starts.log").read_text().splitlines()[-1] == "alpha stop"
     assert not (tmp_path / "host" / "env" / "alpha.env").exists()
+
+
+def test_diff_says_a_seat_restarts_when_only_its_compose_service_changes(tmp_path):
+    """A new engine image changes no env file, but apply recreates every seat from its own compose file."""
+    plan = read_plan(build_plan_file(cpu_fleet(tmp_path, {"alpha": (QWEN3_8B, free_port())}, kv="256MiB", total="64GiB"), tmp_path / "plan.json"))
+    old = render_files(plan, RenderSettings(image="vllm/vllm-openai:v0.32.0"))
+    new = render_files(plan, RenderSettings(image="registry.example/vllm-openai:v0.32.0-patched"))
+    assert old["env/alpha.env"] == new["env/alpha.env"]
+    report = diff_trees(old, new, "before")
+    assert [(seat.seat, seat.status, seat.restarts, [change.what for change in seat.changes]) for seat in report.seats] == [
+        ("alpha", "changed", True, ["its compose service (compose-seats/)"])]
+    assert diff_trees(old, old, "before").changed is False

@@ -152,8 +152,9 @@ def variables(engines: list[Engine], files: Files, settings: RenderSettings, ste
     fixed = fixed or []
     hosts = sorted({engine.host for engine in engines})
     seats = {host: [seat_entry(engine, files[f"env/{engine.name}.env"]) for engine in engines if engine.host == host] for host in hosts}
-    info = {step["seat"]: {"name": step["seat"], "host": None, "health_url": "", "sha1": {}, "cutover": None} for step in steps}
-    info |= {engine.name: seat_info(engine, files) for engine in engines}
+    info = {engine.name: seat_info(engine, files) for engine in engines}
+    # each step carries its seat (a list, not a map keyed by seat: a diff of vars.yaml then never shows a neighbour's name)
+    steps = [step | {"info": info.get(step["seat"], {"name": step["seat"], "host": None, "health_url": "", "sha1": {}, "cutover": None})} for step in steps]
     return {
         "seatplan_host_dir": Unsafe(settings.host_dir),
         "seatplan_render_dir": "{{ playbook_dir }}/..",
@@ -171,7 +172,6 @@ def variables(engines: list[Engine], files: Files, settings: RenderSettings, ste
         # the cold-boot compose.yaml per host as rendered: apply backs up the host's copy when it differs
         "seatplan_compose_sha1": {host: sha1(files.get(compose_path(host, compose_hosts(engines, fixed)), "")) for host in hosts},
         "seatplan_seats": seats,
-        "seatplan_seat_info": ansible_unsafe(info),
         "seatplan_steps": ansible_unsafe(steps),
         "seatplan_files": SEAT_FILES,
         # fixed seats with a health URL, per host: the engines wait for each before the first restarts (issue 18)
@@ -441,7 +441,7 @@ def play(name: str, tasks: list[dict], hosts: str = "all", **more: object) -> di
 def step_play(index: int, step: dict, task_file: str) -> dict:
     """One play per step, on the step's host; any failure ends the whole playbook there (the steps are ordered across hosts)."""
     return play(step["label"], [{"name": step["label"], "ansible.builtin.include_tasks": task_file}], hosts=step["host"], any_errors_fatal=True,
-                vars={"step": f"{{{{ seatplan_steps[{index}] }}}}", "seat": f"{{{{ seatplan_seat_info[seatplan_steps[{index}].seat] }}}}"})
+                vars={"step": f"{{{{ seatplan_steps[{index}] }}}}", "seat": f"{{{{ seatplan_steps[{index}].info }}}}"})
 
 
 def verify_play() -> dict:

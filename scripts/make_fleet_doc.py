@@ -39,6 +39,34 @@ an index on the only host, or `HOST:INDEX`. Model paths are relative to the flee
 fleet is [examples/demo/fleet.yaml](../examples/demo/fleet.yaml).
 """
 
+SECRETS = """## Secrets
+
+A secret (a gated model's `HF_TOKEN`, an engine's `VLLM_API_KEY`) is named in the fleet file, never written in it:
+seatplan carries the name to the GPU host and the engine reads the value there when it starts. Two ways, per seat:
+
+```yaml
+seats:
+  - name: llama
+    model: meta-llama/Llama-3.1-8B-Instruct
+    env:
+      HF_TOKEN: {from_host_env: HF_TOKEN}     # the engine's HF_TOKEN is the host's HF_TOKEN (the names may differ)
+      HF_HUB_ENABLE_HF_TRANSFER: "1"          # a plain value, written as is
+    env_files: [/etc/seatplan/secrets/hf.env]  # KEY=value lines on the host, readable by root only
+```
+
+- `{from_host_env: NAME}`: the value of the variable NAME in the environment the engine is started from. With
+  `--restart systemd` that is the service manager's (`systemctl set-environment NAME=…`, or a
+  `DefaultEnvironment=`), passed by the seat's drop-in (`PassEnvironment=NAME`); with `--restart compose` the
+  environment `docker compose` runs in (`environment: {HF_TOKEN: ${NAME}}`, the one `$` render leaves for Compose
+  to fill); with `--restart script` the environment the restart script runs in.
+- `env_files`: absolute paths of files on the GPU host in the env-file format systemd and Compose both read
+  (`KEY=value`, one a line); systemd reads them with `EnvironmentFile=`, Compose with `env_file:`, script mode's
+  launcher with `sh`. Keep them `0600 root`; seatplan never reads or copies them.
+
+`plan.json`, the rendered files, `diff`, `explain` and the report carry the names and paths only
+([render.md](render.md): the env file's `SEATPLAN_ENV_FROM_HOST` and `SEATPLAN_ENV_FILES`).
+"""
+
 OUTRO = """## What the plan does with it
 
 For each vLLM seat: the context (`max_model_len`), the KV bytes, the output cap, the footprint at
@@ -130,6 +158,7 @@ def render() -> str:
                  f"{layout['description'][0].upper()}{layout['description'][1:]}: `seat name: GPU` (or a list of GPUs, "
                  "one per tensor-parallel rank). Among layouts with the same worst-case spare the plan picks the one "
                  "with fewer moves.\n")
+    parts.append(SECRETS)
     parts.append(OUTRO)
     return "\n".join(parts)
 

@@ -195,12 +195,30 @@ def systemd_path(path: str, what: str) -> str:
 
 
 def env_assignment(key: str, value: str) -> str:
-    """``KEY=value``, single-quoted where needed: sh's ``set -a; . FILE``, systemd's EnvironmentFile and
-    Compose's env_file all read it back as ``value``; a value none of the three can carry is refused."""
+    """``KEY=value`` that sh (``set -a; . FILE``), systemd's ``EnvironmentFile=`` and Compose's ``env_file`` all read
+    back as ``value``; a value none of the three can carry is refused.
+
+    - bare where ``shlex`` needs no quotes (no ``$``, ``\\``, quote, ``#`` or space);
+    - else in single quotes: literal for all three (systemd src/basic/env-file.c ``SINGLE_QUOTE_VALUE``; compose-go
+      dotenv/parser.go ``extractVarValue`` keeps ``\\X`` as written and does not interpolate) but for a value ending
+      in a backslash: compose-go reads ``\\'`` as an escaped quote, so the value would run on into the next line;
+    - such a value goes in double quotes with ``\\``, ``"`` and ``$`` escaped: systemd unescapes exactly those
+      (``SHELL_NEED_ESCAPE`` = ``"\\`$``), compose-go's ``expandEscapes`` turns ``\\\\`` into ``\\`` and ``\\$``
+      into ``$$`` (a literal ``$`` after interpolation), sh reads all three. A backquote cannot join them: sh would
+      run it, and ``\\``` is two characters to compose-go and one to systemd.
+    """
     check_name("env key", key, key)
     refuse_controls(value, f"the value of {key}", "change that value in the fleet file")
     if "'" in value:
         # sh and Compose end single quotes at the next quote, with no escape inside them that all three share
         raise SeatplanError(f"the value of {key} holds a single quote, which an env file cannot carry for all of sh, systemd and Compose",
                             where=key, fix="change that value in the fleet file")
-    return f"{key}={value}" if value and shlex.quote(value) == value else f"{key}='{value}'"
+    if value and shlex.quote(value) == value:
+        return f"{key}={value}"
+    if not value.endswith("\\"):
+        return f"{key}='{value}'"
+    if "`" in value:
+        raise SeatplanError(f"the value of {key} ends in a backslash and holds a backquote, which an env file cannot carry for all of "
+                            "sh, systemd and Compose", where=key, fix="change that value in the fleet file")
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'{key}="{escaped}"'

@@ -271,7 +271,7 @@ def test_systemd_unit_escapes_percent_and_refuses_what_it_cannot_carry(work):
     directory = rendered(work, "--restart", "systemd", "--host-dir", "/srv/seat%plan")
     unit = (directory / "systemd" / "seatplan-vllm@.service").read_text()
     assert "EnvironmentFile=/srv/seat%%plan/env/%i.env" in unit
-    assert "ExecStart=/bin/sh -c 'eval \"exec $$SEATPLAN_COMMAND\"'" in unit
+    assert "ExecStart=/srv/seat%%plan/bin/seatplan-engine.sh\n" in unit  # the launcher: no shell line for systemd to expand
     outcome = seatplan("render", str(work / "plan.json"), "-o", str(work / "other"), "--restart", "systemd", "--host-dir", "/srv/a b")
     refused_without_writing(work, outcome, work / "other")
 

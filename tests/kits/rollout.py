@@ -6,6 +6,7 @@ test on the real vLLM CPU engine (test_apply_vllm.py).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -38,8 +39,11 @@ def build_plan_file(fleet_path: Path, target: Path, current: Path | None = None)
 
 
 def cpu_fleet(directory: Path, seats: dict[str, tuple[Path, int]], *, kv: str = "48MiB", max_model_len: int = 1024,
-              caps: dict[str, int] | None = None, contexts: dict[str, int] | None = None, vllm_version: str = "0.32", total: str = "8GiB", name: str = "fleet.yaml") -> Path:
-    """One ``device: cpu`` host reached on 127.0.0.1 with one memory budget, the seats pinned to it."""
+              caps: dict[str, int] | None = None, contexts: dict[str, int] | None = None, vllm_version: str = "0.32", total: str = "8GiB", name: str = "fleet.yaml",
+              budgets: int = 1, pins: dict[str, int] | None = None, envs: dict[str, dict[str, object]] | None = None,
+              more: dict[str, list[str]] | None = None) -> Path:
+    """One ``device: cpu`` host reached on 127.0.0.1 with ``budgets`` memory budgets, the seats pinned (to 0 unless
+    ``pins`` says); ``envs``: a seat's ``env`` (values or ``{from_host_env: NAME}``), ``more``: further YAML lines of a seat."""
     caps = caps or {}
     lines = [
         "hosts:",
@@ -47,7 +51,7 @@ def cpu_fleet(directory: Path, seats: dict[str, tuple[Path, int]], *, kv: str = 
         "    device: cpu",
         "    address: 127.0.0.1",
         "    gpus:",
-        f"      - {{index: 0, total_bytes: {total}}}",
+        *[f"      - {{index: {index}, total_bytes: {total}}}" for index in range(budgets)],
         "policy:",
         f"  vllm_version: \"{vllm_version}\"",
         "  creep_allowance_bytes: 0",
@@ -66,8 +70,11 @@ def cpu_fleet(directory: Path, seats: dict[str, tuple[Path, int]], *, kv: str = 
             "    max_num_seqs: 4",
             "    max_num_batched_tokens: 1024",
             f"    max_new_tokens: {caps.get(seat, 16)}",
-            "    pin: 0",
+            f"    pin: {(pins or {}).get(seat, 0)}",
         ]
+        if (envs or {}).get(seat):
+            lines += ["    env:"] + [f"      {key}: {json.dumps(value)}" for key, value in envs[seat].items()]  # type: ignore[index]
+        lines += [f"    {line}" for line in (more or {}).get(seat, [])]
     path = directory / name
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -79,25 +86,30 @@ def fake_launcher() -> str:
 
 
 def restart_script(directory: Path) -> Path:
-    """The restart command the tests give the playbook: stop the seat's engine, start it from its env file.
+    """The restart command the tests give the playbook: stop the seat's engine, start it from its env file through
+    the rendered launcher (``HOST_DIR/bin/seatplan-engine.sh ENV_FILE``); with a third argument ``stop``, only stop it.
 
-    It records each start in ``starts.log`` with the /health answer of every engine it started before,
-    so a test can see that an engine started only after the one before it was healthy.
+    It records each start in ``starts.log`` with the /health answer of every engine it started before (and each
+    stop as ``SEAT stop``), so a test can see that an engine started only after the one before it was healthy. A
+    seat whose env file sets ``SEATPLAN_TEST_BROKEN`` starts a process that never answers /health: the tests' way
+    to make a step fail its health check.
     """
     state = directory / "state"
     state.mkdir(parents=True, exist_ok=True)
     script = directory / "restart.sh"
     script.write_text(textwrap.dedent(f"""\
         #!/bin/bash
-        # usage: restart.sh SEAT ENV_FILE
+        # usage: restart.sh SEAT ENV_FILE [stop]
         set -euo pipefail
-        seat=$1; env_file=$2; state={shlex.quote(str(state))}
+        seat=$1; env_file=$2; action=${{3:-restart}}; state={shlex.quote(str(state))}
         if [ -f "$state/$seat.pid" ]; then
           pid=$(cat "$state/$seat.pid")
           kill -TERM -- "-$pid" 2>/dev/null || true
           for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
           kill -KILL -- "-$pid" 2>/dev/null || true
+          rm -f "$state/$seat.pid"
         fi
+        if [ "$action" = stop ]; then echo "$seat stop" >> "$state/starts.log"; rm -f "$state/$seat.url"; exit 0; fi
         others=""
         for other in "$state"/*.url; do
           [ -e "$other" ] || continue
@@ -110,7 +122,11 @@ def restart_script(directory: Path) -> Path:
         echo "$seat start$others" >> "$state/starts.log"
         set -a; . "$env_file"; set +a
         echo "$SEATPLAN_HEALTH_URL" > "$state/$seat.url"
-        setsid bash -c 'eval "exec $SEATPLAN_COMMAND"' > "$state/$seat.log" 2>&1 < /dev/null &
+        if [ -n "${{SEATPLAN_TEST_BROKEN:-}}" ]; then
+          setsid sleep 3600 > "$state/$seat.log" 2>&1 < /dev/null &
+        else
+          setsid "$(dirname "$(dirname "$env_file")")/bin/seatplan-engine.sh" "$env_file" > "$state/$seat.log" 2>&1 < /dev/null &
+        fi
         echo $! > "$state/$seat.pid"
         """))
     script.chmod(0o755)
@@ -168,3 +184,12 @@ def ansible_installed() -> bool:
     except SeatplanError:
         return False
     return True
+
+
+def with_rollout(plan_path: Path, steps: list[tuple[str, str, list[str]]]) -> Path:
+    """The plan with these rollout steps (what `seatplan plan --current` computes from the current layout; the tests
+    of apply give them as the case needs)."""
+    document = json.loads(plan_path.read_text())
+    document["rollout"] = {"steps": [{"action": action, "seat": seat, "gpus": gpus} for action, seat, gpus in steps], "down": []}
+    plan_path.write_text(json.dumps(document, indent=2) + "\n")
+    return plan_path

@@ -42,7 +42,9 @@ def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(ro
     assert code == 0, out + err
     assert json.loads(out)["ok"] is True
     assert starts.read_text().splitlines() == ["alpha start", "beta start alpha=200"]
-    assert sorted(path.name for path in (host_dir / "env").iterdir()) == ["alpha.env", "beta.env"]
+    today = datetime.now(UTC).strftime("%Y%m%d")
+    # each file new with the tag is marked so (rollback removes it); no backups: nothing was replaced
+    assert sorted(path.name for path in (host_dir / "env").iterdir()) == ["alpha.env", f"alpha.env.new-{today}-first", "beta.env", f"beta.env.new-{today}-first"]
 
     # 2. the same plan again: nothing changes on the host, nothing restarts
     code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, "again"))
@@ -63,7 +65,6 @@ def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(ro
     # 4. applied: only beta is backed up (dated, tagged) and restarted, with alpha healthy beside it
     code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "cap32"))
     assert code == 0, out + err
-    today = datetime.now(UTC).strftime("%Y%m%d")
     backups = sorted(path.name for path in (host_dir / "env").glob("*.bak-*"))
     assert backups == [f"beta.env.bak-{today}-cap32"]
     assert (host_dir / "env" / backups[0]).read_text() == before
@@ -83,12 +84,17 @@ def test_a_failing_restart_fails_apply_and_stops_the_rollout(rollout, capsys, mo
     seats = {name: (QWEN3_8B, free_port()) for name in ("alpha", "beta")}
     plan = build_plan_file(cpu_fleet(tmp_path, seats, kv="256MiB", total="64GiB"), tmp_path / "plan.json")
     broken = tmp_path / "broken.sh"
-    broken.write_text("#!/bin/sh\necho \"$1\" >> \"$(dirname \"$0\")/attempts.log\"\nexit 3\n")
+    broken.write_text("#!/bin/sh\necho \"$1 ${3:-restart}\" >> \"$(dirname \"$0\")/attempts.log\"\nexit 3\n")
     broken.chmod(0o755)
     rendering = render_args(tmp_path, plan, fake_launcher())
     rendering[rendering.index("--restart-script") + 1] = str(broken)
     assert run_seatplan(capsys, monkeypatch, *rendering)[0] == 0
     code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, "t1"))
     assert code == 1
-    assert json.loads(out)["ok"] is False
-    assert (tmp_path / "attempts.log").read_text().split() == ["alpha"]  # beta was never touched
+    document = json.loads(out)
+    assert document["ok"] is False and document["failed_step"] == "step 1/2 (restart alpha on cpu-box:0)"
+    # the failed step is undone: the engine it started is stopped and the file it added is gone; beta was never touched
+    assert (tmp_path / "attempts.log").read_text().splitlines() == ["alpha restart", "alpha stop"]
+    assert not (tmp_path / "host" / "env" / "alpha.env").exists()
+    code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, "t2")[:-1])  # without --json
+    assert code == 1 and "error: step 1/2 (restart alpha on cpu-box:0) failed" in err

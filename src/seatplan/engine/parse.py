@@ -10,6 +10,7 @@ the model.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -94,8 +95,20 @@ def parse_env(text: str) -> dict[str, str]:
         if not line.strip() or line.lstrip().startswith("#") or "=" not in line:
             continue
         key, value = line.split("=", 1)
-        values[key.strip()] = value[1:-1] if len(value) >= 2 and value[0] == value[-1] == "'" else value
+        values[key.strip()] = env_value_of(value)
     return values
+
+
+DOUBLE_QUOTE_ESCAPE = re.compile(r'\\([\\"$`])')
+
+
+def env_value_of(written: str) -> str:
+    """One value as ``encode.env_assignment`` writes it: bare, ``'…'``, or ``"…"`` with ``\\`` ``"`` ``$`` escaped."""
+    if len(written) >= 2 and written[0] == written[-1] == "'":
+        return written[1:-1]
+    if len(written) >= 2 and written[0] == written[-1] == '"':
+        return DOUBLE_QUOTE_ESCAPE.sub(r"\1", written[1:-1])
+    return written
 
 
 def int_flag(flags: Mapping[str, str | None], flag: str) -> int | None:

@@ -13,7 +13,7 @@ from seatplan.errors import SeatplanError
 from seatplan.render.ansible import ansible_files
 from seatplan.render.engines import fixed_seats, plan_engines
 from seatplan.render.settings import TARGETS, RenderSettings, Target
-from seatplan.render.targets import Files, compose_files, env_files, litellm_config, open_engine_warnings, prometheus_rules
+from seatplan.render.targets import Files, compose_files, env_files, litellm_config, open_engine_warnings, prometheus_rules, seat_compose_files
 from seatplan.versions import image_for, try_release
 
 MANIFEST = "seatplan-render.json"
@@ -38,11 +38,14 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
     if "env" in chosen or "ansible" in chosen:  # the playbook ships the env files
         files |= envs
     if "compose" in chosen:
-        files |= compose_files(engines, settings.model_copy(update={"image": engine_image(plan, settings)}), fixed)
+        with_image = settings.model_copy(update={"image": engine_image(plan, settings)})
+        files |= compose_files(engines, with_image, fixed) | seat_compose_files(engines, with_image)
+    elif "ansible" in chosen and settings.restart == "compose" and (image := known_image(plan, settings)):
+        files |= seat_compose_files(engines, settings.model_copy(update={"image": image}))  # what apply recreates each seat from
     gateway, rules = litellm_config(engines, settings), prometheus_rules(plan, engines, settings)
     if "ansible" in chosen:
         gateway_texts = (gateway["litellm/config.yaml"], rules["prometheus/seatplan.rules.yaml"])
-        files |= ansible_files(engines, {engine.name: envs[f"env/{engine.name}.env"] for engine in engines}, settings, fixed, gateway_texts)
+        files |= ansible_files(plan, engines, files, settings, fixed, gateway_texts)
     if "litellm" in chosen:
         files |= gateway
     if "prometheus" in chosen:
@@ -65,6 +68,15 @@ def engine_image(plan: Plan, settings: RenderSettings) -> str:
             fix="set policy.image in the fleet file (e.g. vllm/vllm-openai:vX.Y.Z of that release) and plan again, or pass --image",
         )
     return chosen
+
+
+def known_image(plan: Plan, settings: RenderSettings) -> str | None:
+    """The engine image where one is known: the ansible target alone renders for any version (compose's files
+    need the image, and the compose target says so)."""
+    try:
+        return engine_image(plan, settings)
+    except SeatplanError:
+        return None
 
 
 def manifest(plan_text: str, settings: RenderSettings, files: Files) -> str:

@@ -279,14 +279,23 @@ def rollback_command(
 
 def finish(run: PlaybookRun, json_output: bool, overridden: list[str] | None = None) -> None:
     """``overridden``: what apply's --force overrode (None for rollback, which checks nothing)."""
+    from seatplan.render.runner import failed_step
+
+    step = failed_step(run) if run.returncode != 0 else None
     if json_output:
         from seatplan.output import emit_json
 
-        document = {"ok": run.returncode == 0, "returncode": run.returncode, "command": run.command, "output": run.output}
+        document = {"ok": run.returncode == 0, "returncode": run.returncode, "command": run.command, "output": run.output,
+                    "failed_step": step[0] if step else None}
         emit_json(document | ({"overridden": overridden} if overridden is not None else {}))
     if run.returncode != 0:
         if not json_output:
+            from rich.markup import escape
+
             from seatplan.output import error_console
 
-            error_console().print(f"[bold red]error:[/] ansible-playbook failed (exit {run.returncode}); the output above says where", markup=True)
+            if step is not None:
+                error_console().print(f"[bold red]error:[/] {escape(step[0])} failed at {escape(step[1])}", markup=True, highlight=False, soft_wrap=True)
+            else:
+                error_console().print(f"[bold red]error:[/] ansible-playbook failed (exit {run.returncode}); the output above says where", markup=True)
         raise typer.Exit(EXIT_PLAYBOOK_FAILED)

@@ -106,13 +106,25 @@ def located(path: str, against: str, old_text: str, new_text: str) -> list[Chang
         raise SeatplanError(problem.message, where=f"{against}/{path}", fix=problem.fix) from None
 
 
+def own_files(seat: str) -> dict[str, str]:
+    """A seat's files besides its env file, by what a change shows as (render/ansible.py copies them per seat)."""
+    return {"its compose service (compose-seats/)": f"compose-seats/{seat}.yaml", "its systemd drop-in": f"systemd/seatplan-vllm@{seat}.service.d/seatplan.conf"}
+
+
 def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
     seat_paths = sorted(path for path in set(old) | set(new) if path.startswith(ENV_PREFIX) and path.endswith(".env"))
     seats = []
     for path in seat_paths:
+        name = path[len(ENV_PREFIX) : -len(".env")]
         status = status_of(old.get(path), new.get(path))
         changes = located(path, against, old[path], new[path]) if status == "changed" else []
-        seats.append(SeatDiff(seat=path[len(ENV_PREFIX) : -len(".env")], status=status, changes=changes, restarts=status in ("new", "changed")))
+        if status == "unchanged":
+            # apply restarts a seat when any of its own files changes (ansible.py: the seat's compose service, its drop-in)
+            for what, own in own_files(name).items():
+                if (own in old or own in new) and old.get(own) != new.get(own):
+                    status = "changed"
+                    changes.append(Change(what=what, old=None, new=None))
+        seats.append(SeatDiff(seat=name, status=status, changes=changes, restarts=status in ("new", "changed")))
     files = []
     for path in sorted((set(old) | set(new)) - set(seat_paths) - {MANIFEST}):
         status = status_of(old.get(path), new.get(path))

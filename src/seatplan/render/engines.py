@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from seatplan.documents.fleet import HOST_PATH_PATTERN
 from seatplan.documents.plan import Plan, PlannedSeat
 from seatplan.encode import address_problem, check_name, control_character
 from seatplan.engine.command import check_flags, engine_command
@@ -104,6 +106,13 @@ def check_names(seat: PlannedSeat, host: str) -> None:
     check_name("served name", seat.served_model_name, f"{where}, served_model_name")
     for key in seat.env:
         check_name("env key", key, f"{where}, env")
+    for key, source in seat.env_from_host.items():
+        check_name("env key", key, f"{where}, env_from_host")
+        check_name("env key", source, f"{where}, env_from_host")
+    for path in seat.env_files:
+        if not re.fullmatch(HOST_PATH_PATTERN, path) or "/../" in path + "/":
+            raise SeatplanError(f"env file {path!r} is not an absolute path of letters, digits and `._/@+-`", where=f"{where}, env_files",
+                                fix="name the file on the host by its absolute path in the fleet file and re-plan")
     problem = address_problem(seat.address) if seat.address else None
     if problem is not None:
         raise SeatplanError(problem, where=f"{where}, address", fix="give the host's IP address or DNS name in the fleet file and re-plan")

@@ -17,6 +17,8 @@ from seatplan.errors import SeatplanError
 
 # ansible.py's NO_BACKUPS message, as the default callback prints the failed task's msg
 NO_BACKUPS_OUTPUT = re.compile(r'"msg": "seatplan-no-backups: on ([^"]*); tags there: ([^"]*)"')
+# ansible.py's STEP_FAILED message: the step's label, then what went wrong and what was put back
+STEP_FAILED_OUTPUT = re.compile(r'"msg": "seatplan-step-failed: (step \d+/\d+ \([^)]*\)) failed at ((?:[^"\\]|\\.)*)"')
 
 
 @dataclass(frozen=True)
@@ -78,3 +80,9 @@ def missing_backups(run: PlaybookRun, tag: str) -> SeatplanError | None:
     there = ", ".join(tags.split()) if tags != "(none)" else "none"
     return SeatplanError(f"no backups tagged {tag} on host {host}; tags there: {there}", where="--to",
                          fix="pass --to with one of the tags there (apply --tag names them)" if there != "none" else "there is nothing to roll back to: apply writes the backups")
+
+
+def failed_step(run: PlaybookRun) -> tuple[str, str] | None:
+    """The rollout step a failed apply stopped at, and the playbook's account of it (what failed, what was put back)."""
+    found = STEP_FAILED_OUTPUT.search(run.output)
+    return (found.group(1), found.group(2).replace('\\"', '"').replace("\\'", "'")) if found else None

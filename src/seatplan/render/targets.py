@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from seatplan import versions
-from seatplan.documents.plan import Plan
-from seatplan.encode import compose_literal, dump_yaml, env_assignment, go_template_text, promql_string
+from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.encode import check_name, compose_literal, dump_yaml, env_assignment, go_template_text, promql_string
 from seatplan.engine.command import COMMAND_KEY, shell_line
 from seatplan.engine.endpoint import listens_everywhere, published_port
 from seatplan.render.engines import Engine, FixedSeat
@@ -21,6 +21,29 @@ Files = dict[str, str]
 # No plan path or time here: an unchanged seat must render byte for byte the same (no restart).
 HEADER = "# Written by `seatplan render` (seatplan-render.json says from which plan); edit the fleet file and re-render instead.\n"
 HEALTH_START_PERIOD = "15m"  # weight loading and compilation of a large model take minutes
+# An env file names the secrets it is given by reference, never their values (docs/fleet.md, "Secrets").
+FROM_HOST_KEY = "SEATPLAN_ENV_FROM_HOST"  # `NAME=HOSTVAR ...`: the engine's NAME takes the host's HOSTVAR
+ENV_FILES_KEY = "SEATPLAN_ENV_FILES"  # files on the host the engine reads too (systemd EnvironmentFile=, compose env_file)
+ENGINE_LAUNCHER = "bin/seatplan-engine.sh"
+# Starts one engine from its environment: systemd's ExecStart, and script mode's `seatplan-engine.sh ENV_FILE`. The
+# names in SEATPLAN_ENV_FROM_HOST are POSIX names (checked at load and at render), so `eval` meets nothing else.
+LAUNCHER_SCRIPT = r"""#!/bin/sh
+# Written by `seatplan render`: starts a seat's engine. Under systemd its environment comes from EnvironmentFile=
+# (the seat's env file, then its env_files); given ENV_FILE (script mode) it reads that file and its
+# SEATPLAN_ENV_FILES itself. Each NAME=HOSTVAR of SEATPLAN_ENV_FROM_HOST takes HOSTVAR's value from the environment
+# this runs in (systemd: PassEnvironment=); no value is ever written in a file.
+set -eu
+if [ $# -ge 1 ]; then
+  set -a; . "$1"; for file in ${SEATPLAN_ENV_FILES:-}; do . "$file"; done; set +a
+fi
+for pair in ${SEATPLAN_ENV_FROM_HOST:-}; do
+  name=${pair%%=*}; source=${pair#*=}
+  if [ "$name" != "$source" ] && eval "[ -n \"\${$source+set}\" ]"; then
+    eval "export $name=\"\${$source}\""
+  fi
+done
+eval "exec $SEATPLAN_COMMAND"
+"""
 
 
 # ----------------------------------------------------------------------------- env files
@@ -36,6 +59,11 @@ def env_file(engine: Engine, settings: RenderSettings) -> str:
         f"{', '.join(engine.gpu_indices)}; KV {seat.kv_cache_memory_bytes:,} bytes, max_model_len {seat.max_model_len:,}",
     ]
     lines += [env_assignment(key, value) for key, value in sorted(seat.env.items())]
+    # secrets by reference: the names only; the launcher (ENGINE_LAUNCHER) copies each value from the host's variable
+    if seat.env_from_host:
+        lines.append(env_assignment(FROM_HOST_KEY, " ".join(f"{key}={source}" for key, source in sorted(seat.env_from_host.items()))))
+    if seat.env_files:
+        lines.append(env_assignment(ENV_FILES_KEY, " ".join(seat.env_files)))
     lines += [
         env_assignment("SEATPLAN_SEAT", seat.name),
         env_assignment("SEATPLAN_HEALTH_URL", engine.health_url),
@@ -69,7 +97,7 @@ def compose_service(engine: Engine, previous: Engine | None, settings: RenderSet
         "image": compose_literal(settings.image or ""),  # bundle.engine_image has chosen it by now
         "entrypoint": [compose_literal(word) for word in settings.launcher],
         "command": [compose_literal(arg) for arg in engine.boot_args[launcher_words:]],
-        "environment": {key: compose_literal(value) for key, value in sorted(seat.env.items()) if key != "CUDA_VISIBLE_DEVICES"},
+        "environment": compose_environment(seat),
         "ports": [published_port(settings.bind_host, engine.port)],
         "ipc": "host",
         # the long form: a `:` in the path cannot split it, and `$` is escaped as everywhere in the file
@@ -83,6 +111,8 @@ def compose_service(engine: Engine, previous: Engine | None, settings: RenderSet
         },
         "restart": "unless-stopped",
     }
+    if seat.env_files:
+        service["env_file"] = [compose_literal(path) for path in seat.env_files]
     if seat.device == "cuda":
         # Inside the container the reserved GPUs are renumbered from 0: the host's ids go here, not in CUDA_VISIBLE_DEVICES.
         service["deploy"] = {"resources": {"reservations": {"devices": [{"driver": "nvidia", "device_ids": engine.gpu_indices, "capabilities": ["gpu"]}]}}}
@@ -91,6 +121,25 @@ def compose_service(engine: Engine, previous: Engine | None, settings: RenderSet
     if not service["environment"]:
         service.pop("environment")
     return service
+
+
+def compose_environment(seat: PlannedSeat) -> dict[str, str]:
+    """The seat's values with every `$` escaped; a secret given by reference as `${HOSTVAR}`, the one `$` left for Compose
+    to fill from the environment `docker compose` runs in."""
+    environment = {key: compose_literal(value) for key, value in seat.env.items() if key != "CUDA_VISIBLE_DEVICES"}
+    environment |= {key: "${" + check_name("env key", source, f"seat {seat.name}, env_from_host") + "}" for key, source in seat.env_from_host.items()}
+    return dict(sorted(environment.items()))
+
+
+def seat_compose_files(engines: list[Engine], settings: RenderSettings) -> Files:
+    """``compose-seats/SEAT.yaml``: the seat's own service alone (no boot order), what apply recreates it from, so
+    each step writes, backs up and puts back only its seat's files (compose.yaml stays the cold-boot file)."""
+    return {seat_compose_path(engine.name): HEADER + dump_yaml({"name": "seatplan", "services": {engine.name: compose_service(engine, None, settings)}})
+            for engine in engines}
+
+
+def seat_compose_path(seat: str) -> str:
+    return f"compose-seats/{seat}.yaml"
 
 
 def fixed_service(fixed: FixedSeat, settings: RenderSettings) -> dict:

@@ -26,8 +26,8 @@ from seatplan.render.targets import Files
 # What each target owns under DIR: a re-render replaces all of it (a removed seat's env file goes too).
 TARGET_PATHS: dict[Target, tuple[str, ...]] = {
     "env": ("env/",),
-    "compose": ("compose.yaml", "compose/"),
-    "ansible": ("ansible/", "systemd/", "env/"),
+    "compose": ("compose.yaml", "compose/", "compose-seats/"),
+    "ansible": ("ansible/", "systemd/", "env/", "bin/", "compose-seats/"),
     "litellm": ("litellm/",),
     "prometheus": ("prometheus/",),
 }

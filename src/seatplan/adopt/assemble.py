@@ -16,6 +16,7 @@ import httpx
 from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
 from seatplan.adopt.fleet_rules import seat_value_problem
+from seatplan.adopt.secrets import is_secret
 from seatplan.documents.fleet_file import TODO
 from seatplan.encode import name_problem
 from seatplan.errors import SeatplanError
@@ -128,15 +129,24 @@ def engine_seat_name(served: str, source: str) -> tuple[str, str]:
 def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[EngineSeen], warnings: list[str]) -> None:
     for route in routes:
         served = route.backend_name or route.model_name
+        if route.had_credentials:
+            warnings.append(f"{route.source}: {route.model_name}: its api_base carries a user or password: left out of everything adopt "
+                            "prints and writes (the engine is asked without it)")
         owner = next((seat for seat in seats if seat.engine is not None and seat.engine.base_url == route.base_url
                       and seat.card is not None and seat.card.get("id") == served), None)
         owner = owner or next((seat for seat in seats if seat.launch is not None and _served(seat.launch, seat.args) == served), None)
+        owner = owner or next((seat for seat in seats if seat.launch is None and seat.engine is None and seat.routes
+                               and (seat.routes[0].backend_name or seat.routes[0].model_name) == served), None)
         if owner is None:
-            if route.base_url is None:
-                warnings.append(f"{route.source}: {route.model_name}: api_base is not a plain URL, so adopt cannot tell which engine it is")
-            elif not any(engine.base_url == route.base_url for engine in engines):
-                warnings.append(f"{route.source}: {route.model_name}: no engine at {route.base_url} was read")
-            continue
+            # never dropped: the gateway sends traffic here, so the plan must hold a seat for it, whatever is not known
+            why = ("its api_base is not a plain URL" if route.base_url is None else
+                   f"no engine at {route.base_url} answered" if any(engine.base_url == route.base_url for engine in engines) else
+                   f"no engine at {route.base_url} was read")
+            name, note = engine_seat_name(served, f"{route.source}: the LiteLLM config routes {route.model_name!r} here")
+            warnings.append(f"{route.source}: {route.model_name}: {why}, and no file given starts {served!r}: seat {name} is written "
+                            "with TODOs (give the file that starts it: --compose, --env-dir or --systemd)")
+            owner = _Seat(name=name, name_note=note, launch=None, engine=None, card=None, routes=[], args=SeatArgs())
+            seats.append(owner)
         owner.routes.append(route)
         if route.model_name != served:
             warnings.append(f"{route.source}: the gateway calls {served!r} {route.model_name!r}; seatplan's gateway config names a seat "
@@ -146,11 +156,19 @@ def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[Engine
 # ----------------------------------------------------------------------------- hosts
 
 
+# Names a gateway in a container reaches engines by that name no host: Docker's name for the host it runs on, and the
+# compose services of the files read (resolved on the compose network)
+DOCKER_HOST_NAMES = ("host.docker.internal", "gateway.docker.internal")
+
+
 def place_hosts(seats: list[_Seat], readings: list[GpuReading], warnings: list[str]) -> None:
+    services = {seat.launch.started_by.get("compose_service") for seat in seats if seat.launch and seat.launch.started_by}
     for seat in seats:
         launch = seat.launch
         url = seat.engine.base_url if seat.engine else (seat.routes[0].base_url if seat.routes else None)
         url_host, _ = _url_host_port(url or (launch.health_url if launch else None))
+        if url_host in DOCKER_HOST_NAMES or url_host in services:
+            url_host = None  # the gateway's own view: it names no host
         if launch is not None and launch.host:
             seat.host, seat.host_note = launch.host, launch.host_note
             if url_host and url_host != launch.host:
@@ -236,7 +254,8 @@ def _label(seat: _Seat, key: str) -> str | None:
 def _pick(seat: _Seat, key: str, running: Any, running_note: str, warnings: list[str]) -> Noted | None:
     """The engine's own answer, else the file's flag; a difference between them is a warning."""
     in_file = seat.args.values.get(key)
-    file_note = f"{seat.launch.source}: {seat.args.flags.get(key)}" if seat.launch and key in seat.args.values else ""
+    config = f" (with {seat.launch.config_note})" if seat.launch and seat.launch.config_note else ""
+    file_note = f"{seat.launch.source}{config}: {seat.args.flags.get(key)}" if seat.launch and key in seat.args.values else ""
     if running is not None:
         if in_file is not None and in_file != running:
             warnings.append(f"seat {seat.name}: {key}: the engine runs {running}, {file_note} says {in_file} (a restart pending?); took the running value")
@@ -285,7 +304,21 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
     env = _env(seat, warnings)
     if env:
         tree["env"] = env
+    tree |= _started_by(seat, warnings)
     return held_to_the_loader(tree, seat.name, "vllm", warnings)
+
+
+def _started_by(seat: _Seat, warnings: list[str]) -> Tree:
+    """How the engine is started today, so the first apply can stop it (the cut-over); a comment where not known."""
+    launch = seat.launch
+    if launch is not None and launch.started_by is not None:
+        return {"started_by": Noted(launch.started_by, launch.started_note)}
+    if launch is not None and "seatplan" in launch.started_note:
+        return {}
+    why = launch.started_note if launch is not None else "no file given starts it"
+    warnings.append(f"seat {seat.name}: what starts it today is not known ({why}): started_by left out, so the first apply "
+                    "cannot stop it; write started_by by hand (docs/fleet.md)")
+    return {"(started_by)": Noted(None, f"not known: {why}")}
 
 
 def held_to_the_loader(tree: Tree, name: str, engine: str, warnings: list[str]) -> Tree:
@@ -330,9 +363,10 @@ def _port(seat: _Seat) -> Noted:
         return Noted(launch.published_port, f"{launch.source}: ports (the host side)")
     if "port" in seat.args.values:
         return Noted(seat.args.values["port"], f"{launch.source if launch else ''}: --port")
-    _, url_port = _url_host_port(seat.engine.base_url if seat.engine else None)
+    url = seat.engine.base_url if seat.engine else seat.routes[0].base_url if seat.routes and launch is None else None
+    _, url_port = _url_host_port(url)
     if url_port is not None:
-        return Noted(url_port, f"the port of {seat.engine.base_url if seat.engine else ''}")
+        return Noted(url_port, f"the port of {url}")
     return Noted(VLLM_DEFAULT_PORT, "no --port: vLLM's default (vllm/entrypoints/launchers/cli_args.py)")
 
 
@@ -354,12 +388,27 @@ def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:
 
 
 def _env(seat: _Seat, warnings: list[str]) -> Tree:
+    """The engine's environment; a secret (by name or shape, ``secrets``) as a reference to the GPU host's environment,
+    never its value, and a flag's secret (``--api-key``) as the variable vLLM reads in its place."""
     env: Tree = {}
-    for key, value in sorted((seat.launch.env if seat.launch else {}).items()):
-        if seat_value_problem("env", {key: value}, engine="vllm") is not None:  # the loader's own rules for env
-            warnings.append(f"{seat.launch.source if seat.launch else ''}: {key[:40]!r} is left out: an env file cannot carry that name or value")
-            continue
-        env[key] = Noted(value, f"{seat.launch.source if seat.launch else ''}")
+    launch = seat.launch
+    for key, value in sorted((launch.env if launch else {}).items()):
+        where = launch.env_notes.get(key, launch.source) if launch else ""
+        if seat_value_problem("env", {key: "x"}, engine="vllm") is not None:  # the loader's own rule for an env name
+            warnings.append(f"{where}: {key[:40]!r} is left out: an env file cannot carry that name")
+        elif is_secret(key, value):
+            env[key] = Noted({"from_host_env": key}, f"a secret, in {where}: not copied; export {key} on the GPU host "
+                             "(or keep it in an env_files file there)")
+        elif seat_value_problem("env", {key: value}, engine="vllm") is not None:
+            warnings.append(f"{where}: {key[:40]!r} is left out: an env file cannot carry its value (a quote or control character)")
+        else:
+            env[key] = Noted(value, where)
+    for variable, flag in seat.args.secrets.items():
+        if variable not in env:
+            env[variable] = Noted({"from_host_env": variable}, f"{launch.source if launch else ''}: {flag} on its command line, a secret: "
+                                  f"not copied; vLLM reads {variable} in its place: export {variable} on the GPU host")
+        warnings.append(f"seat {seat.name}: {launch.source if launch else ''}: {flag} holds a secret: written as {variable}: "
+                        f"{{from_host_env: {variable}}}; export {variable} on the GPU host before apply")
     return env
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import httpx
 
 from seatplan.adopt.evidence import EngineSeen
+from seatplan.adopt.secrets import without_credentials
 from seatplan.bounded_http import SHOWN_CHARS, BoundedClient
 from seatplan.errors import SeatplanError
 from seatplan.exposition import parse_exposition
@@ -20,13 +21,14 @@ MAX_CARDS = 64  # one engine serves one model (a few names at most)
 
 def checked_base_url(url: str, where: str) -> str:
     """An engine's base URL: http(s), a host, no credentials, query or fragment; ``/v1`` and a trailing slash dropped."""
+    shown = without_credentials(url)[:100]  # a user or password is never echoed
     try:
         parsed = httpx.URL(url.strip())
-    except (httpx.InvalidURL, TypeError, ValueError) as problem:
-        raise SeatplanError(f"{url[:100]!r} is not a URL ({problem})", where=where, fix="give the engine as http://HOST:PORT") from None
+    except (httpx.InvalidURL, TypeError, ValueError):
+        raise SeatplanError(f"{shown!r} is not a URL", where=where, fix="give the engine as http://HOST:PORT") from None
     if (parsed.scheme not in ("http", "https") or not parsed.host or parsed.userinfo or parsed.query or parsed.fragment
             or not 0 < (parsed.port or 80) < 65536):
-        raise SeatplanError(f"{url[:100]!r} is not an engine URL", where=where,
+        raise SeatplanError(f"{shown!r} is not an engine URL" + (" (it carries a user or password, which adopt never sends or shows)" if parsed.userinfo else ""), where=where,
                             fix="give the engine as http://HOST:PORT (no user, password, query or fragment)")
     path = parsed.path.rstrip("/").removesuffix("/v1")
     return str(parsed.copy_with(path=path or "/")).rstrip("/")

@@ -198,7 +198,7 @@ def read_vllm_args(words: Sequence[str]) -> VllmArgs:
         shape = table.get(option) if option else None
         flag = option if option and option.startswith("--") else shape.name if shape else word.split("=", 1)[0]
         if shape is None:
-            if not flag.split(".", 1)[0] in table:
+            if flag.split(".", 1)[0] not in table:
                 result.unknown.append(flag)
             shape = FlagShape(flag, "value" if explicit is not None or (position < len(spelled) and not _is_flag(spelled[position])) else "switch", None)
         values: list[str] = []
@@ -226,6 +226,39 @@ def _set(result: VllmArgs, flag: str, shape: FlagShape, values: list[str]) -> No
         del result.flags[other]  # --x and --no-x set one value: the last one given wins
     result.flags[flag] = (values if shape.kind in ("some", "any") else values[0]) if values else None
     result.written.append([flag, *values])
+
+
+def config_file_args(config: Mapping[str, Any]) -> list[str]:
+    """A ``--config FILE.yaml`` mapping as the words vLLM puts in its place (vLLM 0.32 vllm/utils/argparse_utils.py:568
+    ``load_config_file``): ``key: value`` → ``--key value``; true → ``--key``; false → ``--no-key`` where that switch
+    exists, else nothing; a list → ``--key`` and each item; a mapping → ``--key`` and its JSON."""
+    words: list[str] = []
+    for key, value in config.items():
+        if isinstance(value, bool):
+            if value:
+                words.append(f"--{key}")
+            elif f"--no-{key}" in flag_table():
+                words.append(f"--no-{key}")
+        elif isinstance(value, list):
+            if value:
+                words += [f"--{key}", *(str(item) for item in value)]
+        elif isinstance(value, dict):
+            words += [f"--{key}", json.dumps(value)]
+        else:
+            words += [f"--{key}", str(value)]
+    return words
+
+
+def with_config(args: Sequence[str], config_words: Sequence[str]) -> list[str]:
+    """The engine's arguments with ``--config FILE`` replaced by the file's words where vLLM puts them (vLLM 0.32
+    vllm/utils/argparse_utils.py:510 ``_pull_args_from_config``): after the positional model, before the other
+    flags, so a flag on the command line wins over the file."""
+    words = list(args)
+    index = words.index("--config")
+    rest = words[:index] + words[index + 2 :]
+    if rest and not rest[0].startswith("-"):
+        return [rest[0], *config_words, *rest[1:]]
+    return [*config_words, *rest]
 
 
 def launcher_args(words: Sequence[str]) -> list[str] | None:

@@ -37,7 +37,10 @@ if request == "meta":
     meta = {}
     for action in parser._actions:
         if action.option_strings and not isinstance(action, argparse._HelpAction):
-            kind = {human_readable_int: "human", human_readable_int_or_auto: "human", int: "int", str: "str", None: "str"}.get(action.type, "other")
+            read = action.type
+            if getattr(read, "__name__", "") == "_optional_type" and read.__closure__:
+                read = read.__closure__[0].cell_contents
+            kind = {human_readable_int: "human", human_readable_int_or_auto: "human", int: "int", str: "str", None: "str"}.get(read, "other")
             for option in action.option_strings:
                 meta[option] = [action.dest, kind, action.choices is not None]
     print(json.dumps(meta))

@@ -16,6 +16,14 @@ KINDS = {None: "value", 0: "switch", "?": "optional", "+": "some", "*": "any"}
 NUMBERS = {human_readable_int: "human", human_readable_int_or_auto: "human_or_auto", int: "int"}
 
 
+def value_type(action: argparse.Action) -> object:
+    """The type that reads the value: vLLM wraps an ``int | None`` field's in ``optional_type`` (vllm/engine/arg_utils.py)."""
+    kind = action.type
+    if getattr(kind, "__name__", "") == "_optional_type" and kind.__closure__:
+        kind = kind.__closure__[0].cell_contents
+    return kind
+
+
 def table() -> dict:
     flags = {}
     for action in make_arg_parser(FlexibleArgumentParser())._actions:
@@ -24,7 +32,7 @@ def table() -> dict:
         name = next(option for option in action.option_strings if option.startswith("--"))
         kind = "switch" if isinstance(action, argparse.BooleanOptionalAction) else KINDS[action.nargs]
         for option in action.option_strings:
-            flags[option] = [name, kind, NUMBERS.get(action.type)]
+            flags[option] = [name, kind, NUMBERS.get(value_type(action))]
     return {"vllm": vllm.__version__, "flags": dict(sorted(flags.items()))}
 
 

@@ -7,8 +7,8 @@ resets the list and its first word may carry the prefixes ``@ - : + !`` (``:`` t
 the value as one word, ``$$`` a ``$``; ``EnvironmentFile=`` values override ``Environment=`` ones, a later file a
 former, and a ``-`` before its path means a missing file is skipped; specifiers ``%i`` ``%I`` (the instance of a
 template unit ``vllm@.service``), ``%n`` ``%N`` ``%p`` and ``%%``. A template's instances are the units named
-``NAME@INSTANCE.service`` in the directory (a ``*.wants/`` link, as ``systemctl enable`` makes) and, where its
-``EnvironmentFile=`` names ``%i``, the env files that pattern matches. Wrappers (``sh -c``, ``exec``) are taken off by
+``NAME@INSTANCE.service`` in the directory (a ``*.wants/`` link, as ``systemctl enable`` makes); without any, where
+its ``EnvironmentFile=`` names ``%i``, the env files that pattern matches. Wrappers (``sh -c``, ``exec``) are taken off by
 ``commands``. A unit's path on the GPU host is where ``EnvironmentFile=`` says; adopt reads the file there if it
 exists, else the file of that name beside the unit or in an ``--env-dir`` (copies taken from the host).
 """
@@ -156,9 +156,11 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
 
 
 def _instances(template: str, unit: Unit, directory: Path, look_in: list[Path]) -> list[str]:
-    """``vllm@.service``'s instances: units named ``vllm@X.service`` here (enable links), and env files its ``%i`` names."""
+    """``vllm@.service``'s instances: units named ``vllm@X.service`` here (enable links); without any, the env files its ``%i`` names."""
     prefix = template.removesuffix(".service")
     found = [path.name[len(prefix) : -len(".service")] for path in directory.rglob(f"{prefix}?*.service")]
+    if found:  # the enabled instances (systemctl enable's links): what runs
+        return sorted(dict.fromkeys(found))
     for _, value in unit.service.get("EnvironmentFile", []):
         named = Path(value.removeprefix("-").strip())
         if "%i" in named.name:

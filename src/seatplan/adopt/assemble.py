@@ -276,7 +276,7 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
         served = seat.routes[0].backend_name or seat.routes[0].model_name
     if served is not None and str(served) != seat.name:
         tree["served_model_name"] = _served_name(seat, str(served), _served_note(seat, models_url), warnings)
-    tree["port"] = _port(seat)
+    tree["port"] = _port(seat, warnings)
     length = _pick(seat, "max_model_len", _card_int(seat, "max_model_len"), f"{models_url} max_model_len", warnings)
     if length is None and seat.launch is not None:
         # the same rule on both sides: vLLM and the plan derive the context from the model's config when the flag is absent
@@ -357,8 +357,11 @@ def _served_note(seat: _Seat, models_url: str) -> str:
     return f"{seat.routes[0].source}: the LiteLLM config" if seat.routes else "the LiteLLM config"
 
 
-def _port(seat: _Seat) -> Noted:
+def _port(seat: _Seat, warnings: list[str]) -> Noted:
     launch = seat.launch
+    if launch is not None and launch.port_unknown:
+        warnings.append(f"seat {seat.name}: {launch.port_unknown}: port is TODO; fix: publish one host port (\"8006:8000\") or write it by hand")
+        return Noted(TODO, launch.port_unknown)
     if launch is not None and launch.published_port is not None:
         return Noted(launch.published_port, f"{launch.source}: ports (the host side)")
     if "port" in seat.args.values:

@@ -50,6 +50,7 @@ class Launch:
     health_left_out: str = ""  # why a compose healthcheck gave no health_url ("" : there was none to read)
     health_refused: bool = False  # it named a URL, and the fleet loader's rule refuses it (a warning, not just a comment)
     published_port: int | None = None  # compose ``ports: ["HOST:CONTAINER"]``: how the engine is reached
+    port_unknown: str = ""  # why the host port is not in the file (compose picks it), "" where it is
     fixed: bool = False  # a compose service that uses GPUs and starts no vLLM engine (speech, TTS): a fixed seat
     image: str | None = None  # a fixed seat's compose image
     image_left_out: str = ""  # what seatplan's compose file would drop of the service if it ran the image ("" : nothing)

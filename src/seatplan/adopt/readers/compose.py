@@ -175,7 +175,7 @@ def _compose_launch(name: str, service: dict, raw: dict, where: str, path: Path)
     named = _service_gpus(service, env, where)
     if named is not None:
         (launch.gpus, launch.gpus_source), launch.device = named, "cuda"
-    launch.published_port = _published_port(read_ports(service.get("ports"), where), launch.args, where, launch.warnings)
+    launch.published_port, launch.port_unknown = _published_port(read_ports(service.get("ports"), where), launch.args, where)
     return launch
 
 
@@ -329,8 +329,9 @@ def _device_ids(service: dict, where: str) -> list[str] | None:
     return ids or None
 
 
-def _published_port(mappings: list[PortMapping], args: list[str], where: str, warnings: list[str]) -> int | None:
-    """The host port compose publishes the engine's ``--port`` (vLLM's default 8000) on; None where it publishes none."""
+def _published_port(mappings: list[PortMapping], args: list[str], where: str) -> tuple[int | None, str]:
+    """The host port compose publishes the engine's ``--port`` (vLLM's default 8000) on (None where it publishes
+    none), and why it is not known where compose picks it."""
     try:
         container = read_vllm_args(args).whole("--port") or DEFAULT_PORT
     except ValueError:
@@ -338,8 +339,7 @@ def _published_port(mappings: list[PortMapping], args: list[str], where: str, wa
     for mapping in mappings:
         if mapping.container == container and mapping.protocol == "tcp":
             if mapping.host is None:
-                warnings.append(f"{where}: ports {mapping.written!r}: compose picks the host port for container port {container} "
-                                "(none or a range is named), so the port the engine is reached on is not in the file")
-                continue
-            return mapping.host
-    return None
+                return None, (f"{where}: ports {mapping.written!r}: compose picks the host port for container port {container} "
+                              "(no host port, or a range, is named), so the port the engine is reached on is not in the file")
+            return mapping.host, ""
+    return None, ""

@@ -181,7 +181,7 @@ def _compose_launch(name: str, service: dict, raw: dict, where: str, path: Path)
 
 def _started(path: Path, name: str, where: str) -> dict[str, Any]:
     """started_by: this compose file (its absolute path here: the same on the GPU host, where adopt runs there) and service."""
-    absolute = str(path.resolve())
+    absolute = str(path.absolute())  # as the operator named it (a link kept): on the GPU host, the path compose is run with
     given = {"compose_file": absolute, "compose_service": name}
     if seat_value_problem("started_by", given) is not None:
         return {"started_note": f"{where}: compose service {name[:60]!r} of {absolute[:120]!r}, which a fleet file cannot name "

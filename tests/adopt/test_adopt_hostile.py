@@ -275,3 +275,31 @@ def test_nvidia_smi_numbers_are_ascii_whole_numbers(tmp_path, capsys, monkeypatc
         result = run_cli(capsys, monkeypatch, "adopt", "--compose", compose(tmp_path, engine()), "--nvidia-smi", f"box={csv}",
                          "-o", str(tmp_path / "f.yaml"))
         assert result.exit_code == 2 and "smi.csv:2" in result.stderr and "fix:" in result.stderr
+
+
+MODEL = Path(__file__).parents[1] / "fixtures" / "models" / "Qwen--Qwen3-8B"
+
+
+@pytest.mark.parametrize(("used_mib", "said"), [(70000, "likely an engine not adopted"), (9000, "an engine not running"), (None, "")])
+def test_memory_used_against_the_seats_adopted_on_a_gpu(tmp_path, capsys, monkeypatch, used_mib, said):
+    """Qwen3-8B's weights (about 15.3 GiB) and an 8 GiB KV pin on GPU 0: 70,000 MiB in use is far more than that and
+    an engine's overhead, 9,000 MiB far less; in between (GPU 0 at 25,000 MiB) agrees, and no warning is given."""
+    services = f"""  qwen:
+    image: vllm/vllm-openai:v0.32.0
+    command: [{MODEL}, --kv-cache-memory-bytes, 8G]
+    deploy: {{resources: {{reservations: {{devices: [{{driver: nvidia, device_ids: ['0'], capabilities: [gpu]}}]}}}}}}
+"""
+    smi = SMI.replace(", 1000 MiB\n", f", {used_mib or 25000} MiB\n", 1)
+    (tmp_path / "smi2.csv").write_text(smi)
+    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services), "--nvidia-smi", f"box={tmp_path / 'smi2.csv'}", smi=False)
+    assert done.code == 0, done.err
+    warned = [line for line in done.err.splitlines() if line.startswith("warning: box GPU 0:")]
+    if not said:
+        assert not warned
+        return
+    assert len(warned) == 1 and said in warned[0] and f"memory.used {used_mib} MiB" in warned[0] and "seats adopted here (qwen" in warned[0]
+    gpu0 = done.text.split("- index: 0", 1)[1].split("- index: 1", 1)[0]
+    assert "# reserved_bytes:" in gpu0
+    if used_mib == 70000:
+        extra = int(gpu0.split("# reserved_bytes: ", 1)[1].split(" ", 1)[0])
+        assert 30000 * 2**20 < extra < 50000 * 2**20

@@ -16,6 +16,7 @@ import httpx
 from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
 from seatplan.adopt.fleet_rules import seat_value_problem
+from seatplan.adopt.memory import Share, compare, seat_share
 from seatplan.adopt.secrets import is_secret
 from seatplan.documents.fleet_file import TODO
 from seatplan.encode import name_problem
@@ -316,8 +317,8 @@ def _started_by(seat: _Seat, warnings: list[str]) -> Tree:
     if launch is not None and "seatplan" in launch.started_note:
         return {}
     why = launch.started_note if launch is not None else "no file given starts it"
-    warnings.append(f"seat {seat.name}: what starts it today is not known ({why}): started_by left out, so the first apply "
-                    "cannot stop it; write started_by by hand (docs/fleet.md)")
+    warnings.append(f"seat {seat.name}: started_by left out ({why}), so the first apply cannot stop the engine running today: "
+                    "write started_by by hand (docs/fleet.md)")
     return {"(started_by)": Noted(None, f"not known: {why}")}
 
 
@@ -418,7 +419,8 @@ def _env(seat: _Seat, warnings: list[str]) -> Tree:
 # ----------------------------------------------------------------------------- the fleet
 
 
-def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout: dict[str, Noted], warnings: list[str]) -> Tree:
+def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout: dict[str, Noted], warnings: list[str],
+              shares: dict[tuple[str, int], list[Share]] | None = None) -> Tree:
     on_host = [seat for seat in seats if (seat.host or TODO) == name]
     tree: Tree = {"name": Noted(name, on_host[0].host_note if on_host else (readings[0].source if readings else "no evidence of a host"))}
     devices = {seat.launch.device for seat in on_host if seat.launch and seat.launch.device}
@@ -434,7 +436,8 @@ def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout:
         tree["address"] = Noted(addresses.pop(), "the engines' URL")
     if readings:
         held = {index for seat in on_host for index in _indices(layout.get(seat.name))}
-        tree["gpus"] = [_gpu_tree(reading, name, reading.index not in held, warnings) for reading in sorted(readings, key=lambda reading: reading.index)]
+        tree["gpus"] = [_gpu_tree(reading, name, reading.index not in held, warnings, (shares or {}).get((name, reading.index), []))
+                        for reading in sorted(readings, key=lambda reading: reading.index)]
         return tree
     indices = sorted({index for seat in on_host for index in _indices(layout.get(seat.name))})
     if indices:
@@ -452,11 +455,15 @@ def _indices(noted: Noted | None) -> list[int]:
     return list(noted.value) if isinstance(noted.value, list) else [int(noted.value)]
 
 
-def _gpu_tree(reading: GpuReading, host: str, unheld: bool, warnings: list[str]) -> Tree:
+def _gpu_tree(reading: GpuReading, host: str, unheld: bool, warnings: list[str], shares: list[Share]) -> Tree:
     tree = _gpu_values(reading)
+    differs = compare(reading, shares)
+    if differs is not None:
+        why, extra_bytes = differs
+        warnings.append(f"{host} GPU {reading.index}: {why}")
+        tree["(reserved_bytes)"] = Noted(None, f"{extra_bytes} ({why})" if extra_bytes else why)
     if unheld and reading.used_mib is not None and reading.used_mib > UNACCOUNTED_MIB:
-        # Only a GPU no adopted seat holds: beside an engine, its weights, KV and activations are in memory.used
-        # too, and what is left would be an estimate, not a reading.
+        # A GPU no adopted seat holds (one that seats hold is compared with their shares above)
         why = (f"{reading.source}: memory.used {reading.used_mib} MiB, and no adopted seat runs here: add that process as a fixed seat "
                "or set reserved_bytes (else the plan takes the memory as free)")
         warnings.append(f"{host} GPU {reading.index}: {why}")
@@ -526,12 +533,17 @@ def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[Engi
     by_host = assign_readings(readings, hosts)
     layout = {seat.name: seat_gpus(seat, by_host.get(seat.host or TODO, []), warnings) for seat in seats}
     many = len(by_host) > 1
+    seat_trees = [seat_tree(seat, warnings) for seat in engine_seats] + [
+        fixed_tree(seat, {other.name: layout[other.name] for other in seats if other.host == seat.host}, by_host.get(seat.host or TODO, []),
+                   apps, warnings, many) for seat in fixed]
+    shares: dict[tuple[str, int], list[Share]] = {}
+    for seat, values in zip(seats, seat_trees):
+        for index in _indices(layout[seat.name]):
+            shares.setdefault((seat.host or TODO, index), []).append(seat_share(seat.name, values))
     tree: Tree = {
-        "hosts": [host_tree(name, by_host[name], seats, layout, warnings) for name in by_host],
+        "hosts": [host_tree(name, by_host[name], seats, layout, warnings, shares) for name in by_host],
         "policy": policy_tree(engines, warnings),
-        "seats": [seat_tree(seat, warnings) for seat in engine_seats]
-        + [fixed_tree(seat, {other.name: layout[other.name] for other in seats if other.host == seat.host}, by_host.get(seat.host or TODO, []),
-                      apps, warnings, many) for seat in fixed],
+        "seats": seat_trees,
         "current_layout": {seat.name: _layout_ref(layout[seat.name], seat.host, many) for seat in seats},
     }
     return Adopted(tree=tree, warnings=warnings)

@@ -23,7 +23,7 @@ MAX_ENV_FILES = 1000
 SEATPLAN_KEYS = {"SEATPLAN_SEAT", "SEATPLAN_HEALTH_URL", COMMAND_KEY}
 # The line render writes under its header: "# seat NAME (served as S) on HOST GPU 0, 1; boot order ..." (targets.env_file)
 RENDERED_SEAT_LINE = re.compile(r"^# seat (?P<seat>\S+) \(served as \S+\) on (?P<host>\S+) (?P<kind>GPU|CPU budget) (?P<gpus>[\d, ]+);", re.M)
-NOT_STARTED = "an env file alone: what starts it is not known (give --systemd DIR with its unit, or write started_by by hand)"
+NOT_STARTED = "an env file alone does not say what starts it: give --systemd DIR with its unit"
 
 
 def read_env_values(path: Path) -> tuple[str, EnvText]:

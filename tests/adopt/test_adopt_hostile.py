@@ -132,12 +132,10 @@ def test_an_engine_behind_sh_c_is_a_vllm_seat(tmp_path, capsys, monkeypatch):
 
 def test_env_file_interpolation_and_secrets_of_a_compose_service(tmp_path, capsys, monkeypatch):
     (tmp_path / "qwen.env").write_text(f"HF_TOKEN={HF}\r\nexport HF_HOME='/data/hf'\r\n")
-    services = engine(extra=", --api-key, \"${LOCAL_KEY}\", --served-model-name, \"${SERVED:-qwen3}\"", tail="""    env_file: [qwen.env, {path: missing.env, required: false}]
-    environment:
-      OPENAI_BASE: %s
-      DB_URL: postgres://app:%s@db:5432/x
-      LOG_LEVEL: ${LOG_LEVEL:-info}
-""" % (SECRET, PASSWORD))
+    services = engine(extra=", --api-key, \"${LOCAL_KEY}\", --served-model-name, \"${SERVED:-qwen3}\"", tail=(
+        "    env_file: [qwen.env, {path: missing.env, required: false}]\n    environment:\n"
+        f"      OPENAI_BASE: {SECRET}\n      DB_URL: postgres://app:{PASSWORD}@db:5432/x\n"
+        "      LOG_LEVEL: ${LOG_LEVEL:-info}\n"))
     done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services, dotenv=f"LOCAL_KEY={SECRET}\n"))
     seat = done.seat("qwen")
     assert seat["served_model_name"] == "qwen3"

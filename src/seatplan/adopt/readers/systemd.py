@@ -158,7 +158,9 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
 def _instances(template: str, unit: Unit, directory: Path, look_in: list[Path]) -> list[str]:
     """``vllm@.service``'s instances: units named ``vllm@X.service`` here (enable links); without any, the env files its ``%i`` names."""
     prefix = template.removesuffix(".service")
-    found = [path.name[len(prefix) : -len(".service")] for path in directory.rglob(f"{prefix}?*.service")]
+    # the directory and its *.wants/ folders, one level down (no walk into a tree that links back to itself)
+    links = [*directory.glob(f"{prefix}?*.service"), *directory.glob(f"*/{prefix}?*.service")]
+    found = [path.name[len(prefix) : -len(".service")] for path in links]
     if found:  # the enabled instances (systemctl enable's links): what runs
         return sorted(dict.fromkeys(found))
     for _, value in unit.service.get("EnvironmentFile", []):

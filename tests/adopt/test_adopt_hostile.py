@@ -301,3 +301,19 @@ def test_memory_used_against_the_seats_adopted_on_a_gpu(tmp_path, capsys, monkey
     if used_mib == 70000:
         extra = int(gpu0.split("# reserved_bytes: ", 1)[1].split(" ", 1)[0])
         assert 30000 * 2**20 < extra < 50000 * 2**20
+
+
+def test_an_env_file_command_built_from_its_own_variables(tmp_path, capsys, monkeypatch):
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "chat.env").write_text('MODEL=Qwen/Qwen3-8B\nARGS="--port 8003 --max-model-len 4K"\nCMD="exec vllm serve $MODEL ${ARGS}"\n'
+                                  "CUDA_VISIBLE_DEVICES=3\nHF_HOME=/data/hf\n")
+    done = adopt(tmp_path, capsys, monkeypatch, "--env-dir", f"box={env}")
+    seat = done.seat("chat")
+    assert (seat["model"], seat["port"], seat["max_model_len"], seat["env"]) == ("Qwen/Qwen3-8B", 8003, 4096, {"HF_HOME": "/data/hf"})
+
+
+def test_vllms_image_with_an_entrypoint_adopt_cannot_read_says_so(tmp_path, capsys, monkeypatch):
+    services = engine(tail="    entrypoint: [/start.sh]\n")
+    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services))
+    assert done.seat("qwen")["engine"] == "fixed" and "runs vLLM's image, but its entrypoint '/start.sh'" in done.err

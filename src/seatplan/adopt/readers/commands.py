@@ -18,8 +18,13 @@ from seatplan.errors import SeatplanError
 
 SHELLS = ("sh", "bash", "dash", "zsh", "ash")
 _MAX_WRAPPERS = 4  # sh -c "exec env … bash -c …" deeper than this is no engine start anyone writes
-_SHELL_VARIABLE = re.compile(r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-=+?])(?P<word>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+_SHELL_VARIABLE = re.compile(r"(?<!\\)\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-=+?])(?P<word>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
 _OPERATORS = ("&&", "||", ";", "|", "&")
+
+
+def referenced(text: str) -> set[str]:
+    """The variables a command line names (``$VAR``, ``${VAR}``, ``${VAR:-x}``): built into the command, not the engine's environment."""
+    return set(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", text))
 
 
 def split_command(text: str, where: str) -> list[str]:

@@ -167,7 +167,11 @@ def _compose_launch(name: str, service: dict, raw: dict, where: str, path: Path)
     args = engine_words(entrypoint + command, env)
     if args is None and ("vllm" not in image or not command or entrypoint):
         # not a vLLM engine: a GPU user (speech, TTS) is a fixed seat; the gateway or a database is not adopted
-        return _fixed_launch(name, service, raw, env, command, where)
+        launch = _fixed_launch(name, service, raw, env, command, where)
+        if launch is not None and "vllm" in image:
+            launch.warnings.append(f"{where}: service {name[:60]!r} runs vLLM's image, but its entrypoint {' '.join(entrypoint)[:80]!r} starts no "
+                                   "engine adopt can read (vllm serve, the module launcher, behind sh -c or exec): adopted as a fixed seat")
+        return launch
     args = args if args is not None else command
     launch = Launch(source=where, seat=name, args=args, env={key: value for key, value in env.items() if key not in GPU_KEYS},
                     env_notes=notes, warnings=warnings, **_started(path, name, where))

@@ -11,11 +11,12 @@ import re
 from pathlib import Path
 
 from seatplan.adopt.evidence import Launch
-from seatplan.adopt.readers.commands import engine_words, split_command
+from seatplan.adopt.readers.commands import engine_words, referenced, shell_expanded, split_command
 from seatplan.adopt.readers.dotenv import EnvText, read_env_text
 from seatplan.adopt.readers.text import GPU_KEYS, gpu_list, read_text
 from seatplan.adopt.readers.vllm_config import spliced
 from seatplan.engine.command import COMMAND_KEY
+from seatplan.engine.parse import split_shell_line
 from seatplan.errors import SeatplanError
 
 MAX_ENV_FILES = 1000
@@ -38,10 +39,14 @@ def read_env_file(path: Path) -> Launch | None:
     command_key = COMMAND_KEY if COMMAND_KEY in values else next((key for key, value in values.items() if _starts_vllm(value, values)), None)
     if command_key is None:
         return None
-    words = split_command(values[command_key], str(path))
+    if command_key == COMMAND_KEY:  # seatplan's own line, in the quoting engine.command writes (a `\$` is a literal $)
+        words = split_shell_line(values[command_key])
+    else:  # `$MODEL $VLLM_ARGS` inside a hand-written line: filled in from the same file, as a shell that sources it would
+        words = split_command(shell_expanded(values[command_key], values), str(path))
     args = engine_words(words, values)
     launch = Launch(source=str(path), seat=values.get("SEATPLAN_SEAT") or path.stem, args=args if args is not None else words,
-                    env={key: value for key, value in values.items() if key not in SEATPLAN_KEYS and key != command_key and key not in GPU_KEYS},
+                    env={key: value for key, value in values.items() if key not in SEATPLAN_KEYS and key != command_key and key not in GPU_KEYS
+                         and (command_key == COMMAND_KEY or key not in referenced(values[command_key]))},
                     health_url=values.get("SEATPLAN_HEALTH_URL"), warnings=list(env.problems), started_note=NOT_STARTED)
     launch.args, launch.config_note = spliced(launch.args, path.parent, str(path))
     for key in GPU_KEYS:

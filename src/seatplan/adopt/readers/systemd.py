@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seatplan.adopt.evidence import Launch
-from seatplan.adopt.readers.commands import engine_words
+from seatplan.adopt.readers.commands import engine_words, referenced
 from seatplan.adopt.readers.dotenv import read_env_text
 from seatplan.adopt.readers.text import GPU_KEYS, gpu_list, read_text
 from seatplan.adopt.readers.vllm_config import spliced
@@ -30,7 +30,6 @@ from seatplan.errors import SeatplanError
 MAX_UNITS = 1000
 _BRACED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _WORD_VARIABLE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
-_NAMED = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 
 
 @dataclass
@@ -141,7 +140,7 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
         args = engine_words(words, env)
         if args is None:
             continue
-        used = set(_NAMED.findall(value))  # variables the command line was built from are not the engine's environment
+        used = referenced(value)  # variables the command line was built from are not the engine's environment
         launch = Launch(source=where, seat=instance or unit_name.removesuffix(".service"), args=args,
                         env={key: item for key, item in env.items() if key not in used and key not in GPU_KEYS},
                         env_notes={key: notes[key] for key in env}, warnings=warnings,

@@ -59,3 +59,11 @@ def test_the_fixed_seat_example_writes_what_the_page_shows(tmp_path):
     for command, shown, given in run_console(adopt_block, tmp_path):
         assert sorted(given.splitlines()) == sorted(shown.splitlines()), command
     assert written(tmp_path / "speech.yaml", tmp_path) == block_after("adopt-fixed-fleet", text)
+
+
+def test_the_unit_the_page_shows_is_the_one_the_example_adopts():
+    """The ```ini block of "systemd units" is examples/adopt/env/coder.service's [Service] (the example above reads it)."""
+    shown = re.search(r"```ini\n(.*?)```\n", DOC.read_text(), re.S)
+    assert shown
+    unit = (REPO_ROOT / "examples" / "adopt" / "env" / "coder.service").read_text().splitlines()
+    assert all(line in unit for line in shown[1].splitlines())

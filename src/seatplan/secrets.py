@@ -125,6 +125,12 @@ def _mark(text: str, piece: str, hidden: list[bool]) -> None:
         start = text.find(piece, start + 1)
 
 
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The password a URL carries (``http://user:PASSWORD@host``), as the secrets to scrub from what its server says."""
+    password = dsn_password(url)
+    return (password,) if password else ()
+
+
 def redact_dsn(text: str) -> str:
     """A connection string (or a message quoting one) as it may be printed: every password in it replaced by ***."""
     hidden = _KEY_PASSWORD.sub(lambda match: match.group(1) + HIDDEN, _URL_PASSWORD.sub(lambda match: match.group(1) + HIDDEN + "@", text))

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
+import httpx2
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -430,7 +430,7 @@ def test_a_resolver_that_never_answers_is_left_behind_at_the_deadline(monkeypatc
 
     monkeypatch.setattr(socket, "getaddrinfo", hanging)
     try:
-        with BoundedClient("http://engine.lan:8000", TIMEOUT_S) as client, pytest.raises(httpx.ConnectTimeout) as failed:
+        with BoundedClient("http://engine.lan:8000", TIMEOUT_S) as client, pytest.raises(httpx2.ConnectTimeout) as failed:
             client.fetch("GET", "/version")
         assert asked == ["engine.lan"] and not released.is_set()
         assert client.problem(failed.value) == f"ConnectTimeout: no complete answer within {TIMEOUT_S:g} s"
@@ -455,6 +455,6 @@ def test_every_address_a_name_resolves_to_is_tried_in_turn(monkeypatch):
 
 
 def test_a_name_that_does_not_resolve_is_a_connect_error_naming_it():
-    with BoundedClient("http://no-such-host.invalid:8000", 5.0) as client, pytest.raises(httpx.ConnectError) as failed:
+    with BoundedClient("http://no-such-host.invalid:8000", 5.0) as client, pytest.raises(httpx2.ConnectError) as failed:
         client.fetch("GET", "/version")
     assert "no-such-host.invalid" in client.problem(failed.value)

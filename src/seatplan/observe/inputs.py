@@ -20,8 +20,10 @@ from seatplan.observe.logparse import parse_log
 from seatplan.observe.seatmap import SeatMap
 from seatplan.observe.sources.beszel import read_beszel
 from seatplan.observe.sources.nvidia_smi import read_nvidia_smi
+from seatplan.observe.sources.prometheus import TIMEOUT_S as PROMETHEUS_TIMEOUT_S
 from seatplan.observe.sources.prometheus import read_exposition_file, read_prometheus, read_prometheus_text
 from seatplan.observe.sources.shared import Rejections, number_of_lines
+from seatplan.observe.sources.vllm_metrics import TIMEOUT_S as METRICS_TIMEOUT_S
 from seatplan.observe.sources.vllm_metrics import read_vllm_metrics_url, vllm_stats
 from seatplan.units import human_bytes
 
@@ -94,7 +96,7 @@ def name_hosts(series: list[GpuSeries], names: dict[str, str]) -> None:
 
 def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_smi: list[str], prometheus: str | None,
                      since: str, step_seconds: int, utc_offset_s: int = 0,
-                     rejected: Rejections | None = None) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
+                     rejected: Rejections | None = None, timeout_s: float = PROMETHEUS_TIMEOUT_S) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
     series: list[GpuSeries] = []
     processes: list[ProcessSample] = []
     stats: list[EngineStats] = []
@@ -110,7 +112,8 @@ def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_s
     if prometheus:
         if prometheus.startswith(("http://", "https://")):
             end = time.time()
-            gpu, engine = read_prometheus(prometheus, start=end - duration_seconds(since), end=end, step_seconds=step_seconds)
+            gpu, engine = read_prometheus(prometheus, start=end - duration_seconds(since), end=end, step_seconds=step_seconds,
+                                          timeout_s=timeout_s)
         else:
             gpu, engine = read_prometheus_text(prometheus, rejected=rejected)
         series.extend(gpu)
@@ -118,11 +121,11 @@ def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_s
     return series, processes, stats
 
 
-def read_vllm_metrics(specs: list[str], rejected: Rejections | None = None) -> list[EngineStats]:
+def read_vllm_metrics(specs: list[str], rejected: Rejections | None = None, timeout_s: float = METRICS_TIMEOUT_S) -> list[EngineStats]:
     stats: list[EngineStats] = []
     for spec in specs:
         if spec.startswith(("http://", "https://")):
-            stats.extend(read_vllm_metrics_url(spec))
+            stats.extend(read_vllm_metrics_url(spec, timeout_s=timeout_s))
             continue
         path = Path(spec)
         samples, modified = read_exposition_file(path, rejected if rejected is not None else Rejections(), "vllm:* gauges")

@@ -24,8 +24,9 @@ from datetime import UTC, datetime, timedelta
 
 from seatplan.documents.observed import Boot, BootError, EngineStats
 from seatplan.errors import SeatplanError
+from seatplan.exposition import LATEST_EPOCH_S
 from seatplan.numeric_options import MAX_DEVICE_MEMORY_BYTES
-from seatplan.units import GiB, parse_bytes
+from seatplan.units import MAX_PARALLEL_SIZE, MAX_PID, GiB, parse_bytes, whole_number
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _DOCKER_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s")
@@ -233,14 +234,12 @@ def _journal_json(text: str) -> dict | None:
 
 
 def _journal_fields(record: dict) -> dict:
-    stamp = record.get("__REALTIME_TIMESTAMP")
-    at = None
-    if stamp and str(stamp).isdigit():
-        at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(stamp))
-    pid = record.get("_PID")
+    # microseconds since the epoch, bounded by the latest date a reader takes (a 400-digit stamp is no time)
+    stamp = whole_number(str(record.get("__REALTIME_TIMESTAMP", "")), maximum=int(LATEST_EPOCH_S) * 1_000_000)
+    at = None if stamp is None else datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=stamp)
     return {
         "stream": str(record.get("SYSLOG_IDENTIFIER") or record.get("_SYSTEMD_UNIT") or ""),
-        "pid": int(pid) if pid and str(pid).isdigit() else None,
+        "pid": whole_number(str(record.get("_PID", "")), maximum=MAX_PID),
         "at": at,
     }
 
@@ -384,7 +383,7 @@ def _config_fields(config: str) -> dict:
             value = value.strip("[]").split(",")[0].strip().strip("'\"")
         found.setdefault(item["key"], value)
     if "tensor_parallel_size" in found:
-        found["tensor_parallel_size"] = int(found["tensor_parallel_size"]) if found["tensor_parallel_size"].isdigit() else None
+        found["tensor_parallel_size"] = whole_number(found["tensor_parallel_size"], minimum=1, maximum=MAX_PARALLEL_SIZE)
     return found
 
 

@@ -28,7 +28,7 @@ from seatplan.documents.io import kind_said
 from seatplan.errors import SeatplanError
 from seatplan.secrets import dsn_password, redact_dsn
 from seatplan.usage import csvscan
-from seatplan.usage.api import GATEWAY_KEY_ENV, api_source
+from seatplan.usage.api import API_TIMEOUT_S, GATEWAY_KEY_ENV, api_source
 from seatplan.usage.csvscan import CsvScanner, Stopped
 from seatplan.usage.postgres import postgres_source
 from seatplan.usage.queries import (
@@ -87,14 +87,15 @@ def resolve_source(source: str | None) -> str:
 
 @contextmanager
 def open_source(source: str, request_id_from_tokens: int | None = None, fast_csv: bool = True,
-                key_env: str = GATEWAY_KEY_ENV, key_file: Path | None = None) -> Iterator[SpendLogSource]:
+                key_env: str = GATEWAY_KEY_ENV, key_file: Path | None = None, timeout_s: float = API_TIMEOUT_S) -> Iterator[SpendLogSource]:
     """``request_id_from_tokens``: the lowest any runaway threshold can be; a file keeps other rows' ids only
     where they are rejected (see :func:`queries.spend_groups_sql`). ``fast_csv``: try the compiled reader of
     plain CSV exports first (``csvscan.py``); False reads every file with DuckDB. ``key_env`` / ``key_file``:
-    where the key of an ``http(s)://`` gateway is (``api.py``)."""
+    where the key of an ``http(s)://`` gateway is (``api.py``); ``timeout_s``: each request to it, connect to last byte."""
     if source.startswith(("http://", "https://")):
         # the fetched rows are a JSON Lines export, read by DuckDB like any other
-        with api_source(source, key_env, key_file, request_id_from_tokens, lambda path, ids: _file_source(path, ids, False)) as fetched:
+        with api_source(source, key_env, key_file, request_id_from_tokens, lambda path, ids: _file_source(path, ids, False),
+                        timeout_s) as fetched:
             yield fetched
     elif is_dsn(source):
         with postgres_source(source, redact_dsn(source)) as opened:

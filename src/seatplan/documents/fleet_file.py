@@ -23,6 +23,7 @@ from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
 from seatplan.documents.io import KIND_NAMES, kind_said
 from seatplan.encode import control_character
 from seatplan.errors import SeatplanError
+from seatplan.fileio import check_input_file
 from seatplan.hub_names import parse_hub_id
 from seatplan.units import MAX_GPU_INDEX, whole_number
 
@@ -531,6 +532,7 @@ def _raise_problems(problems: list[FleetProblem], lines: dict[PathKey, int], dis
 
 def load_fleet(path: str | Path) -> LoadedFleet:
     fleet_path = Path(path)
+    check_input_file(fleet_path, "fleet file")
     try:
         with fleet_path.open("rb") as stream:
             raw = stream.read(MAX_FLEET_BYTES + 1)

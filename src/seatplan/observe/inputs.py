@@ -15,6 +15,7 @@ from seatplan.documents.plan import Plan
 from seatplan.engine.settings import EngineHost, engine_settings
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
+from seatplan.fileio import check_input_file
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
 from seatplan.observe.seatmap import SeatMap
@@ -58,6 +59,7 @@ def read_vllm_logs(specs: list[str], *, year: int | None, utc_offset_s: int = 0)
     for spec in specs:
         seat, _, path_text = spec.partition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
         path = Path(path_text)
+        check_input_file(path, "vLLM log")
         try:
             text = path.read_text(errors="replace")
         except OSError as problem:

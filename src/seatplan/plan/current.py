@@ -16,6 +16,7 @@ from seatplan.documents.io import read_bounded_json, read_plan
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_env, split_shell_line
 from seatplan.errors import SeatplanError
+from seatplan.fileio import check_input_file
 from seatplan.units import MAX_GPU_INDEX, whole_number
 
 # written by the render stage beside its files; read here as a document, not through render's code
@@ -74,6 +75,7 @@ def from_env_files(directory: Path, fleet: Fleet) -> CurrentLayout:
     gpus: dict[str, list[str]] = {}
     commands: dict[str, list[str]] = {}
     for env_file in sorted((directory / "env").glob("*.env")):
+        check_input_file(env_file, "env file")
         values = parse_env(env_file.read_text(encoding="utf-8", errors="replace"))
         seat = env_file.stem
         if COMMAND_KEY in values:

@@ -26,6 +26,7 @@ import numpy as np
 
 from seatplan.documents.io import kind_said
 from seatplan.errors import SeatplanError
+from seatplan.fileio import check_input_file
 from seatplan.secrets import dsn_password, redact_dsn
 from seatplan.usage import csvscan
 from seatplan.usage.api import API_TIMEOUT_S, GATEWAY_KEY_ENV, api_source
@@ -268,6 +269,7 @@ def detect_file_format(path: Path) -> SourceFormat:
 
 
 def _open_text(path: Path) -> Any:
+    check_input_file(path, "spend-log export")
     if path.name.lower().endswith(".gz"):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
     return path.open(encoding="utf-8", errors="replace", newline="")

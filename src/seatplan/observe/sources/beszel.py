@@ -22,6 +22,7 @@ import numpy as np
 
 from seatplan.errors import SeatplanError
 from seatplan.exposition import plausible_time
+from seatplan.fileio import check_input_file
 from seatplan.jsontext import loads_bounded
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.sources.shared import Rejections, series_of_points
@@ -48,6 +49,7 @@ def read_beszel(path: str | Path, *, system: str | None = None, rejected: Reject
     """
     db_path = Path(path)
     rejected = rejected if rejected is not None else Rejections()
+    check_input_file(db_path, "Beszel hub database")
     if not db_path.is_file():
         said = "is a folder, not the hub's database" if db_path.is_dir() else "no such file"
         raise SeatplanError(said, where=str(db_path), fix="pass the hub's data.db (Docker volume /beszel_data/data.db)")

@@ -21,6 +21,7 @@ import numpy as np
 from seatplan.documents.observed import ProcessSample
 from seatplan.errors import SeatplanError
 from seatplan.exposition import LATEST_EPOCH_S
+from seatplan.fileio import check_input_file
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.sources.shared import Rejections, number_of_lines, rejected_note
 from seatplan.units import MAX_GPU_INDEX, MAX_PID, whole_number
@@ -87,6 +88,7 @@ def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0,
     file_path = Path(path)
     source = str(file_path)
     rejected = rejected if rejected is not None else Rejections()
+    check_input_file(file_path, "nvidia-smi CSV")
     try:
         text = file_path.read_text(errors="replace")
     except OSError as problem:

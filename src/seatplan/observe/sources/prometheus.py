@@ -23,6 +23,7 @@ from seatplan.bounded_http import BoundedClient
 from seatplan.documents.observed import EngineStats
 from seatplan.errors import SeatplanError
 from seatplan.exposition import Sample, parse_exposition
+from seatplan.fileio import check_input_file
 from seatplan.jsontext import loads_bounded
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.sources.shared import Rejections, number_of_lines, rejected_note, series_of_points
@@ -45,6 +46,7 @@ def read_exposition_file(path: Path, rejected: Rejections, wanted: str) -> tuple
 
     A file with no sample line at all, or none of the ``wanted`` metric families, is an error saying what was expected.
     """
+    check_input_file(path, "exposition text")
     try:
         text = path.read_text(errors="replace")
         modified = path.stat().st_mtime

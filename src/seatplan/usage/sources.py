@@ -315,6 +315,7 @@ def _json_lines_from_clause(path: Path, keep_rejects: bool) -> str:
 def _file_source(path: Path, request_id_from_tokens: int | None, fast_csv: bool) -> Iterator[DuckDBFileSource]:
     if path.is_dir():
         raise SeatplanError("is a folder, not a spend-log export", where=str(path), fix=SOURCE_FIX)
+    check_input_file(path, "spend-log export")
     if not path.is_file():
         raise SeatplanError("no such file" if not path.exists() else "not a regular file", where=str(path), fix=SOURCE_FIX)
     source_format = detect_file_format(path)

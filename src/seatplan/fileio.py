@@ -27,16 +27,15 @@ def special_kind(mode: int) -> str | None:
 
 def check_input_file(path: Path, what: str) -> None:
     """An input must be a regular file (a symlink to one is): a FIFO would make the read wait for a writer for
-    ever, a device such as /dev/zero never ends. A path that is missing or unreadable is left to the reader's own
-    error, which names it."""
+    ever, a device such as /dev/zero never ends. A path that is missing, unreadable or a folder (which no read
+    waits on) is left to the reader's own error, which names it."""
     try:
         mode = path.stat().st_mode
     except (OSError, ValueError):
         return
     kind = special_kind(mode)
-    if kind is not None:
-        raise SeatplanError(f"the {what} is {kind}, not a file", where=str(path),
-                            fix=INPUT_FIX if kind != "a folder" else f"give the {what} file inside it")
+    if kind is not None and kind != "a folder":
+        raise SeatplanError(f"the {what} is {kind}, not a file", where=str(path), fix=INPUT_FIX)
 
 
 def read_bounded_bytes(path: Path, what: str, fix: str, max_bytes: int, too_large_fix: str | None = None) -> bytes:
@@ -49,7 +48,7 @@ def read_bounded_bytes(path: Path, what: str, fix: str, max_bytes: int, too_larg
         raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(path), fix=fix) from None
     try:
         kind = special_kind(os.fstat(descriptor).st_mode)
-        if kind is not None:
+        if kind is not None and kind != "a folder":  # a folder's read fails at once, with the reader's own words
             raise SeatplanError(f"the {what} is {kind}, not a file", where=str(path), fix=INPUT_FIX)
         with os.fdopen(descriptor, "rb", closefd=False) as stream:
             raw = stream.read(max_bytes + 1)

@@ -9,7 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from seatplan.adopt.assemble import Adopted, Noted, Tree, adopt
-from seatplan.adopt.engines import checked_base_url, probe_engine
+from seatplan.adopt.engines import checked_base_url, probe_engines
 from seatplan.adopt.evidence import EngineSeen, Route
 from seatplan.adopt.readers import read_launches
 from seatplan.adopt.readers.litellm import read_litellm_config
@@ -50,7 +50,7 @@ def _engines(sources: Sources, routes: list[Route]) -> list[EngineSeen]:
                 wanted.setdefault(checked_base_url(route.base_url, route.source), route.source)
             except SeatplanError:
                 continue  # the route's warning names it (assemble: no engine at that URL was read)
-    return [probe_engine(url, source, sources.timeout_s) for url, source in wanted.items()]
+    return probe_engines(wanted, sources.timeout_s)
 
 
 def adopt_sources(sources: Sources, display: str) -> Result:

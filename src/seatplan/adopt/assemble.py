@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 
 from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
@@ -66,8 +66,8 @@ def _url_host_port(url: str | None) -> tuple[str | None, int | None]:
     if not url:
         return None, None
     try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
+        parsed = httpx2.URL(url)
+    except (httpx2.InvalidURL, TypeError, ValueError):
         return None, None
     return (parsed.host or None), parsed.port or (443 if parsed.scheme == "https" else 80)
 

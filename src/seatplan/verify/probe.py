@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 
 from seatplan.bounded_http import SHOWN_CHARS, BoundedClient, body_text
 from seatplan.exposition import parse_exposition
@@ -73,7 +73,7 @@ def text_field(value: Any, what: str) -> str:
     return value
 
 
-_ANSWER_ERRORS = (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError)
+_ANSWER_ERRORS = (httpx2.HTTPError, ValueError, KeyError, TypeError, IndexError)
 
 
 class Endpoint:
@@ -114,13 +114,13 @@ def observe_engine(expectation: SeatExpectation, settings: ProbeSettings) -> Eng
     seen = EngineObservation()
     try:
         opened = BoundedClient(expectation.base_url, settings.timeout_s, settings.secrets)
-    except httpx.InvalidURL as error:  # an address from the fleet file that is no host
+    except httpx2.InvalidURL as error:  # an address from the fleet file that is no host
         seen.unreachable = clipped(f"InvalidURL: {error}", SHOWN_CHARS)
         return seen
     with opened as client:
         try:
             seen.version = client.shown(text_field(_object(client.json("GET", "/version"))["version"], "version"))
-        except httpx.TransportError as error:
+        except httpx2.TransportError as error:
             seen.unreachable = client.problem(error)
             return seen
         except _ANSWER_ERRORS as error:

@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from kits.cli import run_cli
+from seatplan.adopt.assemble import adopt as assemble_adopt
+from seatplan.adopt.evidence import EngineSeen
 
 SMI = "index, name, uuid, memory.total [MiB], memory.reserved [MiB], memory.used [MiB]\n" + "".join(
     f"{index}, NVIDIA H100 80GB HBM3, GPU-{index}aaaaaaa-1111-2222-3333-44444444444{index}, 81559 MiB, 551 MiB, 1000 MiB\n" for index in range(4))
@@ -317,3 +319,15 @@ def test_vllms_image_with_an_entrypoint_adopt_cannot_read_says_so(tmp_path, caps
     services = engine(tail="    entrypoint: [/start.sh]\n")
     done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services))
     assert done.seat("qwen")["engine"] == "fixed" and "runs vLLM's image, but its entrypoint '/start.sh'" in done.err
+
+
+@pytest.mark.parametrize("label", ["9" * 400, "٨٠٠٦", "²", "1e30", str(2**60)])
+def test_an_engines_kv_label_that_no_gpu_holds_is_not_taken(label):
+    """/metrics' cache_config_info as a hostile engine could write it (the HTTP side is tests/harden's)."""
+    seen = EngineSeen(base_url="http://127.0.0.1:9", source="--engine", models=[{"id": "q", "root": "Qwen/Qwen3-8B", "max_model_len": 10**400}],
+                      version="0.32.0", cache_labels={"kv_cache_memory_bytes": label})
+    adopted = assemble_adopt([], [], [seen], [])
+    seat = adopted.tree["seats"][0]
+    assert seat["kv_cache_memory_bytes"].value == "TODO"
+    assert seat["max_model_len"].value == "TODO"
+    assert any("is no byte count a GPU holds" in warning for warning in adopted.warnings)

@@ -62,7 +62,7 @@ def test_nvidia_smi_reads_back_every_gpu(gpus, units, reserved_column):
     ("index, name, uuid, memory.total [MiB]\n0, H100, GPU-1, 81559 MiB\n0, H100, GPU-1, 81559 MiB\n", "appears twice"),
     ("index, name, uuid, memory.total [MiB]\n0, H100, GPU-1\n", "fields under a header"),
     ("index, name, uuid, memory.total [MiB]\n", "no GPU"),
-    ("index, name, uuid, memory.total [MiB]\n-1, H100, GPU-1, 81559 MiB\n", "not a whole number"),
+    ("index, name, uuid, memory.total [MiB]\n-1, H100, GPU-1, 81559 MiB\n", "index is .-1., outside 0..4,095"),
 ])
 def test_nvidia_smi_refuses_what_it_cannot_read(text, said):
     with pytest.raises(SeatplanError, match=said) as raised:

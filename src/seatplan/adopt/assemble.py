@@ -21,6 +21,7 @@ from seatplan.adopt.secrets import is_secret
 from seatplan.documents.fleet_file import TODO
 from seatplan.encode import name_problem
 from seatplan.errors import SeatplanError
+from seatplan.units import MAX_GPU_INDEX, MAX_PLAUSIBLE_BYTES, whole_number
 from seatplan.versions import modelled, try_release
 
 VLLM_DEFAULT_PORT = 8000  # vLLM 0.32 vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`
@@ -218,8 +219,9 @@ def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> N
         return Noted(TODO, why)
     indices: list[int] = []
     for word in launch.gpus:
-        if word.isdigit() and len(word) <= 4:
-            indices.append(int(word))
+        index = whole_number(word, maximum=MAX_GPU_INDEX)
+        if index is not None:
+            indices.append(index)
             continue
         by_uuid = [reading.index for reading in readings if reading.uuid == word]
         if len(by_uuid) == 1:
@@ -235,7 +237,7 @@ def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> N
         why = f"{launch.gpus_source} names GPU {', '.join(map(str, unlisted))}, which nvidia-smi does not list ({readings[0].source.rsplit(':', 1)[0]})"
         warnings.append(f"seat {seat.name}: {why}: current_layout is TODO")
         return Noted(TODO, why)
-    note = launch.gpus_source + (" (UUIDs through nvidia-smi)" if any(not word.isdigit() for word in launch.gpus) else "")
+    note = launch.gpus_source + (" (UUIDs through nvidia-smi)" if any(whole_number(word, maximum=MAX_GPU_INDEX) is None for word in launch.gpus) else "")
     return Noted(indices[0] if len(indices) == 1 else indices, note)
 
 
@@ -244,7 +246,8 @@ def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> N
 
 def _card_int(seat: _Seat, key: str) -> int | None:
     value = seat.card.get(key) if seat.card else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    # an engine's JSON is foreign text: a context beyond 2**31 tokens is no model's (a hostile or broken answer)
+    return whole_number(value, minimum=1, maximum=2**31) if isinstance(value, int) else None
 
 
 def _label(seat: _Seat, key: str) -> str | None:
@@ -378,7 +381,10 @@ def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:
     label = _label(seat, "kv_cache_memory_bytes")
     # vLLM exports every CacheConfig field as str(value), so an unset kv_cache_memory_bytes reads "None"
     # (vLLM 0.32 vllm/config/cache.py:322 CacheConfig.metrics_info, vllm/v1/metrics/loggers.py:1114 log_metrics_info)
-    running = int(label) if label is not None and label.isdigit() else None
+    running = whole_number(label, maximum=MAX_PLAUSIBLE_BYTES) if label is not None and label != "None" else None
+    if label is not None and label != "None" and running is None:
+        warnings.append(f"seat {seat.name}: GET {seat.engine.base_url if seat.engine else ''}/metrics: kv_cache_memory_bytes {label[:40]!r} is no "
+                        f"byte count a GPU holds (ASCII digits, at most {MAX_PLAUSIBLE_BYTES:,}): not taken")
     metrics = f"GET {seat.engine.base_url if seat.engine else ''}/metrics vllm:cache_config_info kv_cache_memory_bytes"
     picked = _pick(seat, "kv_cache_memory_bytes", running, metrics, warnings)
     if picked is not None:

@@ -25,6 +25,7 @@ from seatplan.adopt.readers.vllm_config import spliced
 from seatplan.engine.endpoint import DEFAULT_PORT
 from seatplan.engine.parse import read_vllm_args
 from seatplan.errors import SeatplanError
+from seatplan.units import whole_number
 
 
 def read_compose(path: Path) -> tuple[list[Launch], list[str]]:
@@ -267,7 +268,7 @@ def _fixed_launch(name: str, service: dict, raw: dict, env: dict[str, str], comm
     if named is not None:
         launch.gpus, launch.gpus_source = named
     for word in launch.gpus or []:
-        if not (re.fullmatch(r"[0-9]{1,4}", word) and int(word) <= MAX_DEVICE_INDEX) and not GPU_UUID.fullmatch(word):
+        if whole_number(word, maximum=MAX_DEVICE_INDEX) is None and not GPU_UUID.fullmatch(word):
             raise SeatplanError(f"service {name[:60]!r} names GPU {word[:60]!r}, neither a device index (0 to {MAX_DEVICE_INDEX}) nor a GPU UUID",
                                 where=where, fix="write the GPUs as nvidia-smi names them: an index (0, 1) or a UUID (GPU-...)")
     published = _first_published(read_ports(service.get("ports"), where))

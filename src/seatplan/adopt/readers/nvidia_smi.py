@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import re
 import subprocess
 from pathlib import Path
 
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, GpuReading
 from seatplan.adopt.readers.text import MAX_FILE_BYTES, host_and_path, read_text
 from seatplan.errors import SeatplanError
+from seatplan.units import MAX_GPU_INDEX, MAX_PID, MAX_PLAUSIBLE_BYTES, strict_whole_number
 
 SMI_QUERY = "index,name,uuid,memory.total,memory.reserved,memory.used"
 
@@ -38,7 +38,7 @@ def read_smi_csv(text: str, source: str, host: str | None) -> list[GpuReading]:
                                 fix=f"give the whole output of nvidia-smi --query-gpu={SMI_QUERY} --format=csv")
         values = dict(zip(header, cells))
         reserved, used = values.get("memory.reserved"), values.get("memory.used")
-        gpus.append(GpuReading(host=host, index=_whole(values["index"], "index", where), name=values["name"], uuid=values["uuid"],
+        gpus.append(GpuReading(host=host, index=_whole(values["index"], "index", where, MAX_GPU_INDEX), name=values["name"], uuid=values["uuid"],
                                total_mib=_mib(values["memory.total"], "memory.total", where),
                                reserved_mib=None if reserved is None else _mib(reserved, "memory.reserved", where), source=where,
                                used_mib=None if used is None or used.startswith("[") else _mib(used, "memory.used", where)))
@@ -51,16 +51,14 @@ def read_smi_csv(text: str, source: str, host: str | None) -> list[GpuReading]:
     return gpus
 
 
-def _whole(cell: str, what: str, where: str, digits: int = 6) -> int:
-    # ASCII digits only: str.isdigit() also takes "²" and "٨٠٠٦", which no nvidia-smi prints
-    if not re.fullmatch(f"[0-9]{{1,{digits}}}", cell, re.ASCII):
-        raise SeatplanError(f"{what} {cell[:40]!r} is not a whole number", where=where, fix="give nvidia-smi's own CSV output")
-    return int(cell)
+def _whole(cell: str, what: str, where: str, maximum: int) -> int:
+    # units.strict_whole_number: ASCII digits only (str.isdigit() also takes "²" and "٨٠٠٦", which no nvidia-smi prints), bounded
+    return strict_whole_number(cell, field=what, where=where, maximum=maximum, fix="give nvidia-smi's own CSV output")
 
 
 def _mib(cell: str, what: str, where: str) -> int:
     number = cell.removesuffix("MiB").strip()
-    return _whole(number, f"{what} (MiB)", where)
+    return _whole(number, f"{what} (MiB)", where, MAX_PLAUSIBLE_BYTES // 2**20)
 
 
 def read_smi_file(spec: str) -> list[GpuReading]:
@@ -90,7 +88,7 @@ def read_compute_apps(text: str, source: str) -> list[ComputeApp]:
             raise SeatplanError(f"{len(cells)} fields under a header of {len(header)}", where=where, fix=f"give the whole output of {fix.removeprefix('run ')}")
         values = dict(zip(header, cells))
         used = values.get("used_memory", values.get("used_gpu_memory", ""))
-        apps.append(ComputeApp(pid=_whole(values["pid"], "pid", where, digits=10), process_name=values.get("process_name", "")[:200],
+        apps.append(ComputeApp(pid=_whole(values["pid"], "pid", where, MAX_PID), process_name=values.get("process_name", "")[:200],
                                gpu_uuid=values["gpu_uuid"], used_mib=None if used.startswith("[") else _mib(used, "used_memory", where), source=where))
     if header is None:
         raise SeatplanError("the compute-apps CSV is empty (not even its header)", where=source, fix=fix)

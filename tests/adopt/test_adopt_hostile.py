@@ -8,6 +8,9 @@ warning, or the correct value; never a traceback, a hang, a leaked secret, or a 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -331,3 +334,24 @@ def test_an_engines_kv_label_that_no_gpu_holds_is_not_taken(label):
     assert seat["kv_cache_memory_bytes"].value == "TODO"
     assert seat["max_model_len"].value == "TODO"
     assert any("is no byte count a GPU holds" in warning for warning in adopted.warnings)
+
+
+@pytest.mark.parametrize("option", ["--compose", "--litellm-config", "--nvidia-smi", "--env-dir", "--systemd"])
+def test_a_fifo_given_or_met_is_an_error_or_skipped_never_a_hang(tmp_path, option):
+    """A FIFO as the file itself (an error naming it), or as an env file or unit inside a directory (not a regular
+    file: not read); run as a child process with a deadline, so a hang fails the test instead of stalling it."""
+    folder = tmp_path / "dir"
+    folder.mkdir()
+    os.mkfifo(folder / ("x.service" if option == "--systemd" else "x.env"))
+    os.mkfifo(tmp_path / "pipe.yaml")
+    (folder / "y.env").write_text("CMD=vllm serve Qwen/Qwen3-8B --port 8001\n")
+    given = str(folder) if option in ("--env-dir", "--systemd") else str(tmp_path / "pipe.yaml")
+    extra = ["--compose", compose(tmp_path, engine())] if option in ("--nvidia-smi", "--systemd") else []
+    done = subprocess.run([sys.executable, "-c", "from seatplan.cli import main; main()", "adopt", option, given, *extra,
+                           "-o", str(tmp_path / "f.yaml")], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")})
+    assert "Traceback" not in done.stderr
+    if option in ("--env-dir", "--systemd"):
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 2 and "pipe.yaml" in done.stderr and "fix:" in done.stderr

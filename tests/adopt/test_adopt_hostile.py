@@ -355,3 +355,18 @@ def test_a_fifo_given_or_met_is_an_error_or_skipped_never_a_hang(tmp_path, optio
         assert done.returncode == 0, done.stderr
     else:
         assert done.returncode == 2 and "pipe.yaml" in done.stderr and "fix:" in done.stderr
+
+
+def test_a_unit_that_runs_vllms_image_with_docker_run(tmp_path, capsys, monkeypatch):
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "qwen.service").write_text(
+        "[Service]\nEnvironment=TAG=v0.11.0\n"
+        "ExecStartPre=-/usr/bin/docker rm -f qwen\n"
+        "ExecStart=/usr/bin/docker run --rm --name qwen --gpus '\"device=1,1\"' -p 127.0.0.1:8006:8000 \\\n"
+        f"    -e HF_TOKEN={HF} --ipc=host vllm/vllm-openai:${{TAG}} --model Qwen/Qwen3-8B --max-model-len 8K\n"
+        "ExecStop=/usr/bin/docker stop qwen\n")
+    done = adopt(tmp_path, capsys, monkeypatch, "--systemd", f"box={units}")
+    seat = done.seat("qwen")
+    assert (seat["model"], seat["port"], seat["max_model_len"], done.data["current_layout"]["qwen"]) == ("Qwen/Qwen3-8B", 8006, 8192, 1)
+    assert seat["env"] == {"HF_TOKEN": {"from_host_env": "HF_TOKEN"}} and seat["started_by"] == {"systemd_unit": "qwen.service"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from seatplan.engine.parse import launcher_args
 from seatplan.errors import SeatplanError
@@ -120,3 +121,54 @@ def _shell_words(script: str) -> list[str]:
 def engine_words(words: list[str], env: Mapping[str, str]) -> list[str] | None:
     """The engine's arguments (after ``vllm serve`` or the module launcher), wrappers taken off; None if it starts none."""
     return launcher_args(unwrapped(words, env))
+
+
+# `docker run` / `podman run` options that take a value (the Docker CLI reference, "docker container run"); every other
+# option before the image is a switch. The image's entrypoint is vLLM's server where the image is vLLM's.
+_DOCKER_VALUED = {"-p", "--publish", "-e", "--env", "--env-file", "-v", "--volume", "--name", "--gpus", "--ipc", "--shm-size",
+                  "--network", "--net", "-w", "--workdir", "--entrypoint", "--runtime", "--restart", "--mount", "--device", "-u",
+                  "--user", "-l", "--label", "--cpus", "--memory", "-m", "--ulimit", "--log-driver", "--log-opt", "--add-host",
+                  "--hostname", "-h", "--pull", "--platform", "--cidfile", "--security-opt", "--cap-add", "--cap-drop",
+                  "--group-add", "--tmpfs", "--cpuset-cpus", "--pid", "--userns", "--stop-signal", "--stop-timeout"}
+
+
+@dataclass
+class DockerRun:
+    """A ``docker run … IMAGE ARGS`` that starts vLLM's image: the engine's arguments and what the run names around them."""
+
+    args: list[str]
+    image: str
+    gpus: list[str] | None = None  # --gpus device=0,1 (None: all, a count, or none named)
+    ports: list[str] = field(default_factory=list)  # -p values as written
+    env: dict[str, str] = field(default_factory=dict)  # -e KEY=VALUE
+    env_files: list[str] = field(default_factory=list)
+
+
+def docker_run(words: list[str]) -> DockerRun | None:
+    """``docker run`` (or podman) of vLLM's image, with the server as its entrypoint; None for anything else."""
+    words = unwrapped(words, {})
+    if len(words) < 3 or words[0].rsplit("/", 1)[-1] not in ("docker", "podman") or words[1] != "run":
+        return None
+    options: list[tuple[str, str]] = []
+    position = 2
+    while position < len(words) and words[position].startswith("-"):
+        name, equals, value = words[position].partition("=")
+        if not equals and name in _DOCKER_VALUED and position + 1 < len(words):
+            value, position = words[position + 1], position + 1
+        options.append((name, value))
+        position += 1
+    if position >= len(words) or "vllm" not in words[position] or any(name == "--entrypoint" for name, _ in options):
+        return None
+    found = DockerRun(args=words[position + 1 :], image=words[position])
+    for name, value in options:
+        if name == "--gpus":
+            device = value.strip("'\"")
+            found.gpus = device.removeprefix("device=").split(",") if device.startswith("device=") else None
+        elif name in ("-p", "--publish"):
+            found.ports.append(value)
+        elif name in ("-e", "--env") and "=" in value:
+            key, _, item = value.partition("=")
+            found.env[key] = item
+        elif name == "--env-file":
+            found.env_files.append(value)
+    return found

@@ -17,13 +17,11 @@ from typing import Any
 from seatplan.adopt.evidence import Launch
 from seatplan.adopt.fleet_rules import seat_value_problem
 from seatplan.adopt.readers.commands import engine_words, split_command
-from seatplan.adopt.readers.compose_ports import PortMapping, read_ports
+from seatplan.adopt.readers.compose_ports import PortMapping, published_port, read_ports
 from seatplan.adopt.readers.dotenv import read_env_text
 from seatplan.adopt.readers.healthcheck import healthcheck_url
 from seatplan.adopt.readers.text import GPU_KEYS, child, gpu_list, line_of, read_text, read_yaml
 from seatplan.adopt.readers.vllm_config import spliced
-from seatplan.engine.endpoint import DEFAULT_PORT
-from seatplan.engine.parse import read_vllm_args
 from seatplan.errors import SeatplanError
 from seatplan.units import whole_number
 
@@ -180,7 +178,7 @@ def _compose_launch(name: str, service: dict, raw: dict, where: str, path: Path)
     named = _service_gpus(service, env, where)
     if named is not None:
         (launch.gpus, launch.gpus_source), launch.device = named, "cuda"
-    launch.published_port, launch.port_unknown = _published_port(read_ports(service.get("ports"), where), launch.args, where)
+    launch.published_port, launch.port_unknown = published_port(read_ports(service.get("ports"), where), launch.args, where)
     return launch
 
 
@@ -332,19 +330,3 @@ def _device_ids(service: dict, where: str) -> list[str] | None:
     ids = [str(device_id) for device in devices if isinstance(device, dict) and isinstance(device.get("device_ids"), list)
            for device_id in device["device_ids"]]
     return ids or None
-
-
-def _published_port(mappings: list[PortMapping], args: list[str], where: str) -> tuple[int | None, str]:
-    """The host port compose publishes the engine's ``--port`` (vLLM's default 8000) on (None where it publishes
-    none), and why it is not known where compose picks it."""
-    try:
-        container = read_vllm_args(args).whole("--port") or DEFAULT_PORT
-    except ValueError:
-        container = DEFAULT_PORT  # the flag's own warning comes from the seat's arguments
-    for mapping in mappings:
-        if mapping.container == container and mapping.protocol == "tcp":
-            if mapping.host is None:
-                return None, (f"{where}: ports {mapping.written!r}: compose picks the host port for container port {container} "
-                              "(no host port, or a range, is named), so the port the engine is reached on is not in the file")
-            return mapping.host, ""
-    return None, ""

@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from seatplan.engine.endpoint import DEFAULT_PORT
+from seatplan.engine.parse import read_vllm_args
 from seatplan.errors import SeatplanError
 
 _RANGE = re.compile(r"([0-9]{1,5})(?:-([0-9]{1,5}))?", re.ASCII)
@@ -82,3 +84,19 @@ def _long(entry: dict, where: str) -> list[PortMapping]:
     host = _range(str(published), where, written) if published is not None and str(published) != "" else None
     address = entry.get("host_ip")
     return _pairs(host, container, None if address in (None, "", "0.0.0.0", "::") else str(address), str(entry.get("protocol") or "tcp"), written)
+
+
+def published_port(mappings: list[PortMapping], args: list[str], where: str) -> tuple[int | None, str]:
+    """The host port compose publishes the engine's ``--port`` (vLLM's default 8000) on (None where it publishes
+    none), and why it is not known where compose picks it."""
+    try:
+        container = read_vllm_args(args).whole("--port") or DEFAULT_PORT
+    except ValueError:
+        container = DEFAULT_PORT  # the flag's own warning comes from the seat's arguments
+    for mapping in mappings:
+        if mapping.container == container and mapping.protocol == "tcp":
+            if mapping.host is None:
+                return None, (f"{where}: ports {mapping.written!r}: compose picks the host port for container port {container} "
+                              "(no host port, or a range, is named), so the port the engine is reached on is not in the file")
+            return mapping.host, ""
+    return None, ""

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seatplan.adopt.evidence import Launch
-from seatplan.adopt.readers.commands import engine_words, referenced
+from seatplan.adopt.readers.commands import docker_run, engine_words, referenced
+from seatplan.adopt.readers.compose_ports import published_port, read_ports
 from seatplan.adopt.readers.dotenv import read_env_text
 from seatplan.adopt.readers.text import GPU_KEYS, gpu_list, read_text
 from seatplan.adopt.readers.vllm_config import spliced
@@ -138,6 +139,13 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
         where = f"{unit.path}:{number}"
         words = _exec_words(specifiers(value, unit_name, instance), env, where)
         args = engine_words(words, env)
+        run = docker_run(words) if args is None else None
+        if run is not None:  # `docker run … vllm/vllm-openai ARGS`: the unit runs vLLM's image
+            args = run.args
+            env = {**env, **run.env}
+            notes |= {key: where for key in run.env}
+            warnings += [f"{where}: docker run --env-file {named[:80]}: not read (its variables are the container's; give them with -e, "
+                         "or copy the file and adopt its variables by hand)" for named in run.env_files]
         if args is None:
             continue
         used = referenced(value)  # variables the command line was built from are not the engine's environment
@@ -146,6 +154,10 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
                         env_notes={key: notes[key] for key in env}, warnings=warnings,
                         started_by={"systemd_unit": unit_name}, started_note=f"{where}: the unit that runs it")
         launch.args, launch.config_note = spliced(launch.args, unit.path.parent, where)
+        if run is not None:
+            launch.published_port, launch.port_unknown = published_port(read_ports(run.ports, where), launch.args, where)
+            if run.gpus is not None:
+                launch.gpus, launch.gpus_source, launch.device = gpu_list(",".join(run.gpus)), f"{where}: docker run --gpus", "cuda"
         for key in GPU_KEYS:
             if key in env:
                 launch.gpus, launch.gpus_source, launch.device = gpu_list(env[key]), f"{notes[key]}: {key}", "cuda"

@@ -6,7 +6,8 @@ drawn at random: a compose service (YAML anchors and merge keys, ``${VAR}`` from
 ``env_file:``, short or long port syntax, ``device_ids`` as indices or UUIDs, repeated), an env file holding the
 whole command (``export``, quotes, CRLF, ``\\``-continued lines), a systemd unit whose ``ExecStart=`` builds the
 command from ``EnvironmentFile=`` variables (``vllm serve ${MODEL} $VLLM_ARGS``), a template unit
-``vllm@.service`` with ``%i``, or a ``sh -c "exec vllm serve …"`` wrapper. Counts are written in vLLM's own
+``vllm@.service`` with ``%i``, a ``sh -c "exec vllm serve …"`` wrapper, or a unit that runs vLLM's image with
+``docker run --gpus … -p … -e …``. Counts are written in vLLM's own
 syntax (``32K``, ``40k``, ``16G``). Secrets sit in the files (``HF_TOKEN=hf_…``, ``--api-key sk-…``). The gateway
 config reaches each engine by the host's name, the compose service's name or ``host.docker.internal``.
 
@@ -33,7 +34,7 @@ MODELS = {"Qwen--Qwen3-0.6B": (4096, 40960), "Qwen--Qwen3-4B": (4096, 40960), "Q
 MODEL_DIR = Path(__file__).parents[1] / "fixtures" / "models"
 GPU_MIB = (81559, 97871, 143771)
 HOST = "gpu-box"
-STYLES = ("compose", "env", "unit", "template", "shell")
+STYLES = ("compose", "env", "unit", "template", "shell", "docker")
 
 
 @dataclass
@@ -151,6 +152,15 @@ def write_deployment(seats: list[Drawn], gpus: list[tuple[int, int, str]], rng: 
             services[seat.name] = service
             continue
         devices = ",".join(uuid[index] if rng.random() < 0.3 else str(index) for index in seat.gpus)
+        if seat.style == "docker":  # a unit that runs vLLM's image; the engine listens on 8000 in the container
+            args = engine_args(seat, rng, port=0)
+            env_options = " ".join(f"-e {key}={value}" for key, value in {**plain, **secrets}.items())
+            quoted = " ".join(f"'{word}'" if any(char in word for char in ' "{}') else word for word in args)
+            (unit_dir / f"{seat.name}.service").write_text(
+                f"[Service]\nExecStartPre=-/usr/bin/docker rm -f {seat.name}\n"
+                f"ExecStart=/usr/bin/docker run --rm --name {seat.name} --gpus '\"device={devices}\"' -p {seat.port}:8000 \\\n"
+                f"    {env_options} --ipc=host vllm/vllm-openai:v0.32.0 {quoted}\n")
+            continue
         args = engine_args(seat, rng)
         if seat.style == "env":
             command = "vllm serve " + " ".join(_quote(word) for word in args)
@@ -199,7 +209,7 @@ def write_deployment(seats: list[Drawn], gpus: list[tuple[int, int, str]], rng: 
         options += ["--compose", f"{HOST}={compose_dir / 'compose.yaml'}"]
     if any(seat.style == "env" for seat in seats):
         options += ["--env-dir", f"{HOST}={env_dir}"]
-    if any(seat.style in ("unit", "template", "shell") for seat in seats):
+    if any(seat.style in ("unit", "template", "shell", "docker") for seat in seats):
         options += ["--systemd", f"{HOST}={unit_dir}"]
     options += ["--litellm-config", str(_litellm(seats, rng, root))]
     return options

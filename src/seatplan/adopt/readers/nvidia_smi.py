@@ -4,10 +4,10 @@ processes (``--query-compute-apps``), from a saved CSV or run on this host under
 from __future__ import annotations
 
 import contextlib
-import csv
 import subprocess
 from pathlib import Path
 
+from seatplan import smi_csv
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, GpuReading
 from seatplan.adopt.readers.text import MAX_FILE_BYTES, host_and_path, read_text
 from seatplan.errors import SeatplanError
@@ -18,15 +18,11 @@ SMI_QUERY = "index,name,uuid,memory.total,memory.reserved,memory.used"
 
 def read_smi_csv(text: str, source: str, host: str | None) -> list[GpuReading]:
     """``nvidia-smi --query-gpu=index,name,uuid,memory.total[,memory.reserved] --format=csv[,nounits]``."""
-    rows = list(csv.reader(text.splitlines(), skipinitialspace=True))
     header: list[str] | None = None
     gpus: list[GpuReading] = []
-    for number, row in enumerate(rows, start=1):
-        if not row or not "".join(row).strip():
-            continue
-        cells = [cell.strip() for cell in row]
+    for number, cells in smi_csv.rows(text):
         if header is None or cells[0].startswith("index"):
-            header = [cell.split(" [")[0].strip() for cell in cells]
+            header = smi_csv.header_fields(cells)
             missing = {"index", "name", "uuid", "memory.total"} - set(header)
             if missing:
                 raise SeatplanError(f"the nvidia-smi CSV lacks {', '.join(sorted(missing))}", where=f"{source}:{number}",
@@ -41,7 +37,7 @@ def read_smi_csv(text: str, source: str, host: str | None) -> list[GpuReading]:
         gpus.append(GpuReading(host=host, index=_whole(values["index"], "index", where, MAX_GPU_INDEX), name=values["name"], uuid=values["uuid"],
                                total_mib=_mib(values["memory.total"], "memory.total", where),
                                reserved_mib=None if reserved is None else _mib(reserved, "memory.reserved", where), source=where,
-                               used_mib=None if used is None or used.startswith("[") else _mib(used, "memory.used", where)))
+                               used_mib=None if used is None or smi_csv.not_known(used) else _mib(used, "memory.used", where)))
     if not gpus:
         raise SeatplanError("no GPU in the nvidia-smi output", where=source, fix=f"run nvidia-smi --query-gpu={SMI_QUERY} --format=csv")
     indices = [gpu.index for gpu in gpus]
@@ -73,13 +69,10 @@ def read_compute_apps(text: str, source: str) -> list[ComputeApp]:
     apps: list[ComputeApp] = []
     header: list[str] | None = None
     fix = f"run nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv"
-    for number, row in enumerate(csv.reader(text.splitlines(), skipinitialspace=True), start=1):
-        cells = [cell.strip() for cell in row]
-        if not "".join(cells):
-            continue
+    for number, cells in smi_csv.rows(text):
         where = f"{source}:{number}"
         if header is None:
-            header = [cell.split(" [")[0].strip() for cell in cells]
+            header = smi_csv.header_fields(cells)
             missing = {"pid", "gpu_uuid", "used_gpu_memory"} - {"used_gpu_memory" if name == "used_memory" else name for name in header}
             if missing:
                 raise SeatplanError(f"the compute-apps CSV lacks {', '.join(sorted(missing))}", where=where, fix=fix)
@@ -89,7 +82,7 @@ def read_compute_apps(text: str, source: str) -> list[ComputeApp]:
         values = dict(zip(header, cells))
         used = values.get("used_memory", values.get("used_gpu_memory", ""))
         apps.append(ComputeApp(pid=_whole(values["pid"], "pid", where, MAX_PID), process_name=values.get("process_name", "")[:200],
-                               gpu_uuid=values["gpu_uuid"], used_mib=None if used.startswith("[") else _mib(used, "used_memory", where), source=where))
+                               gpu_uuid=values["gpu_uuid"], used_mib=None if smi_csv.not_known(used) else _mib(used, "used_memory", where), source=where))
     if header is None:
         raise SeatplanError("the compute-apps CSV is empty (not even its header)", where=source, fix=fix)
     return apps

@@ -24,13 +24,10 @@ from seatplan.exposition import LATEST_EPOCH_S
 from seatplan.fileio import check_input_file
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.sources.shared import Rejections, number_of_lines, rejected_note
+from seatplan.smi_csv import header_fields, not_known
 from seatplan.units import MAX_GPU_INDEX, MAX_PID, whole_number
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def _header_fields(row: list[str]) -> list[str]:
-    return [cell.strip().split(" [")[0].strip() for cell in row]
 
 
 def _mib(cell: str) -> float:
@@ -39,7 +36,7 @@ def _mib(cell: str) -> float:
         return float(cell.split(None, 1)[0])
     except (ValueError, IndexError):
         match = _NUMBER.search(cell)
-        return float(match.group(0)) if match and "N/A" not in cell and "Not Supported" not in cell else math.nan
+        return float(match.group(0)) if match and not not_known(cell) else math.nan
 
 
 _SMI_TIME_FIX = str.maketrans({"/": "-", " ": "T"})
@@ -100,7 +97,7 @@ def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0,
         if not row or not row[0].strip():
             continue
         if row[0][:1] not in "0123456789" and not row[0].startswith("GPU-"):
-            header = _header_fields(row)  # a repeated header (a looping script) just restarts the columns
+            header = header_fields(row)  # a repeated header (a looping script) just restarts the columns
             continue
         where = f"{file_path}:{number}"
         if header is None:
@@ -164,7 +161,7 @@ def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int, rejected: 
     used = np.array([_mib(cell) for cell in columns.used])
     # [N/A] / [Not Supported] stay as NaN (nvidia-smi did not know; detect skips them); NaN or inf written as a number,
     # or a negative reading, is damage.
-    unknown = np.array(["N/A" in cell or "Not Supported" in cell for cell in columns.used])
+    unknown = np.array([not_known(cell) for cell in columns.used])
     readable = ~np.isnan(times) & (index >= 0) & ((np.isfinite(used) & (used >= 0)) | unknown)
     for position in np.flatnonzero(~readable).tolist():
         where = f"{source}:{columns.lines[position]}"

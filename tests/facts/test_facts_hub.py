@@ -407,10 +407,12 @@ class HostileHub(HostileServer):
         super().__init__(answer)
 
 
-def hostile_env(hub: dict, home: Path, endpoint: str, **extra: str) -> dict[str, str | None]:
-    """seatplan_env for a run through ``endpoint``, a 2 s deadline per Hub request, no HF_ setting inherited."""
+def hostile_env(hub: dict, home: Path, endpoint: str, deadline_s: float = 30, **extra: str) -> dict[str, str | None]:
+    """seatplan_env for a run through ``endpoint`` with ``deadline_s`` per Hub request (short where a hostile answer
+    must be cut off, the default where the honest answers before it must pass on a busy machine), no HF_ setting
+    inherited."""
     env: dict[str, str | None] = {key: None for key in os.environ if key.startswith("HF_")}
-    env.update(seatplan_env(hub, home, HF_ENDPOINT=endpoint, HF_HUB_DOWNLOAD_TIMEOUT="2", **extra))
+    env.update(seatplan_env(hub, home, HF_ENDPOINT=endpoint, HF_HUB_DOWNLOAD_TIMEOUT=f"{deadline_s:g}", **extra))
     return env
 
 
@@ -440,7 +442,7 @@ def files_under(root: Path) -> list[Path]:
                          ids=["header-drip", "body-drip", "102-flood", "endless-body"])
 def test_a_hub_whose_model_info_never_ends_is_cut_off(hub, tmp_path, write):
     with HostileHub(upstream(hub), lambda method, path, head: write if model_info(method, path) else None) as server:
-        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url))
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url, deadline_s=2))
     assert_refused_cleanly(done, server.url)
 
 
@@ -450,7 +452,7 @@ def test_a_config_body_that_never_matches_its_size_writes_nothing(hub, tmp_path,
         return write if method == "GET" and path.endswith("/config.json") else None
 
     with HostileHub(upstream(hub), override) as server:
-        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url))
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url, deadline_s=8))
     assert_refused_cleanly(done)
     assert not list((tmp_path / "xdg").rglob("config.json")), "part of a refused answer was kept"
     assert all(path.stat().st_size < 1 << 20 for path in files_under(tmp_path))

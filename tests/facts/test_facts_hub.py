@@ -44,6 +44,7 @@ from kits.hostile_http import (
     drip_body,
     drip_headers,
     endless_body,
+    header_value,
     huge_body,
     processing_forever,
     redirect_to,
@@ -567,3 +568,18 @@ def test_a_damaged_header_copy_is_detected_and_read_again(hub, tmp_path, rng):
     config.write_text(config.read_text()[: rng.randint(1, 40)])  # a config cut short
     assert model_document(env, "tiny/sharded") == first
     assert model_document({**env, "HF_HUB_OFFLINE": "1"}, "tiny/sharded") == first
+
+
+def test_a_password_in_hf_endpoint_is_never_stored_or_printed(hub, tmp_path):
+    password = "S3cr3t-pw-7f2c-seatplan"
+    with HostileHub(upstream(hub), lambda method, path, head: None) as server:
+        endpoint = server.url.replace("http://", f"http://mirror-user:{password}@")
+        done = run_measured("model", "tiny/sharded", "--json", env=hostile_env(hub, tmp_path, endpoint))
+        refused = run_measured("model", "tiny/single@no-such-branch", env=hostile_env(hub, tmp_path, endpoint))
+    assert done.exit_code == 0, done.stderr[-2000:]
+    assert refused.exit_code == 2 and "Traceback" not in refused.stderr
+    assert any(header_value(head, "authorization") for head in server.heads)  # the mirror was sent its password
+    records = list((tmp_path / "xdg").rglob("seatplan-hub.json"))
+    assert records and all(password not in record.read_text() for record in records)
+    assert "mirror-user:***@" in records[0].read_text()
+    assert password not in done.stdout + done.stderr + refused.stdout + refused.stderr

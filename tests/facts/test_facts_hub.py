@@ -44,6 +44,7 @@ from kits.hostile_http import (
     drip_body,
     drip_headers,
     endless_body,
+    header_value,
     huge_body,
     processing_forever,
     redirect_to,
@@ -407,10 +408,12 @@ class HostileHub(HostileServer):
         super().__init__(answer)
 
 
-def hostile_env(hub: dict, home: Path, endpoint: str, **extra: str) -> dict[str, str | None]:
-    """seatplan_env for a run through ``endpoint``, a 2 s deadline per Hub request, no HF_ setting inherited."""
+def hostile_env(hub: dict, home: Path, endpoint: str, deadline_s: float = 30, **extra: str) -> dict[str, str | None]:
+    """seatplan_env for a run through ``endpoint`` with ``deadline_s`` per Hub request (short where a hostile answer
+    must be cut off, the default where the honest answers before it must pass on a busy machine), no HF_ setting
+    inherited."""
     env: dict[str, str | None] = {key: None for key in os.environ if key.startswith("HF_")}
-    env.update(seatplan_env(hub, home, HF_ENDPOINT=endpoint, HF_HUB_DOWNLOAD_TIMEOUT="2", **extra))
+    env.update(seatplan_env(hub, home, HF_ENDPOINT=endpoint, HF_HUB_DOWNLOAD_TIMEOUT=f"{deadline_s:g}", **extra))
     return env
 
 
@@ -440,7 +443,7 @@ def files_under(root: Path) -> list[Path]:
                          ids=["header-drip", "body-drip", "102-flood", "endless-body"])
 def test_a_hub_whose_model_info_never_ends_is_cut_off(hub, tmp_path, write):
     with HostileHub(upstream(hub), lambda method, path, head: write if model_info(method, path) else None) as server:
-        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url))
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url, deadline_s=2))
     assert_refused_cleanly(done, server.url)
 
 
@@ -450,7 +453,7 @@ def test_a_config_body_that_never_matches_its_size_writes_nothing(hub, tmp_path,
         return write if method == "GET" and path.endswith("/config.json") else None
 
     with HostileHub(upstream(hub), override) as server:
-        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url))
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url, deadline_s=8))
     assert_refused_cleanly(done)
     assert not list((tmp_path / "xdg").rglob("config.json")), "part of a refused answer was kept"
     assert all(path.stat().st_size < 1 << 20 for path in files_under(tmp_path))
@@ -565,3 +568,18 @@ def test_a_damaged_header_copy_is_detected_and_read_again(hub, tmp_path, rng):
     config.write_text(config.read_text()[: rng.randint(1, 40)])  # a config cut short
     assert model_document(env, "tiny/sharded") == first
     assert model_document({**env, "HF_HUB_OFFLINE": "1"}, "tiny/sharded") == first
+
+
+def test_a_password_in_hf_endpoint_is_never_stored_or_printed(hub, tmp_path):
+    password = "S3cr3t-pw-7f2c-seatplan"
+    with HostileHub(upstream(hub), lambda method, path, head: None) as server:
+        endpoint = server.url.replace("http://", f"http://mirror-user:{password}@")
+        done = run_measured("model", "tiny/sharded", "--json", env=hostile_env(hub, tmp_path, endpoint))
+        refused = run_measured("model", "tiny/single@no-such-branch", env=hostile_env(hub, tmp_path, endpoint))
+    assert done.exit_code == 0, done.stderr[-2000:]
+    assert refused.exit_code == 2 and "Traceback" not in refused.stderr
+    assert any(header_value(head, "authorization") for head in server.heads)  # the mirror was sent its password
+    records = list((tmp_path / "xdg").rglob("seatplan-hub.json"))
+    assert records and all(password not in record.read_text() for record in records)
+    assert "mirror-user:***@" in records[0].read_text()
+    assert password not in done.stdout + done.stderr + refused.stdout + refused.stderr

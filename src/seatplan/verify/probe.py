@@ -9,7 +9,7 @@ Every request is bounded in everything a server controls:
 
 - time: one deadline per request covers connecting, the status line and headers (a server that drips header
   bytes, or sends ``102 Processing`` forever, which httpcore skips one after another) and the body; httpx's own
-  timeouts restart with every byte, so the deadline lives in the network layer (``seatplan.bounded_http``);
+  timeouts restart with every byte, so the deadline lives in the network layer (``seatplan.bounded_http``, httpx2);
 - size: an answer longer than ``MAX_ANSWER_BYTES`` is dropped (h11 already refuses headers over 64 KiB);
 - shape: JSON is read with bounded depth and finite numbers only (``jsontext.loads_bounded``), counts must be
   whole numbers within ``MAX_COUNT``, histogram sums finite;

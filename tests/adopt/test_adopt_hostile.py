@@ -105,8 +105,8 @@ def test_device_ids_are_a_set_and_uuids_go_through_nvidia_smi(tmp_path, capsys, 
     done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, engine(ids=ids)))
     assert done.data["current_layout"]["qwen"] == 0
     uuid = "GPU-2aaaaaaa-1111-2222-3333-444444444442"
-    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, engine(ids=f"['{uuid}', '{uuid}']")))
-    assert done.data["current_layout"]["qwen"] == 2
+    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, engine(ids=f"['{uuid}', '{uuid}', 2]")))
+    assert done.data["current_layout"]["qwen"] == 2  # by UUID and by index: one GPU
 
 
 def test_32K_is_vllms_32768_and_the_comment_says_so(tmp_path, capsys, monkeypatch):

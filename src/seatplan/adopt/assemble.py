@@ -232,6 +232,7 @@ def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> N
             why += " and no nvidia-smi output given lists that UUID"
         warnings.append(f"seat {seat.name}: {why}: current_layout is TODO")
         return Noted(TODO, why)
+    indices = list(dict.fromkeys(indices))  # a set: GPU 0 by index and by UUID is one GPU
     unlisted = sorted({index for index in indices if readings and all(reading.index != index for reading in readings)})
     if unlisted:
         why = f"{launch.gpus_source} names GPU {', '.join(map(str, unlisted))}, which nvidia-smi does not list ({readings[0].source.rsplit(':', 1)[0]})"

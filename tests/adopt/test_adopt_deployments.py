@@ -1,6 +1,6 @@
 """Adopting hand-written deployments of random shape, fact by fact, then replanning them to 0 moves.
 
-A random fleet (one host, 2-4 GPUs with UUIDs, 2-6 seats of real model configs with random contexts, pins,
+A random fleet (one or two hosts, 2-4 GPUs each with UUIDs, 2-6 seats of real model configs with random contexts, pins,
 caps, served names and ports) is planned, and each seat is then started the way operators write it by hand,
 drawn at random: a compose service (YAML anchors and merge keys, ``${VAR}`` from the ``.env`` beside it, an
 ``env_file:``, short or long port syntax, ``device_ids`` as indices or UUIDs, repeated), an env file holding the
@@ -33,7 +33,7 @@ MODELS = {"Qwen--Qwen3-0.6B": (4096, 40960), "Qwen--Qwen3-4B": (4096, 40960), "Q
           "meta-llama--Llama-3.2-3B-Instruct": (4096, 65536), "mistralai--Mistral-7B-v0.1": (4096, 32768)}
 MODEL_DIR = Path(__file__).parents[1] / "fixtures" / "models"
 GPU_MIB = (81559, 97871, 143771)
-HOST = "gpu-box"
+HOSTS = ("gpu-a", "gpu-b")
 STYLES = ("compose", "env", "unit", "template", "shell", "docker")
 
 
@@ -51,6 +51,7 @@ class Drawn:
     cap: int | None
     served: str | None
     gpus: list[int] = field(default_factory=list)
+    host: str = ""
     style: str = "env"
     secrets: dict[str, str] = field(default_factory=dict)  # env name → value (HF_TOKEN, and VLLM_API_KEY from --api-key)
     api_key: str | None = None
@@ -68,9 +69,12 @@ def _length(rng: random.Random, low: int, high: int) -> tuple[int, str]:
     return value, str(value)
 
 
-def draw_fleet(rng: random.Random, directory: Path) -> tuple[list[Drawn], list[tuple[int, int, str]]]:
-    gpus = [(index, rng.choice(GPU_MIB), f"GPU-{rng.getrandbits(32):08x}-{index:04x}-4e19-a5f0-{rng.getrandbits(48):012x}")
-            for index in range(rng.randint(2, 4))]
+Gpus = dict[str, list[tuple[int, int, str]]]  # host → (index, memory.total MiB, UUID)
+
+
+def draw_fleet(rng: random.Random, directory: Path) -> tuple[list[Drawn], Gpus]:
+    hosts = {name: [(index, rng.choice(GPU_MIB), f"GPU-{rng.getrandbits(32):08x}-{index:04x}-4e19-a5f0-{rng.getrandbits(48):012x}")
+                    for index in range(rng.randint(2, 4))] for name in HOSTS[: rng.randint(1, 2)]}
     ports = rng.sample(range(8001, 8999), 6)
     seats = []
     for number in range(rng.randint(2, 6)):
@@ -91,13 +95,14 @@ def draw_fleet(rng: random.Random, directory: Path) -> tuple[list[Drawn], list[t
         if rng.random() < 0.4:
             seat.api_key = f"sk-local-{rng.getrandbits(96):024x}"
         seats.append(seat)
-    fleet = {"hosts": [{"name": HOST, "gpus": [{"index": index, "total_bytes": total * 2**20} for index, total, _ in gpus]}],
+    fleet = {"hosts": [{"name": name, "gpus": [{"index": index, "total_bytes": total * 2**20} for index, total, _ in gpus]}
+                       for name, gpus in hosts.items()],
              "policy": {"vllm_version": "0.32"},
              "seats": [{key: value for key, value in {"name": seat.name, "model": seat.model, "port": seat.port, "max_model_len": seat.length,
                                                         "kv_cache_memory_bytes": seat.kv_bytes, "max_new_tokens": seat.cap,
                                                         "served_model_name": seat.served}.items() if value is not None} for seat in seats]}
     (directory / "fleet.yaml").write_text(yaml.safe_dump(fleet, sort_keys=False))
-    return seats, gpus
+    return seats, hosts
 
 
 def engine_args(seat: Drawn, rng: random.Random, *, port: int | None = None) -> list[str]:
@@ -122,8 +127,17 @@ def _quote(word: str) -> str:
     return json.dumps(word) if any(char in word for char in ' "{}$') else word
 
 
-def write_deployment(seats: list[Drawn], gpus: list[tuple[int, int, str]], rng: random.Random, root: Path) -> list[str]:
-    """Each seat's files in its style; the adopt options that read them."""
+def write_deployment(seats: list[Drawn], hosts: Gpus, rng: random.Random, root: Path) -> list[str]:
+    """Each host's files, each seat's in its style, and the gateway's config; the adopt options that read them."""
+    options: list[str] = []
+    for host, gpus in hosts.items():
+        (root / host).mkdir()
+        options += write_host([seat for seat in seats if seat.host == host], gpus, rng, root / host, host)
+    return [*options, "--litellm-config", str(_litellm(seats, rng, root))]
+
+
+def write_host(seats: list[Drawn], gpus: list[tuple[int, int, str]], rng: random.Random, root: Path, host: str) -> list[str]:
+    """One host's files; the adopt options that read them, each naming the host (HOST=PATH)."""
     compose_dir, env_dir, unit_dir = root / "compose", root / "env", root / "units"
     for directory in (compose_dir, env_dir, unit_dir):
         directory.mkdir()
@@ -201,17 +215,16 @@ def write_deployment(seats: list[Drawn], gpus: list[tuple[int, int, str]], rng: 
         for seat in seats:
             if seat.style == "template":
                 (wants / f"vllm@{seat.name}.service").symlink_to(unit_dir / "vllm@.service")
-    options = ["--nvidia-smi", f"{HOST}={_smi(root, gpus)}"]
+    options = ["--nvidia-smi", f"{host}={_smi(root, gpus)}"]
     if services:
         text = _compose_text(services, rng)
         (compose_dir / "compose.yaml").write_text(text)
         (compose_dir / ".env").write_text("\n".join(dotenv) + "\n")
-        options += ["--compose", f"{HOST}={compose_dir / 'compose.yaml'}"]
+        options += ["--compose", f"{host}={compose_dir / 'compose.yaml'}"]
     if any(seat.style == "env" for seat in seats):
-        options += ["--env-dir", f"{HOST}={env_dir}"]
+        options += ["--env-dir", f"{host}={env_dir}"]
     if any(seat.style in ("unit", "template", "shell", "docker") for seat in seats):
-        options += ["--systemd", f"{HOST}={unit_dir}"]
-    options += ["--litellm-config", str(_litellm(seats, rng, root))]
+        options += ["--systemd", f"{host}={unit_dir}"]
     return options
 
 
@@ -240,7 +253,7 @@ def _litellm(seats: list[Drawn], rng: random.Random, root: Path) -> Path:
         if seat.style == "compose":
             base = rng.choice([f"http://{seat.name}:{seat.port}/v1", f"http://host.docker.internal:{seat.port}/v1"])
         else:
-            base = rng.choice([f"http://{HOST}:{seat.port}/v1", f"http://host.docker.internal:{seat.port}/v1"])
+            base = rng.choice([f"http://{seat.host}:{seat.port}/v1", f"http://host.docker.internal:{seat.port}/v1"])
         params = {"model": f"hosted_vllm/{served}", "api_base": base}
         if seat.api_key:
             params["api_key"] = "os.environ/VLLM_KEY"
@@ -250,24 +263,32 @@ def _litellm(seats: list[Drawn], rng: random.Random, root: Path) -> Path:
     return path
 
 
-def _planned(rng: random.Random, root: Path, capsys, monkeypatch) -> tuple[list[Drawn], list[tuple[int, int, str]]]:
+def _planned(rng: random.Random, root: Path, capsys, monkeypatch) -> tuple[list[Drawn], Gpus]:
     for _ in range(20):  # a fleet that does not fit (exit 3) runs nowhere: draw another
         seats, gpus = draw_fleet(rng, root)
         planned = run_cli(capsys, monkeypatch, "plan", str(root / "fleet.yaml"), "-o", str(root / "plan.json"), "--json")
         if planned.exit_code == 0:
             placed = {seat["name"]: seat["gpus"] for seat in json.loads((root / "plan.json").read_text())["seats"]}
             for seat in seats:
-                seat.gpus = [int(ref.rsplit(":", 1)[-1]) if isinstance(ref, str) else ref for ref in placed[seat.name]]
+                refs = [str(ref) for ref in placed[seat.name]]
+                seat.host = refs[0].rsplit(":", 1)[0] if ":" in refs[0] else next(iter(gpus))
+                seat.gpus = [int(ref.rsplit(":", 1)[-1]) for ref in refs]
             return seats, gpus
         assert planned.exit_code == 3, planned.stderr
     raise AssertionError("no random fleet fitted in 20 draws")
 
 
+def _layout(seat: Drawn, many_hosts: bool) -> object:
+    """current_layout as the fleet file writes it: an index (HOST:INDEX with several hosts), a list for several GPUs."""
+    refs: list[object] = [f"{seat.host}:{index}" for index in seat.gpus] if many_hosts else list(seat.gpus)
+    return refs[0] if len(refs) == 1 else refs
+
+
 @pytest.mark.parametrize("draw", range(8))
 def test_a_hand_written_deployment_adopts_fact_by_fact_and_replans_to_0_moves(draw, rng, tmp_path, capsys, monkeypatch):
     local = random.Random(rng.getrandbits(64) + draw)
-    seats, gpus = _planned(local, tmp_path, capsys, monkeypatch)
-    options = write_deployment(seats, gpus, local, tmp_path)
+    seats, hosts = _planned(local, tmp_path, capsys, monkeypatch)
+    options = write_deployment(seats, hosts, local, tmp_path)
     out = tmp_path / "adopted.yaml"
     adopted = run_cli(capsys, monkeypatch, "adopt", *options, "--timeout", "1", "-o", str(out), "--json")
     assert adopted.exit_code == 0, adopted.stderr
@@ -288,7 +309,7 @@ def test_a_hand_written_deployment_adopts_fact_by_fact_and_replans_to_0_moves(dr
                  "served_model_name": got.get("served_model_name"), "gpus": data["current_layout"][seat.name]}
         assert facts == {"model": seat.model, "port": seat.port, "max_model_len": seat.length, "kv_cache_memory_bytes": seat.kv_bytes,
                          "max_new_tokens": seat.cap, "served_model_name": seat.served or seat.model,
-                         "gpus": seat.gpus[0] if len(seat.gpus) == 1 else seat.gpus}, (seat.style, text)
+                         "gpus": _layout(seat, len(hosts) > 1)}, (seat.style, text)
         expected_env = {"HF_HOME": "/data/hf", **{key: {"from_host_env": key} for key in seat.secrets}}
         if seat.style in ("unit", "shell"):
             expected_env["PYTHONUNBUFFERED"] = "1"  # the unit's Environment=
@@ -297,7 +318,7 @@ def test_a_hand_written_deployment_adopts_fact_by_fact_and_replans_to_0_moves(dr
         assert got.get("env") == expected_env, (seat.style, text)
         started = got.get("started_by")
         if seat.style == "compose":
-            assert started == {"compose_file": str((tmp_path / "compose" / "compose.yaml").resolve()), "compose_service": seat.name}
+            assert started == {"compose_file": str(tmp_path / seat.host / "compose" / "compose.yaml"), "compose_service": seat.name}
         elif seat.style == "env":
             assert started is None  # an env file alone does not say what starts it (a comment and a warning say so)
         else:
@@ -310,5 +331,5 @@ def test_a_hand_written_deployment_adopts_fact_by_fact_and_replans_to_0_moves(dr
     assert replanned.exit_code == 0, replanned.stderr
     again = json.loads((tmp_path / "replan.json").read_text())
     assert again["moves"] == 0
-    assert {seat["name"]: [int(str(ref).rsplit(":", 1)[-1]) for ref in seat["gpus"]] for seat in again["seats"]} == {
-        seat.name: seat.gpus for seat in seats}
+    assert {seat["name"]: [str(ref) for ref in seat["gpus"]] for seat in again["seats"]} == {
+        seat.name: [f"{seat.host}:{index}" for index in seat.gpus] for seat in seats}

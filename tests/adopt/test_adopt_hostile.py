@@ -370,3 +370,20 @@ def test_a_unit_that_runs_vllms_image_with_docker_run(tmp_path, capsys, monkeypa
     seat = done.seat("qwen")
     assert (seat["model"], seat["port"], seat["max_model_len"], done.data["current_layout"]["qwen"]) == ("Qwen/Qwen3-8B", 8006, 8192, 1)
     assert seat["env"] == {"HF_TOKEN": {"from_host_env": "HF_TOKEN"}} and seat["started_by"] == {"systemd_unit": "qwen.service"}
+
+
+def test_drop_ins_override_a_unit_as_systemd_merges_them(tmp_path, capsys, monkeypatch):
+    units = tmp_path / "units"
+    (units / "vllm@.service.d").mkdir(parents=True)
+    (units / "vllm@big.service.d").mkdir()
+    (units / "vllm@.service").write_text("[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=0 LEN=8K\n"
+                                         "ExecStart=/usr/bin/vllm serve Qwen/Qwen3-8B --port 80%i --max-model-len ${LEN}\n")
+    (units / "vllm@.service.d" / "10-gpu.conf").write_text("[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=1\n")
+    (units / "vllm@big.service.d" / "20-len.conf").write_text("[Service]\nEnvironment=LEN=32K CUDA_VISIBLE_DEVICES=3\nExecStart=\n"
+                                                               "ExecStart=/usr/bin/vllm serve Qwen/Qwen3-8B --port 8099 --max-model-len ${LEN}\n")
+    (units / "vllm@01.service").symlink_to(units / "vllm@.service")
+    (units / "vllm@big.service").symlink_to(units / "vllm@.service")
+    done = adopt(tmp_path, capsys, monkeypatch, "--systemd", f"box={units}")
+    assert (done.seat("01")["port"], done.seat("01")["max_model_len"], done.data["current_layout"]["01"]) == (8001, 8192, 1)
+    assert (done.seat("big")["port"], done.seat("big")["max_model_len"], done.data["current_layout"]["big"]) == (8099, 32768, 3)
+    assert "20-len.conf:4" in done.text  # each value's comment names the drop-in line it came from

@@ -36,11 +36,21 @@ _WORD_VARIABLE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)$")
 @dataclass
 class Unit:
     path: Path
-    service: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # [Service] key → (line, value) in order
+    service: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # [Service] key → (FILE:LINE, value) in order
 
 
-def parse_unit(path: Path) -> Unit:
+def parse_unit(path: Path, instance_name: str = "") -> Unit:
+    """The unit file, then its drop-ins (``NAME.service.d/*.conf``; for a template's instance also the instance's own
+    folder), in systemd's order: a later ``Environment=`` wins, an empty ``ExecStart=`` resets the list."""
     unit = Unit(path)
+    folders = [path.parent / f"{path.name}.d"] + ([path.parent / f"{instance_name}.d"] if instance_name and instance_name != path.name else [])
+    drop_ins = sorted((conf for folder in folders if folder.is_dir() for conf in folder.glob("*.conf") if conf.is_file()), key=lambda conf: conf.name)
+    for file in [path, *drop_ins[:MAX_UNITS]]:
+        _read_unit_file(unit, file)
+    return unit
+
+
+def _read_unit_file(unit: Unit, path: Path) -> None:
     section = ""
     pending: tuple[int, str] | None = None
     for number, raw in enumerate(read_text(path, "systemd unit", "give the directory of the engines' .service files").split("\n"), start=1):
@@ -59,11 +69,10 @@ def parse_unit(path: Path) -> Unit:
             continue
         key, equals, value = stripped.partition("=")
         if equals and section == "Service":
-            unit.service.setdefault(key.strip(), []).append((number, value.strip()))
+            unit.service.setdefault(key.strip(), []).append((f"{path}:{number}", value.strip()))
     if pending is not None and section == "Service":
         key, _, value = pending[1].strip().partition("=")
-        unit.service.setdefault(key.strip(), []).append((pending[0], value.strip()))
-    return unit
+        unit.service.setdefault(key.strip(), []).append((f"{path}:{pending[0]}", value.strip()))
 
 
 def specifiers(text: str, unit_name: str, instance: str) -> str:
@@ -102,12 +111,12 @@ def _environment(unit: Unit, unit_name: str, instance: str, look_in: list[Path],
         try:
             assignments = shlex.split(specifiers(value, unit_name, instance))
         except ValueError:
-            warnings.append(f"{unit.path}:{number}: Environment= cannot be read as words: left out")
+            warnings.append(f"{number}: Environment= cannot be read as words: left out")
             continue
         for assignment in assignments:
             key, equals, item = assignment.partition("=")
             if equals:
-                env[key], notes[key] = item, f"{unit.path}:{number}"
+                env[key], notes[key] = item, number
     files: list[Path] = []
     for number, value in unit.service.get("EnvironmentFile", []):
         optional = value.startswith("-")
@@ -115,7 +124,7 @@ def _environment(unit: Unit, unit_name: str, instance: str, look_in: list[Path],
         found = next((candidate for candidate in [Path(named), *(directory / Path(named).name for directory in look_in)] if candidate.is_file()), None)
         if found is None:
             if not optional:
-                warnings.append(f"{unit.path}:{number}: EnvironmentFile={named} is not here nor beside the unit or in an --env-dir: "
+                warnings.append(f"{number}: EnvironmentFile={named} is not here nor beside the unit or in an --env-dir: "
                                 "its variables are not known (copy it from the GPU host beside the unit)")
             continue
         files.append(found.resolve())
@@ -134,9 +143,9 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
     for position, (_, value) in enumerate(starts):
         if not value:  # an empty ExecStart= resets the list (drop-ins)
             starts = starts[position + 1 :]
-    where = f"{unit.path}:{starts[0][0]}" if starts else str(unit.path)
+    where = starts[0][0] if starts else str(unit.path)
     for number, value in starts:
-        where = f"{unit.path}:{number}"
+        where = number
         words = _exec_words(specifiers(value, unit_name, instance), env, where)
         args = engine_words(words, env)
         run = docker_run(words) if args is None else None
@@ -211,7 +220,9 @@ def read_units(directory: Path, env_dirs: list[Path]) -> tuple[list[Launch], set
         else:
             pairs = [(path.name, "")]
         for unit_name, instance in pairs:
-            launch, files = unit_launches(unit, unit_name, instance, look_in)
+            # an instance's own drop-ins go on top of the template's
+            merged = parse_unit(path, unit_name) if instance and (directory / f"{unit_name}.d").is_dir() else unit
+            launch, files = unit_launches(merged, unit_name, instance, look_in)
             read |= set(files)
             if launch is not None:
                 launches.append(launch)

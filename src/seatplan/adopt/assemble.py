@@ -256,11 +256,17 @@ def _label(seat: _Seat, key: str) -> str | None:
     return labels.get(key) if labels else None
 
 
+def _from_files(seat: _Seat) -> str:
+    """Where a seat's command line was read: the file that starts it, and vLLM's --config file where it has one."""
+    if seat.launch is None:
+        return ""
+    return seat.launch.source + (f" (with {seat.launch.config_note})" if seat.launch.config_note else "")
+
+
 def _pick(seat: _Seat, key: str, running: Any, running_note: str, warnings: list[str]) -> Noted | None:
     """The engine's own answer, else the file's flag; a difference between them is a warning."""
     in_file = seat.args.values.get(key)
-    config = f" (with {seat.launch.config_note})" if seat.launch and seat.launch.config_note else ""
-    file_note = f"{seat.launch.source}{config}: {seat.args.flags.get(key)}" if seat.launch and key in seat.args.values else ""
+    file_note = f"{_from_files(seat)}: {seat.args.flags.get(key)}" if seat.launch and key in seat.args.values else ""
     if running is not None:
         if in_file is not None and in_file != running:
             warnings.append(f"seat {seat.name}: {key}: the engine runs {running}, {file_note} says {in_file} (a restart pending?); took the running value")
@@ -299,7 +305,7 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
                                        + (f"; the gateway's max_tokens is {gateway_caps[0]} ({seat.routes[0].source})" if gateway_caps else ""))
     for key in SEAT_KEYS:
         if key in seat.args.values:
-            tree[key] = Noted(seat.args.values[key], f"{seat.launch.source if seat.launch else ''}: {seat.args.flags[key]}")
+            tree[key] = Noted(seat.args.values[key], f"{_from_files(seat)}: {seat.args.flags[key]}")
     if "kv_cache_dtype" not in tree and (_label(seat, "cache_dtype") or "auto") != "auto":
         tree["kv_cache_dtype"] = Noted(_label(seat, "cache_dtype"), f"GET {seat.engine.base_url if seat.engine else ''}/metrics cache_dtype")
     if seat.args.extra_args:

@@ -387,3 +387,12 @@ def test_drop_ins_override_a_unit_as_systemd_merges_them(tmp_path, capsys, monke
     assert (done.seat("01")["port"], done.seat("01")["max_model_len"], done.data["current_layout"]["01"]) == (8001, 8192, 1)
     assert (done.seat("big")["port"], done.seat("big")["max_model_len"], done.data["current_layout"]["big"]) == (8099, 32768, 3)
     assert "20-len.conf:4" in done.text  # each value's comment names the drop-in line it came from
+
+
+def test_the_env_file_of_a_unit_that_runs_a_script_is_read_on_its_own(tmp_path, capsys, monkeypatch):
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "chat.env").write_text("VLLM_CMD=vllm serve Qwen/Qwen3-8B --port 8005\nCUDA_VISIBLE_DEVICES=2\n")
+    (env / "chat.service").write_text("[Service]\nEnvironmentFile=/etc/vllm/chat.env\nExecStart=/usr/local/bin/start-vllm.sh\n")
+    done = adopt(tmp_path, capsys, monkeypatch, "--env-dir", f"box={env}")
+    assert done.seat("chat")["port"] == 8005 and "chat.service: ExecStart= starts no vLLM engine adopt can read" in done.err

@@ -223,8 +223,8 @@ def read_units(directory: Path, env_dirs: list[Path]) -> tuple[list[Launch], set
             # an instance's own drop-ins go on top of the template's
             merged = parse_unit(path, unit_name) if instance and (directory / f"{unit_name}.d").is_dir() else unit
             launch, files = unit_launches(merged, unit_name, instance, look_in)
-            read |= set(files)
             if launch is not None:
+                read |= set(files)  # read through the unit; an env file of a unit adopt cannot read is read on its own
                 launches.append(launch)
             elif files and unit.service.get("ExecStart"):
                 warnings.append(f"{path}: {unit_name}: ExecStart= starts no vLLM engine adopt can read (not vllm serve or "

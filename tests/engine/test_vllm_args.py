@@ -15,10 +15,11 @@ import random
 import subprocess
 
 import pytest
+import yaml
 
 from kits.parts import require
 from kits.vllm_engine import vllm_installed, vllm_python, vllm_venv
-from seatplan.engine.parse import flag_table, human_readable_int, read_vllm_args
+from seatplan.engine.parse import config_file_args, flag_table, human_readable_int, read_vllm_args, with_config
 
 pytestmark = pytest.mark.vllm
 
@@ -174,3 +175,42 @@ def test_human_readable_int_is_vllms_own_rule():
     for refused in ("1.5K", "٣٢K", "²", "12x", "1" * 40):
         with pytest.raises(ValueError):
             human_readable_int(refused)
+
+
+def test_config_files_read_as_vllms_parser_reads_them(rng, meta, tmp_path):
+    """``--config FILE.yaml`` (vLLM 0.32 vllm/utils/argparse_utils.py:510, 568): random files of counts, switches set
+    true or false and text, with flags also on the command line (the command line wins), parsed by vLLM itself."""
+    counts = ["max-model-len", "max-num-seqs", "max-num-batched-tokens", "kv-cache-memory-bytes", "port"]
+    switches = ["enforce-eager", "enable-prefix-caching", "async-scheduling"]
+    lines, expected_words = [], []
+    for number in range(60):
+        config = {}
+        for key in rng.sample(counts, rng.randint(1, 4)):
+            human = flag_table()[f"--{key}"].number in ("human", "human_or_auto")
+            config[key] = rng.choice([rng.randrange(1, 1 << 20), f"{rng.randrange(1, 64)}K" if human else rng.randrange(1, 512)])
+            if key == "port":
+                config[key] = rng.randrange(1024, 65535)
+        for key in rng.sample(switches, rng.randint(0, 2)):
+            config[key] = rng.random() < 0.5
+        config["served-model-name"] = f"m{number}"
+        path = tmp_path / f"c{number}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        line = ["org/model", "--config", str(path)]
+        if rng.random() < 0.5:
+            line += ["--max-num-seqs", str(rng.randrange(1, 512))]  # given twice: the command line wins
+        lines.append(line)
+        expected_words.append(with_config(line, config_file_args(config)))
+    answers = _vllm(lines)
+    assert isinstance(answers, list)
+    for line, words, answer in zip(lines, expected_words, answers):
+        assert "error" not in answer, (line, answer)
+        read = read_vllm_args(words)
+        assert read.model == answer["model_tag"]
+        for flag in read.flags:
+            dest, kind, _ = meta[flag]
+            if flag_table()[flag].kind == "switch":
+                assert answer[dest] == (not flag.startswith("--no-")), (line, flag)
+            elif kind in ("int", "human"):
+                assert read.whole(flag) == answer[dest], (line, flag)
+            else:
+                assert read.value(flag) == (answer[dest][-1] if isinstance(answer[dest], list) else answer[dest]), (line, flag)

@@ -447,7 +447,14 @@ def test_a_hub_whose_model_info_never_ends_is_cut_off(hub, tmp_path, write):
     assert_refused_cleanly(done, server.url)
 
 
-@pytest.mark.parametrize("write", [endless_body, huge_body(300_000_000), drip_body], ids=["endless", "300-MB", "drip"])
+def longer_than_announced(connection: socket.socket, stop: threading.Event) -> None:
+    """Content-Length: 40, then 300 MB: the rest must be neither read nor kept."""
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{" + b" " * 39)
+    huge_body(300_000_000)(connection, stop)
+
+
+@pytest.mark.parametrize("write", [endless_body, huge_body(300_000_000), drip_body, longer_than_announced],
+                         ids=["endless", "300-MB", "drip", "longer-than-announced"])
 def test_a_config_body_that_never_matches_its_size_writes_nothing(hub, tmp_path, write):
     def override(method: str, path: str, head: str) -> Write | None:
         return write if method == "GET" and path.endswith("/config.json") else None

@@ -52,6 +52,7 @@ from seatplan.bounded_http import BoundedTransport
 from seatplan.errors import SeatplanError
 from seatplan.facts import reader, weights
 from seatplan.hub_names import parse_hub_id
+from seatplan.jsontext import loads_bounded
 from seatplan.secrets import redact_dsn
 from seatplan.units import whole_number
 
@@ -322,6 +323,11 @@ def _read_file(repo_id: str, name: str, commit: str) -> bytes:
             if len(body) > reader.MAX_JSON_BYTES:
                 raise SeatplanError(f"the Hub sent more than {reader.MAX_JSON_BYTES:,} bytes of {name}, too large for a config file",
                                     where=f"{redact_dsn(url)}: body", fix="check that the repository is a model repository")
+    try:  # checked before it is kept: a cut or padded answer must not become the commit's cached config
+        loads_bounded(bytes(body).decode("utf-8"))
+    except ValueError as problem:  # JSONDecodeError, UnicodeDecodeError, too deep, not finite
+        raise SeatplanError(f"the Hub's {name} is no JSON document ({type(problem).__name__}: {str(problem)[:200]})",
+                            where=f"{redact_dsn(url)}: body", fix=_MIRROR_FIX + "; nothing of it was kept") from None
     return bytes(body)
 
 

@@ -211,8 +211,10 @@ class BoundedTransport(httpx2.BaseTransport):
         assert isinstance(answer.stream, Iterable)
         where = f"{request.url.scheme}://{request.url.netloc.decode('ascii', 'replace')}{request.url.path}"
         announced = next((value.decode("latin-1") for key, value in answer.headers if key.lower() == b"content-length"), "")
-        if request.method != "HEAD" and (whole_number(announced, maximum=1 << 62) or 0) > self.cap_bytes:
-            # refused before a byte of it is read (a HEAD's length is the resource's, not the answer's)
+        if (request.method != "HEAD" and "range" not in request.headers
+                and (whole_number(announced, maximum=1 << 62) or 0) > self.cap_bytes):
+            # refused before a byte of it is read; not a HEAD's length (the resource's, not the answer's), nor the
+            # whole file's length from a server that ignored a Range (the caller reads only what it asked for)
             self.deadline.clear()
             close = getattr(answer.stream, "close", None)
             if close is not None:

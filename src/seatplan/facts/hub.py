@@ -64,7 +64,8 @@ _CACHED_COMMIT = re.compile(r"[0-9A-Za-z]{1,64}")  # what a Hub cache ref or sna
 # A shard name the Hub gives that becomes a file name here: one plain path part, no dot first, no control character.
 SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 _REF_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
-MAX_ANSWER_BYTES = 64 << 20  # model_info of a repository with thousands of files is a few MB
+# model_info of a repository with thousands of files is a few MB; a safetensors header may be 100 MiB (its format's limit)
+MAX_ANSWER_BYTES = weights.MAX_HEADER_BYTES + (28 << 20)
 MAX_FILE_BYTES = 1 << 50  # a safetensors size beyond any disk is a server's mistake, not a file
 
 

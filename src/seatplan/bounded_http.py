@@ -35,6 +35,7 @@ import httpx2
 from seatplan.jsontext import loads_bounded
 from seatplan.output import clipped
 from seatplan.secrets import scrub
+from seatplan.units import whole_number
 
 __all__ = ["BODY_TEXT_BYTES", "MAX_ANSWER_BYTES", "SHOWN_CHARS", "AnswerTooLarge", "BoundedClient", "BoundedTransport",
            "body_text"]
@@ -209,6 +210,16 @@ class BoundedTransport(httpx2.BaseTransport):
             raise
         assert isinstance(answer.stream, Iterable)
         where = f"{request.url.scheme}://{request.url.netloc.decode('ascii', 'replace')}{request.url.path}"
+        announced = next((value.decode("latin-1") for key, value in answer.headers if key.lower() == b"content-length"), "")
+        if (request.method != "HEAD" and "range" not in request.headers
+                and (whole_number(announced, maximum=1 << 62) or 0) > self.cap_bytes):
+            # refused before a byte of it is read; not a HEAD's length (the resource's, not the answer's), nor the
+            # whole file's length from a server that ignored a Range (the caller reads only what it asked for)
+            self.deadline.clear()
+            close = getattr(answer.stream, "close", None)
+            if close is not None:
+                close()
+            raise AnswerTooLarge(f"{where} announced {announced} bytes, more than {self.cap_bytes:,}")
         return httpx2.Response(status_code=answer.status, headers=answer.headers,
                                stream=_AnswerStream(answer.stream, self.cap_bytes, self.deadline, where), extensions=answer.extensions)
 

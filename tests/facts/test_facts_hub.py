@@ -447,7 +447,14 @@ def test_a_hub_whose_model_info_never_ends_is_cut_off(hub, tmp_path, write):
     assert_refused_cleanly(done, server.url)
 
 
-@pytest.mark.parametrize("write", [endless_body, huge_body(300_000_000), drip_body], ids=["endless", "300-MB", "drip"])
+def longer_than_announced(connection: socket.socket, stop: threading.Event) -> None:
+    """Content-Length: 40, then 300 MB: the rest must be neither read nor kept."""
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{" + b" " * 39)
+    huge_body(300_000_000)(connection, stop)
+
+
+@pytest.mark.parametrize("write", [endless_body, huge_body(300_000_000), drip_body, longer_than_announced],
+                         ids=["endless", "300-MB", "drip", "longer-than-announced"])
 def test_a_config_body_that_never_matches_its_size_writes_nothing(hub, tmp_path, write):
     def override(method: str, path: str, head: str) -> Write | None:
         return write if method == "GET" and path.endswith("/config.json") else None
@@ -583,3 +590,30 @@ def test_a_password_in_hf_endpoint_is_never_stored_or_printed(hub, tmp_path):
     assert records and all(password not in record.read_text() for record in records)
     assert "mirror-user:***@" in records[0].read_text()
     assert password not in done.stdout + done.stderr + refused.stdout + refused.stderr
+
+
+def test_a_mirror_that_ignores_range_and_announces_a_huge_file_is_read_only_to_the_header(hub, tmp_path):
+    """A 200 answer to a range read, announcing the whole file (here 16 GiB more than the tiny file, past every
+    answer cap): the header is read, the rest never, and the facts are the directory's."""
+    extra_bytes = 16 << 30
+
+    def override(method: str, path: str, head: str) -> Write | None:
+        if method != "GET" or not path.endswith(".safetensors"):
+            return None
+        body = httpx.get(upstream(hub) + path, timeout=30).content
+
+        def write(connection: socket.socket, stop: threading.Event) -> None:
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (len(body) + extra_bytes) + body)
+            zeros = bytes(1 << 16)
+            while not stop.is_set():  # the announced rest, for as long as the reader reads (a whole read would be 16 GiB)
+                connection.sendall(zeros)
+        return write
+
+    local = hub["root"] / "MIRRORS" / "models" / "tiny" / "single"
+    with HostileHub(upstream(hub), override) as server:
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url))
+    assert done.exit_code == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    copy = next((tmp_path / "xdg").rglob("model.safetensors"))
+    assert copy.stat().st_size == (local / "model.safetensors").stat().st_size + extra_bytes  # the size it announced
+    assert copy.stat().st_blocks * 512 < 1 << 20  # a sparse copy: the header's blocks only
+    assert done.peak_rss_bytes < 900 << 20

@@ -52,6 +52,7 @@ from seatplan.bounded_http import BoundedTransport
 from seatplan.errors import SeatplanError
 from seatplan.facts import reader, weights
 from seatplan.hub_names import parse_hub_id
+from seatplan.jsontext import loads_bounded
 from seatplan.secrets import redact_dsn
 from seatplan.units import whole_number
 
@@ -63,7 +64,8 @@ _CACHED_COMMIT = re.compile(r"[0-9A-Za-z]{1,64}")  # what a Hub cache ref or sna
 # A shard name the Hub gives that becomes a file name here: one plain path part, no dot first, no control character.
 SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 _REF_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
-MAX_ANSWER_BYTES = 64 << 20  # model_info of a repository with thousands of files is a few MB
+# model_info of a repository with thousands of files is a few MB; a safetensors header may be 100 MiB (its format's limit)
+MAX_ANSWER_BYTES = weights.MAX_HEADER_BYTES + (28 << 20)
 MAX_FILE_BYTES = 1 << 50  # a safetensors size beyond any disk is a server's mistake, not a file
 
 
@@ -322,6 +324,11 @@ def _read_file(repo_id: str, name: str, commit: str) -> bytes:
             if len(body) > reader.MAX_JSON_BYTES:
                 raise SeatplanError(f"the Hub sent more than {reader.MAX_JSON_BYTES:,} bytes of {name}, too large for a config file",
                                     where=f"{redact_dsn(url)}: body", fix="check that the repository is a model repository")
+    try:  # checked before it is kept: a cut or padded answer must not become the commit's cached config
+        loads_bounded(bytes(body).decode("utf-8"))
+    except ValueError as problem:  # JSONDecodeError, UnicodeDecodeError, too deep, not finite
+        raise SeatplanError(f"the Hub's {name} is no JSON document ({type(problem).__name__}: {str(problem)[:200]})",
+                            where=f"{redact_dsn(url)}: body", fix=_MIRROR_FIX + "; nothing of it was kept") from None
     return bytes(body)
 
 

@@ -12,8 +12,10 @@ from typing import Protocol
 # The instants a reading may carry: 1970 to 9999 (datetime's range). A timestamp outside is damage, not a time.
 LATEST_EPOCH_S = 253_402_300_799
 
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+(?:\.\d+)?))?\s*$")
-_LABEL = re.compile(r'([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"')
+# ASCII only (re.ASCII): \d and \w, like float(), would take other scripts' digits ("٨" read as 8)
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>[!-~]+)(?:\s+(?P<ts>-?\d+(?:\.\d+)?))?\s*$",
+                     re.ASCII)
+_LABEL = re.compile(r'([a-zA-Z_]\w*)="((?:[^"\\]|\\.)*)"', re.ASCII)
 
 
 class RejectionLog(Protocol):

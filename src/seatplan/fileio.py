@@ -6,6 +6,7 @@ import ctypes
 import errno
 import os
 import shutil
+import stat
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,15 +15,47 @@ from typing import Any
 from seatplan.errors import SeatplanError
 from seatplan.jsontext import dumps_strict
 
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                  (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+INPUT_FIX = "save what it carries to a regular file first (e.g. cat SOURCE > FILE) and give that file"
+
+
+def special_kind(mode: int) -> str | None:
+    """What a file of ``st_mode`` is when it is no regular file (a FIFO, a device, a socket, a folder); else None."""
+    return next((kind for test, kind in _SPECIAL_KINDS if test(mode)), None)
+
+
+def check_input_file(path: Path, what: str) -> None:
+    """An input must be a regular file (a symlink to one is): a FIFO would make the read wait for a writer for
+    ever, a device such as /dev/zero never ends. A path that is missing, unreadable or a folder (which no read
+    waits on) is left to the reader's own error, which names it."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        return
+    kind = special_kind(mode)
+    if kind is not None and kind != "a folder":
+        raise SeatplanError(f"the {what} is {kind}, not a file", where=str(path), fix=INPUT_FIX)
+
 
 def read_bounded_bytes(path: Path, what: str, fix: str, max_bytes: int, too_large_fix: str | None = None) -> bytes:
     """At most ``max_bytes`` of a file seatplan is handed, read before anything parses it; a file that cannot be
-    read or is larger is a SeatplanError naming it (``too_large_fix``: the fix for the latter, else ``fix``)."""
+    read or is larger is a SeatplanError naming it (``too_large_fix``: the fix for the latter, else ``fix``); a
+    FIFO or a device is refused (opened without waiting for a writer, then looked at, so no race can make it hang)."""
     try:
-        with path.open("rb") as stream:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as problem:
+        raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(path), fix=fix) from None
+    try:
+        kind = special_kind(os.fstat(descriptor).st_mode)
+        if kind is not None and kind != "a folder":  # a folder's read fails at once, with the reader's own words
+            raise SeatplanError(f"the {what} is {kind}, not a file", where=str(path), fix=INPUT_FIX)
+        with os.fdopen(descriptor, "rb", closefd=False) as stream:
             raw = stream.read(max_bytes + 1)
     except OSError as problem:
         raise SeatplanError(f"cannot read the {what}: {problem.strerror}", where=str(path), fix=fix) from None
+    finally:
+        os.close(descriptor)
     if len(raw) > max_bytes:
         raise SeatplanError(f"the {what} is larger than {max_bytes:,} bytes", where=str(path), fix=too_large_fix or fix)
     return raw
@@ -90,12 +123,35 @@ def check_output_file(output: Path, what: str, example_name: str) -> None:
     after the work (or, for a folder, read it as the old file). ``example_name`` is the file name the fix offers."""
     if output.is_dir():
         raise SeatplanError(f"is a folder, not the {what} to write", where=f"-o {output}", fix=f"give a file name, e.g. -o {output / example_name}")
+    _check_writable_kind(output, f"-o {output}")
     for parent in output.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise SeatplanError(f"{parent} is a file, so nothing can be written under it", where=f"-o {output}",
                                     fix="give -o a path in an existing folder")
             return
+
+
+def _check_writable_kind(target: Path, where: str) -> bool:
+    """True when ``target`` is a character device (/dev/null, a terminal): written in place, never replaced by a
+    rename (which would put a regular file where the device was); a FIFO, a socket or a block device is refused
+    (a FIFO with no reader would make the write wait for ever). False for a regular or missing file."""
+    try:
+        mode = target.stat().st_mode
+    except (OSError, ValueError):
+        return False
+    if stat.S_ISCHR(mode):
+        return True
+    kind = special_kind(mode)
+    if kind is not None and kind != "a folder":
+        raise SeatplanError(f"is {kind}, not a file to write", where=where,
+                            fix="give a regular file's path (seatplan writes a new file and renames it into place)")
+    return False
+
+
+def _write_device(target: Path, text: str) -> None:
+    with target.open("w", encoding="utf-8") as stream:
+        stream.write(text)
 
 
 def write_output_text(output: Path, text: str, what: str) -> Path | None:
@@ -125,6 +181,9 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, backup: bool =
     target = Path(path)
     if target.is_dir():
         raise SeatplanError("is a folder, not a file to write", where=str(target), fix=f"give a file name, e.g. {target / 'NAME'}")
+    if _check_writable_kind(target, str(target)):
+        _write_device(target, text)
+        return None
     target.parent.mkdir(parents=True, exist_ok=True)
     backup_path: Path | None = None
     if target.exists():

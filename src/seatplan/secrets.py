@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 from seatplan.errors import SeatplanError
+from seatplan.fileio import check_input_file
 
 HIDDEN = "***"
 MAX_SECRET_FILE_BYTES = 64 << 10
@@ -59,6 +60,7 @@ def read_secret(environment_name: str, file_path: str | Path | None = None) -> s
     if file_path is None:
         return None
     path = Path(file_path).expanduser()
+    check_input_file(path, "secret file")
     try:
         if path.stat().st_mode & 0o004:
             raise SeatplanError("the secret file is readable by every user", where=str(path), fix=f"chmod 600 {path}")
@@ -138,6 +140,12 @@ def _mark(text: str, piece: str, hidden: list[bool]) -> None:
     while start >= 0:
         hidden[start:start + len(piece)] = [True] * len(piece)
         start = text.find(piece, start + 1)
+
+
+def url_secrets(url: str) -> tuple[str, ...]:
+    """The password a URL carries (``http://user:PASSWORD@host``), as the secrets to scrub from what its server says."""
+    password = dsn_password(url)
+    return (password,) if password else ()
 
 
 def redact_dsn(text: str) -> str:

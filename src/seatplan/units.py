@@ -19,12 +19,21 @@ GiB = 1 << 30
 # model, tensor or budget claimed beyond it is a damaged file, not a fact.
 MAX_PLAUSIBLE_BYTES = 1 << 50
 
-_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[A-Za-z]*)\s*$")
+_SIZE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[A-Za-z]*)\s*$", re.ASCII)
 
 _BINARY = {"k": KiB, "m": MiB, "g": GiB, "t": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 # A token count's suffix is decimal in lower case and binary in upper case (vLLM's human_readable_int).
 _TOKEN_BINARY = {suffix.upper(): factor for suffix, factor in _BINARY.items()}
+
+# The most digits a whole number from foreign text may have: 20 hold 2**64; a longer run is a flood, not a figure.
+MAX_WHOLE_NUMBER_DIGITS = 20
+# Bounds on whole numbers read from foreign text: a GPU index past 4095, a PID past Linux's largest pid_max (2**22)
+# or a tensor-parallel size past 4096 GPUs is damage, not a machine.
+MAX_GPU_INDEX = 4095
+MAX_PID = 1 << 22
+MAX_PARALLEL_SIZE = 4096
+_WHOLE_NUMBER = re.compile(rf"\s*(-?)([0-9]{{1,{MAX_WHOLE_NUMBER_DIGITS}}})(\.0+)?\s*", re.ASCII)
 
 SIZE_FIX = "write a number of bytes or a size with a unit: 22GiB, 5.5G (2**30), 20g or 20GB (10**9), 512MiB"
 
@@ -115,3 +124,35 @@ def human_bytes(num_bytes: float) -> str:
     if size >= KiB:
         return f"{sign}{size / KiB:.1f} KiB"
     return f"{sign}{int(size)} B"
+
+
+def whole_number(text: object, *, maximum: int, minimum: int = 0, point_zero: bool = False) -> int | None:
+    """A whole number written in text seatplan does not control (a file, a log line, a server's header or label),
+    or None. The one reader of such numbers: ASCII digits ``0-9`` only (``str.isdigit()``, ``int()`` and ``\\d`` also
+    take ``²``, ``٨٠٠٦`` and other Unicode digits, read as numbers nobody wrote), at most
+    ``MAX_WHOLE_NUMBER_DIGITS`` of them, a ``-`` only when ``minimum`` is below 0, ``.0`` after it only with
+    ``point_zero`` (vLLM's labels before 0.9 wrote ``1234.0``), surrounding spaces ignored, from ``minimum`` to
+    ``maximum``. :func:`strict_whole_number` says what is wrong instead of answering None."""
+    if isinstance(text, bool):
+        return None
+    if isinstance(text, int):
+        number = text
+    else:
+        match = _WHOLE_NUMBER.fullmatch(text) if isinstance(text, str) else None
+        if match is None or (match[1] and minimum >= 0) or (match[3] and not point_zero):
+            return None
+        number = -int(match[2]) if match[1] else int(match[2])
+    return number if minimum <= number <= maximum else None
+
+
+def strict_whole_number(text: object, *, field: str, where: str, maximum: int, minimum: int = 0, point_zero: bool = False,
+                        fix: str | None = None) -> int:
+    """:func:`whole_number`, or a :class:`SeatplanError` naming ``where`` and ``field`` (the value quoted, cut short)."""
+    number = whole_number(text, maximum=maximum, minimum=minimum, point_zero=point_zero)
+    if number is not None:
+        return number
+    shown = repr(text if not isinstance(text, str) else text[:40] + ("…" if len(text) > 40 else ""))
+    in_range = whole_number(text, maximum=10**MAX_WHOLE_NUMBER_DIGITS, minimum=-(10**MAX_WHOLE_NUMBER_DIGITS), point_zero=point_zero)
+    what = (f"{field} is {shown}, outside {minimum:,}..{maximum:,}" if in_range is not None
+            else f"{field} is {shown}, not a whole number in ASCII digits (at most {MAX_WHOLE_NUMBER_DIGITS})")
+    raise SeatplanError(what, where=where, fix=fix or f"{field} takes a whole number from {minimum:,} to {maximum:,}")

@@ -11,6 +11,11 @@ from pathlib import Path
 from kits.paths import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "adopt.md"
+SHOWN_DIR = "/srv/llm"  # the page shows the commands run in /srv/llm; started_by names the compose file by its absolute path
+
+
+def written(path: Path, directory: Path) -> str:
+    return path.read_text().replace(str(directory), SHOWN_DIR)
 
 
 def block_after(marker: str, text: str) -> str:
@@ -41,7 +46,7 @@ def test_the_adopt_example_gives_what_the_page_shows(tmp_path):
     (tmp_path / "examples").symlink_to(REPO_ROOT / "examples")
     for command, shown, given in run_console(block_after("adopt-example", text), tmp_path):
         assert sorted(given.splitlines()) == sorted(shown.splitlines()), command  # stderr and stdout interleave as they will
-    assert (tmp_path / "fleet.yaml").read_text() == block_after("adopt-fleet", text)
+    assert written(tmp_path / "fleet.yaml", tmp_path) == block_after("adopt-fleet", text)
     assert not (tmp_path / "plan.json").exists()  # the TODO stopped plan before it wrote anything
 
 
@@ -53,4 +58,12 @@ def test_the_fixed_seat_example_writes_what_the_page_shows(tmp_path):
     adopt_block = block.split("$ sed ")[0]
     for command, shown, given in run_console(adopt_block, tmp_path):
         assert sorted(given.splitlines()) == sorted(shown.splitlines()), command
-    assert (tmp_path / "speech.yaml").read_text() == block_after("adopt-fixed-fleet", text)
+    assert written(tmp_path / "speech.yaml", tmp_path) == block_after("adopt-fixed-fleet", text)
+
+
+def test_the_unit_the_page_shows_is_the_one_the_example_adopts():
+    """The ```ini block of "systemd units" is examples/adopt/env/coder.service's [Service] (the example above reads it)."""
+    shown = re.search(r"```ini\n(.*?)```\n", DOC.read_text(), re.S)
+    assert shown
+    unit = (REPO_ROOT / "examples" / "adopt" / "env" / "coder.service").read_text().splitlines()
+    assert all(line in unit for line in shown[1].splitlines())

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from kits.cli import run_cli
-from seatplan.adopt.files import read_compute_apps
+from seatplan.adopt.readers.nvidia_smi import read_compute_apps
 from seatplan.documents.fleet_file import TODO
 from seatplan.errors import SeatplanError
 

@@ -22,13 +22,20 @@ from seatplan import __version__
 from seatplan.adopt.args import read_args
 from seatplan.adopt.assemble import Noted
 from seatplan.adopt.engines import checked_base_url, probe_engine
-from seatplan.adopt.files import read_compose, read_env_file, read_litellm_config, read_smi_csv
+from seatplan.adopt.readers.compose import read_compose as read_compose_and_warnings
+from seatplan.adopt.readers.env_files import read_env_file
+from seatplan.adopt.readers.litellm import read_litellm_config
+from seatplan.adopt.readers.nvidia_smi import read_smi_csv
 from seatplan.adopt.writer import comment, fleet_text, scalar
 from seatplan.documents.fleet import SeatSpec
 from seatplan.documents.fleet_file import control_problems, parse_fleet, resolve_model
 from seatplan.errors import SeatplanError
 
 FORMATS = Path(__file__).parents[1] / "fixtures" / "formats"
+
+
+def read_compose(path):
+    return read_compose_and_warnings(path)[0]
 
 
 # ----------------------------------------------------------------------------- nvidia-smi
@@ -55,7 +62,7 @@ def test_nvidia_smi_reads_back_every_gpu(gpus, units, reserved_column):
     ("index, name, uuid, memory.total [MiB]\n0, H100, GPU-1, 81559 MiB\n0, H100, GPU-1, 81559 MiB\n", "appears twice"),
     ("index, name, uuid, memory.total [MiB]\n0, H100, GPU-1\n", "fields under a header"),
     ("index, name, uuid, memory.total [MiB]\n", "no GPU"),
-    ("index, name, uuid, memory.total [MiB]\n-1, H100, GPU-1, 81559 MiB\n", "not a whole number"),
+    ("index, name, uuid, memory.total [MiB]\n-1, H100, GPU-1, 81559 MiB\n", "index is .-1., outside 0..4,095"),
 ])
 def test_nvidia_smi_refuses_what_it_cannot_read(text, said):
     with pytest.raises(SeatplanError, match=said) as raised:

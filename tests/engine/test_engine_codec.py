@@ -18,16 +18,20 @@ from hypothesis import strategies as st
 from seatplan.encode import env_assignment as env_value
 from seatplan.engine.command import MODULE_LAUNCHER, shell_line
 from seatplan.engine.endpoint import base_url, health_url, instance_label, url_host
-from seatplan.engine.parse import parse_args, parse_command_line, parse_env, split_shell_line, yarn_override_factor
+from seatplan.engine.parse import flag_table, parse_args, parse_command_line, parse_env, split_shell_line, yarn_override_factor
 from seatplan.errors import SeatplanError
 
 _PRINTABLE = st.characters(min_codepoint=0x20, max_codepoint=0x2FF, blacklist_characters="'", blacklist_categories=("Cc",))
 _VALUE = st.one_of(
     st.integers(1, 2**40).map(str),
-    st.text(_PRINTABLE, min_size=1, max_size=30).filter(lambda text: not text.startswith("--")),
+    st.text(_PRINTABLE, min_size=1, max_size=30).filter(lambda text: not text.startswith("-")),  # argparse takes no "-x" as a value
     st.dictionaries(st.text("abcdefgh_", min_size=1, max_size=8), st.integers(0, 10**6), max_size=3).map(json.dumps),
 )
-_FLAG = st.from_regex(r"--[a-z][a-z0-9-]{0,20}", fullmatch=True)
+# vLLM's own one-value flags and switches (its parser's table), and flags it does not have (a newer release's): no
+# vLLM flag starts with --zz, so none is an abbreviation of one
+_ONE_VALUE = sorted(name for name, shape in flag_table().items() if shape.kind == "value" and name.startswith("--") and name != "--model")
+_SWITCHES = sorted(name for name, shape in flag_table().items() if shape.kind == "switch" and name.startswith("--"))
+_FLAG = st.one_of(st.from_regex(r"--zz[a-z0-9-]{0,18}", fullmatch=True), st.sampled_from(_ONE_VALUE), st.sampled_from(_SWITCHES))
 
 
 @st.composite
@@ -38,8 +42,11 @@ def command_lines(draw: st.DrawFn) -> tuple[list[str], dict[str, str | None]]:
     args = ["vllm", "serve", model] if serve else [*MODULE_LAUNCHER, "--model", model]
     expected: dict[str, str | None] = {"--model": model}
     for flag, value in draw(st.lists(st.tuples(_FLAG, st.one_of(st.none(), _VALUE)), max_size=12)):
-        if flag == "--model":
-            continue
+        shape = flag_table().get(flag)
+        if shape is not None:
+            value = None if shape.kind == "switch" else value if value is not None else "1"
+            for other in [name for name in expected if name in flag_table() and flag_table()[name].name == shape.name]:
+                del expected[other]  # --x and --no-x: the last one wins
         if value is None:
             args.append(flag)
         elif draw(st.booleans()):

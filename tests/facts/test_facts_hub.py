@@ -23,11 +23,13 @@ import json
 import os
 import random
 import shutil
+import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,18 @@ import httpx
 import pytest
 
 from kits.facts import fixture_dir
+from kits.hostile_http import (
+    HostileServer,
+    Measured,
+    drip_body,
+    drip_headers,
+    endless_body,
+    header_value,
+    huge_body,
+    processing_forever,
+    redirect_to,
+    run_measured,
+)
 from kits.parts import free_port, require, stop_process
 from kits.rollout import cpu_fleet
 from seatplan.documents.plan import PlannedSeat
@@ -44,6 +58,7 @@ from seatplan.engine.command import engine_command
 pytestmark = pytest.mark.hub
 
 GATE_TOKEN = "hf_seatplan_gate_4c1e"
+Write = Callable[[socket.socket, threading.Event], None]
 DTYPES = {"BF16": 2, "F16": 2, "F32": 4, "F8_E4M3": 1}
 
 
@@ -351,3 +366,254 @@ def test_a_fleet_seat_on_a_hub_model_records_its_commit_for_apply(hub, tmp_path)
     problems = stale_inputs(env, plan, fleet)
     assert problems == [f"seat main: tiny/single is now commit {moved} on the Hub; the plan read commit {commit}"]
 
+
+
+# ----------------------------------------------------------------------------- a hostile Hub
+# The Hub is a server seatplan does not control. HostileHub stands in front of olah (the real Hub-compatible
+# server above) and answers the requests a case picks as a hostile Hub would, every other one as olah does.
+
+Override = Callable[[str, str, str], Write | None]  # (method, path, request head) → how to answer, or None: olah
+
+
+def forward(upstream: str, head: str, connection: socket.socket, edit: Callable[[bytes], bytes] | None = None,
+            extra: dict[str, str] | None = None) -> None:
+    """The request sent on to ``upstream`` (olah) and its answer written back, the body edited by ``edit``."""
+    method, path = head.split(" ", 2)[:2]
+    headers = {}
+    for line in head.split("\r\n")[1:]:
+        key, colon, value = line.partition(":")
+        if colon and key.strip().lower() not in ("host", "connection", "accept-encoding"):
+            headers[key.strip()] = value.strip()
+    answer = httpx.request(method, upstream + path, headers=headers, timeout=30)
+    body = answer.content if edit is None else edit(answer.content)
+    kept = {key: value for key, value in answer.headers.items()
+            if key.lower() not in ("transfer-encoding", "content-length", "connection", "content-encoding", "server", "date")}
+    kept.update(extra or {})
+    length = str(len(body)) if method != "HEAD" else answer.headers.get("content-length", "0")
+    lines = "".join(f"{key}: {value}\r\n" for key, value in kept.items())
+    connection.sendall(f"HTTP/1.1 {answer.status_code} X\r\n{lines}Content-Length: {length}\r\nConnection: close\r\n\r\n".encode()
+                       + (body if method != "HEAD" else b""))
+
+
+class HostileHub(HostileServer):
+    def __init__(self, upstream: str, override: Override, edit: Callable[[str, bytes], bytes] | None = None,
+                 extra: dict[str, str] | None = None) -> None:
+        def answer(path: str, connection: socket.socket, stop: threading.Event) -> None:
+            head = self.request.head
+            write = override(head.split(" ", 1)[0], path, head)
+            if write is not None:
+                write(connection, stop)
+            else:
+                forward(upstream, head, connection, None if edit is None else (lambda body: edit(path, body)), extra)
+        super().__init__(answer)
+
+
+def hostile_env(hub: dict, home: Path, endpoint: str, deadline_s: float = 30, **extra: str) -> dict[str, str | None]:
+    """seatplan_env for a run through ``endpoint`` with ``deadline_s`` per Hub request (short where a hostile answer
+    must be cut off, the default where the honest answers before it must pass on a busy machine), no HF_ setting
+    inherited."""
+    env: dict[str, str | None] = {key: None for key in os.environ if key.startswith("HF_")}
+    env.update(seatplan_env(hub, home, HF_ENDPOINT=endpoint, HF_HUB_DOWNLOAD_TIMEOUT=f"{deadline_s:g}", **extra))
+    return env
+
+
+def assert_refused_cleanly(done: Measured, *words: str) -> None:
+    assert not done.hung, f"still running after the limit: {done.stderr[-2000:]}"
+    assert done.exit_code == 2 and "Traceback" not in done.stderr, (done.exit_code, done.stderr[-3000:])
+    assert "error:" in done.stderr and "fix:" in done.stderr, done.stderr
+    assert done.peak_rss_bytes < 900 << 20, f"peak memory {done.peak_rss_bytes >> 20} MiB"
+    assert "\x00" not in done.stderr and GATE_TOKEN not in done.stdout + done.stderr
+    for word in words:
+        assert word in done.stderr, done.stderr
+
+
+def upstream(hub: dict) -> str:
+    return hub["endpoint"]  # the gating proxy in front of olah
+
+
+def model_info(method: str, path: str) -> bool:
+    return method == "GET" and path.startswith("/api/models/") and "/refs" not in path
+
+
+def files_under(root: Path) -> list[Path]:
+    return [path for path in root.rglob("*") if path.is_file()]
+
+
+@pytest.mark.parametrize("write", [drip_headers, drip_body, processing_forever, endless_body],
+                         ids=["header-drip", "body-drip", "102-flood", "endless-body"])
+def test_a_hub_whose_model_info_never_ends_is_cut_off(hub, tmp_path, write):
+    with HostileHub(upstream(hub), lambda method, path, head: write if model_info(method, path) else None) as server:
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url, deadline_s=2))
+    assert_refused_cleanly(done, server.url)
+
+
+def longer_than_announced(connection: socket.socket, stop: threading.Event) -> None:
+    """Content-Length: 40, then 300 MB: the rest must be neither read nor kept."""
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{" + b" " * 39)
+    huge_body(300_000_000)(connection, stop)
+
+
+@pytest.mark.parametrize("write", [endless_body, huge_body(300_000_000), drip_body, longer_than_announced],
+                         ids=["endless", "300-MB", "drip", "longer-than-announced"])
+def test_a_config_body_that_never_matches_its_size_writes_nothing(hub, tmp_path, write):
+    def override(method: str, path: str, head: str) -> Write | None:
+        return write if method == "GET" and path.endswith("/config.json") else None
+
+    with HostileHub(upstream(hub), override) as server:
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url, deadline_s=8))
+    assert_refused_cleanly(done)
+    assert not list((tmp_path / "xdg").rglob("config.json")), "part of a refused answer was kept"
+    assert all(path.stat().st_size < 1 << 20 for path in files_under(tmp_path))
+
+
+@pytest.mark.parametrize("values", [["A", 3], ["A", None], ["A", ["A"]], ["A", "../../escape.safetensors"],
+                                    ["A", "a\x00.safetensors"], ["A", "x" * 300 + ".safetensors"]],
+                         ids=["int", "null", "list", "dot-dot", "nul", "300-chars"])
+def test_a_weight_map_of_mixed_types_or_unsafe_names_is_refused_naming_it(hub, tmp_path, values, rng):
+    def edit(path: str, body: bytes) -> bytes:
+        if not path.endswith("/model.safetensors.index.json"):
+            return body
+        index = json.loads(body)
+        names = sorted(set(index["weight_map"].values()))
+        tensors = list(index["weight_map"])
+        rng.shuffle(tensors)
+        for tensor, value in zip(tensors, values, strict=False):
+            index["weight_map"][tensor] = names[0] if value == "A" else value
+        return json.dumps(index).encode()
+
+    with HostileHub(upstream(hub), lambda method, path, head: None, edit=edit) as server:
+        done = run_measured("model", "tiny/sharded", "--json", env=hostile_env(hub, tmp_path, server.url))
+    assert_refused_cleanly(done, "weight_map")
+    assert not (tmp_path / "escape.safetensors").exists() and not list(tmp_path.rglob("escape*"))
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("sha", "../../../escape", "sha"), ("sha", "a" * 300, "sha"), ("sha", None, "sha"), ("sha", 12, "sha"),
+    ("siblings", [{"rfilename": "model\x00.safetensors"}], "siblings"),
+    ("siblings", [{"rfilename": "x" * 300 + ".safetensors"}], "siblings"),
+    ("siblings", [{"rfilename": ".hidden.safetensors"}], "siblings"),
+    ("siblings", "not a list", "no safetensors"), ("siblings", [{"rfilename": 7}, 3, None], "no safetensors"),
+], ids=["sha-dot-dot", "sha-300", "sha-null", "sha-int", "sibling-nul", "sibling-300", "sibling-hidden", "siblings-text",
+        "siblings-mixed"])
+def test_what_model_info_says_becomes_a_path_only_after_a_strict_check(hub, tmp_path, field, value, named):
+    def edit(path: str, body: bytes) -> bytes:
+        if not path.startswith("/api/models/") or "/refs" in path:
+            return body
+        document = json.loads(body)
+        document[field] = value
+        return json.dumps(document).encode()
+
+    with HostileHub(upstream(hub), lambda method, path, head: None, edit=edit) as server:
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url))
+    assert not done.hung and "Traceback" not in done.stderr, done.stderr[-3000:]
+    if named == "no safetensors":  # no file list: the weights are estimated, as for a directory without them
+        assert done.exit_code in (0, 2), done.stderr
+    else:
+        assert_refused_cleanly(done, named)
+    assert not list(tmp_path.rglob("escape*")) and not list(tmp_path.parent.glob("escape*"))
+
+
+def test_an_etag_naming_a_path_outside_the_cache_writes_nothing_there(hub, tmp_path):
+    """hf_hub_download names its blobs by the ETag; seatplan reads no file through it, so a hostile ETag is never a path."""
+    home = tmp_path / "home"
+    escape = '"../../../../../escape-etag"'
+    with HostileHub(upstream(hub), lambda method, path, head: None, extra={"ETag": escape, "X-Linked-Etag": escape}) as server:
+        done = run_measured("model", "tiny/sharded", "--json", env=hostile_env(hub, home, server.url))
+    assert done.exit_code == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert not list(tmp_path.rglob("escape-etag*")) and not list(tmp_path.parent.glob("escape-etag*"))
+
+
+def test_a_model_info_redirect_to_another_host_never_carries_the_token(hub, tmp_path):
+    env_token = {"HF_TOKEN": GATE_TOKEN}
+    with HostileHub(upstream(hub), lambda method, path, head: None) as elsewhere, \
+            HostileHub(upstream(hub), lambda method, path, head: redirect_to(elsewhere.url + path) if model_info(method, path)
+                       else None) as server:
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url, **env_token))
+    assert not done.hung and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.exit_code in (0, 2), done.stderr
+    assert elsewhere.heads, "the redirect was not followed: this test would not see a token sent on"
+    assert all(GATE_TOKEN not in head for head in elsewhere.heads)
+    assert any(GATE_TOKEN in head for head in server.heads)  # the token was sent, to the Hub it is for
+
+
+@pytest.mark.parametrize("revision", ["r" * 300, "a/" * 120 + "b", "main/../../x"])
+def test_a_revision_of_any_length_or_shape_ends_cleanly(hub, tmp_path, revision):
+    done = run_measured("model", f"tiny/single@{revision}", "--json", env=hostile_env(hub, tmp_path, upstream(hub)))
+    assert not done.hung and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.exit_code == 2 and "error:" in done.stderr
+    assert not list((tmp_path / "xdg").rglob("x"))
+
+
+def test_revision_names_a_hub_lists_are_shown_only_when_printable(hub, tmp_path):
+    def edit(path: str, body: bytes) -> bytes:
+        if "/refs" not in path:
+            return body
+        refs = json.loads(body)
+        refs["branches"] = [*refs.get("branches", []), {"name": "evil\x00\x1b[2J" + "z" * 300, "ref": "refs/heads/x",
+                                                         "targetCommit": "0" * 40},
+                                                        {"name": 5, "ref": "refs/heads/y", "targetCommit": "1" * 40}]
+        return json.dumps(refs).encode()
+
+    with HostileHub(upstream(hub), lambda method, path, head: None, edit=edit) as server:
+        done = run_measured("model", "tiny/single@no-such-branch", "--json", env=hostile_env(hub, tmp_path, server.url))
+    assert_refused_cleanly(done, "no-such-branch")
+    assert "evil" not in done.stderr
+
+
+def test_a_damaged_header_copy_is_detected_and_read_again(hub, tmp_path, rng):
+    env = seatplan_env(hub, tmp_path)
+    first = model_document(env, "tiny/sharded")
+    copies = sorted((tmp_path / "xdg" / "seatplan" / "hub-headers").rglob("*.safetensors"))
+    damaged = rng.choice(copies)
+    size = damaged.stat().st_size
+    with damaged.open("r+b") as stream:  # a header overwritten in place: same size, other bytes
+        stream.seek(rng.randint(8, 40))
+        stream.write(b"\xff" * 4)
+    assert model_document(env, "tiny/sharded") == first
+    assert damaged.stat().st_size == size
+    config = next((tmp_path / "xdg" / "seatplan" / "hub-headers").rglob("config.json"))
+    config.write_text(config.read_text()[: rng.randint(1, 40)])  # a config cut short
+    assert model_document(env, "tiny/sharded") == first
+    assert model_document({**env, "HF_HUB_OFFLINE": "1"}, "tiny/sharded") == first
+
+
+def test_a_password_in_hf_endpoint_is_never_stored_or_printed(hub, tmp_path):
+    password = "S3cr3t-pw-7f2c-seatplan"
+    with HostileHub(upstream(hub), lambda method, path, head: None) as server:
+        endpoint = server.url.replace("http://", f"http://mirror-user:{password}@")
+        done = run_measured("model", "tiny/sharded", "--json", env=hostile_env(hub, tmp_path, endpoint))
+        refused = run_measured("model", "tiny/single@no-such-branch", env=hostile_env(hub, tmp_path, endpoint))
+    assert done.exit_code == 0, done.stderr[-2000:]
+    assert refused.exit_code == 2 and "Traceback" not in refused.stderr
+    assert any(header_value(head, "authorization") for head in server.heads)  # the mirror was sent its password
+    records = list((tmp_path / "xdg").rglob("seatplan-hub.json"))
+    assert records and all(password not in record.read_text() for record in records)
+    assert "mirror-user:***@" in records[0].read_text()
+    assert password not in done.stdout + done.stderr + refused.stdout + refused.stderr
+
+
+def test_a_mirror_that_ignores_range_and_announces_a_huge_file_is_read_only_to_the_header(hub, tmp_path):
+    """A 200 answer to a range read, announcing the whole file (here 16 GiB more than the tiny file, past every
+    answer cap): the header is read, the rest never, and the facts are the directory's."""
+    extra_bytes = 16 << 30
+
+    def override(method: str, path: str, head: str) -> Write | None:
+        if method != "GET" or not path.endswith(".safetensors"):
+            return None
+        body = httpx.get(upstream(hub) + path, timeout=30).content
+
+        def write(connection: socket.socket, stop: threading.Event) -> None:
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (len(body) + extra_bytes) + body)
+            zeros = bytes(1 << 16)
+            while not stop.is_set():  # the announced rest, for as long as the reader reads (a whole read would be 16 GiB)
+                connection.sendall(zeros)
+        return write
+
+    local = hub["root"] / "MIRRORS" / "models" / "tiny" / "single"
+    with HostileHub(upstream(hub), override) as server:
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, server.url))
+    assert done.exit_code == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    copy = next((tmp_path / "xdg").rglob("model.safetensors"))
+    assert copy.stat().st_size == (local / "model.safetensors").stat().st_size + extra_bytes  # the size it announced
+    assert copy.stat().st_blocks * 512 < 1 << 20  # a sparse copy: the header's blocks only
+    assert done.peak_rss_bytes < 900 << 20

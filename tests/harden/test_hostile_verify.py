@@ -14,20 +14,20 @@ import json
 import random
 import re
 import socket
-import socketserver
 import threading
 import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
+import httpx2
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from rich.table import Table
 
 from kits.cli import CliResult, run_cli, run_process
+from kits.hostile_http import Answer, HostileServer, drip_headers, everywhere, processing_forever, respond
 from kits.leaks import TEST_SECRETS
 from kits.paths import MODEL_FIXTURES
 from kits.plan import one_host, write_fleet
@@ -41,63 +41,8 @@ TIMEOUT_S = 0.5
 # verify's requests per engine (at most 23) and gateway (1 + 2 per seat), each within TIMEOUT_S, plus start-up
 RUN_LIMIT_S = 26 * TIMEOUT_S + 60
 KEY = TEST_SECRETS[1]
-DRIP_PAUSE_S = 0.02
 # verify runs in-process here: a run that hangs fails its test at this limit instead of stalling the suite
 pytestmark = pytest.mark.timeout(120)
-
-Answer = Callable[[str, socket.socket, threading.Event], None]
-
-
-class HostileServer:
-    """A TCP server on 127.0.0.1 that reads one HTTP request per connection and lets ``answer(path, socket,
-    stop)`` write whatever bytes it likes back."""
-
-    def __init__(self, answer: Answer) -> None:
-        self.stop = threading.Event()
-        self.paths: list[str] = []
-        self.heads: list[str] = []
-        server = self
-
-        class Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                head = b""
-                while b"\r\n\r\n" not in head and len(head) < 1 << 16:
-                    piece = self.request.recv(4096)
-                    if not piece:
-                        return
-                    head += piece
-                text = head.decode("latin-1")
-                length = next((int(line.split(":", 1)[1]) for line in text.split("\r\n") if line.lower().startswith("content-length:")), 0)
-                body = head.split(b"\r\n\r\n", 1)[1]
-                while len(body) < length:
-                    body += self.request.recv(4096)
-                server.paths.append(text.split(" ", 2)[1])
-                server.heads.append(text)
-                try:
-                    answer(server.paths[-1], self.request, server.stop)
-                except OSError:
-                    pass  # verify gave up on the answer, as it should
-
-        self.tcp = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.tcp.daemon_threads = True
-        self.port = self.tcp.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> HostileServer:
-        threading.Thread(target=self.tcp.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.tcp.shutdown()
-        self.tcp.server_close()
-
-
-def respond(connection: socket.socket, status: int, body: bytes | str, content_type: str = "application/json") -> None:
-    data = body.encode() if isinstance(body, str) else body
-    connection.sendall(f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {len(data)}\r\n"
-                       "Connection: close\r\n\r\n".encode() + data)
-
 
 def metrics_text(blocks: str = "4096", extra: str = "", max_tokens_sum: str = "0") -> str:
     return (f'vllm:cache_config_info{{block_size="16",engine="0",num_gpu_blocks="{blocks}"}} 1.0\n{extra}'
@@ -118,21 +63,6 @@ def engine(overrides: dict[str, Callable[[socket.socket], None]]) -> Answer:
     def answer(path: str, connection: socket.socket, stop: threading.Event) -> None:
         (overrides.get(path) or usual[path])(connection)
     return answer
-
-
-def everywhere(write: Callable[[socket.socket, threading.Event], None]) -> Answer:
-    return lambda path, connection, stop: write(connection, stop)
-
-
-def drip_headers(connection: socket.socket, stop: threading.Event) -> None:
-    connection.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
-    while not stop.wait(DRIP_PAUSE_S):
-        connection.sendall(b"a")
-
-
-def processing_forever(connection: socket.socket, stop: threading.Event) -> None:
-    while not stop.wait(DRIP_PAUSE_S):
-        connection.sendall(b"HTTP/1.1 102 Processing\r\n\r\n")
 
 
 def deep_json(depth: int) -> Callable[[socket.socket, threading.Event], None]:
@@ -430,7 +360,7 @@ def test_a_resolver_that_never_answers_is_left_behind_at_the_deadline(monkeypatc
 
     monkeypatch.setattr(socket, "getaddrinfo", hanging)
     try:
-        with BoundedClient("http://engine.lan:8000", TIMEOUT_S) as client, pytest.raises(httpx.ConnectTimeout) as failed:
+        with BoundedClient("http://engine.lan:8000", TIMEOUT_S) as client, pytest.raises(httpx2.ConnectTimeout) as failed:
             client.fetch("GET", "/version")
         assert asked == ["engine.lan"] and not released.is_set()
         assert client.problem(failed.value) == f"ConnectTimeout: no complete answer within {TIMEOUT_S:g} s"
@@ -455,6 +385,6 @@ def test_every_address_a_name_resolves_to_is_tried_in_turn(monkeypatch):
 
 
 def test_a_name_that_does_not_resolve_is_a_connect_error_naming_it():
-    with BoundedClient("http://no-such-host.invalid:8000", 5.0) as client, pytest.raises(httpx.ConnectError) as failed:
+    with BoundedClient("http://no-such-host.invalid:8000", 5.0) as client, pytest.raises(httpx2.ConnectError) as failed:
         client.fetch("GET", "/version")
     assert "no-such-host.invalid" in client.problem(failed.value)

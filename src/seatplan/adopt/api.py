@@ -9,9 +9,11 @@ import yaml
 from pydantic import ValidationError
 
 from seatplan.adopt.assemble import Adopted, Noted, Tree, adopt
-from seatplan.adopt.engines import checked_base_url, probe_engine
+from seatplan.adopt.engines import checked_base_url, probe_engines
 from seatplan.adopt.evidence import EngineSeen, Route
-from seatplan.adopt.files import env_dirs_and_files, read_apps_file, read_litellm_config, smi_readings
+from seatplan.adopt.readers import read_launches
+from seatplan.adopt.readers.litellm import read_litellm_config
+from seatplan.adopt.readers.nvidia_smi import read_apps_file, smi_readings
 from seatplan.adopt.writer import fleet_text
 from seatplan.documents.fleet import HostSpec, SeatSpec
 from seatplan.documents.fleet_file import TODO, format_path, parse_fleet, todo_problems
@@ -24,6 +26,7 @@ class Sources:
     engines: list[str] = field(default_factory=list)
     composes: list[str] = field(default_factory=list)  # [HOST=]FILE
     env_dirs: list[str] = field(default_factory=list)  # [HOST=]DIR
+    systemd_dirs: list[str] = field(default_factory=list)  # [HOST=]DIR of .service units
     nvidia_smi: list[str] = field(default_factory=list)
     gpus_from_host: bool = False
     compute_apps: list[Path] = field(default_factory=list)  # nvidia-smi --query-compute-apps CSVs: what fixed seats hold
@@ -47,17 +50,19 @@ def _engines(sources: Sources, routes: list[Route]) -> list[EngineSeen]:
                 wanted.setdefault(checked_base_url(route.base_url, route.source), route.source)
             except SeatplanError:
                 continue  # the route's warning names it (assemble: no engine at that URL was read)
-    return [probe_engine(url, source, sources.timeout_s) for url, source in wanted.items()]
+    return probe_engines(wanted, sources.timeout_s)
 
 
 def adopt_sources(sources: Sources, display: str) -> Result:
-    if not (sources.litellm_config or sources.engines or sources.composes or sources.env_dirs):
-        raise SeatplanError("nothing to adopt", where="adopt", fix="give --litellm-config, --engine URL, --compose FILE or --env-dir DIR")
+    if not (sources.litellm_config or sources.engines or sources.composes or sources.env_dirs or sources.systemd_dirs):
+        raise SeatplanError("nothing to adopt", where="adopt",
+                            fix="give --litellm-config, --engine URL, --compose FILE, --env-dir DIR or --systemd DIR")
     routes = read_litellm_config(sources.litellm_config) if sources.litellm_config else []
-    launches = env_dirs_and_files(sources.env_dirs, sources.composes)
+    launches, read_warnings = read_launches(sources.env_dirs, sources.composes, sources.systemd_dirs)
     readings = smi_readings(sources.nvidia_smi, sources.gpus_from_host, sources.timeout_s)
     apps = [app for path in sources.compute_apps for app in read_apps_file(path)] if sources.compute_apps else None
     adopted = adopt(readings, launches, _engines(sources, routes), routes, apps)
+    adopted.warnings[:0] = read_warnings
     check_names(adopted.tree)
     text = fleet_text(adopted.tree)
     return Result(text=text, adopted=adopted, todo=check_text(text, display))

@@ -1,7 +1,9 @@
 """An engine's vLLM arguments → the fleet file's seat keys, each with the flag it came from.
 
-Pure. The words are split into ``--flag value`` pairs by the parser ``seatplan diff`` uses on rendered env
-files (``engine.parse.parse_args``); ``--flag=value`` and vLLM's short ``-tp`` are spelled out first.
+Pure. The words are read by the engine codec's reader of vLLM's command line (``engine.parse.read_vllm_args``:
+vLLM 0.32's own flag table and value syntax, so ``--max-model-len 32K`` is 32,768 and ``--lora-modules a=x b=y``
+keeps both). A secret on the command line (``--api-key``, ``--hf-token``, a word shaped like a key) is never
+kept: the seat gets the variable vLLM reads instead, by reference (``secrets``).
 """
 
 from __future__ import annotations
@@ -10,10 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from seatplan.engine.parse import parse_args
+from seatplan.adopt.secrets import SECRET_FLAGS, looks_secret
+from seatplan.engine.parse import read_vllm_args
 
-# vLLM's short spellings (vLLM 0.32 vllm/engine/arg_utils.py:1177 "--tensor-parallel-size", "-tp"; likewise "-pp", "-q")
-SHORT_FLAGS = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-q": "--quantization"}
 INT_KEYS = {
     "--port": "port",
     "--tensor-parallel-size": "tensor_parallel_size",
@@ -22,8 +23,7 @@ INT_KEYS = {
     "--max-num-seqs": "max_num_seqs",
     "--max-num-batched-tokens": "max_num_batched_tokens",
 }
-TEXT_KEYS = {"--model": "model", "model": "model", "--served-model-name": "served_model_name", "--dtype": "dtype",
-             "--kv-cache-dtype": "kv_cache_dtype"}
+TEXT_KEYS = {"--model": "model", "--served-model-name": "served_model_name", "--dtype": "dtype", "--kv-cache-dtype": "kv_cache_dtype"}
 # Set by the plan (utilisation for the situation) and by render (--bind): adopting them would freeze them.
 PLAN_OWNED = {"--gpu-memory-utilization": "the plan computes it for each start", "--host": "render's --bind sets it"}
 ON = "on"  # how a flag without a value reads here
@@ -32,47 +32,72 @@ ON = "on"  # how a flag without a value reads here
 @dataclass
 class SeatArgs:
     values: dict[str, Any] = field(default_factory=dict)  # fleet key → value
-    flags: dict[str, str] = field(default_factory=dict)  # fleet key → the flag it came from
+    flags: dict[str, str] = field(default_factory=dict)  # fleet key → the flag it came from (and how it was read)
     extra_args: list[str] = field(default_factory=list)
     dropped: dict[str, str] = field(default_factory=dict)  # flag → its value, left to the plan or render
     problems: list[str] = field(default_factory=list)
-
-
-def spelled_out(args: list[str]) -> list[str]:
-    words: list[str] = []
-    for word in args:
-        if word.startswith("--") and "=" in word:
-            words += word.split("=", 1)
-        else:
-            words.append(SHORT_FLAGS.get(word, word))
-    return words
+    secrets: dict[str, str] = field(default_factory=dict)  # the variable vLLM reads → the flag whose value was a secret
 
 
 def read_args(args: list[str]) -> SeatArgs:
     seat = SeatArgs()
-    # The words after the launcher: a leading positional is `vllm serve`'s model, which parse_args reads after `serve`.
-    for flag, word in parse_args(["serve", *spelled_out(args)]).items():
-        value = ON if word is None else word
-        if flag in PLAN_OWNED:
-            seat.dropped[flag] = value
+    read = read_vllm_args(args)
+    seat.problems += [_hidden(problem) for problem in read.problems]
+    if read.model is not None:
+        seat.values["model"] = read.model
+        seat.flags["model"] = "--model" if "--model" in read.flags else "the model argument"
+    for flag, value in read.flags.items():
+        if flag == "--model":
+            continue
+        if flag in SECRET_FLAGS:
+            seat.secrets[SECRET_FLAGS[flag]] = flag
+        elif flag in PLAN_OWNED:
+            seat.dropped[flag] = ON if value is None else " ".join(value) if isinstance(value, list) else value
         elif flag in INT_KEYS:
-            _whole(seat, flag, INT_KEYS[flag], value)
-        elif flag in TEXT_KEYS:
-            seat.values[TEXT_KEYS[flag]], seat.flags[TEXT_KEYS[flag]] = value, "the model argument" if flag == "--model" and not args[0].startswith("--") else flag
-        elif flag == "--enforce-eager" and value == ON:
+            _whole(seat, read, flag)
+        elif flag == "--served-model-name" and isinstance(value, list) and value:
+            seat.values["served_model_name"], seat.flags["served_model_name"] = value[0], flag
+            if len(value) > 1:
+                seat.problems.append(f"--served-model-name gives {len(value)} names; the fleet file holds one, so the engine will "
+                                     f"answer to {value[0]!r} only after render (also served today: {', '.join(value[1:])[:120]})")
+        elif flag in TEXT_KEYS and isinstance(value, str):
+            seat.values[TEXT_KEYS[flag]], seat.flags[TEXT_KEYS[flag]] = value, flag
+        elif flag == "--enforce-eager":
             seat.values["enforce_eager"], seat.flags["enforce_eager"] = True, flag
-        elif flag == "--override-generation-config" and _cap(value) is not None:
+        elif flag == "--override-generation-config" and isinstance(value, str) and _cap(value) is not None:
             seat.values["max_new_tokens"], seat.flags["max_new_tokens"] = _cap(value), flag
         else:
-            seat.extra_args += [flag] if value == ON else [flag, value]
+            _extra(seat, flag, value)
     return seat
 
 
-def _whole(seat: SeatArgs, flag: str, key: str, value: str) -> None:
-    if value.isdigit() and len(value) <= 18:
-        seat.values[key], seat.flags[key] = int(value), flag
-    else:  # vLLM also takes 128k / 20GiB here; a plain count leaves no doubt, the engine's own answer fills it
-        seat.problems.append(f"{flag} {value[:40]!r} is not a plain whole number")
+def _hidden(problem: str) -> str:
+    """A problem line with any word shaped like a key replaced: it may quote the word vLLM would refuse."""
+    return " ".join("<a secret-shaped word>" if looks_secret(word.strip("'\"")) else word for word in problem.split(" "))
+
+
+def _extra(seat: SeatArgs, flag: str, value: str | list[str] | None) -> None:
+    words = [] if value is None else value if isinstance(value, list) else [value]
+    if any(looks_secret(word) for word in words):
+        seat.problems.append(f"{flag} holds a value shaped like a key (hf_…, sk-…, a URL with a password): left out of extra_args; "
+                             "pass it to the engine from the host's environment instead")
+        return
+    seat.extra_args += [flag, *words]
+
+
+def _whole(seat: SeatArgs, read: Any, flag: str) -> None:
+    text = read.value(flag)
+    try:
+        number = read.whole(flag)
+    except ValueError as problem:
+        seat.problems.append(f"{problem}: vLLM would refuse it; the engine's own answer (or a TODO) fills {INT_KEYS[flag]}")
+        return
+    if number is None or number < 0:  # --max-model-len -1 / auto: vLLM derives it, as an unset one
+        return
+    key = INT_KEYS[flag]
+    seat.values[key] = number
+    plain = text is not None and text.strip().isascii() and text.strip().isdigit()
+    seat.flags[key] = flag if plain else f"{flag} {text} (vLLM's human_readable_int: {number:,}; k, m, g are 1000s, K, M, G 1024s)"
 
 
 def _cap(value: str) -> int | None:

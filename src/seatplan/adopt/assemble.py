@@ -11,14 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 
 from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
 from seatplan.adopt.fleet_rules import seat_value_problem
+from seatplan.adopt.memory import Share, compare, seat_share
+from seatplan.adopt.secrets import is_secret
 from seatplan.documents.fleet_file import TODO
 from seatplan.encode import name_problem
 from seatplan.errors import SeatplanError
+from seatplan.units import MAX_GPU_INDEX, MAX_PLAUSIBLE_BYTES, whole_number
 from seatplan.versions import modelled, try_release
 
 VLLM_DEFAULT_PORT = 8000  # vLLM 0.32 vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`
@@ -64,8 +67,8 @@ def _url_host_port(url: str | None) -> tuple[str | None, int | None]:
     if not url:
         return None, None
     try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError):
+        parsed = httpx2.URL(url)
+    except (httpx2.InvalidURL, TypeError, ValueError):
         return None, None
     return (parsed.host or None), parsed.port or (443 if parsed.scheme == "https" else 80)
 
@@ -128,15 +131,24 @@ def engine_seat_name(served: str, source: str) -> tuple[str, str]:
 def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[EngineSeen], warnings: list[str]) -> None:
     for route in routes:
         served = route.backend_name or route.model_name
+        if route.had_credentials:
+            warnings.append(f"{route.source}: {route.model_name}: its api_base carries a user or password: left out of everything adopt "
+                            "prints and writes (the engine is asked without it)")
         owner = next((seat for seat in seats if seat.engine is not None and seat.engine.base_url == route.base_url
                       and seat.card is not None and seat.card.get("id") == served), None)
         owner = owner or next((seat for seat in seats if seat.launch is not None and _served(seat.launch, seat.args) == served), None)
+        owner = owner or next((seat for seat in seats if seat.launch is None and seat.engine is None and seat.routes
+                               and (seat.routes[0].backend_name or seat.routes[0].model_name) == served), None)
         if owner is None:
-            if route.base_url is None:
-                warnings.append(f"{route.source}: {route.model_name}: api_base is not a plain URL, so adopt cannot tell which engine it is")
-            elif not any(engine.base_url == route.base_url for engine in engines):
-                warnings.append(f"{route.source}: {route.model_name}: no engine at {route.base_url} was read")
-            continue
+            # never dropped: the gateway sends traffic here, so the plan must hold a seat for it, whatever is not known
+            why = ("its api_base is not a plain URL" if route.base_url is None else
+                   f"no engine at {route.base_url} answered" if any(engine.base_url == route.base_url for engine in engines) else
+                   f"no engine at {route.base_url} was read")
+            name, note = engine_seat_name(served, f"{route.source}: the LiteLLM config routes {route.model_name!r} here")
+            warnings.append(f"{route.source}: {route.model_name}: {why}, and no file given starts {served!r}: seat {name} is written "
+                            "with TODOs (give the file that starts it: --compose, --env-dir or --systemd)")
+            owner = _Seat(name=name, name_note=note, launch=None, engine=None, card=None, routes=[], args=SeatArgs())
+            seats.append(owner)
         owner.routes.append(route)
         if route.model_name != served:
             warnings.append(f"{route.source}: the gateway calls {served!r} {route.model_name!r}; seatplan's gateway config names a seat "
@@ -146,11 +158,19 @@ def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[Engine
 # ----------------------------------------------------------------------------- hosts
 
 
+# Names a gateway in a container reaches engines by that name no host: Docker's name for the host it runs on, and the
+# compose services of the files read (resolved on the compose network)
+DOCKER_HOST_NAMES = ("host.docker.internal", "gateway.docker.internal")
+
+
 def place_hosts(seats: list[_Seat], readings: list[GpuReading], warnings: list[str]) -> None:
+    services = {seat.launch.started_by.get("compose_service") for seat in seats if seat.launch and seat.launch.started_by}
     for seat in seats:
         launch = seat.launch
         url = seat.engine.base_url if seat.engine else (seat.routes[0].base_url if seat.routes else None)
         url_host, _ = _url_host_port(url or (launch.health_url if launch else None))
+        if url_host in DOCKER_HOST_NAMES or url_host in services:
+            url_host = None  # the gateway's own view: it names no host
         if launch is not None and launch.host:
             seat.host, seat.host_note = launch.host, launch.host_note
             if url_host and url_host != launch.host:
@@ -199,8 +219,9 @@ def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> N
         return Noted(TODO, why)
     indices: list[int] = []
     for word in launch.gpus:
-        if word.isdigit() and len(word) <= 4:
-            indices.append(int(word))
+        index = whole_number(word, maximum=MAX_GPU_INDEX)
+        if index is not None:
+            indices.append(index)
             continue
         by_uuid = [reading.index for reading in readings if reading.uuid == word]
         if len(by_uuid) == 1:
@@ -211,12 +232,13 @@ def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> N
             why += " and no nvidia-smi output given lists that UUID"
         warnings.append(f"seat {seat.name}: {why}: current_layout is TODO")
         return Noted(TODO, why)
+    indices = list(dict.fromkeys(indices))  # a set: GPU 0 by index and by UUID is one GPU
     unlisted = sorted({index for index in indices if readings and all(reading.index != index for reading in readings)})
     if unlisted:
         why = f"{launch.gpus_source} names GPU {', '.join(map(str, unlisted))}, which nvidia-smi does not list ({readings[0].source.rsplit(':', 1)[0]})"
         warnings.append(f"seat {seat.name}: {why}: current_layout is TODO")
         return Noted(TODO, why)
-    note = launch.gpus_source + (" (UUIDs through nvidia-smi)" if any(not word.isdigit() for word in launch.gpus) else "")
+    note = launch.gpus_source + (" (UUIDs through nvidia-smi)" if any(whole_number(word, maximum=MAX_GPU_INDEX) is None for word in launch.gpus) else "")
     return Noted(indices[0] if len(indices) == 1 else indices, note)
 
 
@@ -225,7 +247,8 @@ def seat_gpus(seat: _Seat, readings: list[GpuReading], warnings: list[str]) -> N
 
 def _card_int(seat: _Seat, key: str) -> int | None:
     value = seat.card.get(key) if seat.card else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    # an engine's JSON is foreign text: a context beyond 2**31 tokens is no model's (a hostile or broken answer)
+    return whole_number(value, minimum=1, maximum=2**31) if isinstance(value, int) else None
 
 
 def _label(seat: _Seat, key: str) -> str | None:
@@ -233,10 +256,17 @@ def _label(seat: _Seat, key: str) -> str | None:
     return labels.get(key) if labels else None
 
 
+def _from_files(seat: _Seat) -> str:
+    """Where a seat's command line was read: the file that starts it, and vLLM's --config file where it has one."""
+    if seat.launch is None:
+        return ""
+    return seat.launch.source + (f" (with {seat.launch.config_note})" if seat.launch.config_note else "")
+
+
 def _pick(seat: _Seat, key: str, running: Any, running_note: str, warnings: list[str]) -> Noted | None:
     """The engine's own answer, else the file's flag; a difference between them is a warning."""
     in_file = seat.args.values.get(key)
-    file_note = f"{seat.launch.source}: {seat.args.flags.get(key)}" if seat.launch and key in seat.args.values else ""
+    file_note = f"{_from_files(seat)}: {seat.args.flags.get(key)}" if seat.launch and key in seat.args.values else ""
     if running is not None:
         if in_file is not None and in_file != running:
             warnings.append(f"seat {seat.name}: {key}: the engine runs {running}, {file_note} says {in_file} (a restart pending?); took the running value")
@@ -257,7 +287,7 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
         served = seat.routes[0].backend_name or seat.routes[0].model_name
     if served is not None and str(served) != seat.name:
         tree["served_model_name"] = _served_name(seat, str(served), _served_note(seat, models_url), warnings)
-    tree["port"] = _port(seat)
+    tree["port"] = _port(seat, warnings)
     length = _pick(seat, "max_model_len", _card_int(seat, "max_model_len"), f"{models_url} max_model_len", warnings)
     if length is None and seat.launch is not None:
         # the same rule on both sides: vLLM and the plan derive the context from the model's config when the flag is absent
@@ -275,7 +305,7 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
                                        + (f"; the gateway's max_tokens is {gateway_caps[0]} ({seat.routes[0].source})" if gateway_caps else ""))
     for key in SEAT_KEYS:
         if key in seat.args.values:
-            tree[key] = Noted(seat.args.values[key], f"{seat.launch.source if seat.launch else ''}: {seat.args.flags[key]}")
+            tree[key] = Noted(seat.args.values[key], f"{_from_files(seat)}: {seat.args.flags[key]}")
     if "kv_cache_dtype" not in tree and (_label(seat, "cache_dtype") or "auto") != "auto":
         tree["kv_cache_dtype"] = Noted(_label(seat, "cache_dtype"), f"GET {seat.engine.base_url if seat.engine else ''}/metrics cache_dtype")
     if seat.args.extra_args:
@@ -285,7 +315,21 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
     env = _env(seat, warnings)
     if env:
         tree["env"] = env
+    tree |= _started_by(seat, warnings)
     return held_to_the_loader(tree, seat.name, "vllm", warnings)
+
+
+def _started_by(seat: _Seat, warnings: list[str]) -> Tree:
+    """How the engine is started today, so the first apply can stop it (the cut-over); a comment where not known."""
+    launch = seat.launch
+    if launch is not None and launch.started_by is not None:
+        return {"started_by": Noted(launch.started_by, launch.started_note)}
+    if launch is not None and "seatplan" in launch.started_note:
+        return {}
+    why = launch.started_note if launch is not None else "no file given starts it"
+    warnings.append(f"seat {seat.name}: started_by left out ({why}), so the first apply cannot stop the engine running today: "
+                    "write started_by by hand (docs/fleet.md)")
+    return {"(started_by)": Noted(None, f"not known: {why}")}
 
 
 def held_to_the_loader(tree: Tree, name: str, engine: str, warnings: list[str]) -> Tree:
@@ -324,15 +368,19 @@ def _served_note(seat: _Seat, models_url: str) -> str:
     return f"{seat.routes[0].source}: the LiteLLM config" if seat.routes else "the LiteLLM config"
 
 
-def _port(seat: _Seat) -> Noted:
+def _port(seat: _Seat, warnings: list[str]) -> Noted:
     launch = seat.launch
+    if launch is not None and launch.port_unknown:
+        warnings.append(f"seat {seat.name}: {launch.port_unknown}: port is TODO; fix: publish one host port (\"8006:8000\") or write it by hand")
+        return Noted(TODO, launch.port_unknown)
     if launch is not None and launch.published_port is not None:
         return Noted(launch.published_port, f"{launch.source}: ports (the host side)")
     if "port" in seat.args.values:
         return Noted(seat.args.values["port"], f"{launch.source if launch else ''}: --port")
-    _, url_port = _url_host_port(seat.engine.base_url if seat.engine else None)
+    url = seat.engine.base_url if seat.engine else seat.routes[0].base_url if seat.routes and launch is None else None
+    _, url_port = _url_host_port(url)
     if url_port is not None:
-        return Noted(url_port, f"the port of {seat.engine.base_url if seat.engine else ''}")
+        return Noted(url_port, f"the port of {url}")
     return Noted(VLLM_DEFAULT_PORT, "no --port: vLLM's default (vllm/entrypoints/launchers/cli_args.py)")
 
 
@@ -340,7 +388,10 @@ def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:
     label = _label(seat, "kv_cache_memory_bytes")
     # vLLM exports every CacheConfig field as str(value), so an unset kv_cache_memory_bytes reads "None"
     # (vLLM 0.32 vllm/config/cache.py:322 CacheConfig.metrics_info, vllm/v1/metrics/loggers.py:1114 log_metrics_info)
-    running = int(label) if label is not None and label.isdigit() else None
+    running = whole_number(label, maximum=MAX_PLAUSIBLE_BYTES) if label is not None and label != "None" else None
+    if label is not None and label != "None" and running is None:
+        warnings.append(f"seat {seat.name}: GET {seat.engine.base_url if seat.engine else ''}/metrics: kv_cache_memory_bytes {label[:40]!r} is no "
+                        f"byte count a GPU holds (ASCII digits, at most {MAX_PLAUSIBLE_BYTES:,}): not taken")
     metrics = f"GET {seat.engine.base_url if seat.engine else ''}/metrics vllm:cache_config_info kv_cache_memory_bytes"
     picked = _pick(seat, "kv_cache_memory_bytes", running, metrics, warnings)
     if picked is not None:
@@ -354,19 +405,35 @@ def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:
 
 
 def _env(seat: _Seat, warnings: list[str]) -> Tree:
+    """The engine's environment; a secret (by name or shape, ``secrets``) as a reference to the GPU host's environment,
+    never its value, and a flag's secret (``--api-key``) as the variable vLLM reads in its place."""
     env: Tree = {}
-    for key, value in sorted((seat.launch.env if seat.launch else {}).items()):
-        if seat_value_problem("env", {key: value}, engine="vllm") is not None:  # the loader's own rules for env
-            warnings.append(f"{seat.launch.source if seat.launch else ''}: {key[:40]!r} is left out: an env file cannot carry that name or value")
-            continue
-        env[key] = Noted(value, f"{seat.launch.source if seat.launch else ''}")
+    launch = seat.launch
+    for key, value in sorted((launch.env if launch else {}).items()):
+        where = launch.env_notes.get(key, launch.source) if launch else ""
+        if seat_value_problem("env", {key: "x"}, engine="vllm") is not None:  # the loader's own rule for an env name
+            warnings.append(f"{where}: {key[:40]!r} is left out: an env file cannot carry that name")
+        elif is_secret(key, value):
+            env[key] = Noted({"from_host_env": key}, f"a secret, in {where}: not copied; export {key} on the GPU host "
+                             "(or keep it in an env_files file there)")
+        elif seat_value_problem("env", {key: value}, engine="vllm") is not None:
+            warnings.append(f"{where}: {key[:40]!r} is left out: an env file cannot carry its value (a quote or control character)")
+        else:
+            env[key] = Noted(value, where)
+    for variable, flag in seat.args.secrets.items():
+        if variable not in env:
+            env[variable] = Noted({"from_host_env": variable}, f"{launch.source if launch else ''}: {flag} on its command line, a secret: "
+                                  f"not copied; vLLM reads {variable} in its place: export {variable} on the GPU host")
+        warnings.append(f"seat {seat.name}: {launch.source if launch else ''}: {flag} holds a secret: written as {variable}: "
+                        f"{{from_host_env: {variable}}}; export {variable} on the GPU host before apply")
     return env
 
 
 # ----------------------------------------------------------------------------- the fleet
 
 
-def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout: dict[str, Noted], warnings: list[str]) -> Tree:
+def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout: dict[str, Noted], warnings: list[str],
+              shares: dict[tuple[str, int], list[Share]] | None = None) -> Tree:
     on_host = [seat for seat in seats if (seat.host or TODO) == name]
     tree: Tree = {"name": Noted(name, on_host[0].host_note if on_host else (readings[0].source if readings else "no evidence of a host"))}
     devices = {seat.launch.device for seat in on_host if seat.launch and seat.launch.device}
@@ -382,7 +449,8 @@ def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout:
         tree["address"] = Noted(addresses.pop(), "the engines' URL")
     if readings:
         held = {index for seat in on_host for index in _indices(layout.get(seat.name))}
-        tree["gpus"] = [_gpu_tree(reading, name, reading.index not in held, warnings) for reading in sorted(readings, key=lambda reading: reading.index)]
+        tree["gpus"] = [_gpu_tree(reading, name, reading.index not in held, warnings, (shares or {}).get((name, reading.index), []))
+                        for reading in sorted(readings, key=lambda reading: reading.index)]
         return tree
     indices = sorted({index for seat in on_host for index in _indices(layout.get(seat.name))})
     if indices:
@@ -400,11 +468,15 @@ def _indices(noted: Noted | None) -> list[int]:
     return list(noted.value) if isinstance(noted.value, list) else [int(noted.value)]
 
 
-def _gpu_tree(reading: GpuReading, host: str, unheld: bool, warnings: list[str]) -> Tree:
+def _gpu_tree(reading: GpuReading, host: str, unheld: bool, warnings: list[str], shares: list[Share]) -> Tree:
     tree = _gpu_values(reading)
+    differs = compare(reading, shares)
+    if differs is not None:
+        why, extra_bytes = differs
+        warnings.append(f"{host} GPU {reading.index}: {why}")
+        tree["(reserved_bytes)"] = Noted(None, f"{extra_bytes} ({why})" if extra_bytes else why)
     if unheld and reading.used_mib is not None and reading.used_mib > UNACCOUNTED_MIB:
-        # Only a GPU no adopted seat holds: beside an engine, its weights, KV and activations are in memory.used
-        # too, and what is left would be an estimate, not a reading.
+        # A GPU no adopted seat holds (one that seats hold is compared with their shares above)
         why = (f"{reading.source}: memory.used {reading.used_mib} MiB, and no adopted seat runs here: add that process as a fixed seat "
                "or set reserved_bytes (else the plan takes the memory as free)")
         warnings.append(f"{host} GPU {reading.index}: {why}")
@@ -474,12 +546,17 @@ def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[Engi
     by_host = assign_readings(readings, hosts)
     layout = {seat.name: seat_gpus(seat, by_host.get(seat.host or TODO, []), warnings) for seat in seats}
     many = len(by_host) > 1
+    seat_trees = [seat_tree(seat, warnings) for seat in engine_seats] + [
+        fixed_tree(seat, {other.name: layout[other.name] for other in seats if other.host == seat.host}, by_host.get(seat.host or TODO, []),
+                   apps, warnings, many) for seat in fixed]
+    shares: dict[tuple[str, int], list[Share]] = {}
+    for seat, values in zip(seats, seat_trees):
+        for index in _indices(layout[seat.name]):
+            shares.setdefault((seat.host or TODO, index), []).append(seat_share(seat.name, values))
     tree: Tree = {
-        "hosts": [host_tree(name, by_host[name], seats, layout, warnings) for name in by_host],
+        "hosts": [host_tree(name, by_host[name], seats, layout, warnings, shares) for name in by_host],
         "policy": policy_tree(engines, warnings),
-        "seats": [seat_tree(seat, warnings) for seat in engine_seats]
-        + [fixed_tree(seat, {other.name: layout[other.name] for other in seats if other.host == seat.host}, by_host.get(seat.host or TODO, []),
-                      apps, warnings, many) for seat in fixed],
+        "seats": seat_trees,
         "current_layout": {seat.name: _layout_ref(layout[seat.name], seat.host, many) for seat in seats},
     }
     return Adopted(tree=tree, warnings=warnings)

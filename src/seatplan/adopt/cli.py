@@ -19,6 +19,8 @@ def adopt_command(
     litellm_config: Path | None = typer.Option(None, "--litellm-config", help="the LiteLLM proxy's config.yaml: its model_list names the engines"),
     engine: list[str] = typer.Option([], "--engine", metavar="<URL>", help="an engine's URL (http://HOST:PORT), asked for /v1/models, /version and /metrics; repeatable"),
     compose: list[str] = typer.Option([], "--compose", metavar="<[HOST=]FILE>", help="a compose file that starts engines (command: args, device_ids); repeatable"),
+    systemd: list[str] = typer.Option([], "--systemd", metavar="<[HOST=]DIR>", help="a directory of the engines' systemd .service units (ExecStart, "
+                                      "Environment, EnvironmentFile; templates with %i); repeatable"),
     env_dir: list[str] = typer.Option([], "--env-dir", metavar="<[HOST=]DIR>", help="a directory of the engines' .env files (the vllm command, CUDA_VISIBLE_DEVICES); repeatable"),
     nvidia_smi: list[str] = typer.Option([], "--nvidia-smi", metavar="<[HOST=]CSV>", help="the CSV of nvidia-smi "
                                          "--query-gpu=index,name,uuid,memory.total,memory.reserved,memory.used --format=csv; repeatable"),
@@ -37,7 +39,7 @@ def adopt_command(
 
     if nvidia_smi and gpus_from_host:
         raise SeatplanError("--nvidia-smi and --gpus-from-host both given", where="adopt", fix="give one source of GPUs")
-    sources = Sources(litellm_config=litellm_config, engines=list(engine), composes=list(compose), env_dirs=list(env_dir),
+    sources = Sources(litellm_config=litellm_config, engines=list(engine), composes=list(compose), env_dirs=list(env_dir), systemd_dirs=list(systemd),
                       nvidia_smi=list(nvidia_smi), gpus_from_host=gpus_from_host, timeout_s=timeout_s,
                       compute_apps=list(compute_apps))
     result = adopt_sources(sources, str(output))

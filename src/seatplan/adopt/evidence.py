@@ -50,10 +50,16 @@ class Launch:
     health_left_out: str = ""  # why a compose healthcheck gave no health_url ("" : there was none to read)
     health_refused: bool = False  # it named a URL, and the fleet loader's rule refuses it (a warning, not just a comment)
     published_port: int | None = None  # compose ``ports: ["HOST:CONTAINER"]``: how the engine is reached
+    port_unknown: str = ""  # why the host port is not in the file (compose picks it), "" where it is
     fixed: bool = False  # a compose service that uses GPUs and starts no vLLM engine (speech, TTS): a fixed seat
     image: str | None = None  # a fixed seat's compose image
     image_left_out: str = ""  # what seatplan's compose file would drop of the service if it ran the image ("" : nothing)
     gpu_evidence: str = ""  # a fixed seat: what says it uses GPUs (device reservation, runtime, environment)
+    started_by: dict[str, str] | None = None  # how it is started today (documents.fleet.StartedBy's keys), for the cut-over
+    started_note: str = ""  # where that came from, or why it is not known
+    env_notes: dict[str, str] = field(default_factory=dict)  # env key → the file it came from, where not ``source``
+    warnings: list[str] = field(default_factory=list)  # what the reader left out or could not tell, each located
+    config_note: str = ""  # the vLLM --config file read into args, where there was one
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ class Route:
     base_url: str | None  # api_base without /v1; None when it was not a plain URL
     max_tokens: int | None
     source: str  # FILE:LINE
+    had_credentials: bool = False  # api_base carried a user or password, dropped before anything printed or stored it
 
 
 @dataclass

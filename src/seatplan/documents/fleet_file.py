@@ -24,7 +24,9 @@ from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
 from seatplan.documents.io import KIND_NAMES, kind_said
 from seatplan.encode import control_character
 from seatplan.errors import SeatplanError
+from seatplan.fileio import check_input_file
 from seatplan.hub_names import parse_hub_id
+from seatplan.units import MAX_GPU_INDEX, whole_number
 
 PathKey = tuple[str | int, ...]
 
@@ -271,7 +273,7 @@ def _field_fix(path: PathKey) -> str:
 
 def resolve_gpu_ref(fleet: Fleet, ref: int | str) -> tuple[str, int] | None:
     """``2`` (the only host's GPU 2) or ``"host:2"`` → ``(host, 2)``; None when no such GPU exists."""
-    if isinstance(ref, str) and ref.strip().isdigit():
+    if isinstance(ref, str) and whole_number(ref, maximum=MAX_GPU_INDEX) is not None:
         ref = int(ref)
     if isinstance(ref, int):
         if len(fleet.hosts) != 1:
@@ -279,7 +281,7 @@ def resolve_gpu_ref(fleet: Fleet, ref: int | str) -> tuple[str, int] | None:
         host = fleet.hosts[0]
         return (host.name, ref) if any(gpu.index == ref for gpu in host.gpus) else None
     host_name, _, index_text = ref.rpartition(":")
-    if not index_text.isdigit():
+    if whole_number(index_text, maximum=MAX_GPU_INDEX) is None:
         return None
     for host in fleet.hosts:
         if host.name == host_name and any(gpu.index == int(index_text) for gpu in host.gpus):
@@ -548,6 +550,7 @@ def _raise_problems(problems: list[FleetProblem], lines: dict[PathKey, int], dis
 
 def load_fleet(path: str | Path) -> LoadedFleet:
     fleet_path = Path(path)
+    check_input_file(fleet_path, "fleet file")
     try:
         with fleet_path.open("rb") as stream:
             raw = stream.read(MAX_FLEET_BYTES + 1)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
+from seatplan.fileio import check_input_file
 from seatplan.hub_names import parse_hub_id
 from seatplan.jsontext import JsonTooDeep, loads_bounded
 
@@ -80,6 +81,7 @@ def read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise SeatplanError(f"{path.name} is missing", where=str(path),
                             fix="the model directory needs the config.json from the model's repository")
+    check_input_file(path, path.name)
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:
         raise SeatplanError(f"{path.name} is {size} bytes, too large for a config file", where=str(path),

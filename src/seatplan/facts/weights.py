@@ -32,6 +32,7 @@ from typing import Any
 from seatplan.errors import SeatplanError
 from seatplan.facts.architecture import AttentionLayer, ModelLayout, StateLayer, count_field
 from seatplan.facts.reader import read_optional_json
+from seatplan.fileio import check_input_file
 from seatplan.jsontext import JsonTooDeep, loads_bounded
 from seatplan.units import MAX_PLAUSIBLE_BYTES, round_up
 
@@ -91,6 +92,7 @@ def read_safetensors_header(path: Path) -> list[TensorInfo]:
 def raw_header(path: Path) -> tuple[bytes, bytes]:
     """The 8-byte little-endian length and the header bytes it announces, read no further than the
     format's limit: the one place a safetensors file is opened (the facts and their hashes read the same bytes)."""
+    check_input_file(path, "safetensors file")
     with path.open("rb") as stream:
         length = stream.read(8)
         return length, stream.read(min(int.from_bytes(length, "little"), MAX_HEADER_BYTES))

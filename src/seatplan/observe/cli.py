@@ -56,6 +56,9 @@ def diagnose_command(
                                        help="Smallest level change reported as a step."),
     min_creep_mib: float = typer.Option(256.0, "--min-creep-mib", parser=number_option("--min-creep-mib", minimum=0, maximum=1 << 30, example="256"),
                                         help="Smallest rise after a boot reported as creep."),
+    timeout_s: float | None = typer.Option(None, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="30"),
+                                           help="Seconds each request to --prometheus or a --vllm-metrics URL may take, "
+                                                "connect to last byte (default: 30 for Prometheus, 10 for /metrics)."),
     output: Path | None = typer.Option(None, "-o", "--output", help="Write the diagnose document (what --json prints), for seatplan plan --observed and report --diagnose."),
     json_output: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
     wide: bool = WIDE,
@@ -85,10 +88,11 @@ def diagnose_command(
         boots, stats = inputs.read_vllm_logs(vllm_log, year=log_year, utc_offset_s=offset_s)
         series, processes, gpu_side_stats = inputs.read_gpu_sources(
             beszel=beszel, beszel_system=beszel_system, nvidia_smi=nvidia_smi, prometheus=prometheus,
-            since=since, step_seconds=step_seconds, utc_offset_s=offset_s, rejected=rejected)
+            since=since, step_seconds=step_seconds, utc_offset_s=offset_s, rejected=rejected,
+            **({} if timeout_s is None else {"timeout_s": timeout_s}))
         inputs.name_hosts(series, inputs.host_names(host_name, fleet))
         stats.extend(gpu_side_stats)
-        stats.extend(inputs.read_vllm_metrics(vllm_metrics, rejected))
+        stats.extend(inputs.read_vllm_metrics(vllm_metrics, rejected, **({} if timeout_s is None else {"timeout_s": timeout_s})))
         report_rejections(rejected.as_list())
         planned = read_plan(plan) if plan is not None else None
         settings = DetectSettings(min_step_mib=min_step_mib, min_creep_mib=min_creep_mib)

@@ -15,13 +15,16 @@ from seatplan.documents.plan import Plan
 from seatplan.engine.settings import EngineHost, engine_settings
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts
+from seatplan.fileio import check_input_file
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.logparse import parse_log
 from seatplan.observe.seatmap import SeatMap
 from seatplan.observe.sources.beszel import read_beszel
 from seatplan.observe.sources.nvidia_smi import read_nvidia_smi
+from seatplan.observe.sources.prometheus import TIMEOUT_S as PROMETHEUS_TIMEOUT_S
 from seatplan.observe.sources.prometheus import read_exposition_file, read_prometheus, read_prometheus_text
 from seatplan.observe.sources.shared import Rejections, number_of_lines
+from seatplan.observe.sources.vllm_metrics import TIMEOUT_S as METRICS_TIMEOUT_S
 from seatplan.observe.sources.vllm_metrics import read_vllm_metrics_url, vllm_stats
 from seatplan.units import human_bytes
 
@@ -56,6 +59,7 @@ def read_vllm_logs(specs: list[str], *, year: int | None, utc_offset_s: int = 0)
     for spec in specs:
         seat, _, path_text = spec.partition("=") if "=" in spec and not Path(spec).exists() else ("", "", spec)
         path = Path(path_text)
+        check_input_file(path, "vLLM log")
         try:
             text = path.read_text(errors="replace")
         except OSError as problem:
@@ -94,7 +98,7 @@ def name_hosts(series: list[GpuSeries], names: dict[str, str]) -> None:
 
 def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_smi: list[str], prometheus: str | None,
                      since: str, step_seconds: int, utc_offset_s: int = 0,
-                     rejected: Rejections | None = None) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
+                     rejected: Rejections | None = None, timeout_s: float = PROMETHEUS_TIMEOUT_S) -> tuple[list[GpuSeries], list[ProcessSample], list[EngineStats]]:
     series: list[GpuSeries] = []
     processes: list[ProcessSample] = []
     stats: list[EngineStats] = []
@@ -110,7 +114,8 @@ def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_s
     if prometheus:
         if prometheus.startswith(("http://", "https://")):
             end = time.time()
-            gpu, engine = read_prometheus(prometheus, start=end - duration_seconds(since), end=end, step_seconds=step_seconds)
+            gpu, engine = read_prometheus(prometheus, start=end - duration_seconds(since), end=end, step_seconds=step_seconds,
+                                          timeout_s=timeout_s)
         else:
             gpu, engine = read_prometheus_text(prometheus, rejected=rejected)
         series.extend(gpu)
@@ -118,11 +123,11 @@ def read_gpu_sources(*, beszel: Path | None, beszel_system: str | None, nvidia_s
     return series, processes, stats
 
 
-def read_vllm_metrics(specs: list[str], rejected: Rejections | None = None) -> list[EngineStats]:
+def read_vllm_metrics(specs: list[str], rejected: Rejections | None = None, timeout_s: float = METRICS_TIMEOUT_S) -> list[EngineStats]:
     stats: list[EngineStats] = []
     for spec in specs:
         if spec.startswith(("http://", "https://")):
-            stats.extend(read_vllm_metrics_url(spec))
+            stats.extend(read_vllm_metrics_url(spec, timeout_s=timeout_s))
             continue
         path = Path(spec)
         samples, modified = read_exposition_file(path, rejected if rejected is not None else Rejections(), "vllm:* gauges")

@@ -24,23 +24,24 @@ from datetime import UTC, datetime, timedelta
 
 from seatplan.documents.observed import Boot, BootError, EngineStats
 from seatplan.errors import SeatplanError
+from seatplan.exposition import LATEST_EPOCH_S
 from seatplan.numeric_options import MAX_DEVICE_MEMORY_BYTES
-from seatplan.units import GiB, parse_bytes
+from seatplan.units import MAX_PARALLEL_SIZE, MAX_PID, GiB, parse_bytes, whole_number
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_DOCKER_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s")
-_COMPOSE = re.compile(r"^(?P<container>[A-Za-z0-9][\w.-]*)\s+\|\s?")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]", re.ASCII)
+_DOCKER_TS = re.compile(r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d))\s", re.ASCII)
+_COMPOSE = re.compile(r"^(?P<container>[A-Za-z0-9][\w.-]*)\s+\|\s?", re.ASCII)
 _JOURNAL_SHORT = re.compile(
     r"^(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)"
     r" (?P<host>\S+) (?P<ident>[^\s\[:]+)(?:\[(?P<pid>\d+)\])?: "
-)
+, re.ASCII)
 _JOURNAL_ISO = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)) (?P<host>\S+) (?P<ident>[^\s\[:]+)(?:\[(?P<pid>\d+)\])?: "
-)
-_PROCESS = re.compile(r"\((?P<proc>[A-Za-z_][\w]*)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\)\s*")
+, re.ASCII)
+_PROCESS = re.compile(r"\((?P<proc>[A-Za-z_][\w]*)(?: rank=(?P<rank>\d+))? pid=(?P<pid>\d+)\)\s*", re.ASCII)
 _CORE = re.compile(
     r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?P<md>\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?\s+\[?[\w./-]+(?::\d+)?\]\s*(?P<msg>.*)"
-)
+, re.ASCII)
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
 
 # A decimal as vLLM prints one; "2..7" (a garbled line) must not match, or float() would raise.
@@ -49,7 +50,7 @@ _F = r"-?(?:\d+(?:\.\d*)?|\.\d+)"
 # The regexes of VLLM.md §3.1 (checked against vLLM's format strings), plus the lines that start a boot,
 # the 0.10.2+ sizing hint, and the periodic stats line.
 PATTERNS: dict[str, re.Pattern[str]] = {
-    name: re.compile(pattern)
+    name: re.compile(pattern, re.ASCII)
     for name, pattern in {
         "api_version": r"vLLM API server version (?P<ver>[\w.+-]+)",
         "non_default_args": r"non-default args: (?P<args>\{.*\})",
@@ -95,12 +96,12 @@ PATTERNS: dict[str, re.Pattern[str]] = {
 _WORTH_A_LOOK = re.compile(
     r"GiB|GB|tokens|LLM engine|non-default args|API server version|max model len|blocks:|max seq len|"
     r"max_model_len|failed to start|initialization failed|No available memory|Auto-fit|init engine|gpu-memory-utilization"
-)
-_STATS_WAITING = re.compile(r"(?:Waiting|Pending): (?P<n>\d+) reqs")
-_STATS_USAGE = re.compile(r"(?:GPU|CPU|XPU|TPU|HPU|NPU)? ?KV cache usage: (?P<pct>[\d.]+)%")
-_STATS_PREEMPT = re.compile(r"Preemptions: (?P<n>\d+)")
-_HINT_PART = re.compile(rf"(?P<gib>{_F}) GiB for (?P<what>[^,.]+)")
-_CFG_FIELD = re.compile(r"(?P<key>model|served_model_name|tensor_parallel_size)=(?P<val>'[^']*'|\[[^\]]*\]|[^,\s]+)")
+, re.ASCII)
+_STATS_WAITING = re.compile(r"(?:Waiting|Pending): (?P<n>\d+) reqs", re.ASCII)
+_STATS_USAGE = re.compile(r"(?:GPU|CPU|XPU|TPU|HPU|NPU)? ?KV cache usage: (?P<pct>[\d.]+)%", re.ASCII)
+_STATS_PREEMPT = re.compile(r"Preemptions: (?P<n>\d+)", re.ASCII)
+_HINT_PART = re.compile(rf"(?P<gib>{_F}) GiB for (?P<what>[^,.]+)", re.ASCII)
+_CFG_FIELD = re.compile(r"(?P<key>model|served_model_name|tensor_parallel_size)=(?P<val>'[^']*'|\[[^\]]*\]|[^,\s]+)", re.ASCII)
 
 # Kinds a process prints once per boot: seeing one again from the same process means a restart.
 _ONCE = {
@@ -233,14 +234,12 @@ def _journal_json(text: str) -> dict | None:
 
 
 def _journal_fields(record: dict) -> dict:
-    stamp = record.get("__REALTIME_TIMESTAMP")
-    at = None
-    if stamp and str(stamp).isdigit():
-        at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=int(stamp))
-    pid = record.get("_PID")
+    # microseconds since the epoch, bounded by the latest date a reader takes (a 400-digit stamp is no time)
+    stamp = whole_number(str(record.get("__REALTIME_TIMESTAMP", "")), maximum=int(LATEST_EPOCH_S) * 1_000_000)
+    at = None if stamp is None else datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=stamp)
     return {
         "stream": str(record.get("SYSLOG_IDENTIFIER") or record.get("_SYSTEMD_UNIT") or ""),
-        "pid": int(pid) if pid and str(pid).isdigit() else None,
+        "pid": whole_number(str(record.get("_PID", "")), maximum=MAX_PID),
         "at": at,
     }
 
@@ -384,7 +383,7 @@ def _config_fields(config: str) -> dict:
             value = value.strip("[]").split(",")[0].strip().strip("'\"")
         found.setdefault(item["key"], value)
     if "tensor_parallel_size" in found:
-        found["tensor_parallel_size"] = int(found["tensor_parallel_size"]) if found["tensor_parallel_size"].isdigit() else None
+        found["tensor_parallel_size"] = whole_number(found["tensor_parallel_size"], minimum=1, maximum=MAX_PARALLEL_SIZE)
     return found
 
 

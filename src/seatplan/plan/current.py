@@ -18,7 +18,8 @@ from seatplan.documents.plan import Plan, PlanInfeasibility
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_env, split_shell_line
 from seatplan.errors import SeatplanError
-from seatplan.units import GiB
+from seatplan.fileio import check_input_file
+from seatplan.units import MAX_GPU_INDEX, GiB, whole_number
 
 # written by the render stage beside its files; read here as a document, not through render's code
 RENDER_MANIFEST = "seatplan-render.json"
@@ -78,6 +79,7 @@ def from_env_files(directory: Path, fleet: Fleet) -> CurrentLayout:
     gpus: dict[str, list[str]] = {}
     commands: dict[str, list[str]] = {}
     for env_file in sorted((directory / "env").glob("*.env")):
+        check_input_file(env_file, "env file")
         values = parse_env(env_file.read_text(encoding="utf-8", errors="replace"))
         seat = env_file.stem
         if COMMAND_KEY in values:
@@ -85,7 +87,7 @@ def from_env_files(directory: Path, fleet: Fleet) -> CurrentLayout:
         indices = [index.strip() for index in values.get("CUDA_VISIBLE_DEVICES", "").split(",") if index.strip()]
         if not indices:
             continue
-        if len(fleet.hosts) != 1 or not all(index.isdigit() for index in indices):
+        if len(fleet.hosts) != 1 or not all(whole_number(index, maximum=MAX_GPU_INDEX) is not None for index in indices):
             raise SeatplanError(f"{env_file.name}: CUDA_VISIBLE_DEVICES={values['CUDA_VISIBLE_DEVICES']} does not say which host",
                                 where=str(env_file), fix="pass the plan the directory was rendered from: --current PLAN")
         gpus[seat] = [f"{fleet.hosts[0].name}:{index}" for index in indices]

@@ -521,7 +521,8 @@ def rollback_plays(steps: list[dict]) -> list[dict]:
     """The apply's steps undone in reverse order: a start is stopped before the stop before it is started again."""
     plays = [play("seatplan rollback: the tag exists", rollback_check_tasks())]
     plays += [step_play(index, step, "undo-stop.yaml" if step["action"] == "stop" else "undo-start.yaml") for index, step in reversed(list(enumerate(steps)))]
-    return plays + [play("seatplan rollback: the hosts' compose.yaml", compose_file_tasks(restore=True)), {"name": "seatplan rollback: the gateway and the alert rules", "import_playbook": "gateway-rollback.yaml"}]
+    return plays + [play("seatplan rollback: the hosts' compose.yaml", compose_file_tasks(restore=True)),
+                    {"name": "seatplan rollback: the gateway and the alert rules", "import_playbook": "gateway-rollback.yaml"}]
 
 
 def ansible_files(plan: Plan, engines: list[Engine], files: Files, settings: RenderSettings, fixed: list[FixedSeat] | None = None,

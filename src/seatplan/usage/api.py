@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2
 
+from seatplan.bounded_http import AnswerTooLarge, BoundedTransport
 from seatplan.errors import SeatplanError
 from seatplan.jsontext import JsonTooDeep, loads_bounded
 from seatplan.secrets import check_environment_name, read_secret, scrub
@@ -55,7 +56,8 @@ LEAD = timedelta(hours=6)
 EARLIEST = datetime(2000, 1, 1)  # an open window's start: before any LiteLLM row
 ONE_SECOND = timedelta(seconds=1)
 MAX_PAGE_BYTES = 256 << 20  # 1000 rows with their metadata are a few MB
-TIMEOUT = httpx.Timeout(120.0, connect=10.0)
+# One page request, connect to last byte (usage --timeout): LiteLLM pages 1000 rows out of PostgreSQL.
+API_TIMEOUT_S = 120.0
 API_TIME = "%Y-%m-%d %H:%M:%S"
 
 
@@ -118,14 +120,16 @@ def _ceil_second(moment: datetime) -> datetime:
 
 
 def download_rows(base_url: str, key: str, window: Window, sink: IO[str], now: datetime | None = None,
-                  transport: httpx.BaseTransport | None = None) -> ApiReadStats:
-    """Write every row of ``window`` (see :func:`api_window`) to ``sink``, one JSON object per line."""
+                  timeout_s: float = API_TIMEOUT_S) -> ApiReadStats:
+    """Write every row of ``window`` (see :func:`api_window`) to ``sink``, one JSON object per line: each page
+    through the bounded transport (one deadline per request, ``MAX_PAGE_BYTES`` at most, no redirect followed, so
+    the key never goes to another host)."""
     start, end = api_window(window, now or datetime.now(UTC).replace(tzinfo=None))
     stats = ApiReadStats()
     boundary_ids: dict[str, set[str]] = {}
     headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
-    with httpx.Client(base_url=base_url, headers=headers, timeout=TIMEOUT, transport=transport,
-                      follow_redirects=False) as client:
+    with httpx2.Client(base_url=base_url, headers=headers, timeout=timeout_s, transport=BoundedTransport(timeout_s, MAX_PAGE_BYTES),
+                       trust_env=False, follow_redirects=False) as client:
         reader = _Reader(client, base_url, key, stats)
         pending = [(start, end)]
         while pending:
@@ -227,7 +231,7 @@ def _new_rows(rows: list[dict[str, Any]], low: datetime, high: datetime,
 
 @dataclass
 class _Reader:
-    client: httpx.Client
+    client: httpx2.Client
     base_url: str
     key: str
     stats: ApiReadStats
@@ -241,7 +245,10 @@ class _Reader:
             with self.client.stream("GET", ENDPOINT, params=params) as response:
                 body = _bounded_body(response, where)
                 status = response.status_code
-        except httpx.HTTPError as problem:
+        except AnswerTooLarge:
+            raise SeatplanError(f"a page of the spend logs is over {MAX_PAGE_BYTES >> 20} MiB", where=where,
+                                fix="check that --from is a LiteLLM gateway") from None
+        except httpx2.HTTPError as problem:
             raise SeatplanError(f"cannot read the spend logs: {scrub(str(problem), self.key)}", where=where,
                                 fix="check the gateway URL and that it is up (curl BASE/health/liveliness)") from None
         if status != 200:
@@ -249,7 +256,7 @@ class _Reader:
         return _parse_page(body, where)
 
 
-def _bounded_body(response: httpx.Response, where: str) -> bytes:
+def _bounded_body(response: httpx2.Response, where: str) -> bytes:
     body = bytearray()
     for chunk in response.iter_bytes():
         body += chunk
@@ -301,8 +308,8 @@ class ApiSpendLogSource:
     source_format: SourceFormat = "litellm-api"
 
     def __init__(self, base_url: str, key: str, request_id_from_tokens: int | None, workdir: Path, stack: ExitStack,
-                 read_export: ExportReader, transport: httpx.BaseTransport | None = None) -> None:
-        self.base_url, self.key, self.transport = base_url, key, transport
+                 read_export: ExportReader, timeout_s: float = API_TIMEOUT_S) -> None:
+        self.base_url, self.key, self.timeout_s = base_url, key, timeout_s
         self.read_export = read_export
         self.description = base_url + ENDPOINT
         self.request_id_from_tokens = request_id_from_tokens
@@ -313,7 +320,7 @@ class ApiSpendLogSource:
     def read(self, window: Window) -> SpendRows:
         path = self.workdir / f"rows-{self.stats.pages}.jsonl"
         with path.open("w", encoding="utf-8") as sink:
-            self.stats = download_rows(self.base_url, self.key, window, sink, transport=self.transport)
+            self.stats = download_rows(self.base_url, self.key, window, sink, timeout_s=self.timeout_s)
         self._rows = self.stack.enter_context(self.read_export(path, self.request_id_from_tokens))
         return self._rows.read(window)
 
@@ -341,12 +348,12 @@ class ApiSpendLogSource:
 
 @contextmanager
 def api_source(url: str, key_env: str, key_file: Path | None, request_id_from_tokens: int | None,
-               read_export: ExportReader) -> Iterator[ApiSpendLogSource]:
+               read_export: ExportReader, timeout_s: float = API_TIMEOUT_S) -> Iterator[ApiSpendLogSource]:
     base_url = check_base_url(url)
     key = api_key(key_env, key_file)
     workdir = Path(tempfile.mkdtemp(prefix="seatplan-usage-api-"))  # mode 0700: the rows name users and keys
     try:
         with ExitStack() as stack:
-            yield ApiSpendLogSource(base_url, key, request_id_from_tokens, workdir, stack, read_export)
+            yield ApiSpendLogSource(base_url, key, request_id_from_tokens, workdir, stack, read_export, timeout_s)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -26,9 +26,10 @@ import numpy as np
 
 from seatplan.documents.io import kind_said
 from seatplan.errors import SeatplanError
+from seatplan.fileio import check_input_file
 from seatplan.secrets import dsn_password, redact_dsn
 from seatplan.usage import csvscan
-from seatplan.usage.api import GATEWAY_KEY_ENV, api_source
+from seatplan.usage.api import API_TIMEOUT_S, GATEWAY_KEY_ENV, api_source
 from seatplan.usage.csvscan import CsvScanner, Stopped
 from seatplan.usage.postgres import postgres_source
 from seatplan.usage.queries import (
@@ -87,14 +88,15 @@ def resolve_source(source: str | None) -> str:
 
 @contextmanager
 def open_source(source: str, request_id_from_tokens: int | None = None, fast_csv: bool = True,
-                key_env: str = GATEWAY_KEY_ENV, key_file: Path | None = None) -> Iterator[SpendLogSource]:
+                key_env: str = GATEWAY_KEY_ENV, key_file: Path | None = None, timeout_s: float = API_TIMEOUT_S) -> Iterator[SpendLogSource]:
     """``request_id_from_tokens``: the lowest any runaway threshold can be; a file keeps other rows' ids only
     where they are rejected (see :func:`queries.spend_groups_sql`). ``fast_csv``: try the compiled reader of
     plain CSV exports first (``csvscan.py``); False reads every file with DuckDB. ``key_env`` / ``key_file``:
-    where the key of an ``http(s)://`` gateway is (``api.py``)."""
+    where the key of an ``http(s)://`` gateway is (``api.py``); ``timeout_s``: each request to it, connect to last byte."""
     if source.startswith(("http://", "https://")):
         # the fetched rows are a JSON Lines export, read by DuckDB like any other
-        with api_source(source, key_env, key_file, request_id_from_tokens, lambda path, ids: _file_source(path, ids, False)) as fetched:
+        with api_source(source, key_env, key_file, request_id_from_tokens, lambda path, ids: _file_source(path, ids, False),
+                        timeout_s) as fetched:
             yield fetched
     elif is_dsn(source):
         with postgres_source(source, redact_dsn(source)) as opened:
@@ -267,6 +269,7 @@ def detect_file_format(path: Path) -> SourceFormat:
 
 
 def _open_text(path: Path) -> Any:
+    check_input_file(path, "spend-log export")
     if path.name.lower().endswith(".gz"):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace", newline="")
     return path.open(encoding="utf-8", errors="replace", newline="")
@@ -312,6 +315,7 @@ def _json_lines_from_clause(path: Path, keep_rejects: bool) -> str:
 def _file_source(path: Path, request_id_from_tokens: int | None, fast_csv: bool) -> Iterator[DuckDBFileSource]:
     if path.is_dir():
         raise SeatplanError("is a folder, not a spend-log export", where=str(path), fix=SOURCE_FIX)
+    check_input_file(path, "spend-log export")
     if not path.is_file():
         raise SeatplanError("no such file" if not path.exists() else "not a regular file", where=str(path), fix=SOURCE_FIX)
     source_format = detect_file_format(path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from seatplan.documents.usage import KvReplay, ModelUsage, RunawayGroup, RunawayRule, TokenPercentiles, UsageReport, UsageWindow
 from seatplan.errors import SeatplanError
-from seatplan.usage.api import GATEWAY_KEY_ENV
+from seatplan.usage.api import API_TIMEOUT_S, GATEWAY_KEY_ENV
 from seatplan.usage.loads import Peaks, RequestRows, peak_loads, runaway_mask, seat_percentiles
 from seatplan.usage.queries import Window
 from seatplan.usage.replay import BlockRule, default_block_rule, replay_seats
@@ -21,12 +21,12 @@ from seatplan.usage.timeline import inflight_timeline, token_histograms
 
 
 def summarize_usage(source: str, window: Window, seat_map: SeatMap, rule: RunawayRule, fast_csv: bool = True,
-                 key_env: str = GATEWAY_KEY_ENV, key_file: Path | None = None) -> UsageReport:
+                 key_env: str = GATEWAY_KEY_ENV, key_file: Path | None = None, timeout_s: float = API_TIMEOUT_S) -> UsageReport:
     """Open ``source`` (a gateway URL, a PostgreSQL DSN or an export file), read it once, and build the report;
     ``fast_csv`` False reads a CSV with DuckDB even where the compiled reader could (``csvscan.py``); ``key_env``
-    / ``key_file``: where a gateway's key is."""
+    / ``key_file``: where a gateway's key is; ``timeout_s``: each request to it, connect to last byte."""
     request_id_from_tokens = lowest_runaway_threshold_tokens(rule, (seat.max_model_len for seat in seat_map.seats))
-    with open_source(source, request_id_from_tokens, fast_csv, key_env, key_file) as opened:
+    with open_source(source, request_id_from_tokens, fast_csv, key_env, key_file, timeout_s) as opened:
         return collect_usage(opened, window, seat_map, rule)
 
 

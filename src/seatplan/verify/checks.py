@@ -5,13 +5,14 @@ Each comparison becomes one :class:`Check` row ``{seat, check, expected, seen, o
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from seatplan import versions
 from seatplan.exposition import Sample
+from seatplan.numeric_options import MAX_DEVICE_MEMORY_BYTES
 from seatplan.output import clipped
 from seatplan.secrets import scrub
+from seatplan.units import whole_number
 from seatplan.verify.expect import SeatExpectation
 from seatplan.verify.models import Check, Value
 
@@ -113,18 +114,21 @@ def _max_model_len_check(expectation: SeatExpectation, seen: EngineObservation) 
     return _check(expectation.seat, "max_model_len", expectation.max_model_len, observed, ok=False)
 
 
+# The largest figure a cache_config_info label may give: the KV bytes of the largest device there is, and at most one
+# block per KiB of it (a block holds at least a layer's K and V for one token).
+LABEL_MAXIMUM = {"kv_cache_memory_bytes": MAX_DEVICE_MEMORY_BYTES, "num_gpu_blocks": MAX_DEVICE_MEMORY_BYTES >> 10}
+
+
 def _label_int(labels: dict[str, str], key: str) -> int | str:
     """A whole-number label (``num_gpu_blocks="1234"``; older vLLM wrote ``1234.0``), else what is wrong with it."""
     value = labels.get(key)
     if value in (None, "None"):
         return f"no {key} label"
-    try:
-        number = float(value)
-    except ValueError:
-        return f"{key} label '{clipped(str(value), LABEL_SHOWN_CHARS)}' is not a number"
-    if not math.isfinite(number) or not number.is_integer() or abs(number) > 2**63:
-        return f"{key} label '{clipped(str(value), LABEL_SHOWN_CHARS)}' is not a whole number"
-    return int(number)
+    number = whole_number(value, maximum=LABEL_MAXIMUM.get(key, MAX_DEVICE_MEMORY_BYTES), point_zero=True)
+    if number is None:
+        return (f"{key} label '{clipped(str(value), LABEL_SHOWN_CHARS)}' is not a whole number in ASCII digits "
+                f"from 0 to {LABEL_MAXIMUM.get(key, MAX_DEVICE_MEMORY_BYTES):,}")
+    return number
 
 
 def _kv_checks(expectation: SeatExpectation, seen: EngineObservation, running: versions.Version) -> list[Check]:

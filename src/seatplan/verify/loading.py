@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.io import read_plan
@@ -71,8 +71,8 @@ def gateway_url(text: str) -> str:
     fix = "pass the gateway's base URL, e.g. --gateway http://127.0.0.1:4000"
     shown = printable(clipped(text, 80))
     try:
-        url = httpx.URL(text)
-    except (httpx.InvalidURL, TypeError, ValueError) as problem:
+        url = httpx2.URL(text)
+    except (httpx2.InvalidURL, TypeError, ValueError) as problem:
         raise SeatplanError(f"cannot read '{shown}' as a URL ({printable(clipped(str(problem), 120))})", where="--gateway", fix=fix) from None
     if url.scheme not in ("http", "https") or not url.host:
         raise SeatplanError(f"'{shown}' is no http:// or https:// URL with a host", where="--gateway", fix=fix)

@@ -9,7 +9,7 @@ Every request is bounded in everything a server controls:
 
 - time: one deadline per request covers connecting, the status line and headers (a server that drips header
   bytes, or sends ``102 Processing`` forever, which httpcore skips one after another) and the body; httpx's own
-  timeouts restart with every byte, so the deadline lives in the network layer (``seatplan.bounded_http``);
+  timeouts restart with every byte, so the deadline lives in the network layer (``seatplan.bounded_http``, httpx2);
 - size: an answer longer than ``MAX_ANSWER_BYTES`` is dropped (h11 already refuses headers over 64 KiB);
 - shape: JSON is read with bounded depth and finite numbers only (``jsontext.loads_bounded``), counts must be
   whole numbers within ``MAX_COUNT``, histogram sums finite;
@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 
 from seatplan.bounded_http import SHOWN_CHARS, BoundedClient, body_text
 from seatplan.exposition import parse_exposition
@@ -73,7 +73,7 @@ def text_field(value: Any, what: str) -> str:
     return value
 
 
-_ANSWER_ERRORS = (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError)
+_ANSWER_ERRORS = (httpx2.HTTPError, ValueError, KeyError, TypeError, IndexError)
 
 
 class Endpoint:
@@ -114,13 +114,13 @@ def observe_engine(expectation: SeatExpectation, settings: ProbeSettings) -> Eng
     seen = EngineObservation()
     try:
         opened = BoundedClient(expectation.base_url, settings.timeout_s, settings.secrets)
-    except httpx.InvalidURL as error:  # an address from the fleet file that is no host
+    except httpx2.InvalidURL as error:  # an address from the fleet file that is no host
         seen.unreachable = clipped(f"InvalidURL: {error}", SHOWN_CHARS)
         return seen
     with opened as client:
         try:
             seen.version = client.shown(text_field(_object(client.json("GET", "/version"))["version"], "version"))
-        except httpx.TransportError as error:
+        except httpx2.TransportError as error:
             seen.unreachable = client.problem(error)
             return seen
         except _ANSWER_ERRORS as error:

@@ -22,9 +22,11 @@ import numpy as np
 
 from seatplan.errors import SeatplanError
 from seatplan.exposition import plausible_time
+from seatplan.fileio import check_input_file
 from seatplan.jsontext import loads_bounded
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.sources.shared import Rejections, series_of_points
+from seatplan.units import MAX_GPU_INDEX, whole_number
 
 # Beszel's NVIDIA collectors store nvidia-smi MiB divided by 1.024 (agent/gpu.go mebibytesInAMegabyte).
 BESZEL_MIB_FACTOR = 1.024
@@ -47,6 +49,7 @@ def read_beszel(path: str | Path, *, system: str | None = None, rejected: Reject
     """
     db_path = Path(path)
     rejected = rejected if rejected is not None else Rejections()
+    check_input_file(db_path, "Beszel hub database")
     if not db_path.is_file():
         said = "is a folder, not the hub's database" if db_path.is_dir() else "no such file"
         raise SeatplanError(said, where=str(db_path), fix="pass the hub's data.db (Docker volume /beszel_data/data.db)")
@@ -102,13 +105,14 @@ def _beszel_record(created: object, gpus_json: object) -> tuple[float, dict[int,
         return None
     readings: dict[int, tuple[float, float | None]] = {}
     for gpu_id, data in gpus.items():
-        if not str(gpu_id).isdigit() or not isinstance(data, dict):
+        index = whole_number(str(gpu_id), maximum=MAX_GPU_INDEX)
+        if index is None or not isinstance(data, dict):
             continue
         # mu is omitted when it is 0 (Go omitempty): a GPU present without mu used nothing.
         used, total = data.get("mu", 0), data.get("mt")
         if not _finite_number(used) or (total is not None and not _finite_number(total)):
             return None
-        readings[int(gpu_id)] = (float(used) * BESZEL_MIB_FACTOR, float(total) * BESZEL_MIB_FACTOR if total else None)
+        readings[index] = (float(used) * BESZEL_MIB_FACTOR, float(total) * BESZEL_MIB_FACTOR if total else None)
     return at, readings
 
 

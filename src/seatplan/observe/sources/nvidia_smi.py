@@ -21,14 +21,13 @@ import numpy as np
 from seatplan.documents.observed import ProcessSample
 from seatplan.errors import SeatplanError
 from seatplan.exposition import LATEST_EPOCH_S
+from seatplan.fileio import check_input_file
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.sources.shared import Rejections, number_of_lines, rejected_note
+from seatplan.smi_csv import header_fields, not_known
+from seatplan.units import MAX_GPU_INDEX, MAX_PID, whole_number
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def _header_fields(row: list[str]) -> list[str]:
-    return [cell.strip().split(" [")[0].strip() for cell in row]
 
 
 def _mib(cell: str) -> float:
@@ -37,7 +36,7 @@ def _mib(cell: str) -> float:
         return float(cell.split(None, 1)[0])
     except (ValueError, IndexError):
         match = _NUMBER.search(cell)
-        return float(match.group(0)) if match and "N/A" not in cell and "Not Supported" not in cell else math.nan
+        return float(match.group(0)) if match and not not_known(cell) else math.nan
 
 
 _SMI_TIME_FIX = str.maketrans({"/": "-", " ": "T"})
@@ -86,6 +85,7 @@ def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0,
     file_path = Path(path)
     source = str(file_path)
     rejected = rejected if rejected is not None else Rejections()
+    check_input_file(file_path, "nvidia-smi CSV")
     try:
         text = file_path.read_text(errors="replace")
     except OSError as problem:
@@ -96,8 +96,8 @@ def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0,
     for number, row in enumerate(csv.reader(text.splitlines(), skipinitialspace=True), start=1):
         if not row or not row[0].strip():
             continue
-        if not row[0][:1].isdigit() and not row[0].startswith("GPU-"):
-            header = _header_fields(row)  # a repeated header (a looping script) just restarts the columns
+        if row[0][:1] not in "0123456789" and not row[0].startswith("GPU-"):
+            header = header_fields(row)  # a repeated header (a looping script) just restarts the columns
             continue
         where = f"{file_path}:{number}"
         if header is None:
@@ -129,7 +129,8 @@ def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0,
 
 def _process(cells: dict[str, str], where: str, utc_offset_s: int, source: str, rejected: Rejections) -> list[ProcessSample]:
     used = _mib(cells.get("used_gpu_memory", cells.get("used_memory", "")))
-    if math.isnan(used) or not cells["pid"].strip().isdigit():
+    pid = whole_number(cells["pid"], maximum=MAX_PID)
+    if math.isnan(used) or pid is None:
         return []  # [N/A] or [Not Supported]: nvidia-smi says it does not know
     at = None
     if "timestamp" in cells:
@@ -141,20 +142,26 @@ def _process(cells: dict[str, str], where: str, utc_offset_s: int, source: str, 
     if not math.isfinite(used) or used < 0:
         rejected.add(source, "a memory reading that is not a finite MiB count", where)
         return []
-    return [ProcessSample(at=at, pid=int(cells["pid"]), process_name=cells.get("process_name", "").strip(), used_mib=used,
+    return [ProcessSample(at=at, pid=pid, process_name=cells.get("process_name", "").strip(), used_mib=used,
                           gpu_uuid=cells.get("gpu_uuid", "").strip() or None,
-                          gpu_index=int(cells["index"].strip()) if cells.get("index", "").strip().isdecimal() else None)]
+                          gpu_index=whole_number(cells.get("index", ""), maximum=MAX_GPU_INDEX))]
+
+
+def _gpu_index(text: str) -> int:
+    """A GPU index column, -1 when it is no plain ASCII number up to MAX_GPU_INDEX (the row is then rejected)."""
+    index = whole_number(text, maximum=MAX_GPU_INDEX)
+    return -1 if index is None else index
 
 
 def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int, rejected: Rejections) -> list[GpuSeries]:
     if not columns.times:
         return []
     times = _smi_times(columns.times, utc_offset_s)
-    index = np.array([int(cell.strip()) if cell.strip().isdecimal() else -1 for cell in columns.index])
+    index = np.array([_gpu_index(cell) for cell in columns.index])
     used = np.array([_mib(cell) for cell in columns.used])
     # [N/A] / [Not Supported] stay as NaN (nvidia-smi did not know; detect skips them); NaN or inf written as a number,
     # or a negative reading, is damage.
-    unknown = np.array(["N/A" in cell or "Not Supported" in cell for cell in columns.used])
+    unknown = np.array([not_known(cell) for cell in columns.used])
     readable = ~np.isnan(times) & (index >= 0) & ((np.isfinite(used) & (used >= 0)) | unknown)
     for position in np.flatnonzero(~readable).tolist():
         where = f"{source}:{columns.lines[position]}"
@@ -165,8 +172,8 @@ def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int, rejected: 
         else:
             rejected.add(source, "a memory.used reading that is not a finite MiB count", where)
     series = []
-    totals = {int(key.strip()): _mib(cell) for key, cell in columns.total.items() if key.strip().isdecimal()}
-    reserved_by_gpu = {int(key.strip()): _mib(cell) for key, cell in columns.reserved.items() if key.strip().isdecimal()}
+    totals = {_gpu_index(key): _mib(cell) for key, cell in columns.total.items()}
+    reserved_by_gpu = {_gpu_index(key): _mib(cell) for key, cell in columns.reserved.items()}
     for gpu in np.unique(index[readable]):
         mine = readable & (index == gpu)
         total = totals.get(int(gpu), math.nan)

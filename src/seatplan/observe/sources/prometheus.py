@@ -16,15 +16,20 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
-import httpx
+import httpx2
 import numpy as np
 
+from seatplan.bounded_http import BoundedClient
 from seatplan.documents.observed import EngineStats
 from seatplan.errors import SeatplanError
 from seatplan.exposition import Sample, parse_exposition
+from seatplan.fileio import check_input_file
+from seatplan.jsontext import loads_bounded
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.sources.shared import Rejections, number_of_lines, rejected_note, series_of_points
 from seatplan.observe.sources.vllm_metrics import VLLM_GAUGES, is_vllm_gauge, vllm_stats
+from seatplan.secrets import redact_dsn, url_secrets
+from seatplan.units import MAX_GPU_INDEX, whole_number
 
 
 def is_reading(name: str) -> bool:
@@ -41,6 +46,7 @@ def read_exposition_file(path: Path, rejected: Rejections, wanted: str) -> tuple
 
     A file with no sample line at all, or none of the ``wanted`` metric families, is an error saying what was expected.
     """
+    check_input_file(path, "exposition text")
     try:
         text = path.read_text(errors="replace")
         modified = path.stat().st_mtime
@@ -68,10 +74,10 @@ def _dcgm_series(points: Iterable[tuple[str, dict[str, str], float, float]], sou
     """Series from DCGM exporter samples (name, labels, time, value): FB_USED, FB_FREE and FB_RESERVED, MiB."""
     by_gpu: dict[tuple[str | None, int], dict[str, dict[float, float]]] = defaultdict(lambda: defaultdict(dict))
     for name, labels, at, value in points:
-        gpu = _label(labels, "gpu")
-        if gpu is None or not gpu.isdigit() or not name.startswith("DCGM_FI_DEV_FB_") or not math.isfinite(value):
+        gpu = whole_number(_label(labels, "gpu"), maximum=MAX_GPU_INDEX)
+        if gpu is None or not name.startswith("DCGM_FI_DEV_FB_") or not math.isfinite(value):
             continue
-        key = (_label(labels, "hostname", "instance"), int(gpu))
+        key = (_label(labels, "hostname", "instance"), gpu)
         by_gpu[key][name.removeprefix("DCGM_FI_DEV_FB_")][at] = value
     series = []
     for (host, index), fields in sorted(by_gpu.items(), key=lambda item: (item[0][0] or "", item[0][1])):
@@ -122,26 +128,32 @@ def series_from_query_range(document: dict, *, source: str) -> list[tuple[str, d
 
 # Prometheus refuses ranges of more than 11,000 points per series.
 _MAX_POINTS = 10_000
+# One query_range answer: 10,000 points × every GPU's or engine's series (~40 bytes a point, 64 series).
+MAX_ANSWER_BYTES = 64 << 20
+TIMEOUT_S = 30.0  # one query_range request, connect to last byte (diagnose --timeout)
 
 
 def read_prometheus(url: str, *, start: float, end: float, step_seconds: int = 60,
-                    timeout_s: float = 30.0) -> tuple[list[GpuSeries], list[EngineStats]]:
+                    timeout_s: float = TIMEOUT_S) -> tuple[list[GpuSeries], list[EngineStats]]:
     """DCGM framebuffer series and vLLM gauges through the HTTP API (``/api/v1/query_range``)."""
     base = url.rstrip("/")
     points: list[tuple[str, dict[str, str], float, float]] = []
     stats_samples: list[Sample] = []
     queries = ["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_RESERVED", *VLLM_GAUGES]
-    with httpx.Client(timeout=timeout_s) as client:
+    with BoundedClient(base, timeout_s, secrets=url_secrets(base), cap_bytes=MAX_ANSWER_BYTES) as client:
         for query in queries:
             chunk_start = start
             while chunk_start <= end:
                 chunk_end = min(end, chunk_start + step_seconds * (_MAX_POINTS - 1))
                 try:
-                    response = client.get(f"{base}/api/v1/query_range",
-                                          params={"query": query, "start": chunk_start, "end": chunk_end, "step": step_seconds})
-                    document = response.json()
-                except (httpx.HTTPError, ValueError) as problem:
-                    raise SeatplanError(f"cannot query Prometheus ({problem})", where=base,
+                    # Prometheus answers errors (400 bad_data, 422, 503) as JSON too: the body says why
+                    response = client.fetch("GET", "/api/v1/query_range",
+                                            params={"query": query, "start": chunk_start, "end": chunk_end, "step": step_seconds})
+                    if response.is_redirect:
+                        response.raise_for_status()
+                    document = loads_bounded(response.content)
+                except (httpx2.HTTPError, ValueError) as problem:
+                    raise SeatplanError(f"cannot query Prometheus ({client.problem(problem)})", where=redact_dsn(base),
                                         fix="check --prometheus URL (e.g. http://prometheus:9090) and that it answers /api/v1/query_range") from None
                 for name, labels, values in series_from_query_range(document, source=base):
                     if name.startswith("DCGM_"):

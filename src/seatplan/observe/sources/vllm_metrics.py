@@ -14,11 +14,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-import httpx
+import httpx2
 
+from seatplan.bounded_http import BoundedClient
 from seatplan.documents.observed import EngineStats
 from seatplan.errors import SeatplanError
 from seatplan.exposition import Sample, parse_exposition, plausible_time
+from seatplan.secrets import redact_dsn, url_secrets
 
 # vLLM's metric → the EngineStats field it fills.
 VLLM_GAUGES = {
@@ -29,6 +31,7 @@ VLLM_GAUGES = {
     "vllm:num_preemptions_total": "preemptions_total",
     "vllm:num_preemptions": "preemptions_total",
 }
+TIMEOUT_S = 10.0  # one scrape, connect to last byte (diagnose --timeout)
 
 
 def is_vllm_gauge(name: str) -> bool:
@@ -61,12 +64,14 @@ def vllm_stats(samples: Iterable[Sample], *, source: str, default_time: float | 
     return records
 
 
-def read_vllm_metrics_url(url: str, *, timeout_s: float = 10.0) -> list[EngineStats]:
-    """One live scrape of a vLLM server's ``/metrics``."""
-    try:
-        response = httpx.get(url, timeout=timeout_s)
-        response.raise_for_status()
-    except httpx.HTTPError as problem:
-        raise SeatplanError(f"cannot read vLLM metrics ({problem})", where=url, fix="pass http://HOST:PORT/metrics of a running vLLM") from None
+def read_vllm_metrics_url(url: str, *, timeout_s: float = TIMEOUT_S) -> list[EngineStats]:
+    """One live scrape of a vLLM server's ``/metrics``, through the bounded client (one deadline for the whole
+    answer, a size cap, no redirect followed)."""
+    with BoundedClient("", timeout_s, secrets=url_secrets(url)) as client:
+        try:
+            response = client.fetch("GET", url).raise_for_status()
+        except (httpx2.HTTPError, httpx2.InvalidURL) as problem:
+            raise SeatplanError(f"cannot read vLLM metrics ({client.problem(problem)})", where=redact_dsn(url),
+                                fix="pass http://HOST:PORT/metrics of a running vLLM") from None
     now = datetime.now(UTC).timestamp()
     return vllm_stats(parse_exposition(response.text.splitlines(), is_reading=is_vllm_gauge), source=url, default_time=now)

@@ -1,0 +1,76 @@
+"""Reading a deployment's files: bounded, UTF-8, YAML with the fleet loader's limits and line numbers.
+
+Every reader of adopt reads through here, so a hostile file cannot make adopt build a huge document, and each
+error names the file and line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from seatplan.documents.fleet_file import check_yaml_limits
+from seatplan.errors import SeatplanError
+from seatplan.fileio import read_bounded_bytes
+
+MAX_FILE_BYTES = 1 << 20  # a LiteLLM config, a compose file, a unit or an env file is a few kilobytes
+GPU_KEYS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+def read_text(path: Path, what: str, fix: str) -> str:
+    raw = read_bounded_bytes(path, what, fix, MAX_FILE_BYTES, too_large_fix=f"check that this is the {what}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as problem:
+        line = raw.count(b"\n", 0, problem.start) + 1
+        raise SeatplanError(f"the {what} is not UTF-8 text ({problem.reason})", where=f"{path}:{line}", fix="save it as UTF-8") from None
+
+
+def read_yaml(path: Path, what: str) -> tuple[Any, Any]:
+    """The document and its composed node (for line numbers), with the fleet loader's size limits."""
+    text = read_text(path, what, f"give the path of the {what}")
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                raise SeatplanError(f"the {what} is empty", where=str(path), fix=f"give the path of the {what}")
+            check_yaml_limits(node, str(path))
+            return loader.construct_document(node), node
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as problem:
+        mark = problem.problem_mark or problem.context_mark
+        raise SeatplanError(f"the {what} is not valid YAML: {problem.problem or problem.context}",
+                            where=f"{path}:{mark.line + 1 if mark else 1}", fix="correct the YAML at that line") from None
+    except yaml.YAMLError as problem:
+        raise SeatplanError(f"the {what} is not valid YAML: {problem}", where=str(path), fix="save it as plain UTF-8 YAML") from None
+
+
+def child(node: Any, key: str, *, key_node: bool = False) -> Any:
+    """The value node under ``key`` (or the key's own node, whose line is where the entry starts)."""
+    if isinstance(node, yaml.MappingNode):
+        for name_node, value_node in node.value:
+            if isinstance(name_node, yaml.ScalarNode) and name_node.value == key:
+                return name_node if key_node else value_node
+    return None
+
+
+def line_of(node: Any) -> int:
+    return int(node.start_mark.line) + 1 if node is not None else 1
+
+
+
+def host_and_path(spec: str) -> tuple[str | None, Path]:
+    """``PATH`` or ``HOST=PATH`` (as ``seatplan diagnose`` takes them): the host a file came from, when it does not say."""
+    host, equals, path = spec.partition("=")
+    if not equals or "/" in host or not host:
+        return None, Path(spec)
+    return host, Path(path)
+
+
+def gpu_list(text: str) -> list[str]:
+    """``0,1`` or ``GPU-…,GPU-…`` as CUDA_VISIBLE_DEVICES and device_ids write them: a set, in order (``0,0,0`` is GPU 0)."""
+    return list(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))

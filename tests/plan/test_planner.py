@@ -158,6 +158,20 @@ def test_usage_proposes_caps_and_flags_runaways(tmp_path):
     assert any("only with runaway replies" in warning for warning in seat.warnings)
 
 
+def test_a_seat_is_sized_from_the_traffic_of_the_name_it_serves_now(tmp_path):
+    """Two seats swapped their served names since `usage --fleet` ran: each takes the traffic of the name it serves
+    (the gateway routes by it), not the entry the usage stage mapped to its name. The report chose the other one
+    (documents.usage.usage_of_seat is now the one rule: tests/documents/test_usage_of_seat.py)."""
+    fleet = SMALL.replace("    port: 8001\n", "    port: 8001\n    served_model_name: chat-x\n").replace(
+        "    port: 8002\n", "    port: 8002\n    served_model_name: chat-y\n").replace("    max_new_tokens: 4096\n", "")
+    usage = usage_report({"chat-x": model_usage(seat="llama-b", calls=10, completion_tokens_p99=900),
+                          "chat-y": model_usage(seat="llama-a", calls=10, completion_tokens_p99=3000)})
+    plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)), usage=usage)
+    assert plan.seat("llama-a").max_new_tokens == 1536  # chat-x: 900 × 1.25 = 1,125 → 1,536
+    assert plan.seat("llama-b").max_new_tokens == 4096  # chat-y: 3,000 × 1.25 = 3,750 → 4,096
+    assert not any("was not used" in warning for warning in plan.warnings)
+
+
 def test_tensor_parallel_seat_takes_two_gpus_of_one_host(tmp_path):
     fleet = one_host(4) + f"""
 seats:

@@ -45,6 +45,32 @@ class VllmSettings(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class Lever(BaseModel):
+    """A fleet-file change and what it would take off the seat's footprint per GPU (a labelled estimate)."""
+
+    change: str
+    freed_bytes: int
+
+
+class KvReplayReading(BaseModel):
+    """The usage stage's replay of the window's requests read at the seat's planned KV cache (``plan --usage``;
+    ``plan/kv_replay.py``). ``exact`` false: the minutes and waits are read at the curve's level just below, an upper
+    bound."""
+
+    kv_cache_memory_bytes: int
+    num_blocks: int
+    usable_blocks: int = Field(description="num_blocks - 1: vLLM's block pool sets one null block aside")
+    peak_blocks: int
+    peak_at: str = Field(description="when the peak was reached, or - when the usage document does not say")
+    minutes_above: float
+    waited_requests: int
+    exact: bool
+    smallest_kv_bytes: int = Field(description="the smallest KV that held the window (the peak plus the null block, "
+                                   "at least one max-length request)")
+    smallest_kv_bytes_rounded: int = Field(description="the same rounded up as the KV rule rounds")
+    rule_kv_bytes: int = Field(description="what the KV rule gives this seat, pinned or not")
+
+
 class PlannedSeat(BaseModel):
     name: str
     engine: Literal["vllm", "fixed"]
@@ -90,6 +116,11 @@ class PlannedSeat(BaseModel):
     env_from_host: dict[str, str] = Field(default_factory=dict, description="the engine's variable → the host variable holding its value")
     env_files: list[str] = Field(default_factory=list, description="files on the host the engine reads its environment from")
     started_by: StartedBy | None = Field(None, description="how the engine was started before seatplan ran it (the cut-over)")
+    # Figures other stages read, typed (the explanation lines are for people); None in plans made before them.
+    derived_max_model_len: int | None = Field(None, description="the longest context vLLM derives from the model's config")
+    yarn_max_model_len: int | None = Field(None, description="the longest context with the model's YaRN option on; None without one")
+    kv_replay: KvReplayReading | None = Field(None, description="the usage's replay read at this KV (plan --usage, when comparable)")
+    levers: list[Lever] = Field(default_factory=list, description="what each fleet-file change would take off the footprint per GPU")
 
 
 class PlannedGpu(BaseModel):

@@ -193,6 +193,10 @@ def plan_seat(
         env_from_host=spec.env_from_host,
         env_files=list(spec.env_files),
         started_by=spec.started_by,
+        derived_max_model_len=seat.derived_max_model_len,
+        yarn_max_model_len=seat.yarn_max_model_len,
+        kv_replay=seat.kv_replay,
+        levers=seat.levers,
     )
     if settings is not None:
         # The plan shows the command `seatplan render` writes with its default launcher.

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from seatplan import versions
 from seatplan.documents.observed import ObservedSeat
-from seatplan.documents.plan import Basis, FootprintPart, PlannedSeat
+from seatplan.documents.plan import Basis, FootprintPart, Lever
 from seatplan.engine.settings import BatchDefaults
 from seatplan.facts.models import ModelShape
 from seatplan.units import GiB
@@ -80,6 +80,7 @@ class EngineLimits:
 @dataclass(frozen=True)
 class SeatFootprint:
     parts: list[FootprintPart]
+    activation_lever: Lever | None = None  # the estimate's: what fewer sequences would take off the activation peak
 
     @property
     def footprint_bytes(self) -> int:
@@ -158,30 +159,34 @@ def activation_part(shape: ModelShape, limits: EngineLimits, tensor_parallel_siz
 LEVER_SEQS = 256  # vLLM's max_num_seqs default before 0.11's larger server defaults; a common setting
 
 
-def levers(seat: PlannedSeat) -> list[tuple[str, int]]:
-    """What each fleet-file change would take off this seat's footprint per GPU: labelled estimates from the
-    parts' own inputs (the activation peak of :func:`activation_part` at fewer sequences; KV bytes halve at
-    half the bytes per element or, for full attention, at half the context)."""
-    parts = {part.name: part for part in seat.footprint_parts}
-    found: list[tuple[str, int]] = []
-    activation = parts.get("activation_peak")
-    if activation is not None and int(activation.inputs.get("max_num_seqs") or 0) > LEVER_SEQS:
-        values = {key: float(value) for key, value in activation.inputs.items() if isinstance(value, (int, float))}
-        batched, seqs, vocab = int(values["max_num_batched_tokens"]), int(values["max_num_seqs"]), int(values["vocab_size"])
-        forward = forward_peak_bytes(values["forward_bytes_per_token_intermediate"], batched, int(values["intermediate_per_rank"]))
-        per_row = values["sampler_bytes_per_row_vocab"]
-        before = max(sampler_peak_bytes(per_row, vocab, seqs, batched), forward)
-        after = max(sampler_peak_bytes(per_row, vocab, LEVER_SEQS, batched), forward)
-        if before > after:
-            found.append((f"max_num_seqs: {LEVER_SEQS} (from {seqs:,}): less activation", int(before - after)))
+def activation_lever(shape: ModelShape, limits: EngineLimits, tensor_parallel_size: int, profile: OverheadProfile) -> Lever | None:
+    """What ``max_num_seqs: LEVER_SEQS`` would take off the activation peak of :func:`activation_part`."""
+    if limits.max_num_seqs <= LEVER_SEQS:
+        return None
+    batched, seqs, vocab = limits.max_num_batched_tokens, limits.max_num_seqs, shape.vocab_size
+    forward = forward_peak_bytes(profile.forward_bytes_per_token_intermediate, batched, intermediate_per_token(shape) // tensor_parallel_size)
+    per_row = profile.sampler_bytes_per_row_vocab
+    before = max(sampler_peak_bytes(per_row, vocab, seqs, batched), forward)
+    after = max(sampler_peak_bytes(per_row, vocab, LEVER_SEQS, batched), forward)
+    if before <= after:
+        return None
+    return Lever(change=f"max_num_seqs: {LEVER_SEQS} (from {seqs:,}): less activation", freed_bytes=int(before - after))
+
+
+def levers(footprint: SeatFootprint, max_model_len: int | None, tensor_parallel_size: int) -> list[Lever]:
+    """What each fleet-file change would take off this seat's footprint per GPU: labelled estimates (the activation
+    peak at fewer sequences; KV bytes halve at half the bytes per element or, for full attention, at half the
+    context; weights halve over two GPUs)."""
+    parts = {part.name: part for part in footprint.parts}
+    found = [footprint.activation_lever] if footprint.activation_lever is not None else []
     kv = parts.get("kv_cache")
     if kv is not None and kv.bytes > 0:
-        found.append(("kv_cache_dtype: fp8 (a 16-bit KV cache)", kv.bytes // 2))
-        if seat.max_model_len:
-            found.append((f"max_model_len: {seat.max_model_len // 2} (half the context; full-attention layers)", kv.bytes // 2))
+        found.append(Lever(change="kv_cache_dtype: fp8 (a 16-bit KV cache)", freed_bytes=kv.bytes // 2))
+        if max_model_len:
+            found.append(Lever(change=f"max_model_len: {max_model_len // 2} (half the context; full-attention layers)", freed_bytes=kv.bytes // 2))
     weights = parts.get("weights")
-    if weights is not None and seat.tensor_parallel_size == 1:
-        found.append(("tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", weights.bytes // 2))
+    if weights is not None and tensor_parallel_size == 1:
+        found.append(Lever(change="tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", freed_bytes=weights.bytes // 2))
     return found
 
 
@@ -242,7 +247,7 @@ def vllm_footprint(
     )
     parts.append(kv_part(kv_cache_memory_bytes))
     parts.append(creep_part(creep_allowance_bytes))
-    return SeatFootprint(parts)
+    return SeatFootprint(parts, activation_lever(shape, limits, tensor_parallel_size, profile))
 
 
 def kv_part(kv_cache_memory_bytes: int) -> FootprintPart:

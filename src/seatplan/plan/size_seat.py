@@ -9,8 +9,8 @@ from pathlib import Path
 from seatplan.documents.fleet import Device, Fleet, GpuSpec, SeatSpec
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref, resolve_model
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
-from seatplan.documents.plan import ExplanationLine
-from seatplan.documents.usage import ModelUsage, UsageReport
+from seatplan.documents.plan import ExplanationLine, KvReplayReading, Lever
+from seatplan.documents.usage import UsageReport, usage_of_seat
 from seatplan.engine.settings import EngineHost, engine_settings, server_batch_defaults, usable_gpus
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts, model_files_sha256
@@ -45,6 +45,12 @@ class SizedSeat:
     model_files_sha256: dict[str, str] = field(default_factory=dict)
     lines: list[ExplanationLine] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # the figures other steps read, typed (the lines above are for people)
+    derived_max_model_len: int | None = None
+    yarn_max_model_len: int | None = None
+    raise_kv_bytes: int = 0  # ``published``: the KV one request costs beyond vLLM's default length (plan/contexts.py)
+    kv_replay: KvReplayReading | None = None
+    levers: list[Lever] = field(default_factory=list)
 
 
 def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
@@ -77,15 +83,6 @@ def seat_device(fleet: Fleet, usable: list[GpuKey], seat: SeatSpec) -> Device:
     return devices.pop() if devices else "cuda"
 
 
-def usage_for(usage: UsageReport | None, served_model_name: str, seat_name: str) -> ModelUsage | None:
-    """A seat's usage: keyed by the name it serves, or mapped to it by the usage stage."""
-    if usage is None:
-        return None
-    if served_model_name in usage.models:
-        return usage.models[served_model_name]
-    return next((entry for entry in usage.models.values() if entry.seat == seat_name), None)
-
-
 def size_seat(
     fleet: Fleet,
     gpus: dict[GpuKey, GpuSpec],
@@ -109,11 +106,10 @@ def size_seat(
 
     context = sizing.choose_context(seat, facts)
     kv = sizing.choose_kv_bytes(seat, facts, context.max_model_len, fleet.policy)
-    model_usage = usage_for(usage, seat.served_model_name or seat.name, seat.name)
+    model_usage = usage_of_seat(usage, seat.name, seat.served_model_name or seat.name)
     cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
     inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
-    replay_lines, replay_warnings = replay_check(seat.name, model_usage.kv_replay if model_usage else None, facts, kv.capacity, kv.rule_bytes,
-                                                 fleet.policy)
+    replay = replay_check(seat.name, model_usage.kv_replay if model_usage else None, facts, kv.capacity, kv.rule_bytes, fleet.policy)
     footprint, footprint_line = seat_footprint(fleet, seat, facts, kv.kv_cache_memory_bytes, limits, seen)
 
     sized = SizedSeat(
@@ -129,19 +125,25 @@ def size_seat(
         block_size=facts.block_size,
         limits=limits,
         model_files_sha256=model_files_sha256(facts.model_dir),
+        derived_max_model_len=facts.max_context_derived,
+        yarn_max_model_len=facts.yarn.extended_max_model_len if facts.yarn is not None else None,
+        raise_kv_bytes=context.raise_kv_bytes,
+        kv_replay=replay.reading,
+        levers=fp.levers(footprint, context.max_model_len, seat.tensor_parallel_size),
     )
     if context.yarn is not None:
         sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
         if context.yarn.needs_long_max_model_len_env:
             sized.extra_env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
-    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + replay_lines + [footprint_line, batch_limits_line(limits)]
-    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings + replay_warnings
+    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + replay.lines + [footprint_line, batch_limits_line(limits)]
+    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings + replay.warnings
     return sized
 
 
 def size_fixed_seat(seat: SeatSpec, allowed: list[GpuKey] | None, seen: ObservedSeat | None) -> SizedSeat:
     assert seat.memory_cap_bytes is not None  # fleet checks guarantee it
-    sized = SizedSeat(seat, allowed, fp.fixed_footprint(seat.memory_cap_bytes))
+    footprint = fp.fixed_footprint(seat.memory_cap_bytes)
+    sized = SizedSeat(seat, allowed, footprint, levers=fp.levers(footprint, None, seat.tensor_parallel_size))
     sized.lines.append(
         ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU",
             note="not a vLLM engine: it costs its declared cap")

@@ -25,6 +25,7 @@ class ContextChoice:
     yarn: YarnOption | None  # set only when YaRN is switched on for this seat
     lines: list[ExplanationLine] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    raise_kv_bytes: int = 0  # ``published``: what one max-length request costs beyond vLLM's default length
 
 
 @dataclass
@@ -63,7 +64,8 @@ def choose_context(seat: SeatSpec, facts: ModelFacts) -> ContextChoice:
         target, source = declared, "declared"
     choice = _reach(seat, facts, target, source)
     if declared == "published":
-        choice.lines.append(_raise_cost_line(facts, choice.max_model_len))
+        line, choice.raise_kv_bytes = _raise_cost(facts, choice.max_model_len)
+        choice.lines.append(line)
     choice.lines.append(_yarn_line(seat, facts, choice))
     return choice
 
@@ -127,7 +129,8 @@ def _reach(seat: SeatSpec, facts: ModelFacts, target: int, source: str) -> Conte
     raise SeatplanError(f"max_model_len {target:,} is beyond the {derived:,} vLLM derives for {seat.model}", where=f"seat {seat.name}", fix=fix)
 
 
-def _raise_cost_line(facts: ModelFacts, max_model_len: int) -> ExplanationLine:
+def _raise_cost(facts: ModelFacts, max_model_len: int) -> tuple[ExplanationLine, int]:
+    """The KV one max-length request costs beyond vLLM's default length (0 when it costs none), and its line."""
     default = facts.max_context_default
     before, after = facts.request_kv_bytes(default), facts.request_kv_bytes(max_model_len)
     return ExplanationLine(
@@ -136,7 +139,7 @@ def _raise_cost_line(facts: ModelFacts, max_model_len: int) -> ExplanationLine:
         result=f"+{human_bytes(after - before)} per max-length request" if after > before else "no extra KV per request",
         note=f"raising {default:,} → {max_model_len:,} tokens" if max_model_len != default
         else f"the published length is vLLM's default, {default:,} tokens: nothing to raise",
-    )
+    ), max(0, after - before)
 
 
 def _yarn_line(seat: SeatSpec, facts: ModelFacts, choice: ContextChoice) -> ExplanationLine:

@@ -14,10 +14,11 @@ from kits.documents import model_usage, runaway, usage_report
 from kits.plan import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB, one_host, write_fleet
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.observed import ObservedFootprints
-from seatplan.documents.plan import Plan
+from seatplan.documents.plan import Plan, PlannedSeat
 from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
 from seatplan.plan.planner import build_plan
+from seatplan.render.engines import rolling_restart_utilisation
 
 CONTEXT_BYTES = round(0.76 * GiB)  # the v0.19 profile's single-GPU CUDA context
 MARGIN_BYTES = 512 * MiB  # policy.boot_margin_bytes default
@@ -275,3 +276,19 @@ seats:
     assert long.env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
     # 131,072 × 147,456 B = 18 GiB per request, × 1.25 = 22.5 GiB
     assert long.kv_cache_memory_bytes == 45 * 512 * MiB
+
+
+def test_the_kv_mode_is_said_and_render_reads_it(tmp_path):
+    """A planned seat says how its KV cache is sized (rule, operator, utilisation); render's restart value reads
+    that, not whether a headroom field happens to be set. A plan saved before kv_mode reads back with the same mode."""
+    pinned = SMALL.replace("    max_new_tokens: 4096\n", "    max_new_tokens: 4096\n    kv_cache_memory_bytes: 6GiB\n")
+    plan = build_plan(load_fleet(write_fleet(tmp_path, pinned)))
+    assert [plan.seat(name).kv_mode for name in ("speech", "llama-a", "llama-b")] == [None, "rule", "operator"]
+    old = build_plan(load_fleet(write_fleet(tmp_path, pinned.replace("seats:\n", "policy: {vllm_version: '0.10.1'}\nseats:\n"))))
+    assert old.seat("llama-a").kv_mode == old.seat("llama-b").kv_mode == "utilisation"
+    for seat in [*plan.seats, *old.seats]:
+        saved = json.loads(seat.model_dump_json())
+        del saved["kv_mode"]
+        assert PlannedSeat.model_validate(saved).kv_mode == seat.kv_mode
+        expected = seat.gpu_memory_utilization if seat.kv_mode != "utilisation" else seat.gpu_memory_utilization_rolling_restart
+        assert rolling_restart_utilisation(seat) == (expected if seat.kv_mode else seat.gpu_memory_utilization)

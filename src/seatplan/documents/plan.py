@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from seatplan.documents.fleet import Device, StartedBy
 
 Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
+# How a vLLM seat's KV cache is sized: pinned (--kv-cache-memory-bytes) by the KV rule or by the operator, or left to
+# --gpu-memory-utilization (vLLM before 0.10.2, which has no pin).
+KvMode = Literal["rule", "operator", "utilisation"]
 
 
 class ExplanationLine(BaseModel):
@@ -121,6 +124,20 @@ class PlannedSeat(BaseModel):
     yarn_max_model_len: int | None = Field(None, description="the longest context with the model's YaRN option on; None without one")
     kv_replay: KvReplayReading | None = Field(None, description="the usage's replay read at this KV (plan --usage, when comparable)")
     levers: list[Lever] = Field(default_factory=list, description="what each fleet-file change would take off the footprint per GPU")
+    kv_mode: KvMode | None = Field(None, description="how the KV cache is sized: pinned by the rule, pinned by the operator, or by "
+                                   "--gpu-memory-utilization; None for a fixed seat")
+
+    @model_validator(mode="after")
+    def _kv_mode_of_older_plans(self) -> PlannedSeat:
+        """Plans saved before ``kv_mode``: a pinned seat is the one with a rolling-restart headroom (the figure only a
+        pinned KV cache has), the operator's pin the one its kv_bytes line calls so; the rest sized by utilisation."""
+        if self.kv_mode is None and self.engine == "vllm" and self.vllm is not None:
+            if self.rolling_restart_headroom_bytes is None:
+                self.kv_mode = "utilisation"
+            else:
+                said = next((line.result for line in self.explanation if line.rule == "kv_bytes"), "")
+                self.kv_mode = "operator" if said.endswith("operator pin") else "rule"
+        return self
 
 
 class PlannedGpu(BaseModel):

@@ -23,7 +23,6 @@ from seatplan.plan import utilisation
 from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label
 from seatplan.plan.size_seat import GpuKey, SizedSeat
 from seatplan.units import human_bytes
-from seatplan.versions import has, modelled
 
 # Parts the engine's own process holds before vLLM's start-up memory check runs.
 PRE_CHECK_PARTS = ("cuda_context", "nccl_allreduce")
@@ -54,13 +53,12 @@ def boot_sequence(sized: list[SizedSeat]) -> list[SizedSeat]:
     return sorted(sized, key=lambda seat: (seat.spec.engine != "fixed", -seat.footprint.footprint_bytes, seat.spec.name))
 
 
-def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int, vllm_version: str) -> utilisation.Utilisation:
-    """``--gpu-memory-utilization``: from the seat alone where its KV cache is pinned (0.10.2+), else the value that
+def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int) -> utilisation.Utilisation:
+    """``--gpu-memory-utilization``: from the seat alone where its KV cache is pinned (``kv_mode``), else the value that
     passes a cold boot in boot order and a rolling restart (see :mod:`seatplan.plan.utilisation`)."""
     own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
     inside_budget = sum(part.bytes for part in seat.footprint.parts if part.name not in PRE_CHECK_PARTS and part.name != "creep_allowance")
-    pinned = seat.kv_cache_memory_bytes is not None and has("kv_bytes_flag", modelled(vllm_version))
-    choose = utilisation.choose_pinned if pinned else utilisation.choose
+    choose = utilisation.choose if seat.kv_mode == "utilisation" else utilisation.choose_pinned
     return choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
 
 
@@ -146,7 +144,7 @@ def plan_seat(
             utilisation.GpuAtStart(gpu_label(key), gpus[key].total_bytes, free_bytes[key], plateau_free_bytes[key] + seat.footprint.footprint_bytes)
             for key in keys
         ]
-        chosen = choose_utilisation(seat, at_start, fleet.policy.boot_margin_bytes, fleet.policy.vllm_version)
+        chosen = choose_utilisation(seat, at_start, fleet.policy.boot_margin_bytes)
         util, util_situations = chosen.value, (chosen.cold_boot, chosen.rolling_restart)
         headrooms = (chosen.cold_boot_headroom_bytes, chosen.rolling_restart_headroom_bytes)
         lines.append(ExplanationLine(rule="gpu_memory_utilization", inputs=chosen.inputs, result=chosen.result, note=chosen.note))
@@ -197,6 +195,7 @@ def plan_seat(
         yarn_max_model_len=seat.yarn_max_model_len,
         kv_replay=seat.kv_replay,
         levers=seat.levers,
+        kv_mode=seat.kv_mode,
     )
     if settings is not None:
         # The plan shows the command `seatplan render` writes with its default launcher.

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from seatplan import versions
 from seatplan.documents.observed import ObservedSeat
 from seatplan.documents.plan import Basis, FootprintPart, Lever
-from seatplan.engine.settings import BatchDefaults
+from seatplan.engine.settings import EngineLimits
 from seatplan.facts.models import ModelShape
 from seatplan.units import GiB
 
@@ -71,13 +71,6 @@ class Weights:
 
 
 @dataclass(frozen=True)
-class EngineLimits:
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    source: str
-
-
-@dataclass(frozen=True)
 class SeatFootprint:
     parts: list[FootprintPart]
     activation_lever: Lever | None = None  # the estimate's: what fewer sequences would take off the activation peak
@@ -93,17 +86,6 @@ class SeatFootprint:
             if basis in bases:
                 return basis
         return "exact"
-
-
-def engine_limits(max_num_seqs: int | None, max_num_batched_tokens: int | None, defaults: BatchDefaults) -> EngineLimits:
-    """The batch limits the estimate assumes; the plan passes them to vLLM so the estimate holds."""
-    chosen_seqs = max_num_seqs or defaults.max_num_seqs
-    chosen_tokens = max_num_batched_tokens or defaults.max_num_batched_tokens
-    given = [name for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)) if value]
-    source = "seat: " + ", ".join(given) if given else "vLLM's server defaults for this GPU size"
-    if given and len(given) < 2:
-        source += "; the rest vLLM's server defaults"
-    return EngineLimits(chosen_seqs, chosen_tokens, source)
 
 
 def _gib(value: float) -> int:

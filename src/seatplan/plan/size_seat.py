@@ -6,12 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from seatplan import versions
 from seatplan.documents.fleet import Device, Fleet, GpuSpec, SeatSpec
-from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref, resolve_model
+from seatplan.documents.fleet_file import allowed_gpus, resolve_model
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
-from seatplan.documents.plan import ExplanationLine, KvReplayReading, Lever
+from seatplan.documents.plan import ExplanationLine, KvMode, KvReplayReading, Lever
 from seatplan.documents.usage import UsageReport, usage_of_seat
-from seatplan.engine.settings import EngineHost, engine_settings, server_batch_defaults, usable_gpus
+from seatplan.engine.settings import EngineHost, EngineLimits, batch_limits, engine_settings, usable_gpus
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts, model_files_sha256
 from seatplan.facts.models import EngineSettings, ModelFacts
@@ -39,7 +40,7 @@ class SizedSeat:
     max_concurrency: float | None = None
     num_gpu_blocks: int | None = None
     block_size: int | None = None
-    limits: fp.EngineLimits | None = None
+    limits: EngineLimits | None = None
     hf_overrides: dict[str, object] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     model_files_sha256: dict[str, str] = field(default_factory=dict)
@@ -51,6 +52,7 @@ class SizedSeat:
     raise_kv_bytes: int = 0  # ``published``: the KV one request costs beyond vLLM's default length (plan/contexts.py)
     kv_replay: KvReplayReading | None = None
     levers: list[Lever] = field(default_factory=list)
+    kv_mode: KvMode | None = None  # None: a fixed seat
 
 
 def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
@@ -59,17 +61,6 @@ def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
 
 def gpu_table(fleet: Fleet) -> dict[GpuKey, GpuSpec]:
     return {(host.name, gpu.index): gpu for host in fleet.hosts for gpu in host.gpus}
-
-
-def allowed_gpus(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], seat: SeatSpec) -> list[GpuKey] | None:
-    """Pins and avoids resolved to the GPU set the seat may use; None when unconstrained."""
-    pins = [resolve_gpu_ref(fleet, ref) for ref in gpu_refs(seat.pin)]
-    if pins:
-        return [key for key in pins if key is not None]
-    avoided = {resolve_gpu_ref(fleet, ref) for ref in seat.avoid}
-    if not avoided:
-        return None
-    return [key for key, gpu in gpus.items() if key not in avoided and not gpu.keep_clear]
 
 
 def seat_device(fleet: Fleet, usable: list[GpuKey], seat: SeatSpec) -> Device:
@@ -92,14 +83,14 @@ def size_seat(
     observed: ObservedFootprints | None,
     facts_loader: FactsLoader,
 ) -> SizedSeat:
-    allowed = allowed_gpus(fleet, gpus, seat)
+    allowed = allowed_gpus(fleet, seat)
     seen = observed.seats.get(seat.name) if observed else None
     if seat.engine == "fixed":
         return size_fixed_seat(seat, allowed, seen)
     usable = usable_gpus(fleet, seat)
     seat_device(fleet, usable, seat)  # refuses a seat that could land on both kinds of host
     host = EngineHost.of(fleet, usable)
-    limits = fp.engine_limits(seat.max_num_seqs, seat.max_num_batched_tokens, server_batch_defaults(host.gpu_total_bytes))
+    limits = batch_limits(seat.max_num_seqs, seat.max_num_batched_tokens, host.gpu_total_bytes)
     settings = engine_settings(seat, host, fleet.policy.vllm_version)
     assert seat.model is not None  # fleet checks guarantee it
     facts = facts_loader(resolve_model(seat.model, base_dir), settings)
@@ -130,6 +121,7 @@ def size_seat(
         raise_kv_bytes=context.raise_kv_bytes,
         kv_replay=replay.reading,
         levers=fp.levers(footprint, context.max_model_len, seat.tensor_parallel_size),
+        kv_mode=kv.source if versions.has("kv_bytes_flag", versions.modelled(fleet.policy.vllm_version)) else "utilisation",
     )
     if context.yarn is not None:
         sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
@@ -155,7 +147,7 @@ def size_fixed_seat(seat: SeatSpec, allowed: list[GpuKey] | None, seen: Observed
 
 
 def seat_footprint(
-    fleet: Fleet, seat: SeatSpec, facts: ModelFacts, kv_cache_memory_bytes: int, limits: fp.EngineLimits, seen: ObservedSeat | None
+    fleet: Fleet, seat: SeatSpec, facts: ModelFacts, kv_cache_memory_bytes: int, limits: EngineLimits, seen: ObservedSeat | None
 ) -> tuple[fp.SeatFootprint, ExplanationLine]:
     """The observed plateau when there is one, else the labelled estimate."""
     if seen is not None:
@@ -187,7 +179,7 @@ def seat_footprint(
     )
 
 
-def batch_limits_line(limits: fp.EngineLimits) -> ExplanationLine:
+def batch_limits_line(limits: EngineLimits) -> ExplanationLine:
     return ExplanationLine(
         rule="batch_limits",
         inputs={"max_num_seqs": limits.max_num_seqs, "max_num_batched_tokens": limits.max_num_batched_tokens},

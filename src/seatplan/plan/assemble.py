@@ -3,6 +3,9 @@ runner-ups, the frontier and, when nothing fits, why."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
 from seatplan.documents.plan import (
@@ -161,11 +164,6 @@ def plan_seat(
         port=spec.port,
         gpus=[gpu_label(key) for key in keys],
         tensor_parallel_size=spec.tensor_parallel_size,
-        kv_cache_memory_bytes=seat.kv_cache_memory_bytes,
-        max_model_len=seat.max_model_len,
-        max_new_tokens=seat.max_new_tokens,
-        kv_cache_tokens=seat.kv_cache_tokens,
-        max_concurrency=seat.max_concurrency,
         footprint_bytes=seat.footprint.footprint_bytes,
         footprint_basis=seat.footprint.basis,
         footprint_parts=seat.footprint.parts,
@@ -183,25 +181,28 @@ def plan_seat(
         address=host.reachable_at if host else None,
         device=host.device if host else "cuda",
         vllm=settings,
-        num_gpu_blocks=seat.num_gpu_blocks,
-        block_size=seat.block_size,
         image=spec.image if spec.engine == "fixed" else None,
         command=list(spec.command) if spec.engine == "fixed" else [],
         health_url=spec.health_url if spec.engine == "fixed" else None,
         env_from_host=spec.env_from_host,
         env_files=list(spec.env_files),
         started_by=spec.started_by,
-        derived_max_model_len=seat.derived_max_model_len,
-        yarn_max_model_len=seat.yarn_max_model_len,
-        kv_replay=seat.kv_replay,
-        levers=seat.levers,
-        kv_mode=seat.kv_mode,
+        **sized_figures(seat),
     )
     if settings is not None:
         # The plan shows the command `seatplan render` writes with its default launcher.
         planned.vllm_args = engine_command(planned)
         planned.warnings += [f"{spec.name}: {missing}" for missing in unsupported_flags(planned.vllm_args, fleet.policy.vllm_version)]
     return planned
+
+
+# The sized figures a planned seat carries under the same name (its warnings are assembled with the plan's own).
+SIZED_FIGURES = tuple(name for name in (item.name for item in fields(SizedSeat)) if name in PlannedSeat.model_fields and name != "warnings")
+
+
+def sized_figures(seat: SizedSeat) -> dict[str, Any]:
+    """What sizing decided, as the planned seat carries it: every SizedSeat field PlannedSeat has too, by name."""
+    return {name: getattr(seat, name) for name in SIZED_FIGURES}
 
 
 def _ordinal(number: int) -> str:

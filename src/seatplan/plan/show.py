@@ -119,7 +119,7 @@ def seat_table(plan: Plan) -> Table:
 
 
 def replay_table(plan: Plan) -> Table | None:
-    """The usage stage's replay at each seat's planned KV (``kv_replay`` lines; ``plan --usage``)."""
+    """The usage stage's replay at each seat's planned KV (its ``kv_replay`` reading; ``plan --usage``)."""
     readings = [(seat.name, seat.kv_replay) for seat in plan.seats if seat.kv_replay is not None]
     if not readings:
         return None

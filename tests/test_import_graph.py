@@ -1,11 +1,13 @@
 """The layout's rules, read from the source: no import circle, and no stage reaching into another's internals.
 
-Stages are the packages facts, usage, observe, plan, render, verify, report and adopt. A stage may import
+Stages are the packages facts, usage, observe, plan, render, verify, report and adopt. Each declares its
+public API in its ``__init__``'s ``__all__``: the modules another part of seatplan may import (``cli`` in every
+stage, which ``seatplan.cli`` registers; ``facts.api`` and ``facts.models``). A stage may import
 ``seatplan.documents``, the root helpers (``errors``, ``units``, ``versions``, ``engine`` …) and another
-stage's declared public API only: ``facts.api`` and ``facts.models``, and only the names their
-``__all__`` lists. ``documents`` and the root helpers import no stage but that public API. Every import
-counts, those inside a function too: a lazy import is no way round a circle. Imports under
-``if TYPE_CHECKING:`` are left out: they never run, and a type annotation may name either side.
+stage's public modules only, and of a public module that has an ``__all__`` only the names it lists.
+``documents`` and the root helpers import no stage but that public API. Every import counts, those inside a
+function and those under ``if TYPE_CHECKING:`` too: a lazy import is no way round a circle, and a circle of
+type-only imports is still two modules that cannot be read one without the other.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import pytest
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SOURCE / "seatplan"
 STAGES = frozenset({"facts", "usage", "observe", "plan", "render", "verify", "report", "adopt"})
-PUBLIC_API = frozenset({"seatplan.facts.api", "seatplan.facts.models"})
 
 
 def module_name(path: Path) -> str:
@@ -34,16 +35,25 @@ def all_modules() -> dict[str, Path]:
 MODULES = all_modules()
 
 
+def declared_in(module: str) -> set[str] | None:
+    """The names a module's ``__all__`` lists; None without one."""
+    for node in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets):
+            return {element.value for element in node.value.elts}  # type: ignore[attr-defined]
+    return None
+
+
+def public_api() -> frozenset[str]:
+    """Each stage's public modules, as its ``__init__`` declares them."""
+    return frozenset(f"seatplan.{stage}.{name}" for stage in STAGES for name in declared_in(f"seatplan.{stage}") or ())
+
+
 def imports_of(name: str, path: Path) -> list[tuple[str, list[str], int]]:
     """``(module, imported names, line)`` of every import in the file, resolved to a seatplan module."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: list[tuple[str, list[str], int]] = []
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    type_only = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node.test)
-                 for statement in node.body for inner in ast.walk(statement)}
     for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
         if isinstance(node, ast.Import):
             found += [(alias.name, [], node.lineno) for alias in node.names if alias.name.startswith("seatplan")]
         elif isinstance(node, ast.ImportFrom):
@@ -61,20 +71,9 @@ def imports_of(name: str, path: Path) -> list[tuple[str, list[str], int]]:
     return found
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
 def stage_of(module: str) -> str | None:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in STAGES else None
-
-
-def declared_names(module: str) -> set[str] | None:
-    for node in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
-        if isinstance(node, ast.Assign) and any(isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets):
-            return {element.value for element in node.value.elts}  # type: ignore[attr-defined]
-    return None
 
 
 def graph() -> dict[str, set[str]]:
@@ -140,6 +139,7 @@ def test_no_import_circle():
 
 def crossings() -> list[str]:
     problems = []
+    public = public_api()
     for name, path in MODULES.items():
         own = stage_of(name)
         for target, names, line in imports_of(name, path):
@@ -147,16 +147,24 @@ def crossings() -> list[str]:
             if other is None or other == own:
                 continue
             where = f"{path.relative_to(SOURCE)}:{line} imports {target}"
-            if target not in PUBLIC_API:
+            if target not in public:
                 problems.append(f"{where}, an internal module of the {other} stage")
                 continue
-            declared = declared_names(target) or set()
-            problems += [f"{where}.{item}, which its __all__ does not declare" for item in names if item not in declared]
+            declared = declared_in(target)
+            problems += [f"{where}.{item}, which its __all__ does not declare" for item in names if declared is not None and item not in declared]
     return problems
 
 
 def test_no_stage_imports_another_stages_internals():
     assert crossings() == []
+
+
+def test_every_stage_declares_its_public_api():
+    for stage in sorted(STAGES):
+        declared = declared_in(f"seatplan.{stage}")
+        assert declared is not None and "cli" in declared, f"seatplan/{stage}/__init__.py declares no __all__ with its cli"
+        missing = sorted(name for name in declared if f"seatplan.{stage}.{name}" not in MODULES)
+        assert not missing, f"seatplan.{stage} declares modules it does not have: {missing}"
 
 
 def test_the_rules_bite(tmp_path, monkeypatch):
@@ -178,3 +186,9 @@ def test_the_rules_bite(tmp_path, monkeypatch):
         test_no_stage_imports_another_stages_internals()
     # A root helper's import is judged like a stage's: the plan's sizing is no public API.
     assert any("fileio.py" in problem and "seatplan.plan.sizing" in problem for problem in crossings())
+    # A circle of imports under TYPE_CHECKING is a circle too.
+    versions = copy / "seatplan" / "versions.py"
+    versions.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from seatplan.hub_names import parse_hub_id\n" + versions.read_text())
+    hub = copy / "seatplan" / "hub_names.py"
+    hub.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from seatplan.versions import release\n" + hub.read_text())
+    assert any({"seatplan.hub_names", "seatplan.versions"} <= set(circle) for circle in module_circles())

@@ -3,7 +3,7 @@
 Each database is built as the hub builds it (tests/kits/beszel_hub.py): 1-minute polls with jitter,
 the cron's 10m/20m/120m/480m averages, the retention clean-up. The reboot of the last life falls in the
 stretch each record type covers, at different points of a window; several GPUs, gaps in polling and
-down times of 1–10 minutes. Tolerances (observe/averaged.py): plateau within 40 MiB, creep within 10 %
+down times of 1–10 minutes. Tolerances (observe/averaged/): plateau within 40 MiB, creep within 10 %
 wherever the history resolves it.
 """
 

@@ -6,15 +6,21 @@ import math
 import re
 
 import numpy as np
+import pytest
 
 from kits.paths import MODEL_FIXTURES
 from kits.vllm_logs import boot_lines
-from seatplan.documents.fleet import Policy
+from seatplan.documents.fleet import Policy, SeatSpec
+from seatplan.documents.fleet_file import load_fleet, resolve_model
+from seatplan.engine.settings import EngineHost, engine_settings
+from seatplan.errors import SeatplanError
+from seatplan.facts.api import load_model_facts
 from seatplan.observe.diagnose import diagnose
 from seatplan.observe.findings import seat_findings
-from seatplan.observe.inputs import kv_rule_pins, rule_arithmetic, seat_map
+from seatplan.observe.inputs import kv_rule_pins, seat_map
 from seatplan.observe.logparse import parse_log
-from seatplan.units import GiB
+from seatplan.plan.sizing import choose_kv_bytes
+from seatplan.units import GiB, round_up
 
 
 def racy_boots(model: str):
@@ -97,10 +103,39 @@ def test_the_rules_arithmetic_gives_the_figure_it_names():
         floor = int(rng.integers(0, 2 * request + 2))
         step = int(rng.choice([0, GiB // 2, GiB, 256 * 2**20]))
         policy = Policy(kv_factor=factor, rounding_step_bytes=step)
-        rule = policy.rule_kv_bytes(request, floor)
-        text = rule_arithmetic(request, factor, floor, step, rule, "the test")
+        pin = policy.kv_pin(SeatSpec(name="s", model="m"), request, floor)
+        rule = pin.rule_bytes
+        assert (pin.kv_cache_memory_bytes, pin.source) == (rule, "rule") and rule == policy.rule_kv_bytes(request, floor)
+        text = pin.arithmetic()
         numbers = [int(n.replace(",", "")) for n in re.findall(r"([\d,]+) B\b", text)]
         assert numbers[0] == request and numbers[1] == math.ceil(request * factor) and numbers[-1] == rule, text
         # Each stated step holds: the product, the floor when it wins, the rounding when it changes the figure.
         assert ("minimum" in text) is (floor > numbers[1])
         assert ("rounded up" in text) is (rule != max(numbers[1], floor))
+
+
+def test_diagnose_and_explain_state_one_pin_with_one_arithmetic(tmp_path):
+    """The KV pin is decided once (Policy.kv_pin): the plan's kv_bytes line (what explain prints) and diagnose's
+    kv_drift pin give the same bytes, the same words for the arithmetic. They had two wordings: the plan's said
+    "rounded up" where rounding changed nothing and left out vLLM's minimum where it won; diagnose's was right."""
+    fleet = big_seat_fleet(tmp_path, "kv_factor: 1.3")
+    pin, why = kv_rule_pins(racy_boots("/elsewhere"), fleet)["big"]
+    loaded = load_fleet(fleet)
+    seat = loaded.fleet.seats[0]
+    facts = load_model_facts(resolve_model(seat.model, loaded.base_dir), engine_settings(seat, EngineHost(), loaded.fleet.policy.vllm_version))
+    line = next(line for line in choose_kv_bytes(seat, facts, 32_768, loaded.fleet.policy).lines if line.rule == "kv_bytes")
+    assert pin == round_up(math.ceil(8 * GiB * 1.3), GiB // 2)  # 10.4 GiB of one 8 GiB request × 1.3, to 10.5 GiB
+    assert line.result.startswith(f"{pin:,} B") and why.endswith(line.note) and "rounded up to 512.0 MiB" in line.note
+
+
+def test_an_operators_pin_vllm_refuses_is_offered_by_neither(tmp_path):
+    """A pin below one request: plan refuses the seat, and diagnose no longer offers it as the pin to set (it
+    offered 0 B as 'the rule' and a too-small pin as the operator's); the log decides."""
+    for pin in ("0", "1GiB"):
+        fleet = big_seat_fleet(tmp_path, f"kv_cache_memory_bytes: {pin}")
+        assert kv_rule_pins(racy_boots("/elsewhere"), fleet) == {}
+        loaded = load_fleet(fleet)
+        seat = loaded.fleet.seats[0]
+        facts = load_model_facts(resolve_model(seat.model, loaded.base_dir), engine_settings(seat, EngineHost(), loaded.fleet.policy.vllm_version))
+        with pytest.raises(SeatplanError, match="cannot hold one 32,768-token request"):
+            choose_kv_bytes(seat, facts, 32_768, loaded.fleet.policy)

@@ -14,10 +14,11 @@ from kits.documents import model_usage, runaway, usage_report
 from kits.plan import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB, one_host, write_fleet
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.observed import ObservedFootprints
-from seatplan.documents.plan import Plan
+from seatplan.documents.plan import Plan, PlannedSeat
 from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
 from seatplan.plan.planner import build_plan
+from seatplan.render.engines import rolling_restart_utilisation
 
 CONTEXT_BYTES = round(0.76 * GiB)  # the v0.19 profile's single-GPU CUDA context
 MARGIN_BYTES = 512 * MiB  # policy.boot_margin_bytes default
@@ -158,6 +159,20 @@ def test_usage_proposes_caps_and_flags_runaways(tmp_path):
     assert any("only with runaway replies" in warning for warning in seat.warnings)
 
 
+def test_a_seat_is_sized_from_the_traffic_of_the_name_it_serves_now(tmp_path):
+    """Two seats swapped their served names since `usage --fleet` ran: each takes the traffic of the name it serves
+    (the gateway routes by it), not the entry the usage stage mapped to its name. The report chose the other one
+    (documents.usage.usage_of_seat is now the one rule: tests/documents/test_usage_of_seat.py)."""
+    fleet = SMALL.replace("    port: 8001\n", "    port: 8001\n    served_model_name: chat-x\n").replace(
+        "    port: 8002\n", "    port: 8002\n    served_model_name: chat-y\n").replace("    max_new_tokens: 4096\n", "")
+    usage = usage_report({"chat-x": model_usage(seat="llama-b", calls=10, completion_tokens_p99=900),
+                          "chat-y": model_usage(seat="llama-a", calls=10, completion_tokens_p99=3000)})
+    plan = build_plan(load_fleet(write_fleet(tmp_path, fleet)), usage=usage)
+    assert plan.seat("llama-a").max_new_tokens == 1536  # chat-x: 900 × 1.25 = 1,125 → 1,536
+    assert plan.seat("llama-b").max_new_tokens == 4096  # chat-y: 3,000 × 1.25 = 3,750 → 4,096
+    assert not any("was not used" in warning for warning in plan.warnings)
+
+
 def test_tensor_parallel_seat_takes_two_gpus_of_one_host(tmp_path):
     fleet = one_host(4) + f"""
 seats:
@@ -261,3 +276,19 @@ seats:
     assert long.env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
     # 131,072 × 147,456 B = 18 GiB per request, × 1.25 = 22.5 GiB
     assert long.kv_cache_memory_bytes == 45 * 512 * MiB
+
+
+def test_the_kv_mode_is_said_and_render_reads_it(tmp_path):
+    """A planned seat says how its KV cache is sized (rule, operator, utilisation); render's restart value reads
+    that, not whether a headroom field happens to be set. A plan saved before kv_mode reads back with the same mode."""
+    pinned = SMALL.replace("    max_new_tokens: 4096\n", "    max_new_tokens: 4096\n    kv_cache_memory_bytes: 6GiB\n")
+    plan = build_plan(load_fleet(write_fleet(tmp_path, pinned)))
+    assert [plan.seat(name).kv_mode for name in ("speech", "llama-a", "llama-b")] == [None, "rule", "operator"]
+    old = build_plan(load_fleet(write_fleet(tmp_path, pinned.replace("seats:\n", "policy: {vllm_version: '0.10.1'}\nseats:\n"))))
+    assert old.seat("llama-a").kv_mode == old.seat("llama-b").kv_mode == "utilisation"
+    for seat in [*plan.seats, *old.seats]:
+        saved = json.loads(seat.model_dump_json())
+        del saved["kv_mode"]
+        assert PlannedSeat.model_validate(saved).kv_mode == seat.kv_mode
+        expected = seat.gpu_memory_utilization if seat.kv_mode != "utilisation" else seat.gpu_memory_utilization_rolling_restart
+        assert rolling_restart_utilisation(seat) == (expected if seat.kv_mode else seat.gpu_memory_utilization)

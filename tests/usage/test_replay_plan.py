@@ -112,7 +112,7 @@ def test_a_kv_that_holds_the_peak_says_so_and_a_level_between_breakpoints_is_a_b
     planned = json.loads(cli("plan", str(fleet), "--usage", str(usage), "--json", env=WIDE).stdout)["seats"][0]
     line = next(line for line in planned["explanation"] if line["rule"] == "kv_replay")
     assert line["result"].startswith("holds the window: peak 377 of 454 usable blocks")
-    assert (line["inputs"]["minutes_above"], line["inputs"]["waited_requests"]) == (0.0, 0)
+    assert (planned["kv_replay"]["minutes_above"], planned["kv_replay"]["waited_requests"]) == (0.0, 0)
 
 
     # A curve with 100-block steps, read at 299 usable blocks: the level below (200) bounds it from above.
@@ -120,9 +120,10 @@ def test_a_kv_that_holds_the_peak_says_so_and_a_level_between_breakpoints_is_a_b
     coarse = KvReplay.model_validate(document | {"level_step_blocks": 100, "levels_blocks": [0, 100, 200, 300, 400],
                                                  "minutes_above": [2.0, 1.5, 1.0, 0.5, 0.0], "waited_requests": [3, 3, 2, 1, 0]})
     facts = load_model_facts(MODELS / "Qwen--Qwen3-8B", EngineSettings(vllm_version="0.32"))
-    lines, warnings = replay_check("qwen3-8b", coarse, facts, facts.capacity(300 * QWEN3_8B_BYTES_PER_BLOCK, 4096), GiB, Policy())
-    assert (lines[0].inputs["minutes_above"], lines[0].inputs["waited_requests"], lines[0].inputs["exact"]) == (1.0, 2, False)
-    assert "at most (read at the curve's level 200)" in lines[0].result
+    checked = replay_check("qwen3-8b", coarse, facts, facts.capacity(300 * QWEN3_8B_BYTES_PER_BLOCK, 4096), GiB, Policy())
+    assert checked.reading is not None
+    assert (checked.reading.minutes_above, checked.reading.waited_requests, checked.reading.exact) == (1.0, 2, False)
+    assert "at most (read at the curve's level 200)" in checked.lines[0].result
 
 
 def test_a_replay_that_counted_other_blocks_is_not_read(tmp_path: Path) -> None:
@@ -130,13 +131,13 @@ def test_a_replay_that_counted_other_blocks_is_not_read(tmp_path: Path) -> None:
 
     report = usage_report(write_csv(STACKED, tmp_path / "spend.csv"))
     facts = load_model_facts(MODELS / "Qwen--Qwen3-Next-80B-A3B-Thinking", EngineSettings(vllm_version="0.32"))
-    lines, warnings = replay_check("next", report.models["qwen3-8b"].kv_replay, facts, facts.capacity(8 * GiB, 4096), GiB, Policy())
-    assert lines[0].result == "not comparable"
-    assert "run `seatplan usage --fleet`" in warnings[0]
+    checked = replay_check("next", report.models["qwen3-8b"].kv_replay, facts, facts.capacity(8 * GiB, 4096), GiB, Policy())
+    assert checked.lines[0].result == "not comparable" and checked.reading is None
+    assert "run `seatplan usage --fleet`" in checked.warnings[0]
     # gpt-oss has 16-token blocks too, but two groups (one a sliding window): one group counts too few.
     facts = load_model_facts(MODELS / "openai--gpt-oss-20b", EngineSettings(vllm_version="0.32"))
-    lines, _ = replay_check("gpt-oss", report.models["qwen3-8b"].kv_replay, facts, facts.capacity(8 * GiB, 4096), GiB, Policy())
-    assert lines[0].result == "not comparable" and "in 2 group(s)" in lines[0].note
+    checked = replay_check("gpt-oss", report.models["qwen3-8b"].kv_replay, facts, facts.capacity(8 * GiB, 4096), GiB, Policy())
+    assert checked.lines[0].result == "not comparable" and "in 2 group(s)" in checked.lines[0].note
 
 
 def test_usage_table_shows_the_replay_peak(cli, tmp_path: Path) -> None:

@@ -20,11 +20,11 @@ from seatplan.adopt.memory import Share, compare, seat_share
 from seatplan.adopt.secrets import is_secret
 from seatplan.documents.fleet_file import TODO
 from seatplan.encode import name_problem
+from seatplan.engine.endpoint import DEFAULT_PORT
 from seatplan.errors import SeatplanError
 from seatplan.units import MAX_GPU_INDEX, MAX_PLAUSIBLE_BYTES, whole_number
 from seatplan.versions import modelled, try_release
 
-VLLM_DEFAULT_PORT = 8000  # vLLM 0.32 vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`
 # GPU memory in use above this, where no adopted seat runs, is some other process's (an idle CUDA context
 # takes a few hundred MiB; a service that matters to the plan holds GiBs): a rule of thumb, not measured here.
 UNACCOUNTED_MIB = 1024
@@ -79,7 +79,7 @@ def _served(launch: Launch, args: SeatArgs) -> str | None:
 
 
 def _launch_port(launch: Launch, args: SeatArgs) -> int:
-    return launch.published_port or int(args.values.get("port", VLLM_DEFAULT_PORT))
+    return launch.published_port or int(args.values.get("port", DEFAULT_PORT))
 
 
 def _match(launch: Launch, args: SeatArgs, cards: list[tuple[EngineSeen, dict[str, Any]]]) -> tuple[EngineSeen, dict[str, Any]] | None:
@@ -381,7 +381,7 @@ def _port(seat: _Seat, warnings: list[str]) -> Noted:
     _, url_port = _url_host_port(url)
     if url_port is not None:
         return Noted(url_port, f"the port of {url}")
-    return Noted(VLLM_DEFAULT_PORT, "no --port: vLLM's default (vllm/entrypoints/launchers/cli_args.py)")
+    return Noted(DEFAULT_PORT, "no --port: vLLM's default (vllm/entrypoints/launchers/cli_args.py)")
 
 
 def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:

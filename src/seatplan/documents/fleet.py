@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from seatplan.encode import NAME_RULES, address_problem, name_problem
 from seatplan.errors import FieldValueError, SeatplanError
-from seatplan.units import SIZE_FIX, GiB, MiB, parse_bytes, parse_tokens, round_up
+from seatplan.units import SIZE_FIX, GiB, MiB, human_bytes, parse_bytes, parse_tokens, round_up
 from seatplan.versions import DEFAULT_VLLM_VERSION
 from seatplan.versions import modelled as parse_vllm_version
 
@@ -298,6 +299,36 @@ class SeatSpec(_Strict):
 DEFAULT_MOVE_COST_BYTES = GiB
 
 
+@dataclass(frozen=True)
+class KvPin:
+    """A seat's KV bytes (``--kv-cache-memory-bytes``), decided once by :meth:`Policy.kv_pin` for plan, explain and
+    diagnose: the operator's pin when the seat has one, else the KV rule; the rule's figure and arithmetic either way."""
+
+    kv_cache_memory_bytes: int
+    source: Literal["operator", "rule"]
+    rule_bytes: int
+    request_kv_bytes: int = 0  # one max-length request
+    min_kv_cache_bytes: int = 0  # the smallest pin vLLM boots with at that length
+    factor: float = DEFAULT_KV_FACTOR
+    factor_source: Literal["seat", "policy"] = "policy"
+    rounding_step_bytes: int = 0
+
+    @property
+    def holds_one_request(self) -> bool:
+        """vLLM starts with it (an operator's pin may be too small; the rule never is)."""
+        return self.kv_cache_memory_bytes >= self.min_kv_cache_bytes
+
+    def arithmetic(self) -> str:
+        """The rule's arithmetic, each step stated where it changes the figure, so that it gives ``rule_bytes``."""
+        product = math.ceil(self.request_kv_bytes * self.factor)
+        text = f"{self.request_kv_bytes:,} B × {self.factor:g} = {product:,} B"
+        if self.min_kv_cache_bytes > product:
+            text += f", below vLLM's minimum {self.min_kv_cache_bytes:,} B"
+        if self.rounding_step_bytes and self.rule_bytes != max(product, self.min_kv_cache_bytes):
+            text += f", rounded up to {human_bytes(self.rounding_step_bytes)}"
+        return text + (f" = {self.rule_bytes:,} B" if self.rule_bytes != product else "")
+
+
 class Policy(_Strict):
     kv_factor: float = Field(DEFAULT_KV_FACTOR, gt=0, description="default KV factor over one max-length request")
     rounding_step_bytes: Bytes = Field(DEFAULT_ROUNDING_STEP_BYTES, description="KV bytes are rounded up to a multiple of this")
@@ -325,6 +356,18 @@ class Policy(_Strict):
         vLLM boots with, rounded up to the policy's step."""
         raw = max(math.ceil(request_kv_bytes * (factor or self.kv_factor)), min_kv_cache_bytes)
         return round_up(raw, self.rounding_step_bytes) if self.rounding_step_bytes else raw
+
+    def kv_pin(self, seat: SeatSpec, request_kv_bytes: int, min_kv_cache_bytes: int) -> KvPin:
+        """A seat's KV bytes, the one place they are decided: the operator's pin (``kv_cache_memory_bytes``) wins
+        over the rule, whose figure is kept beside it. ``holds_one_request`` false: vLLM would refuse the pin."""
+        factor = seat.kv_factor or self.kv_factor
+        rule_bytes = self.rule_kv_bytes(request_kv_bytes, min_kv_cache_bytes, factor)
+        pinned = seat.kv_cache_memory_bytes
+        return KvPin(
+            kv_cache_memory_bytes=rule_bytes if pinned is None else pinned, source="rule" if pinned is None else "operator",
+            rule_bytes=rule_bytes, request_kv_bytes=request_kv_bytes, min_kv_cache_bytes=min_kv_cache_bytes, factor=factor,
+            factor_source="seat" if seat.kv_factor else "policy", rounding_step_bytes=self.rounding_step_bytes,
+        )
 
     @field_validator("vllm_version")
     @classmethod

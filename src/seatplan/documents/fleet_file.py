@@ -1,8 +1,9 @@
-"""Reading the fleet file: YAML → :class:`Fleet`, with every error naming its line.
+"""Reading the fleet file: YAML → :class:`Fleet`, with every error naming its line, and the fleet's rules.
 
-PyYAML's composed node tree keeps a mark (line) for every key and item; the loader records them by
-path (``("seats", 2, "max_model_len")``) so pydantic's error locations and seatplan's own checks
-can both be reported as ``fleet.yaml:23: seats[2].max_model_length: unknown key; did you mean ...``.
+The YAML is read by the general line-aware loader, ``documents.yaml_lines`` (``read_yaml_lines``); here are the
+fleet's own rules on top: pydantic's error locations and seatplan's checks (hosts, seats, GPU references, ports,
+``TODO``s) reported as ``fleet.yaml:23: seats[2].max_model_length: unknown key; did you mean ...``, and the
+answers other stages ask of a fleet (a GPU reference resolved, the GPUs a seat may use, a model's path).
 """
 
 from __future__ import annotations
@@ -16,19 +17,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
 from seatplan.documents.io import KIND_NAMES, kind_said
+from seatplan.documents.yaml_lines import PathKey, check_yaml_limits, format_path, line_of, read_yaml_lines
 from seatplan.encode import control_character
 from seatplan.errors import SeatplanError
 from seatplan.fileio import check_input_file
 from seatplan.hub_names import parse_hub_id
 from seatplan.units import MAX_GPU_INDEX, whole_number
 
-PathKey = tuple[str | int, ...]
+__all__ = [
+    "FLEET_FIX", "TODO", "FleetProblem", "LoadedFleet", "allowed_gpus", "check_fleet", "check_yaml_limits", "control_problems",
+    "eligible_gpus", "format_path", "gpu_refs", "line_of", "load_fleet", "parse_fleet", "require_ports", "resolve_gpu_ref",
+    "resolve_model", "todo_problems",
+]
 
 
 @dataclass(frozen=True)
@@ -51,103 +56,6 @@ class LoadedFleet:
 
     def where(self, path: PathKey) -> str:
         return f"{self.path}:{line_of(self.lines, path)}" if self.lines else str(self.path)
-
-
-def format_path(path: PathKey) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
-
-
-def line_of(lines: dict[PathKey, int], path: PathKey) -> int:
-    """The line of ``path``, or of its nearest ancestor the file spells out."""
-    for cut in range(len(path), -1, -1):
-        if path[:cut] in lines:
-            return lines[path[:cut]]
-    return 1
-
-
-# ----------------------------------------------------------------------------- YAML with marks
-
-
-def _read_yaml(text: str, display: str) -> tuple[Any, dict[PathKey, int]]:
-    try:
-        # libyaml's loader keeps the same marks and is several times faster than the pure-Python one
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
-        try:
-            node = loader.get_single_node()
-            if node is None:
-                raise SeatplanError("the fleet file is empty", where=display, fix="declare hosts: and seats: (see docs/fleet.md)")
-            check_yaml_limits(node, display)
-            lines: dict[PathKey, int] = {}
-            _collect_lines(node, (), lines, display)
-            data = loader.construct_document(node)
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as problem:
-        mark = problem.problem_mark or problem.context_mark
-        line = mark.line + 1 if mark else 1
-        raise SeatplanError(
-            f"not valid YAML: {problem.problem or problem.context}", where=f"{display}:{line}", fix="correct the YAML syntax at that line"
-        ) from None
-    except yaml.YAMLError as problem:  # the reader's errors (a control character, a bad encoding) carry no mark
-        raise SeatplanError(f"not valid YAML: {problem}", where=display, fix="save the fleet file as plain UTF-8 YAML") from None
-    return data, lines
-
-
-MAX_FLEET_BYTES = 1 << 20  # a fleet of a hundred seats is tens of kilobytes
-MAX_YAML_NODES = 100_000  # counted with every alias expanded, as the loader would build them
-MAX_YAML_DEPTH = 64  # a fleet nests five levels deep
-
-
-def check_yaml_limits(root: Any, display: str) -> None:
-    """Refuse a composed YAML tree that expands past MAX_YAML_NODES or nests past MAX_YAML_DEPTH.
-
-    Aliases share nodes in the composed tree, so a "billion laughs" file is small until something walks
-    it; this walk counts every visit (as the constructor and the line collector would make) and stops at
-    the limit, iteratively, so neither memory nor Python's stack grows with the input.
-    """
-
-    visits, stack = 0, [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        visits += 1
-        if visits > MAX_YAML_NODES:
-            raise SeatplanError(f"the fleet file expands to more than {MAX_YAML_NODES:,} YAML nodes (aliases of aliases?)",
-                                where=f"{display}:{node.start_mark.line + 1}",
-                                fix="write the fleet out plainly; anchors and aliases may not multiply the document")
-        if depth > MAX_YAML_DEPTH:
-            raise SeatplanError(f"the fleet file nests more than {MAX_YAML_DEPTH} levels deep",
-                                where=f"{display}:{node.start_mark.line + 1}", fix="a fleet file nests a few levels; check the brackets")
-        if isinstance(node, yaml.MappingNode):
-            stack.extend((child, depth + 1) for pair in node.value for child in pair)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend((child, depth + 1) for child in node.value)
-
-
-def _collect_lines(node: Any, path: PathKey, lines: dict[PathKey, int], display: str) -> None:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):  # `{a: 1}: x` or `[a]: x`: YAML allows it, a fleet does not
-                raise SeatplanError(f"{format_path(path)}: a key must be a plain name, not a mapping or a list",
-                                    where=f"{display}:{key_node.start_mark.line + 1}", fix="write the key as a plain word")
-            key = key_node.value
-            if key in seen:
-                raise SeatplanError(
-                    f"{format_path(path + (key,))}: key given twice",
-                    where=f"{display}:{key_node.start_mark.line + 1}",
-                    fix="keep one of the two entries",
-                )
-            seen.add(key)
-            lines[path + (key,)] = key_node.start_mark.line + 1
-            _collect_lines(value_node, path + (key,), lines, display)
-    elif isinstance(node, yaml.SequenceNode):
-        for position, item in enumerate(node.value):
-            lines[path + (position,)] = item.start_mark.line + 1
-            _collect_lines(item, path + (position,), lines, display)
 
 
 # ----------------------------------------------------------------------------- pydantic errors → lines
@@ -318,6 +226,27 @@ def gpu_refs(value: int | str | list[int | str] | None) -> list[int | str]:
     if value is None:
         return []
     return list(value) if isinstance(value, list) else [value]
+
+
+def allowed_gpus(fleet: Fleet, seat: SeatSpec) -> list[tuple[str, int]] | None:
+    """The GPUs a seat's ``pin``/``avoid`` allows, the one place it is decided (placement's ``pin_or_avoid`` filter
+    judges by it): its pins; else every GPU it does not avoid; None when it names neither (every GPU). ``keep_clear``
+    is not judged here: it is a filter of its own (the loader refuses a pin to a keep-clear GPU)."""
+    pins = [key for key in (resolve_gpu_ref(fleet, ref) for ref in gpu_refs(seat.pin)) if key is not None]
+    if pins:
+        return pins
+    avoided = {resolve_gpu_ref(fleet, ref) for ref in seat.avoid}
+    if not avoided:
+        return None
+    return [(host.name, gpu.index) for host in fleet.hosts for gpu in host.gpus if (host.name, gpu.index) not in avoided]
+
+
+def eligible_gpus(fleet: Fleet, seat: SeatSpec) -> list[tuple[str, int]]:
+    """The GPUs a seat may land on: those :func:`allowed_gpus` allows that are not kept clear (placement's two
+    static filters; its other filters judge size and load)."""
+    allowed = allowed_gpus(fleet, seat)
+    return [(host.name, gpu.index) for host in fleet.hosts for gpu in host.gpus
+            if not gpu.keep_clear and (allowed is None or (host.name, gpu.index) in allowed)]
 
 
 def control_problems(data: Any, path: PathKey = ()) -> list[FleetProblem]:
@@ -501,7 +430,7 @@ def todo_problems(data: Any, path: PathKey = ()) -> list[FleetProblem]:
 
 def parse_fleet(text: str, display: str) -> tuple[Fleet, dict[PathKey, int]]:
     """Validate fleet YAML ``text``; ``display`` is the file name errors carry."""
-    data, lines = _read_yaml(text, display)
+    data, lines = read_yaml_lines(text, display)
     if not isinstance(data, dict):
         raise SeatplanError("the fleet file must be a mapping with hosts: and seats:", where=f"{display}:1", fix="see docs/fleet.md")
     _refuse_other_files(data, display)
@@ -546,6 +475,9 @@ def _raise_problems(problems: list[FleetProblem], lines: dict[PathKey, int], dis
         message += f"\n  {display}:{line_of(lines, other.path)}: {format_path(other.path)}: {other.message}"
     raise SeatplanError(message, where=f"{display}:{line_of(lines, first.path)}",
                         fix=first.fix or "correct the value at that line (`seatplan schema` prints every key and its type)")
+
+
+MAX_FLEET_BYTES = 1 << 20  # a fleet of a hundred seats is tens of kilobytes
 
 
 def load_fleet(path: str | Path) -> LoadedFleet:

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from seatplan.documents.fleet import Device, StartedBy
 
 Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
+# How a vLLM seat's KV cache is sized: pinned (--kv-cache-memory-bytes) by the KV rule or by the operator, or left to
+# --gpu-memory-utilization (vLLM before 0.10.2, which has no pin).
+KvMode = Literal["rule", "operator", "utilisation"]
 
 
 class ExplanationLine(BaseModel):
@@ -43,6 +46,33 @@ class VllmSettings(BaseModel):
     enforce_eager: bool = False
     hf_overrides: dict[str, Any] | None = None
     extra_args: list[str] = Field(default_factory=list)
+
+
+class Lever(BaseModel):
+    """A fleet-file change and what it would take off the seat's footprint per GPU (a labelled estimate)."""
+
+    change: str
+    freed_bytes: int
+    operator_value: bool = Field(False, description="undoes an operator's value (a KV pin above the rule): exact, and named first")
+
+
+class KvReplayReading(BaseModel):
+    """The usage stage's replay of the window's requests read at the seat's planned KV cache (``plan --usage``;
+    ``plan/kv_replay.py``). ``exact`` false: the minutes and waits are read at the curve's level just below, an upper
+    bound."""
+
+    kv_cache_memory_bytes: int
+    num_blocks: int
+    usable_blocks: int = Field(description="num_blocks - 1: vLLM's block pool sets one null block aside")
+    peak_blocks: int
+    peak_at: str = Field(description="when the peak was reached, or - when the usage document does not say")
+    minutes_above: float
+    waited_requests: int
+    exact: bool
+    smallest_kv_bytes: int = Field(description="the smallest KV that held the window (the peak plus the null block, "
+                                   "at least one max-length request)")
+    smallest_kv_bytes_rounded: int = Field(description="the same rounded up as the KV rule rounds")
+    rule_kv_bytes: int = Field(description="what the KV rule gives this seat, pinned or not")
 
 
 class PlannedSeat(BaseModel):
@@ -90,6 +120,25 @@ class PlannedSeat(BaseModel):
     env_from_host: dict[str, str] = Field(default_factory=dict, description="the engine's variable → the host variable holding its value")
     env_files: list[str] = Field(default_factory=list, description="files on the host the engine reads its environment from")
     started_by: StartedBy | None = Field(None, description="how the engine was started before seatplan ran it (the cut-over)")
+    # Figures other stages read, typed (the explanation lines are for people); None in plans made before them.
+    derived_max_model_len: int | None = Field(None, description="the longest context vLLM derives from the model's config")
+    yarn_max_model_len: int | None = Field(None, description="the longest context with the model's YaRN option on; None without one")
+    kv_replay: KvReplayReading | None = Field(None, description="the usage's replay read at this KV (plan --usage, when comparable)")
+    levers: list[Lever] = Field(default_factory=list, description="what each fleet-file change would take off the footprint per GPU")
+    kv_mode: KvMode | None = Field(None, description="how the KV cache is sized: pinned by the rule, pinned by the operator, or by "
+                                   "--gpu-memory-utilization; None for a fixed seat")
+
+    @model_validator(mode="after")
+    def _kv_mode_of_older_plans(self) -> PlannedSeat:
+        """Plans saved before ``kv_mode``: a pinned seat is the one with a rolling-restart headroom (the figure only a
+        pinned KV cache has), the operator's pin the one its kv_bytes line calls so; the rest sized by utilisation."""
+        if self.kv_mode is None and self.engine == "vllm" and self.vllm is not None:
+            if self.rolling_restart_headroom_bytes is None:
+                self.kv_mode = "utilisation"
+            else:
+                said = next((line.result for line in self.explanation if line.rule == "kv_bytes"), "")
+                self.kv_mode = "operator" if said.endswith("operator pin") else "rule"
+        return self
 
 
 class PlannedGpu(BaseModel):

@@ -174,3 +174,19 @@ class UsageReport(BaseModel):
     rejected_by_reason: dict[str, int]
     rejected_example_request_ids: dict[str, list[str | None]]
     inflight_timeline: InflightTimeline | None = Field(None, description="in-flight tokens over the window, for pictures")
+
+
+def usage_of_seat(usage: UsageReport | None, seat_name: str, served_model_name: str) -> ModelUsage | None:
+    """The one usage entry of a seat, for every stage (plan sizes from it, the report draws it): the entry keyed by
+    the name the seat serves now, else the one the usage stage mapped to the seat (``seat``), else none.
+
+    The served name comes first: the gateway routes a request by the name the engine serves, so that name's traffic
+    is what the seat carries; ``seat`` records the fleet given to ``seatplan usage``, in which another seat may have
+    served that name (two seats that swapped their served names since). A name equal to the seat's own name is not
+    looked up: with ``--fleet`` that name is counted under the served name, and without it a key is a served name,
+    perhaps another seat's."""
+    if usage is None:
+        return None
+    if served_model_name in usage.models:
+        return usage.models[served_model_name]
+    return next((entry for entry in usage.models.values() if entry.seat == seat_name), None)

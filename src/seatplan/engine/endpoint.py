@@ -12,7 +12,9 @@ import ipaddress
 from seatplan.encode import address_problem
 from seatplan.errors import SeatplanError
 
-DEFAULT_PORT = 8000  # vLLM's own default for --port: what an engine started without it listens on
+# vLLM's own default for --port, what an engine started without it listens on (vLLM 0.32
+# vllm/entrypoints/launchers/cli_args.py:285 `port: int = 8000`): the one place seatplan writes it
+DEFAULT_PORT = 8000
 
 
 def url_host(address: str) -> str:

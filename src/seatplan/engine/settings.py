@@ -15,14 +15,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from seatplan.documents.fleet import Device, Fleet, SeatSpec
-from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
+from seatplan.documents.fleet_file import eligible_gpus
 from seatplan.documents.plan import PlannedSeat
 from seatplan.engine.parse import int_flag, parse_args, yarn_override_factor
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings
 from seatplan.units import GiB
 
-__all__ = ["BatchDefaults", "EngineHost", "engine_settings", "planned_engine_settings", "server_batch_defaults", "usable_gpus"]
+__all__ = ["BatchDefaults", "EngineHost", "EngineLimits", "batch_limits", "engine_settings", "planned_engine_settings", "server_batch_defaults",
+           "usable_gpus"]
 
 # vLLM's API-server batch defaults by GPU memory (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults):
 # 8192 tokens and 1024 sequences from 70 GiB (H100/H200 class), else 2048 and 256.
@@ -40,6 +41,28 @@ def server_batch_defaults(gpu_total_bytes: int | None) -> BatchDefaults:
     if gpu_total_bytes is None or gpu_total_bytes >= LARGE_GPU_MIN_BYTES:
         return BatchDefaults(max_num_seqs=1024, max_num_batched_tokens=8192)
     return BatchDefaults(max_num_seqs=256, max_num_batched_tokens=2048)
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """The batch limits an engine runs with (the plan passes both to vLLM, so its activation estimate holds)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    source: str
+
+
+def batch_limits(max_num_seqs: int | None, max_num_batched_tokens: int | None, gpu_total_bytes: int | None) -> EngineLimits:
+    """A seat's batch limits, the one place they are decided: each as the seat gives it, else vLLM's server default
+    for the smallest GPU it may use (``server_batch_defaults``)."""
+    defaults = server_batch_defaults(gpu_total_bytes)
+    chosen_seqs = max_num_seqs or defaults.max_num_seqs
+    chosen_tokens = max_num_batched_tokens or defaults.max_num_batched_tokens
+    given = [name for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)) if value]
+    source = "seat: " + ", ".join(given) if given else "vLLM's server defaults for this GPU size"
+    if given and len(given) < 2:
+        source += "; the rest vLLM's server defaults"
+    return EngineLimits(chosen_seqs, chosen_tokens, source)
 
 
 @dataclass(frozen=True)
@@ -67,19 +90,16 @@ class EngineHost:
 
 
 def usable_gpus(fleet: Fleet, seat: SeatSpec) -> list[tuple[str, int]]:
-    """The GPUs a seat may land on: its pins; else every GPU not avoided and not kept clear; else every GPU."""
+    """The GPUs a seat's settings are built for: those it may land on (``documents.fleet_file.eligible_gpus``, the
+    one rule); for a seat no GPU takes (the plan says why it does not fit), every GPU not kept clear, else every GPU."""
     every = [(host.name, gpu.index) for host in fleet.hosts for gpu in host.gpus]
-    pins = [key for key in (resolve_gpu_ref(fleet, ref) for ref in gpu_refs(seat.pin)) if key is not None]
-    if pins:
-        return pins
     clear = {(host.name, gpu.index) for host in fleet.hosts for gpu in host.gpus if gpu.keep_clear}
-    avoided = {resolve_gpu_ref(fleet, ref) for ref in seat.avoid}
-    return [key for key in every if key not in clear and key not in avoided] or [key for key in every if key not in clear] or every
+    return eligible_gpus(fleet, seat) or [key for key in every if key not in clear] or every
 
 
 def engine_settings(seat: SeatSpec, host: EngineHost, version: str) -> EngineSettings:
     """The settings a fleet seat's engine starts with on this host at this vLLM version."""
-    tokens = seat.max_num_batched_tokens or server_batch_defaults(host.gpu_total_bytes).max_num_batched_tokens
+    tokens = batch_limits(seat.max_num_seqs, seat.max_num_batched_tokens, host.gpu_total_bytes).max_num_batched_tokens
     return _settings(tensor_parallel_size=seat.tensor_parallel_size, dtype=seat.dtype, kv_cache_dtype=seat.kv_cache_dtype,
                      device=host.device, version=version, max_num_batched_tokens=tokens, extra_args=seat.extra_args,
                      hf_overrides=None)

@@ -122,7 +122,7 @@ def rolling_median_at(values: np.ndarray, width: int, positions: np.ndarray) -> 
 
 def analyse(series: GpuSeries, settings: DetectSettings = DetectSettings(), boot_times_s: Sequence[float] = (),
             boots_here_s: Sequence[float] = ()) -> Analysis:
-    """Steps, segments and creep; averaged history (Beszel) goes to observe/averaged.py, readings are binned here.
+    """Steps, segments and creep; averaged history (Beszel) goes to observe/averaged/, readings are binned here.
 
     Boot times (from the engines' logs) matter to averages only: ``boot_times_s`` pin a reboot the records show,
     ``boots_here_s`` (seats the plan or fleet puts on this GPU) are reboots even where the records show none.

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from seatplan.documents.fleet import Policy, SeatSpec
+from seatplan.documents.fleet import KvPin, Policy, SeatSpec
 from seatplan.documents.fleet_file import load_fleet, resolve_model
 from seatplan.documents.observed import Boot, EngineStats, ProcessSample
 from seatplan.documents.plan import Plan
@@ -26,7 +25,6 @@ from seatplan.observe.sources.prometheus import read_exposition_file, read_prome
 from seatplan.observe.sources.shared import Rejections, number_of_lines
 from seatplan.observe.sources.vllm_metrics import TIMEOUT_S as METRICS_TIMEOUT_S
 from seatplan.observe.sources.vllm_metrics import read_vllm_metrics_url, vllm_stats
-from seatplan.units import human_bytes
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -165,31 +163,22 @@ def kv_rule_pins(boots: list[Boot], fleet: Path | None) -> dict[str, tuple[int, 
         try:
             settings = engine_settings(spec, hosts.get(spec.name, EngineHost()), policy.vllm_version)
             facts = load_model_facts(resolve_model(spec.model, base_dir), settings)
-            request_bytes = facts.request_kv_bytes(boot.max_model_len)
-            rule_bytes = policy.rule_kv_bytes(request_bytes, facts.min_kv_cache_bytes(boot.max_model_len), spec.kv_factor)
+            pin = policy.kv_pin(spec, facts.request_kv_bytes(boot.max_model_len), facts.min_kv_cache_bytes(boot.max_model_len))
         except SeatplanError:
             continue  # no config here for this model: the log alone decides
+        if not pin.holds_one_request:
+            continue  # an operator's pin vLLM refuses (plan refuses the fleet): no pin to offer; the log decides
         name = spec.name if boot.seat in specs else boot.seat
-        if spec.kv_cache_memory_bytes:
-            # The operator pinned it: that figure is the pin, and it is named as theirs, not as the rule's.
-            pins[name] = (spec.kv_cache_memory_bytes, f"the operator's pin in the fleet (kv_cache_memory_bytes "
-                          f"{spec.kv_cache_memory_bytes:,} B); the plan's rule would give {rule_bytes:,} B")
-        else:
-            floor_bytes = facts.min_kv_cache_bytes(boot.max_model_len)
-            pins[name] = (rule_bytes, rule_arithmetic(request_bytes, spec.kv_factor or policy.kv_factor, floor_bytes,
-                                                      policy.rounding_step_bytes, rule_bytes, f"{boot.max_model_len:,} tokens of {spec.model}"))
+        pins[name] = (pin.kv_cache_memory_bytes, pin_words(pin, f"{boot.max_model_len:,} tokens of {spec.model}"))
     return pins
 
 
-def rule_arithmetic(request_bytes: int, factor: float, floor_bytes: int, step_bytes: int, rule_bytes: int, what: str) -> str:
-    """The KV rule's arithmetic, written so that it gives ``rule_bytes`` (Policy.rule_kv_bytes)."""
-    product = math.ceil(request_bytes * factor)
-    text = f"the plan's rule for {what}: {request_bytes:,} B × {factor:g} = {product:,} B"
-    if floor_bytes > product:
-        text += f", below vLLM's minimum {floor_bytes:,} B"
-    if step_bytes and rule_bytes != max(product, floor_bytes):
-        text += f", rounded up to {human_bytes(step_bytes)}"
-    return text + f" = {rule_bytes:,} B"
+def pin_words(pin: KvPin, what: str) -> str:
+    """Where a pin comes from: the operator's (named as theirs, with the rule's figure), or the rule's arithmetic."""
+    if pin.source == "operator":
+        return (f"the operator's pin in the fleet (kv_cache_memory_bytes {pin.kv_cache_memory_bytes:,} B); "
+                f"the plan's rule would give {pin.rule_bytes:,} B")
+    return f"the plan's rule for {what}: {pin.arithmetic()}"
 
 
 def seat_map(plan: Plan | None, fleet: Path | None) -> SeatMap | None:

@@ -3,6 +3,9 @@ runner-ups, the frontier and, when nothing fits, why."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
 from seatplan.documents.plan import (
@@ -23,7 +26,6 @@ from seatplan.plan import utilisation
 from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label
 from seatplan.plan.size_seat import GpuKey, SizedSeat
 from seatplan.units import human_bytes
-from seatplan.versions import has, modelled
 
 # Parts the engine's own process holds before vLLM's start-up memory check runs.
 PRE_CHECK_PARTS = ("cuda_context", "nccl_allreduce")
@@ -54,13 +56,12 @@ def boot_sequence(sized: list[SizedSeat]) -> list[SizedSeat]:
     return sorted(sized, key=lambda seat: (seat.spec.engine != "fixed", -seat.footprint.footprint_bytes, seat.spec.name))
 
 
-def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int, vllm_version: str) -> utilisation.Utilisation:
-    """``--gpu-memory-utilization``: from the seat alone where its KV cache is pinned (0.10.2+), else the value that
+def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int) -> utilisation.Utilisation:
+    """``--gpu-memory-utilization``: from the seat alone where its KV cache is pinned (``kv_mode``), else the value that
     passes a cold boot in boot order and a rolling restart (see :mod:`seatplan.plan.utilisation`)."""
     own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
     inside_budget = sum(part.bytes for part in seat.footprint.parts if part.name not in PRE_CHECK_PARTS and part.name != "creep_allowance")
-    pinned = seat.kv_cache_memory_bytes is not None and has("kv_bytes_flag", modelled(vllm_version))
-    choose = utilisation.choose_pinned if pinned else utilisation.choose
+    choose = utilisation.choose if seat.kv_mode == "utilisation" else utilisation.choose_pinned
     return choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
 
 
@@ -146,7 +147,7 @@ def plan_seat(
             utilisation.GpuAtStart(gpu_label(key), gpus[key].total_bytes, free_bytes[key], plateau_free_bytes[key] + seat.footprint.footprint_bytes)
             for key in keys
         ]
-        chosen = choose_utilisation(seat, at_start, fleet.policy.boot_margin_bytes, fleet.policy.vllm_version)
+        chosen = choose_utilisation(seat, at_start, fleet.policy.boot_margin_bytes)
         util, util_situations = chosen.value, (chosen.cold_boot, chosen.rolling_restart)
         headrooms = (chosen.cold_boot_headroom_bytes, chosen.rolling_restart_headroom_bytes)
         lines.append(ExplanationLine(rule="gpu_memory_utilization", inputs=chosen.inputs, result=chosen.result, note=chosen.note))
@@ -163,11 +164,6 @@ def plan_seat(
         port=spec.port,
         gpus=[gpu_label(key) for key in keys],
         tensor_parallel_size=spec.tensor_parallel_size,
-        kv_cache_memory_bytes=seat.kv_cache_memory_bytes,
-        max_model_len=seat.max_model_len,
-        max_new_tokens=seat.max_new_tokens,
-        kv_cache_tokens=seat.kv_cache_tokens,
-        max_concurrency=seat.max_concurrency,
         footprint_bytes=seat.footprint.footprint_bytes,
         footprint_basis=seat.footprint.basis,
         footprint_parts=seat.footprint.parts,
@@ -185,20 +181,28 @@ def plan_seat(
         address=host.reachable_at if host else None,
         device=host.device if host else "cuda",
         vllm=settings,
-        num_gpu_blocks=seat.num_gpu_blocks,
-        block_size=seat.block_size,
         image=spec.image if spec.engine == "fixed" else None,
         command=list(spec.command) if spec.engine == "fixed" else [],
         health_url=spec.health_url if spec.engine == "fixed" else None,
         env_from_host=spec.env_from_host,
         env_files=list(spec.env_files),
         started_by=spec.started_by,
+        **sized_figures(seat),
     )
     if settings is not None:
         # The plan shows the command `seatplan render` writes with its default launcher.
         planned.vllm_args = engine_command(planned)
         planned.warnings += [f"{spec.name}: {missing}" for missing in unsupported_flags(planned.vllm_args, fleet.policy.vllm_version)]
     return planned
+
+
+# The sized figures a planned seat carries under the same name (its warnings are assembled with the plan's own).
+SIZED_FIGURES = tuple(name for name in (item.name for item in fields(SizedSeat)) if name in PlannedSeat.model_fields and name != "warnings")
+
+
+def sized_figures(seat: SizedSeat) -> dict[str, Any]:
+    """What sizing decided, as the planned seat carries it: every SizedSeat field PlannedSeat has too, by name."""
+    return {name: getattr(seat, name) for name in SIZED_FIGURES}
 
 
 def _ordinal(number: int) -> str:

@@ -198,17 +198,16 @@ def fit_command(
 ) -> None:
     """The longest context, and the concurrency at the published context, that fit beside the weights and overhead."""
     from seatplan.documents.fleet import Policy
-    from seatplan.engine.settings import server_batch_defaults
+    from seatplan.engine.settings import batch_limits
     from seatplan.errors import SeatplanError
     from seatplan.facts.api import load_model_facts
     from seatplan.facts.models import EngineSettings, parse_vllm_version
-    from seatplan.plan import footprint as fp
     from seatplan.plan.fit import fit_model, fit_shortfall
 
     try:
         parse_vllm_version(vllm_version)
         policy = Policy(vllm_version=vllm_version, kv_factor=kv_factor)
-        settings_limits = fp.engine_limits(max_num_seqs, max_num_batched_tokens, server_batch_defaults(gpu_memory_bytes))
+        settings_limits = batch_limits(max_num_seqs, max_num_batched_tokens, gpu_memory_bytes)
         settings = EngineSettings(
             tensor_parallel_size=tensor_parallel_size,
             dtype=dtype,

@@ -15,11 +15,7 @@ from seatplan.units import human_bytes
 
 def raised_seats(sized: list[SizedSeat]) -> list[int]:
     """Seats whose ``published`` raise costs KV beyond vLLM's default length, dearest first."""
-    costs = {}
-    for position, seat in enumerate(sized):
-        line = next((line for line in seat.lines if line.rule == "published_raise"), None)
-        if line is not None and int(line.inputs["request_kv_bytes"] or 0) > int(line.inputs["request_kv_bytes_default"] or 0):
-            costs[position] = int(line.inputs["request_kv_bytes"] or 0) - int(line.inputs["request_kv_bytes_default"] or 0)
+    costs = {position: seat.raise_kv_bytes for position, seat in enumerate(sized) if seat.raise_kv_bytes > 0}
     return sorted(costs, key=lambda position: (-costs[position], position))
 
 

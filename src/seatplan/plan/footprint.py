@@ -17,10 +17,10 @@ from importlib import resources
 from pydantic import BaseModel
 
 from seatplan import versions
-from seatplan.documents.fleet import Policy
+from seatplan.documents.fleet import KvPin, Policy
 from seatplan.documents.observed import ObservedSeat
-from seatplan.documents.plan import Basis, FootprintPart, PlannedSeat
-from seatplan.engine.settings import BatchDefaults
+from seatplan.documents.plan import Basis, FootprintPart, Lever
+from seatplan.engine.settings import EngineLimits
 from seatplan.facts.models import ModelShape
 from seatplan.units import GiB, human_bytes
 
@@ -72,15 +72,9 @@ class Weights:
 
 
 @dataclass(frozen=True)
-class EngineLimits:
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    source: str
-
-
-@dataclass(frozen=True)
 class SeatFootprint:
     parts: list[FootprintPart]
+    activation_lever: Lever | None = None  # the estimate's: what fewer sequences would take off the activation peak
 
     @property
     def footprint_bytes(self) -> int:
@@ -93,17 +87,6 @@ class SeatFootprint:
             if basis in bases:
                 return basis
         return "exact"
-
-
-def engine_limits(max_num_seqs: int | None, max_num_batched_tokens: int | None, defaults: BatchDefaults) -> EngineLimits:
-    """The batch limits the estimate assumes; the plan passes them to vLLM so the estimate holds."""
-    chosen_seqs = max_num_seqs or defaults.max_num_seqs
-    chosen_tokens = max_num_batched_tokens or defaults.max_num_batched_tokens
-    given = [name for name, value in (("max_num_seqs", max_num_seqs), ("max_num_batched_tokens", max_num_batched_tokens)) if value]
-    source = "seat: " + ", ".join(given) if given else "vLLM's server defaults for this GPU size"
-    if given and len(given) < 2:
-        source += "; the rest vLLM's server defaults"
-    return EngineLimits(chosen_seqs, chosen_tokens, source)
 
 
 def _gib(value: float) -> int:
@@ -159,85 +142,66 @@ def activation_part(shape: ModelShape, limits: EngineLimits, tensor_parallel_siz
 LEVER_SEQS = 256  # vLLM's max_num_seqs default before 0.11's larger server defaults; a common setting
 
 
+def activation_lever(shape: ModelShape, limits: EngineLimits, tensor_parallel_size: int, profile: OverheadProfile) -> Lever | None:
+    """What ``max_num_seqs: LEVER_SEQS`` would take off the activation peak of :func:`activation_part`."""
+    if limits.max_num_seqs <= LEVER_SEQS:
+        return None
+    batched, seqs, vocab = limits.max_num_batched_tokens, limits.max_num_seqs, shape.vocab_size
+    forward = forward_peak_bytes(profile.forward_bytes_per_token_intermediate, batched, intermediate_per_token(shape) // tensor_parallel_size)
+    per_row = profile.sampler_bytes_per_row_vocab
+    before = max(sampler_peak_bytes(per_row, vocab, seqs, batched), forward)
+    after = max(sampler_peak_bytes(per_row, vocab, LEVER_SEQS, batched), forward)
+    if before <= after:
+        return None
+    return Lever(change=f"max_num_seqs: {LEVER_SEQS} (from {seqs:,}): less activation", freed_bytes=int(before - after))
+
+
 @dataclass(frozen=True)
-class Lever:
-    """One fleet-file change and what it would take off a seat's footprint per GPU."""
+class KvLeverTerms:
+    """What the KV levers need of a seat's sizing: the KV decision (rule or operator pin, with the rule's figures),
+    its KV dtype, and whether every KV layer attends to the whole context (half the context, half the request)."""
 
-    seat: str
-    change: str  # as the fleet file would say it
-    freed_bytes: int
-    operator_value: bool = False  # undoes an operator's value (a KV pin above the rule): named first
-
-
-def kv_terms(seat: PlannedSeat) -> dict[str, object] | None:
-    """The KV rule's figures for this seat (its ``kv_bytes`` explanation line), or None for a seat sized otherwise."""
-    line = next((line for line in seat.explanation if line.rule == "kv_bytes"), None)
-    return dict(line.inputs) if line is not None else None
+    pin: KvPin
+    kv_cache_dtype: str
+    full_attention_only: bool
 
 
-def _rule_bytes(terms: dict[str, object], request_kv_bytes: int, min_kv_cache_bytes: int) -> int:
-    """The KV rule (``Policy.rule_kv_bytes``, its one home) at the seat's factor and step."""
-    policy = Policy(rounding_step_bytes=int(str(terms["rounding_step_bytes"])))
-    return policy.rule_kv_bytes(request_kv_bytes, min_kv_cache_bytes, float(str(terms["factor"])))
+def operator_lever(pin: KvPin) -> Lever | None:
+    """An operator's pin above what the rule gives: going back to the rule frees pin − rule exactly (both are byte
+    counts the plan carries), so it is named first (issue 32: two seats pinned 60 GiB far above the rule were never
+    named while a third seat was told to shrink)."""
+    if pin.source != "operator" or pin.kv_cache_memory_bytes <= pin.rule_bytes:
+        return None
+    return Lever(change=f"kv_cache_memory_bytes: drop the pin {human_bytes(pin.kv_cache_memory_bytes)} (the rule gives {human_bytes(pin.rule_bytes)})",
+                 freed_bytes=pin.kv_cache_memory_bytes - pin.rule_bytes, operator_value=True)
 
 
-def operator_levers(seats: list[PlannedSeat]) -> list[Lever]:
-    """The operator's values that take more than the rule would: a KV pin above what the rule gives. Going back to
-    the rule frees pin − rule exactly (both are byte counts the plan carries), so these are named first (issue 32:
-    two seats pinned 60 GiB far above the rule were never named while a third seat was told to shrink)."""
-    found = []
-    for seat in seats:
-        terms = kv_terms(seat)
-        if terms is None or terms.get("pinned_bytes") is None:
-            continue
-        pinned, rule = int(str(terms["pinned_bytes"])), int(str(terms["rule_bytes"]))
-        if pinned > rule:
-            found.append(Lever(seat.name, f"kv_cache_memory_bytes: drop the pin {human_bytes(pinned)} (the rule gives {human_bytes(rule)})",
-                               pinned - rule, operator_value=True))
-    return sorted(found, key=lambda lever: -lever.freed_bytes)
+def _rule_at_half(pin: KvPin) -> int:
+    """The KV rule (``Policy.rule_kv_bytes``, its one home) at half the request, with the seat's factor and step."""
+    policy = Policy(rounding_step_bytes=pin.rounding_step_bytes)
+    return policy.rule_kv_bytes(pin.request_kv_bytes // 2, pin.min_kv_cache_bytes // 2, pin.factor)
 
 
-def full_attention_only(seat: PlannedSeat, request_kv_bytes: int) -> bool:
-    """One request takes a block per ``block_size`` tokens of the whole context: every KV layer attends to all of
-    it (no sliding window, no Mamba state), so half the context is half the request."""
-    capacity = next((line.inputs for line in seat.explanation if line.rule == "kv_capacity"), None)
-    if capacity is None or not seat.max_model_len:
-        return False
-    block_size, per_block = int(str(capacity["block_size"])), int(str(capacity["bytes_per_block"]))
-    return request_kv_bytes == -(-seat.max_model_len // block_size) * per_block
-
-
-def levers(seat: PlannedSeat) -> list[Lever]:
-    """What each fleet-file change would take off this seat's footprint per GPU, given its pins: the activation
-    peak of :func:`activation_part` at fewer sequences; the KV rule again at half the bytes per element (fp8) or
-    half the context (full-attention layers: half the request). A lever that frees nothing is not offered: a pinned
-    KV cache keeps its size whatever the dtype or the context, and an fp8 KV cache is not halved again."""
-    parts = {part.name: part for part in seat.footprint_parts}
-    found: list[Lever] = []
-    activation = parts.get("activation_peak")
-    if activation is not None and int(activation.inputs.get("max_num_seqs") or 0) > LEVER_SEQS:
-        values = {key: float(value) for key, value in activation.inputs.items() if isinstance(value, (int, float))}
-        batched, seqs, vocab = int(values["max_num_batched_tokens"]), int(values["max_num_seqs"]), int(values["vocab_size"])
-        forward = forward_peak_bytes(values["forward_bytes_per_token_intermediate"], batched, int(values["intermediate_per_rank"]))
-        per_row = values["sampler_bytes_per_row_vocab"]
-        before = max(sampler_peak_bytes(per_row, vocab, seqs, batched), forward)
-        after = max(sampler_peak_bytes(per_row, vocab, LEVER_SEQS, batched), forward)
-        if before > after:
-            found.append(Lever(seat.name, f"max_num_seqs: {LEVER_SEQS} (from {seqs:,}): less activation", int(before - after)))
-    kv, terms = parts.get("kv_cache"), kv_terms(seat)
-    if kv is not None and kv.bytes > 0 and terms is not None and terms.get("pinned_bytes") is None:
-        request, minimum = int(str(terms["request_kv_bytes"])), int(str(terms["min_kv_cache_bytes"]))
-        if str(terms.get("kv_cache_dtype", "auto")) == "auto":
-            fp8 = kv.bytes - _rule_bytes(terms, request // 2, minimum // 2)
-            if fp8 > 0:
-                found.append(Lever(seat.name, "kv_cache_dtype: fp8 (a 16-bit KV cache)", fp8))
-        if seat.max_model_len and seat.max_model_len >= 2 and full_attention_only(seat, request):
-            half = kv.bytes - _rule_bytes(terms, request // 2, minimum // 2)
-            if half > 0:
-                found.append(Lever(seat.name, f"max_model_len: {seat.max_model_len // 2} (half the context; full-attention layers)", half))
+def levers(footprint: SeatFootprint, max_model_len: int | None, tensor_parallel_size: int, kv: KvLeverTerms | None = None) -> list[Lever]:
+    """What each fleet-file change would take off this seat's footprint per GPU, given its pins: an operator's KV pin
+    above the rule (exact); the activation peak at fewer sequences; the KV rule again at half the bytes per element
+    (fp8) or half the context (full-attention layers: half the request); weights over two GPUs. A lever that frees
+    nothing is not offered: a pinned KV cache keeps its size whatever its dtype or context, and an fp8 KV cache is
+    not halved again."""
+    parts = {part.name: part for part in footprint.parts}
+    found = [footprint.activation_lever] if footprint.activation_lever is not None else []
+    kv_part = parts.get("kv_cache")
+    if kv is not None and (pinned := operator_lever(kv.pin)) is not None:
+        found.insert(0, pinned)
+    if kv is not None and kv_part is not None and kv_part.bytes > 0 and kv.pin.source == "rule":
+        halved = kv_part.bytes - _rule_at_half(kv.pin)
+        if kv.kv_cache_dtype == "auto":
+            found.append(Lever(change="kv_cache_dtype: fp8 (a 16-bit KV cache)", freed_bytes=halved))
+        if max_model_len and max_model_len >= 2 and kv.full_attention_only:
+            found.append(Lever(change=f"max_model_len: {max_model_len // 2} (half the context; full-attention layers)", freed_bytes=halved))
     weights = parts.get("weights")
-    if weights is not None and seat.tensor_parallel_size == 1:
-        found.append(Lever(seat.name, "tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", weights.bytes // 2))
+    if weights is not None and tensor_parallel_size == 1:
+        found.append(Lever(change="tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", freed_bytes=weights.bytes // 2))
     return [lever for lever in found if lever.freed_bytes > 0]
 
 
@@ -298,7 +262,7 @@ def vllm_footprint(
     )
     parts.append(kv_part(kv_cache_memory_bytes))
     parts.append(creep_part(creep_allowance_bytes))
-    return SeatFootprint(parts)
+    return SeatFootprint(parts, activation_lever(shape, limits, tensor_parallel_size, profile))
 
 
 def kv_part(kv_cache_memory_bytes: int) -> FootprintPart:

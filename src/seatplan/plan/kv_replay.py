@@ -10,13 +10,24 @@ null block, in bytes per block, and never below what one max-length request need
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from seatplan.documents.fleet import Policy
-from seatplan.documents.plan import ExplanationLine
+from seatplan.documents.plan import ExplanationLine, KvReplayReading
 from seatplan.documents.usage import KvReplay
 from seatplan.facts.models import KvCapacity, ModelFacts
 from seatplan.units import human_bytes
 
 RULE = "kv_replay"
+
+
+@dataclass
+class ReplayCheck:
+    """The replay read at a seat's KV: the typed reading (None when absent or not comparable) and its words."""
+
+    reading: KvReplayReading | None = None
+    lines: list[ExplanationLine] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def counts_enough(replay: KvReplay, facts: ModelFacts, max_model_len: int) -> bool:
@@ -34,17 +45,17 @@ def counts_enough(replay: KvReplay, facts: ModelFacts, max_model_len: int) -> bo
 
 
 def replay_check(seat_name: str, replay: KvReplay | None, facts: ModelFacts, capacity: KvCapacity,
-                 rule_kv_bytes: int, policy: Policy) -> tuple[list[ExplanationLine], list[str]]:
+                 rule_kv_bytes: int, policy: Policy) -> ReplayCheck:
     """The replay's figures at the planned KV, and the smallest KV that would have held the window."""
     if replay is None:
-        return [], []
+        return ReplayCheck()
     if not counts_enough(replay, facts, capacity.max_model_len):
         note = (f"the usage stage counted {replay.block_size_tokens}-token blocks in {replay.token_groups} group(s) "
                 f"({replay.block_rule}); this seat's engine uses {facts.block_size}-token blocks in "
                 f"{len(facts.layer_groups)} group(s)")
-        return ([ExplanationLine(rule=RULE, inputs={"replay_block_size": replay.block_size_tokens, "block_size": facts.block_size},
-                                 result="not comparable", note=note)],
-                [f"{seat_name}: KV replay not used: {note}; run `seatplan usage --fleet` with this fleet"])
+        return ReplayCheck(None, [ExplanationLine(rule=RULE, inputs={"replay_block_size": replay.block_size_tokens, "block_size": facts.block_size},
+                                                  result="not comparable", note=note)],
+                           [f"{seat_name}: KV replay not used: {note}; run `seatplan usage --fleet` with this fleet"])
     usable_blocks = capacity.num_blocks - 1
     level = min(usable_blocks // replay.level_step_blocks, len(replay.levels_blocks) - 1) if usable_blocks >= 0 else 0
     holds = usable_blocks >= replay.peak_blocks
@@ -64,6 +75,11 @@ def replay_check(seat_name: str, replay: KvReplay | None, facts: ModelFacts, cap
     else:
         result = (f"{usable_blocks:,} usable blocks < peak {replay.peak_blocks:,} ({peak_at}): {bound}{minutes:,.2f} min "
                   f"above the budget, {waited:,} request(s) would have waited")
+    reading = KvReplayReading(
+        kv_cache_memory_bytes=capacity.kv_cache_memory_bytes, num_blocks=capacity.num_blocks, usable_blocks=usable_blocks,
+        peak_blocks=replay.peak_blocks, peak_at=peak_at, minutes_above=minutes, waited_requests=waited, exact=exact,
+        smallest_kv_bytes=needed_bytes, smallest_kv_bytes_rounded=rounded_bytes, rule_kv_bytes=rule_kv_bytes,
+    )
     line = ExplanationLine(
         rule=RULE,
         inputs={
@@ -83,4 +99,4 @@ def replay_check(seat_name: str, replay: KvReplay | None, facts: ModelFacts, cap
         f"{seat_name}: the window's requests, replayed, needed up to {replay.peak_blocks:,} blocks; the planned "
         f"{usable_blocks:,} would have been exceeded for {bound}{minutes:,.2f} min and {waited:,} request(s) would have "
         f"waited; {human_bytes(rounded_bytes)} of KV would have held it"]
-    return [line], warnings
+    return ReplayCheck(reading, [line], warnings)

@@ -17,7 +17,7 @@ from seatplan.documents.plan import (
     Plan,
     PlanInputs,
 )
-from seatplan.documents.usage import UsageReport
+from seatplan.documents.usage import UsageReport, usage_of_seat
 from seatplan.errors import SeatplanError
 from seatplan.plan import footprint as fp
 from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
@@ -25,7 +25,7 @@ from seatplan.plan.contexts import lower_raised_contexts
 from seatplan.plan.current import CurrentLayout, not_as_asked
 from seatplan.plan.placement import place
 from seatplan.plan.rollout import plan_rollout
-from seatplan.plan.size_seat import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat, usage_for
+from seatplan.plan.size_seat import FactsLoader, SizedSeat, default_facts_loader, gpu_table, size_seat
 from seatplan.secrets import looks_secret
 from seatplan.units import human_bytes
 
@@ -179,7 +179,7 @@ def with_gpu_corrections(fleet: Fleet, observed: ObservedFootprints | None) -> t
 def unused_usage_warnings(fleet: Fleet, usage: UsageReport) -> list[str]:
     """The usage report's models with calls that no seat of this fleet takes (a usage report made for another fleet,
     or a seat renamed since): said, as the observations no seat takes are, rather than left out in silence."""
-    taken = {id(entry) for seat in fleet.seats if (entry := usage_for(usage, seat.served_model_name or seat.name, seat.name)) is not None}
+    taken = {id(entry) for seat in fleet.seats if (entry := usage_of_seat(usage, seat.name, seat.served_model_name or seat.name)) is not None}
     unused = sorted(name for name, entry in usage.models.items() if entry.calls and id(entry) not in taken)
     if not unused:
         return []

@@ -10,7 +10,6 @@ from rich.text import Text
 
 from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat, RunnerUp
 from seatplan.output import fit_table
-from seatplan.plan.footprint import levers, operator_levers
 from seatplan.plan.rollout_show import print_rollout
 from seatplan.units import GiB, human_bytes
 
@@ -156,20 +155,19 @@ def seat_table(plan: Plan) -> Table:
 
 
 def replay_table(plan: Plan) -> Table | None:
-    """The usage stage's replay at each seat's planned KV (``kv_replay`` lines; ``plan --usage``)."""
-    lines = [(seat.name, line) for seat in plan.seats for line in seat.explanation if line.rule == "kv_replay" and "usable_blocks" in line.inputs]
-    if not lines:
+    """The usage stage's replay at each seat's planned KV (its ``kv_replay`` reading; ``plan --usage``)."""
+    readings = [(seat.name, seat.kv_replay) for seat in plan.seats if seat.kv_replay is not None]
+    if not readings:
         return None
     table = Table(title="The window's requests replayed against each KV cache (blocks in flight; an upper bound: no prefix-cache credit)", title_justify="left")
     for column in ("seat", "KV GiB", "usable blocks", "peak blocks", "peak at", "min above", "waited", "smallest KV GiB (rounded)", "rule's KV GiB"):
         table.add_column(column, justify="left" if column in ("seat", "peak at") else "right")
-    for name, line in lines:
-        values = line.inputs
-        bound = "" if values["exact"] else "≤ "
+    for name, reading in readings:
+        bound = "" if reading.exact else "≤ "
         table.add_row(
-            name, gib(int(values["kv_cache_memory_bytes"] or 0)), f"{values['usable_blocks']:,}", f"{values['peak_blocks']:,}", str(values["peak_at"]),
-            f"{bound}{float(values['minutes_above'] or 0):,.2f}", f"{bound}{values['waited_requests']:,}",
-            f"{gib(int(values['smallest_kv_bytes'] or 0))} ({gib(int(values['smallest_kv_bytes_rounded'] or 0))})", gib(int(values["rule_kv_bytes"] or 0)),
+            name, gib(reading.kv_cache_memory_bytes), f"{reading.usable_blocks:,}", f"{reading.peak_blocks:,}", reading.peak_at,
+            f"{bound}{reading.minutes_above:,.2f}", f"{bound}{reading.waited_requests:,}",
+            f"{gib(reading.smallest_kv_bytes)} ({gib(reading.smallest_kv_bytes_rounded)})", gib(reading.rule_kv_bytes),
         )
     return table
 
@@ -263,12 +261,12 @@ def lever_table(plan: Plan) -> Table:
     table = Table(title="What would make room (per GPU; ~ an estimate; operator values first)", title_justify="left")
     for column in ("seat", "change in the fleet file", "frees GiB", "short by GiB"):
         table.add_column(column, justify="right" if "GiB" in column else "left")
-    rows = operator_levers(plan.seats)
+    rows = sorted(((seat.name, lever) for seat in plan.seats for lever in seat.levers if lever.operator_value), key=lambda row: -row[1].freed_bytes)
     for short in plan.infeasible.seats:
         seat = plan.seat(short.name)
-        rows += levers(seat) if seat is not None else []
-    for lever in rows:
-        table.add_row(lever.seat, lever.change, f"{lever.freed_bytes / GiB:.2f}" + ("" if lever.operator_value else "~"), gib(short_by.get(lever.seat)))
+        rows += [(short.name, lever) for lever in (seat.levers if seat is not None else []) if not lever.operator_value]
+    for name, lever in rows:
+        table.add_row(name, lever.change, f"{lever.freed_bytes / GiB:.2f}" + ("" if lever.operator_value else "~"), gib(short_by.get(name)))
     return table
 
 

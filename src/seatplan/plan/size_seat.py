@@ -6,12 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from seatplan.documents.fleet import Device, Fleet, GpuSpec, SeatSpec
-from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref, resolve_model
+from seatplan import versions
+from seatplan.documents.fleet import Device, Fleet, GpuSpec, KvPin, SeatSpec
+from seatplan.documents.fleet_file import allowed_gpus, resolve_model
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
-from seatplan.documents.plan import ExplanationLine
-from seatplan.documents.usage import ModelUsage, UsageReport
-from seatplan.engine.settings import EngineHost, engine_settings, server_batch_defaults, usable_gpus
+from seatplan.documents.plan import ExplanationLine, KvMode, KvReplayReading, Lever
+from seatplan.documents.usage import UsageReport, usage_of_seat
+from seatplan.engine.settings import EngineHost, EngineLimits, batch_limits, engine_settings, usable_gpus
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts, model_files_sha256
 from seatplan.facts.models import EngineSettings, ModelFacts
@@ -39,12 +40,19 @@ class SizedSeat:
     max_concurrency: float | None = None
     num_gpu_blocks: int | None = None
     block_size: int | None = None
-    limits: fp.EngineLimits | None = None
+    limits: EngineLimits | None = None
     hf_overrides: dict[str, object] | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
     model_files_sha256: dict[str, str] = field(default_factory=dict)
     lines: list[ExplanationLine] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # the figures other steps read, typed (the lines above are for people)
+    derived_max_model_len: int | None = None
+    yarn_max_model_len: int | None = None
+    raise_kv_bytes: int = 0  # ``published``: the KV one request costs beyond vLLM's default length (plan/contexts.py)
+    kv_replay: KvReplayReading | None = None
+    levers: list[Lever] = field(default_factory=list)
+    kv_mode: KvMode | None = None  # None: a fixed seat
 
 
 def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
@@ -53,17 +61,6 @@ def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
 
 def gpu_table(fleet: Fleet) -> dict[GpuKey, GpuSpec]:
     return {(host.name, gpu.index): gpu for host in fleet.hosts for gpu in host.gpus}
-
-
-def allowed_gpus(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], seat: SeatSpec) -> list[GpuKey] | None:
-    """Pins and avoids resolved to the GPU set the seat may use; None when unconstrained."""
-    pins = [resolve_gpu_ref(fleet, ref) for ref in gpu_refs(seat.pin)]
-    if pins:
-        return [key for key in pins if key is not None]
-    avoided = {resolve_gpu_ref(fleet, ref) for ref in seat.avoid}
-    if not avoided:
-        return None
-    return [key for key, gpu in gpus.items() if key not in avoided and not gpu.keep_clear]
 
 
 def seat_device(fleet: Fleet, usable: list[GpuKey], seat: SeatSpec) -> Device:
@@ -77,15 +74,6 @@ def seat_device(fleet: Fleet, usable: list[GpuKey], seat: SeatSpec) -> Device:
     return devices.pop() if devices else "cuda"
 
 
-def usage_for(usage: UsageReport | None, served_model_name: str, seat_name: str) -> ModelUsage | None:
-    """A seat's usage: keyed by the name it serves, or mapped to it by the usage stage."""
-    if usage is None:
-        return None
-    if served_model_name in usage.models:
-        return usage.models[served_model_name]
-    return next((entry for entry in usage.models.values() if entry.seat == seat_name), None)
-
-
 def size_seat(
     fleet: Fleet,
     gpus: dict[GpuKey, GpuSpec],
@@ -95,25 +83,24 @@ def size_seat(
     observed: ObservedFootprints | None,
     facts_loader: FactsLoader,
 ) -> SizedSeat:
-    allowed = allowed_gpus(fleet, gpus, seat)
+    allowed = allowed_gpus(fleet, seat)
     seen = observed.seats.get(seat.name) if observed else None
     if seat.engine == "fixed":
         return size_fixed_seat(seat, allowed, seen)
     usable = usable_gpus(fleet, seat)
     seat_device(fleet, usable, seat)  # refuses a seat that could land on both kinds of host
     host = EngineHost.of(fleet, usable)
-    limits = fp.engine_limits(seat.max_num_seqs, seat.max_num_batched_tokens, server_batch_defaults(host.gpu_total_bytes))
+    limits = batch_limits(seat.max_num_seqs, seat.max_num_batched_tokens, host.gpu_total_bytes)
     settings = engine_settings(seat, host, fleet.policy.vllm_version)
     assert seat.model is not None  # fleet checks guarantee it
     facts = facts_loader(resolve_model(seat.model, base_dir), settings)
 
     context = sizing.choose_context(seat, facts)
     kv = sizing.choose_kv_bytes(seat, facts, context.max_model_len, fleet.policy)
-    model_usage = usage_for(usage, seat.served_model_name or seat.name, seat.name)
+    model_usage = usage_of_seat(usage, seat.name, seat.served_model_name or seat.name)
     cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
     inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
-    replay_lines, replay_warnings = replay_check(seat.name, model_usage.kv_replay if model_usage else None, facts, kv.capacity, kv.rule_bytes,
-                                                 fleet.policy)
+    replay = replay_check(seat.name, model_usage.kv_replay if model_usage else None, facts, kv.capacity, kv.rule_bytes, fleet.policy)
     footprint, footprint_line = seat_footprint(fleet, seat, facts, kv.kv_cache_memory_bytes, limits, seen)
 
     sized = SizedSeat(
@@ -129,19 +116,35 @@ def size_seat(
         block_size=facts.block_size,
         limits=limits,
         model_files_sha256=model_files_sha256(facts.model_dir),
+        derived_max_model_len=facts.max_context_derived,
+        yarn_max_model_len=facts.yarn.extended_max_model_len if facts.yarn is not None else None,
+        raise_kv_bytes=context.raise_kv_bytes,
+        kv_replay=replay.reading,
+        levers=fp.levers(footprint, context.max_model_len, seat.tensor_parallel_size, kv_lever_terms(seat, facts, context.max_model_len, kv.pin)),
+        kv_mode=kv.source if versions.has("kv_bytes_flag", versions.modelled(fleet.policy.vllm_version)) else "utilisation",
     )
     if context.yarn is not None:
         sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
         if context.yarn.needs_long_max_model_len_env:
             sized.extra_env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
-    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + replay_lines + [footprint_line, batch_limits_line(limits)]
-    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings + replay_warnings
+    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + replay.lines + [footprint_line, batch_limits_line(limits)]
+    sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings + replay.warnings
     return sized
+
+
+def kv_lever_terms(seat: SeatSpec, facts: ModelFacts, max_model_len: int, pin: KvPin | None) -> fp.KvLeverTerms | None:
+    """What the KV levers read of the seat: its pin, its KV dtype, and whether one request takes a block per
+    ``block_size`` tokens of the whole context on every KV layer (no sliding window, no Mamba state)."""
+    if pin is None:
+        return None
+    whole_context = pin.request_kv_bytes == -(-max_model_len // facts.block_size) * facts.bytes_per_block
+    return fp.KvLeverTerms(pin=pin, kv_cache_dtype=seat.kv_cache_dtype, full_attention_only=whole_context)
 
 
 def size_fixed_seat(seat: SeatSpec, allowed: list[GpuKey] | None, seen: ObservedSeat | None) -> SizedSeat:
     assert seat.memory_cap_bytes is not None  # fleet checks guarantee it
-    sized = SizedSeat(seat, allowed, fp.fixed_footprint(seat.memory_cap_bytes))
+    footprint = fp.fixed_footprint(seat.memory_cap_bytes)
+    sized = SizedSeat(seat, allowed, footprint, levers=fp.levers(footprint, None, seat.tensor_parallel_size))
     sized.lines.append(
         ExplanationLine(rule="fixed_seat", inputs={"memory_cap_bytes": seat.memory_cap_bytes}, result=f"footprint {human_bytes(seat.memory_cap_bytes)} per GPU",
             note="not a vLLM engine: it costs its declared cap")
@@ -153,7 +156,7 @@ def size_fixed_seat(seat: SeatSpec, allowed: list[GpuKey] | None, seen: Observed
 
 
 def seat_footprint(
-    fleet: Fleet, seat: SeatSpec, facts: ModelFacts, kv_cache_memory_bytes: int, limits: fp.EngineLimits, seen: ObservedSeat | None
+    fleet: Fleet, seat: SeatSpec, facts: ModelFacts, kv_cache_memory_bytes: int, limits: EngineLimits, seen: ObservedSeat | None
 ) -> tuple[fp.SeatFootprint, ExplanationLine]:
     """The observed plateau when there is one, else the labelled estimate."""
     if seen is not None:
@@ -185,7 +188,7 @@ def seat_footprint(
     )
 
 
-def batch_limits_line(limits: fp.EngineLimits) -> ExplanationLine:
+def batch_limits_line(limits: EngineLimits) -> ExplanationLine:
     return ExplanationLine(
         rule="batch_limits",
         inputs={"max_num_seqs": limits.max_num_seqs, "max_num_batched_tokens": limits.max_num_batched_tokens},

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from seatplan import versions
-from seatplan.documents.fleet import Policy, SeatSpec
+from seatplan.documents.fleet import KvPin, Policy, SeatSpec
 from seatplan.documents.plan import ExplanationLine
 from seatplan.documents.usage import ModelUsage
 from seatplan.errors import SeatplanError
@@ -25,6 +26,7 @@ class ContextChoice:
     yarn: YarnOption | None  # set only when YaRN is switched on for this seat
     lines: list[ExplanationLine] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    raise_kv_bytes: int = 0  # ``published``: what one max-length request costs beyond vLLM's default length
 
 
 @dataclass
@@ -34,6 +36,8 @@ class KvChoice:
     lines: list[ExplanationLine] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     rule_bytes: int = 0  # what the rule gives, pinned or not
+    source: Literal["rule", "operator"] = "rule"  # who decided the bytes (Policy.kv_pin)
+    pin: KvPin | None = None  # the decision itself, its rule and arithmetic (the levers read it)
 
 
 @dataclass
@@ -63,7 +67,8 @@ def choose_context(seat: SeatSpec, facts: ModelFacts) -> ContextChoice:
         target, source = declared, "declared"
     choice = _reach(seat, facts, target, source)
     if declared == "published":
-        choice.lines.append(_raise_cost_line(facts, choice.max_model_len, source))
+        line, choice.raise_kv_bytes = _raise_cost(facts, choice.max_model_len, source)
+        choice.lines.append(line)
     choice.lines.append(_yarn_line(seat, facts, choice))
     return choice
 
@@ -156,7 +161,8 @@ def yarn_attention_scale(factor: float) -> float:
     return 1.0 if factor <= 1 else 0.1 * math.log(factor) + 1.0
 
 
-def _raise_cost_line(facts: ModelFacts, max_model_len: int, source: str) -> ExplanationLine:
+def _raise_cost(facts: ModelFacts, max_model_len: int, source: str) -> tuple[ExplanationLine, int]:
+    """The KV one max-length request costs beyond vLLM's default length (0 when it costs none), and its line."""
     default, published = facts.max_context_default, facts.max_context_published
     before, after = facts.request_kv_bytes(default), facts.request_kv_bytes(max_model_len)
     if max_model_len != default:
@@ -175,7 +181,7 @@ def _raise_cost_line(facts: ModelFacts, max_model_len: int, source: str) -> Expl
                 "request_kv_bytes_default": before, "request_kv_bytes": after, "extra_request_kv_bytes": max(0, after - before)},
         result=f"+{human_bytes(after - before)} per max-length request" if after > before else "no extra KV per request",
         note=note,
-    )
+    ), max(0, after - before)
 
 
 def _yarn_line(seat: SeatSpec, facts: ModelFacts, choice: ContextChoice) -> ExplanationLine:
@@ -218,54 +224,45 @@ def yarn_overrides(yarn: YarnOption, vllm_version: str) -> dict[str, object]:
 
 
 def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, policy: Policy) -> KvChoice:
-    """KV bytes = one max-length request × factor, rounded up to the policy step; an operator pin wins."""
+    """KV bytes as :meth:`Policy.kv_pin` decides them (one max-length request × factor, rounded up to the policy
+    step; an operator pin wins), refused where vLLM would not start with them; its capacity at ``max_model_len``."""
     request_bytes = facts.request_kv_bytes(max_model_len)
     minimum_bytes = facts.min_kv_cache_bytes(max_model_len)
-    factor = seat.kv_factor or policy.kv_factor
-    step = policy.rounding_step_bytes
-    rule_bytes = policy.rule_kv_bytes(request_bytes, minimum_bytes, factor)
+    pin = policy.kv_pin(seat, request_bytes, minimum_bytes)
     inputs = {
         "max_model_len": max_model_len,
         "request_kv_bytes": request_bytes,
         "min_kv_cache_bytes": minimum_bytes,
-        "factor": factor,
-        "factor_source": "seat" if seat.kv_factor else "policy",
-        "rounding_step_bytes": step,
+        "factor": pin.factor,
+        "factor_source": pin.factor_source,
+        "rounding_step_bytes": pin.rounding_step_bytes,
         "kv_cache_dtype": seat.kv_cache_dtype,
     }
+    kv_bytes, rule_bytes = pin.kv_cache_memory_bytes, pin.rule_bytes
     lines: list[ExplanationLine] = []
-    if seat.kv_cache_memory_bytes is not None:
-        pinned = seat.kv_cache_memory_bytes
-        if pinned < minimum_bytes:
-            longest = facts.max_model_len_fit(pinned, upper_len=max_model_len)
+    if pin.source == "operator":
+        if not pin.holds_one_request:
+            longest = facts.max_model_len_fit(kv_bytes, upper_len=max_model_len)
             shorter = (f"set max_model_len: {longest} (the longest context the pin holds; max_model_len: fit asks for it), or "
                        if longest > 0 else "")
             raise SeatplanError(
-                f"pinned KV {human_bytes(pinned)} ({pinned:,} B) cannot hold one {max_model_len:,}-token request; vLLM needs at least {minimum_bytes:,} B",
+                f"pinned KV {human_bytes(kv_bytes)} ({kv_bytes:,} B) cannot hold one {max_model_len:,}-token request; vLLM needs at least {minimum_bytes:,} B",
                 where=f"seat {seat.name}: kv_cache_memory_bytes",
                 fix=f"{shorter}pin at least {human_bytes(minimum_bytes)}",
             )
-        kv_bytes = pinned
         lines.append(
             ExplanationLine(
                 rule="kv_bytes",
-                inputs=inputs | {"pinned_bytes": pinned, "rule_bytes": rule_bytes},
-                result=f"{pinned:,} B ({human_bytes(pinned)}), operator pin",
-                note=f"the pin, {pinned / request_bytes:.2f}× one request of {request_bytes:,} B, wins over the rule, which would give "
+                inputs=inputs | {"pinned_bytes": kv_bytes, "rule_bytes": rule_bytes},
+                result=f"{kv_bytes:,} B ({human_bytes(kv_bytes)}), operator pin",
+                note=f"the pin, {kv_bytes / request_bytes:.2f}× one request of {request_bytes:,} B, wins over the rule, which would give "
                      f"{rule_bytes:,} B ({human_bytes(rule_bytes)}) = {rule_bytes / request_bytes:.2f}× one request"
-                     + ("" if f"{rule_bytes / request_bytes:.2f}" == f"{factor:.2f}" else f" ({factor:g}×, rounded up to {human_bytes(step)})"),
+                     + ("" if f"{rule_bytes / request_bytes:.2f}" == f"{pin.factor:.2f}"
+                        else f" ({pin.factor:g}×, rounded up to {human_bytes(pin.rounding_step_bytes)})"),
             )
         )
     else:
-        kv_bytes = rule_bytes
-        lines.append(
-            ExplanationLine(
-                rule="kv_bytes",
-                inputs=inputs,
-                result=f"{kv_bytes:,} B ({human_bytes(kv_bytes)})",
-                note=f"{request_bytes:,} B × {factor:g} = {math.ceil(request_bytes * factor):,} B, rounded up to {human_bytes(step)}",
-            )
-        )
+        lines.append(ExplanationLine(rule="kv_bytes", inputs=inputs, result=f"{kv_bytes:,} B ({human_bytes(kv_bytes)})", note=pin.arithmetic()))
     capacity = facts.capacity(kv_bytes, max_model_len)
     lines.append(
         ExplanationLine(
@@ -275,7 +272,7 @@ def choose_kv_bytes(seat: SeatSpec, facts: ModelFacts, max_model_len: int, polic
             note=capacity.log_line,
         )
     )
-    return KvChoice(kv_bytes, capacity, lines, rule_bytes=rule_bytes)
+    return KvChoice(kv_bytes, capacity, lines, rule_bytes=rule_bytes, source=pin.source, pin=pin)
 
 
 # ----------------------------------------------------------------------------- output cap

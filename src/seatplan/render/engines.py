@@ -90,7 +90,7 @@ def rolling_restart_utilisation(seat: PlannedSeat) -> float | None:
     Apply restarts one engine at a time beside running neighbours, so it starts with the plan's
     rolling-restart value; plans saved before that figure existed fall back to the one chosen value.
     """
-    if seat.rolling_restart_headroom_bytes is not None:
+    if seat.kv_mode in ("rule", "operator"):
         return seat.gpu_memory_utilization  # the KV cache is pinned: one value from the seat alone serves both situations
     if seat.gpu_memory_utilization_rolling_restart is not None:
         return seat.gpu_memory_utilization_rolling_restart

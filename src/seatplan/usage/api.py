@@ -43,8 +43,7 @@ from seatplan.errors import SeatplanError
 from seatplan.jsontext import JsonTooDeep, loads_bounded
 from seatplan.secrets import check_environment_name, read_secret, scrub
 from seatplan.usage.queries import SourceFormat, Window
-from seatplan.usage.rows import SpendRows
-from seatplan.usage.scan import SpendLogSource
+from seatplan.usage.rows import SpendLogSource, SpendRows
 
 GATEWAY_KEY_ENV = "LITELLM_MASTER_KEY"  # where a gateway's key is by default (--key-env)
 ENDPOINT = "/spend/logs/v2"

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from seatplan.usage.loads import RequestRows
-from seatplan.usage.queries import MISSING_NUMBER, MODEL_COLUMNS, REJECT_REASONS, Window
+from seatplan.usage.queries import MISSING_NUMBER, MODEL_COLUMNS, REJECT_REASONS, SourceFormat, Window
 from seatplan.usage.scan import SeatCounts, SpendScan, microseconds
 from seatplan.usage.sweep import ClientRow, RunawayRow
 
@@ -63,6 +63,23 @@ class SpendRows:
     client_index: np.ndarray  # into ``clients``
     models: Sequence[ModelFields]
     clients: Sequence[ClientFields]
+
+
+class SpendLogSource(Protocol):
+    source_format: SourceFormat
+    description: str
+
+    def read(self, window: Window) -> SpendRows:
+        """Every row that starts in the window, runs in it, or has no readable start."""
+
+    def request_ids(self, positions: np.ndarray) -> list[str | None]:
+        """The request ids of these rows of the last read (rows the report names: examples, runaways)."""
+
+    def unreadable_lines(self) -> int:
+        """Lines of the last read that did not even split into columns (not in the rows)."""
+
+    def reader_note(self) -> str:
+        """What read the source in the last read, for people (UsageReport.reader)."""
 
 
 def rows_by_key(start_us: np.ndarray, end_us: np.ndarray, prompt_tokens: np.ndarray, completion_tokens: np.ndarray,

@@ -1,6 +1,6 @@
 """The contract between the sources (``sources`` / ``postgres``) and the report.
 
-A source reads its rows once (:meth:`SpendLogSource.read`, :class:`rows.SpendRows`) and names the few rows
+A source reads its rows once (:meth:`rows.SpendLogSource.read`, :class:`rows.SpendRows`) and names the few rows
 a report lists (``request_ids``). The report judges and counts them (``rows.summarize``, a
 :class:`SpendScan`: per-seat counts, the distinct clients with their calls, the rejected rows by reason,
 and every accepted request as arrays), the same way for every source.
@@ -10,16 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol
 
 from seatplan.usage.loads import RequestRows
-from seatplan.usage.queries import SourceFormat, Window
 from seatplan.usage.sweep import ClientRow
-
-if TYPE_CHECKING:
-    import numpy as np
-
-    from seatplan.usage.rows import SpendRows
 
 EPOCH = datetime(1970, 1, 1)
 ONE_MICROSECOND = timedelta(microseconds=1)
@@ -59,20 +52,3 @@ class SpendScan:
     clients: list[ClientRow]
     rejected_by_reason: dict[str, int]
     rejected_examples: dict[str, list[str | None]]
-
-
-class SpendLogSource(Protocol):
-    source_format: SourceFormat
-    description: str
-
-    def read(self, window: Window) -> SpendRows:
-        """Every row that starts in the window, runs in it, or has no readable start."""
-
-    def request_ids(self, positions: np.ndarray) -> list[str | None]:
-        """The request ids of these rows of the last read (rows the report names: examples, runaways)."""
-
-    def unreadable_lines(self) -> int:
-        """Lines of the last read that did not even split into columns (not in the rows)."""
-
-    def reader_note(self) -> str:
-        """What read the source in the last read, for people (UsageReport.reader)."""

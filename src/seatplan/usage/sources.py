@@ -46,8 +46,7 @@ from seatplan.usage.queries import (
     spend_groups_sql,
     sql_string,
 )
-from seatplan.usage.rows import ClientFields, ModelFields, SpendRows, needed_rows, rows_by_key
-from seatplan.usage.scan import SpendLogSource
+from seatplan.usage.rows import ClientFields, ModelFields, SpendLogSource, SpendRows, needed_rows, rows_by_key
 
 DSN_ENVIRONMENT = ("SEATPLAN_USAGE_DSN", "DATABASE_URL")
 DUCKDB_MEMORY_LIMIT = "1GB"

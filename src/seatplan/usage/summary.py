@@ -12,8 +12,8 @@ from seatplan.usage.api import API_TIMEOUT_S, GATEWAY_KEY_ENV
 from seatplan.usage.loads import Peaks, RequestRows, peak_loads, runaway_mask, seat_percentiles
 from seatplan.usage.queries import Window
 from seatplan.usage.replay import BlockRule, default_block_rule, replay_seats
-from seatplan.usage.rows import judge, runaway_rows, summarize
-from seatplan.usage.scan import SeatCounts, SpendLogSource, microseconds
+from seatplan.usage.rows import SpendLogSource, judge, runaway_rows, summarize
+from seatplan.usage.scan import SeatCounts, microseconds
 from seatplan.usage.seat_map import SeatMap
 from seatplan.usage.sources import SOURCE_FIX, open_source
 from seatplan.usage.sweep import group_runaways, lowest_runaway_threshold_tokens, runaway_threshold_tokens, summarize_keys

@@ -4,3 +4,7 @@
 prediction), ``checks`` compares that with what was observed (pure), ``probe`` is the only part that
 talks HTTP, and ``upgrade`` says what a plan would see under another vLLM version.
 """
+
+# The stage's public API: the modules another part of seatplan may import (tests/test_import_graph.py holds
+# it). ``cli`` is the one every stage has: ``seatplan.cli`` registers its commands.
+__all__ = ["cli"]

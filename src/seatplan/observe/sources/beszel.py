@@ -6,7 +6,7 @@ The hub is a PocketBase app keeping one SQLite file, ``beszel_data/data.db`` (Be
 ``mu``/``mt`` (``internal/entities/system/system.go GPUData``). The ``*/10`` cron averages shorter records into
 longer ones (``internal/records/records.go CreateLongerRecords``, ``AverageSystemStatsSlice``) and an hourly one
 deletes old rows (``records_deletion.go``), so a long history is held only as averages: each is kept as the mean
-over its own window (``observe/averaged.py``), never as a point.
+over its own window (``observe/averaged/``), never as a point.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _ends_from(records: list[tuple[float, dict]], shorter: list[tuple[float, flo
 def _beszel_system(host: str, records_by_type: list[list[tuple[float, dict[int, tuple[float, float | None]]]]],
                    source: str) -> list[GpuSeries]:
     """Per GPU, each stretch of time from the finest record type that covers it, every record kept as the
-    mean over its own window (never re-read as points of one series: see observe/averaged.py)."""
+    mean over its own window (never re-read as points of one series: see observe/averaged/)."""
     points: dict[int, list[tuple[float, float, float, str]]] = defaultdict(list)
     totals: dict[int, float] = {}
     covered_from = math.inf

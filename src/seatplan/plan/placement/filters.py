@@ -5,6 +5,7 @@ says why not (``framework.FilterPlugin``: a ``Status`` of ``Unschedulable`` with
 here judges one GPU for one seat and answers a ``GpuRejection`` or None. The solver keeps the GPUs every
 static filter passes (``problem._gpu_sets``); ``rejections.gpu_rejections`` reports the first filter that
 rejects each GPU. ``too_few_gpus`` judges a host's passing GPUs for a tensor-parallel seat. Pure logic.
+Which GPUs a seat's pin/avoid allows (``GpuView.allowed``) is decided once, by ``documents.fleet_file.allowed_gpus``.
 """
 
 from __future__ import annotations

@@ -12,16 +12,10 @@ import pytest
 from kits.night import NightDocuments
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.series import SERIES_BINS, compact_series
-from seatplan.report.figures import (
-    all_figures,
-    frontier_figure,
-    frontier_points,
-    kv_figure,
-    memory_figure,
-    replay_peak_tokens,
-    runner_up_seats,
-    stack_segments,
-)
+from seatplan.report.figures import all_figures
+from seatplan.report.figures.frontier import frontier_figure, frontier_points
+from seatplan.report.figures.kv import kv_figure, replay_peak_tokens
+from seatplan.report.figures.memory import memory_figure, runner_up_seats, stack_segments
 from seatplan.report.inputs import read_inputs
 from seatplan.units import GiB
 from seatplan.usage.loads import RequestRows

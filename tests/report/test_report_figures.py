@@ -9,12 +9,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from kits.documents import model_usage, plan_document, planned_gpu, planned_seat, usage_report
 from kits.night import NightDocuments
+from seatplan.documents.usage import usage_of_seat
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.series import SERIES_BINS, compact_series
 from seatplan.report.figures import all_figures
 from seatplan.report.figures.frontier import frontier_figure, frontier_points
-from seatplan.report.figures.kv import kv_figure, replay_peak_tokens
+from seatplan.report.figures.kv import kv_figure, replay_peak_tokens, seat_tokens
 from seatplan.report.figures.memory import (
     OVERHEAD,
     memory_figure,
@@ -200,3 +202,23 @@ def test_spare_versus_moves_starts_at_zero_and_kv_ticks_are_powers_of_ten(night:
     assert frontier.layout.yaxis.rangemode == "tozero"
     kv = kv_figure(inputs.plan, inputs.usage).figure
     assert kv.layout.xaxis.type == "log" and kv.layout.xaxis.dtick == 1 and kv.layout.xaxis.tickformat == "~s"
+
+
+def test_kv_figure_draws_the_traffic_the_plan_sized_from_and_the_planned_contexts():
+    """Issue 31: the report matched a seat's usage entry by the usage stage's seat mapping first, the plan by the served
+    name first; for two seats that swapped served names since ``usage --fleet`` ran, the KV figure drew one seat with
+    the other's traffic. Both now ask documents.usage.usage_of_seat. The model's and YaRN's context come from the
+    planned seat's typed fields, not from an explanation line's inputs."""
+    seats = [planned_seat(name, [f"box:{index}"], GiB, served_model_name=served, kv_cache_tokens=1000 * (index + 1),
+                          derived_max_model_len=32768 * (index + 1), yarn_max_model_len=131072 if index else None)
+             for index, (name, served) in enumerate((("a", "m2"), ("b", "m1")))]
+    plan = plan_document(seats, [planned_gpu("box", index, GiB, GiB, [seat.name]) for index, seat in enumerate(seats)])
+    usage = usage_report({"m1": model_usage(seat="a", peak_inflight_tokens=111), "m2": model_usage(seat="b", peak_inflight_tokens=222)})
+    rows = {row.seat: row for row in seat_tokens(plan, usage)}
+    for seat in seats:
+        assert rows[seat.name].peak_inflight_tokens == usage_of_seat(usage, seat.name, seat.served_model_name).peak_inflight_tokens
+        assert rows[seat.name].model_max_tokens == seat.derived_max_model_len
+        assert rows[seat.name].yarn_max_tokens == seat.yarn_max_model_len
+    assert (rows["a"].peak_inflight_tokens, rows["b"].peak_inflight_tokens) == (222, 111)
+    peaks = next(trace for trace in kv_figure(plan, usage).figure.data if trace.name == "observed peak in flight")
+    assert dict(zip(peaks.y, peaks.x)) == {"a": 222, "b": 111}

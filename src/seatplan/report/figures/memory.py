@@ -210,8 +210,10 @@ def _memory_panel(figure: go.Figure, plan: Plan, seats_by_gpu: dict[str, list[st
         customdata=[[gib(plan.gpus[i].headroom_bytes), gib(plan.gpus[i].total_bytes)] for i in open_gpus],
         hovertemplate="%{y}: spare at plateau %{x:.2f} GiB of %{customdata[1]} GiB<br>headroom kept: "
                       "%{customdata[0]} GiB<extra></extra>"), row=1, col=column)
-    # The spare written right of each bar; the least of them (the worst-case spare, what the plan maximises) in bold.
-    worst = min(open_gpus, key=lambda i: spare[i]) if open_gpus else None
+    # The spare written right of each bar; the least of them (the worst-case spare, what the plan maximises) in bold:
+    # on the chosen layout the plan's own worst GPU (it names one among equals), on the runner-up the first least.
+    worst = (gpus.index(plan.worst_case_gpu) if column == 1 and plan.worst_case_gpu in gpus
+             else min(open_gpus, key=lambda i: spare[i]) if open_gpus else None)
     for i in open_gpus:
         figure.add_annotation(x=plan.gpus[i].total_bytes / GiB, y=i, xanchor="left", xshift=4, showarrow=False, align="left",
                               text=spare_label(spare[i], i == worst), font=dict(size=11, color="#2d6a27"), row=1, col=column)

@@ -65,6 +65,57 @@ TEXT_OVERLAPS = """
 """
 
 
+# What the memory chart shows, read back from the drawn page (issue 32): its annotations (the seats' names or keys,
+# each GPU's spare), the y ticks (the GPUs) and every drawn bar rectangle by trace, each with its box on screen.
+MEMORY_LABELS = """
+(() => {
+  const chart = document.querySelector('#memory div.chart');
+  const box = element => { const b = element.getBoundingClientRect(); return {left: b.left, right: b.right, top: b.top, bottom: b.bottom}; };
+  const notes = [...chart.querySelectorAll('g.annotation')].map(note => {
+    const text = note.querySelector('text.annotation-text');
+    return {text: [...text.querySelectorAll('tspan.line')].map(line => line.textContent).join(' ') || text.textContent,
+            bold: [text, ...text.querySelectorAll('tspan')].some(part => Number(getComputedStyle(part).fontWeight) >= 600), ...box(text)};
+  });
+  const ticks = [...chart.querySelectorAll('.yaxislayer-above .ytick text')].map(tick => ({text: tick.textContent, ...box(tick)}));
+  const bars = [...chart.querySelectorAll('.barlayer .trace')].map(trace => {
+    const data = trace.__data__[0].trace;
+    return {name: data.name, xaxis: data.xaxis, seats: (data.customdata || []).map(row => row[0]),
+            rects: [...trace.querySelectorAll('.point path')].map(path => ({...box(path), stroke: parseFloat(getComputedStyle(path).strokeWidth)}))};
+  });
+  return {notes, ticks, bars, caption: document.querySelector('#memory p.caption').textContent};
+})()
+"""
+
+
+def check_memory_labels(drawn: dict, plan: dict) -> None:
+    """The worst-case spare written in bold right of the worst GPU's bar; every seat of the chosen layout outlined
+    (2 px) and named or keyed above its own part of its GPU's bar, the key explained in the caption; every overhead
+    segment wide enough to see."""
+    rows = {tick["text"]: tick for tick in drawn["ticks"]}
+    centre = lambda box: (box["top"] + box["bottom"]) / 2  # noqa: E731
+    row_of = lambda box: min(rows, key=lambda name: abs(centre(rows[name]) - centre(box)))  # noqa: E731
+    worst = [note for note in drawn["notes"] if note["text"].startswith("worst-case spare")]
+    spare = f"{plan['worst_case_spare_bytes'] / 2**30:.2f} GiB"
+    chosen = [note for note in worst if row_of(note) == plan["worst_case_gpu"]]
+    assert chosen and chosen[0]["text"] == f"worst-case spare {spare}" and chosen[0]["bold"], worst
+    outlines = next(bar for bar in drawn["bars"] if bar["name"].startswith("seat (") and bar["xaxis"] == "x")
+    placed = sorted((gpu["host"] + ":" + str(gpu["index"]), seat) for gpu in plan["gpus"] for seat in gpu["seats"])
+    keys = {seat["name"]: str(number) for number, seat in enumerate(sorted(plan["seats"], key=lambda s: s["boot_order"]), start=1)}
+    found = []
+    for seat, rect in zip(outlines["seats"], outlines["rects"], strict=True):
+        assert rect["stroke"] >= 2 and rect["right"] - rect["left"] >= 3, (seat, rect)
+        above = [note for note in drawn["notes"] if note["bottom"] <= rect["top"] + 2 and rect["top"] - note["top"] < 30
+                 and rect["left"] <= (note["left"] + note["right"]) / 2 <= rect["right"]]
+        assert [note["text"] for note in above] in ([seat], [keys[seat]]), (seat, above)
+        if above[0]["text"] != seat:
+            assert f"{keys[seat]} = {seat}" in drawn["caption"]
+        assert above[0]["right"] - above[0]["left"] > 0
+        found.append((row_of(rect), seat))
+    assert sorted(found) == placed
+    overhead = [rect for bar in drawn["bars"] if bar["name"].startswith("overhead") for rect in bar["rects"]]
+    assert overhead and min(rect["right"] - rect["left"] for rect in overhead) >= 4
+
+
 def shoot(page, name: str) -> Path:
     """A screenshot at the width the demo is read at, kept with the test run's artefacts."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -104,6 +155,7 @@ def test_report_draws_every_chart_in_headless_chromium(report_page: Path, night:
     try:
         charts = page.evaluate(CHART_STATE)
         overlaps = page.evaluate(TEXT_OVERLAPS)
+        memory = page.evaluate(MEMORY_LABELS)
         errors = page.console_errors()
         requested = page.requested_urls()
         shoot(page, "report.png")
@@ -115,17 +167,20 @@ def test_report_draws_every_chart_in_headless_chromium(report_page: Path, night:
     assert [url for url in requested if not url.startswith(("data:", "blob:"))] == [report_page.as_uri()]
     assert [chart["section"] for chart in charts] == EXPECTED_FIGURES
     plan = json.loads(night.plan.read_text())
+    check_memory_labels(memory, plan)
     for chart in charts:
         assert chart["traces"] == chart["declared"] > 0, chart
         assert chart["drawn"] == chart["visible"], chart
         assert chart["width"] > 300 and chart["height"] > 200, chart
     by_key = {chart["section"]: chart for chart in charts}
-    # Memory: per panel one trace per footprint part in use, the spare and the headroom line; the chosen panel
+    # Memory: per panel one trace per segment kind in use, the seat outlines, the spare and the headroom line; the chosen panel
     # also marks the observed plateaus.
-    parts = {part["name"] for seat in plan["seats"] if seat["gpus"] for part in seat["footprint_parts"]}
+    # The small parts of a seat are one overhead segment (issue 32), and each seat is outlined (one trace).
+    own = {"weights", "kv_cache", "observed_non_kv", "declared_cap"}
+    parts = {part["name"] if part["name"] in own else "overhead" for seat in plan["seats"] if seat["gpus"] for part in seat["footprint_parts"]}
     # A keep-clear GPU without seats adds the "kept clear" bar to each panel (issue 21: it is not spare).
     clear = any(gpu["keep_clear"] and not gpu["seats"] for gpu in plan["gpus"])
-    assert by_key["memory"]["traces"] == 2 * (len(parts) + 2 + clear) + 1
+    assert by_key["memory"]["traces"] == 2 * (len(parts) + 3 + clear) + 1
     # History: one panel per GPU of the nvidia-smi log (4), each with at least its band, line, total and plan level.
     assert by_key["history"]["traces"] >= 4 * 5
     assert {"step (restart)", "creep to plateau", "engine boot (vLLM log)"} <= set(by_key["history"]["names"])
@@ -188,6 +243,7 @@ def test_report_stays_readable_with_8_gpus_and_40_seats(tmp_path: Path):
         page.evaluate(CHART_STATE)
         ticks = page.evaluate(CATEGORY_TICKS)
         overlaps = page.evaluate(TEXT_OVERLAPS)
+        memory = page.evaluate(MEMORY_LABELS)
         errors = page.console_errors()
         shoot(page, "report-8-gpus-40-seats.png")
     finally:
@@ -197,3 +253,4 @@ def test_report_stays_readable_with_8_gpus_and_40_seats(tmp_path: Path):
     # Every GPU and every seat keeps its own labelled row.
     assert sorted(set(ticks["memory"])) == [f"{host}:{index}" for host in ("node-a", "node-b") for index in range(4)]
     assert sorted(ticks["kv"]) == sorted(seats) and len(seats) == 40
+    check_memory_labels(memory, json.loads(plan.read_text()))

@@ -9,17 +9,19 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from kits.documents import model_usage, plan_document, planned_gpu, planned_seat, usage_report
 from kits.night import NightDocuments
+from seatplan.documents.usage import usage_of_seat
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.series import SERIES_BINS, compact_series
-from seatplan.report.figures import (
-    all_figures,
-    frontier_figure,
-    frontier_points,
-    kv_figure,
+from seatplan.report.figures import all_figures
+from seatplan.report.figures.frontier import frontier_figure, frontier_points
+from seatplan.report.figures.kv import kv_figure, replay_peak_tokens, seat_tokens
+from seatplan.report.figures.memory import (
+    OVERHEAD,
     memory_figure,
-    replay_peak_tokens,
     runner_up_seats,
+    seat_keys,
     stack_segments,
 )
 from seatplan.report.inputs import read_inputs
@@ -83,9 +85,16 @@ def test_memory_bars_stack_every_part_of_every_seat_to_the_plans_use(night: Nigh
     segments = stack_segments(plan, chosen)
     for gpu in plan.gpus:
         label = f"{gpu.host}:{gpu.index}"
-        assert sum(segment.part.bytes for segment in segments if segment.gpu == label) == gpu.used_bytes
-    expected_parts = sum(len(plan.seat(name).footprint_parts) for seats in chosen.values() for name in seats)
-    assert len(segments) == expected_parts
+        assert sum(segment.bytes for segment in segments if segment.gpu == label) == gpu.used_bytes
+    # Every part drawn once; the small ones summed into their seat's one overhead segment (issue 32: 1-2 px slivers).
+    drawn = sorted((segment.gpu, segment.seat, part.name) for segment in segments for part in segment.parts)
+    assert drawn == sorted((gpu, name, part.name) for gpu, seats in chosen.items() for name in seats
+                           for part in plan.seat(name).footprint_parts)
+    for segment in segments:
+        assert segment.kind == OVERHEAD or [part.name for part in segment.parts] == [segment.kind]
+    assert len({(segment.gpu, segment.seat, segment.kind) for segment in segments}) == len(segments)
+    overhead = [segment for segment in segments if segment.kind == OVERHEAD]
+    assert overhead and all(len(segment.parts) >= 2 for segment in overhead)
     figure = memory_figure(plan).figure
     spare = next(trace for trace in figure.data if trace.name == "spare at plateau" and trace.xaxis == "x")
     # issue 21: a keep-clear GPU without seats is drawn as kept clear, not as spare the plan could count on
@@ -95,7 +104,7 @@ def test_memory_bars_stack_every_part_of_every_seat_to_the_plans_use(night: Nigh
     assert list(spare.y) == [f"{gpu.host}:{gpu.index}" for gpu in plan.gpus if gpu not in clear]
     kept = next(trace for trace in figure.data if trace.name.startswith("kept clear") and trace.xaxis == "x")
     assert list(kept.y) == [f"{gpu.host}:{gpu.index}" for gpu in clear] and set(kept.text) == {"kept clear"}
-    # Estimates are hatched, each part with its own hatch (told apart without colour); exact parts solid.
+    # Estimates are hatched, each kind with its own hatch (told apart without colour); exact parts solid.
     kv = next(trace for trace in figure.data if trace.name == "KV cache" and trace.xaxis == "x")
     assert set(kv.marker.pattern.shape) == {""}
     hatches = {}
@@ -104,9 +113,37 @@ def test_memory_bars_stack_every_part_of_every_seat_to_the_plans_use(night: Nigh
             shapes = set(trace.marker.pattern.shape) - {""}
             if shapes:
                 hatches[trace.name] = shapes
-    assert {"weights", "activation peak", "CUDA graphs"} <= set(hatches)
-    assert len({frozenset(shapes) for shapes in hatches.values()}) == len(hatches)  # no two estimated parts share a hatch
+    assert {"weights", "overhead (small parts summed)"} <= set(hatches)
+    assert len({frozenset(shapes) for shapes in hatches.values()}) == len(hatches)  # no two estimated kinds share a hatch
     assert runner_up_seats(plan) is not None and len({trace.xaxis for trace in figure.data}) == 2
+
+
+def test_memory_labels_the_objective_and_every_seat(night: NightDocuments):
+    """Issue 32: the worst-case spare (what the plan maximises) is written on the worst GPU, every other GPU's spare
+    beside its bar, and every seat on every GPU is outlined and named (or keyed, the key in the caption)."""
+    plan = read_inputs(night.plan).plan
+    built = memory_figure(plan)
+    figure = built.figure
+    rows = [f"{gpu.host}:{gpu.index}" for gpu in plan.gpus]
+    chosen = [note for note in figure.layout.annotations if note.xref == "x" and note.yref == "y"]
+    spares = {rows[note.y]: note.text for note in chosen if "spare" in note.text}
+    assert spares[plan.worst_case_gpu] == f"<b>worst-case spare<br>{plan.worst_case_spare_bytes / GiB:.2f} GiB</b>"
+    open_gpus = [gpu for gpu in plan.gpus if gpu.seats or not gpu.keep_clear]
+    assert sorted(spares) == sorted(f"{gpu.host}:{gpu.index}" for gpu in open_gpus)
+    for gpu in open_gpus:
+        if f"{gpu.host}:{gpu.index}" != plan.worst_case_gpu:
+            assert spares[f"{gpu.host}:{gpu.index}"] == f"spare {gpu.spare_bytes / GiB:.2f} GiB"
+    keys = seat_keys(plan)
+    named = {key: seat for seat, key in keys.items()}
+    labels = [(rows[round(note.y + 0.5)], note.text) for note in chosen if "spare" not in note.text]
+    expected = sorted((f"{gpu.host}:{gpu.index}", seat) for gpu in plan.gpus for seat in gpu.seats)
+    assert sorted((gpu, text if text in keys else named[text]) for gpu, text in labels) == expected
+    for _, text in labels:
+        if text not in keys:  # a key: the caption says whose
+            assert f"{text} = {named[text]}" in built.caption
+    outlines = next(trace for trace in figure.data if trace.name.startswith("seat (") and trace.xaxis == "x")
+    assert sorted(zip(outlines.y, (data[0] for data in outlines.customdata))) == expected
+    assert outlines.marker.line.width >= 2
 
 
 def test_frontier_drawn_when_the_plan_has_one_and_said_missing_otherwise(night: NightDocuments):
@@ -165,3 +202,23 @@ def test_spare_versus_moves_starts_at_zero_and_kv_ticks_are_powers_of_ten(night:
     assert frontier.layout.yaxis.rangemode == "tozero"
     kv = kv_figure(inputs.plan, inputs.usage).figure
     assert kv.layout.xaxis.type == "log" and kv.layout.xaxis.dtick == 1 and kv.layout.xaxis.tickformat == "~s"
+
+
+def test_kv_figure_draws_the_traffic_the_plan_sized_from_and_the_planned_contexts():
+    """Issue 31: the report matched a seat's usage entry by the usage stage's seat mapping first, the plan by the served
+    name first; for two seats that swapped served names since ``usage --fleet`` ran, the KV figure drew one seat with
+    the other's traffic. Both now ask documents.usage.usage_of_seat. The model's and YaRN's context come from the
+    planned seat's typed fields, not from an explanation line's inputs."""
+    seats = [planned_seat(name, [f"box:{index}"], GiB, served_model_name=served, kv_cache_tokens=1000 * (index + 1),
+                          derived_max_model_len=32768 * (index + 1), yarn_max_model_len=131072 if index else None)
+             for index, (name, served) in enumerate((("a", "m2"), ("b", "m1")))]
+    plan = plan_document(seats, [planned_gpu("box", index, GiB, GiB, [seat.name]) for index, seat in enumerate(seats)])
+    usage = usage_report({"m1": model_usage(seat="a", peak_inflight_tokens=111), "m2": model_usage(seat="b", peak_inflight_tokens=222)})
+    rows = {row.seat: row for row in seat_tokens(plan, usage)}
+    for seat in seats:
+        assert rows[seat.name].peak_inflight_tokens == usage_of_seat(usage, seat.name, seat.served_model_name).peak_inflight_tokens
+        assert rows[seat.name].model_max_tokens == seat.derived_max_model_len
+        assert rows[seat.name].yarn_max_tokens == seat.yarn_max_model_len
+    assert (rows["a"].peak_inflight_tokens, rows["b"].peak_inflight_tokens) == (222, 111)
+    peaks = next(trace for trace in kv_figure(plan, usage).figure.data if trace.name == "observed peak in flight")
+    assert dict(zip(peaks.y, peaks.x)) == {"a": 222, "b": 111}

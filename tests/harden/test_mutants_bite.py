@@ -174,7 +174,8 @@ def test_kv_rule_without_a_step_and_its_explanation_are_exact() -> None:
     with pytest.raises(SeatplanError):
         choose_kv_bytes(SeatSpec(name="s", model="m", kv_cache_memory_bytes=minimum - 1), llama, 4096, unrounded)
     pinned = choose_kv_bytes(SeatSpec(name="s", model="m", kv_cache_memory_bytes=2 * 536_870_912), llama, 4096, unrounded)
-    assert pinned.lines[0].note.endswith("= 2.00× one request")
+    # the pin's share and the rule's, each of its own figure (issue 32: "the rule, which would give 7.00 GiB = 1.00×")
+    assert pinned.lines[0].note.startswith("the pin, 2.00× one request") and pinned.lines[0].note.endswith("= 1.25× one request")
 
 
 def test_runaway_threshold_rounds_a_fractional_multiple_up() -> None:

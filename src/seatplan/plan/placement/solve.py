@@ -49,7 +49,13 @@ EXHAUSTIVE_MAX_OPEN_GPUS = 8
 EXHAUSTIVE_MAX_SEATS = 16
 EXHAUSTIVE_TIME_SHARE = 0.25
 LP_TIME_SHARE = 0.2  # at most, of a fleet-sized solve's time, for the LP bound (it takes about a second on 64 GPUs)
-LOCAL_SEARCH_SHARE = 0.85  # of a fleet-sized solve's time; CP-SAT, hinted with its layout, gets the rest
+LOCAL_SEARCH_SHARE = 0.85  # of a fleet-sized solve's time at most; CP-SAT, hinted with its layout, gets the rest
+# A local search that stopped early (it stalled) leaves CP-SAT this much of the time it took, at least CPSAT_MIN_S,
+# rather than the whole rest of the time limit: on fleets CP-SAT rarely betters a stalled local search late.
+CPSAT_SHARE_OF_LOCAL = 0.5
+CPSAT_MIN_S = 0.5
+# A runner-up's search starts from the layout before it with one seat moved apart, close to its best already.
+RUNNER_UP_STALL_ROUNDS = 3
 # Of the time limit: the best layout, then the frontier (when seats run somewhere), then runner-ups.
 BEST_TIME_SHARE = 0.6
 FRONTIER_TIME_SHARE = 0.25
@@ -128,12 +134,15 @@ def _infeasible(infeasible, method: Method, started: float) -> PlacementResult:
     )
 
 
-def _solve(problem: Problem, method: Method, *, fallback: bool, until: float, bound_bytes: int | None = None) -> tuple[Solved, Method]:
+def _solve(
+    problem: Problem, method: Method, *, fallback: bool, until: float, bound_bytes: int | None = None, start: tuple[GpuSet, ...] | None = None,
+    stall_min_rounds: int = local.STALL_MIN_ROUNDS,
+) -> tuple[Solved, Method]:
     """Solve with ``method``; with ``fallback`` an exhaustive search that runs out of its share of time hands over to the fleet path.
 
-    ``bound_bytes``: a bound already proven for this problem or a less constrained one (the fleet path then skips the LP).
+    ``bound_bytes``: a bound already proven for this problem or a less constrained one (the fleet path then skips the LP);
+    ``start``: a valid layout the fleet path's local search starts from.
     """
-    start: tuple[GpuSet, ...] | None = None
     if method == "exhaustive":
         now = time.perf_counter()
         stop = now + (until - now) * EXHAUSTIVE_TIME_SHARE if fallback else until
@@ -146,16 +155,21 @@ def _solve(problem: Problem, method: Method, *, fallback: bool, until: float, bo
             bound = outcome.bound_bytes if outcome.bound_bytes is not None else root_bound(problem)
             return Solved(layout=layout, optimal=False, bound_bytes=bound, proven_infeasible=False), "exhaustive"
         start = None if layout is None else layout.assignment
-    return solve_fleet(problem, until=until, start=start, bound_bytes=bound_bytes), "cp-sat"
+    return solve_fleet(problem, until=until, start=start, bound_bytes=bound_bytes, stall_min_rounds=stall_min_rounds), "cp-sat"
 
 
-def solve_fleet(problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, bound_bytes: int | None = None) -> Solved:
+def solve_fleet(
+    problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, bound_bytes: int | None = None,
+    stall_min_rounds: int = local.STALL_MIN_ROUNDS,
+) -> Solved:
     """The fleet path: the LP bound, the local search for most of the time, then CP-SAT hinted with its layout."""
     if bound_bytes is None:
         bound_bytes = lp_bound(problem, time_limit_s=(until - time.perf_counter()) * LP_TIME_SHARE)
     now = time.perf_counter()
-    found = local.search(problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, target_bytes=bound_bytes)
-    return cpsat.solve(problem, time_limit_s=max(0.5, until - time.perf_counter()), start=found, bound_bytes=bound_bytes)
+    found = local.search(problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, target_bytes=bound_bytes, stall_min_rounds=stall_min_rounds)
+    local_s = time.perf_counter() - now
+    cpsat_s = min(until - time.perf_counter(), max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s))
+    return cpsat.solve(problem, time_limit_s=max(0.5, cpsat_s), start=found, bound_bytes=bound_bytes)
 
 
 def _runner_ups(
@@ -169,7 +183,11 @@ def _runner_ups(
             break
         constrained = replace(constrained, apart=constrained.apart + (group,))
         share = (until - time.perf_counter()) / (count - position)
-        solved, _ = _solve(constrained, method, fallback=False, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes)
+        start = None if method == "exhaustive" else local.split_up(constrained, previous.assignment, group)
+        solved, _ = _solve(
+            constrained, method, fallback=False, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes, start=start,
+            stall_min_rounds=RUNNER_UP_STALL_ROUNDS,
+        )
         if solved.layout is None:
             break
         placement = to_placement(problem, solved.layout.assignment)

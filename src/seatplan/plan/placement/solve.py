@@ -21,10 +21,11 @@ import time
 from dataclasses import replace
 from typing import Literal
 
-from seatplan.plan.placement import cpsat, exact, frontier, local, rejections
+from seatplan.plan.placement import cpsat, exact, frontier, local, rejections, stay
 from seatplan.plan.placement.bounds import lp_bound, root_bound
 from seatplan.plan.placement.problem import (
     Alternative,
+    FrontierPoint,
     GpuSet,
     GpuSlot,
     Layout,
@@ -87,6 +88,10 @@ def place(
         return _infeasible(rejections.alone_infeasibility(alone), chosen, started)
 
     running = any(now is not None for now in problem.current)
+    if running and method == "auto" and chosen == "cp-sat":
+        proof = stay.nothing_moves(problem, move_cost_bytes=move_cost_bytes)
+        if proof is not None:
+            return _staying(problem, proof, chosen, started, runner_ups=runner_ups, max_moves=max_moves, move_cost_bytes=move_cost_bytes)
     shares = _time_shares(runner_ups > 0, running)
     until = started + time_limit_s * shares[0]
     solved, chosen = _solve(problem, chosen, fallback=method == "auto", until=until)
@@ -116,6 +121,23 @@ def place(
     return PlacementResult(
         best=best, optimal=optimal, method=chosen, bound_bytes=solved.bound_bytes, runner_ups=alternatives,
         infeasible=None, solve_seconds=time.perf_counter() - started, frontier=points, chosen_because=because,
+    )
+
+
+def _staying(
+    problem: Problem, proof: stay.StayProof, method: Method, started: float, *, runner_ups: int, max_moves: int | None, move_cost_bytes: int
+) -> PlacementResult:
+    """The current layout, proven worth the most at the price per move; the frontier lists 0 moves and, when it
+    raises the worst-case spare, the best single move (both exact)."""
+    points = [FrontierPoint(max_moves=0, placement=to_placement(problem, proof.current.assignment), proven=True)]
+    single = proof.best_single_move
+    if single is not None and single.worst_spare_bytes > proof.current.worst_spare_bytes:
+        points.append(FrontierPoint(max_moves=1, placement=to_placement(problem, single.assignment), proven=True))
+    pick = points[0]
+    return PlacementResult(
+        best=pick.placement, optimal=True, method=method, bound_bytes=proof.bound_bytes,
+        runner_ups=frontier.other_points(points, pick, move_cost_bytes=move_cost_bytes, max_moves=max_moves)[:runner_ups],
+        infeasible=None, solve_seconds=time.perf_counter() - started, frontier=points, chosen_because=proof.why,
     )
 
 

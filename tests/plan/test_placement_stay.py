@@ -11,8 +11,7 @@ from itertools import product
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seatplan.plan.placement import GpuSlot, SeatDemand, place
-from seatplan.plan.placement import local
+from seatplan.plan.placement import GpuSlot, SeatDemand, local, place
 from seatplan.plan.placement.problem import Problem, bottleneck_group, compile_problem
 from seatplan.plan.placement.stay import best_single_move, current_layout, nothing_moves
 

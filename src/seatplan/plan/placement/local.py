@@ -27,8 +27,14 @@ KICKED_SEATS = 3  # seats a kick moves off the tightest GPUs
 STALL_ROUNDS_PER_SEAT = 20  # rounds in a row without a better layout (or any layout), per seat, before giving up early
 # The search has stalled, and stops before its deadline, once it has gone this many rounds without a better layout and
 # at least as many as it took to find the best one so far (so a search that keeps finding better layouts keeps going).
-# Counted in rounds, not seconds, so the layout found does not depend on how busy the machine is.
+# Counted in rounds, not seconds, so the layout found does not depend on how busy the machine is. A small fleet's
+# rounds are cheap, so it gets more of them: STALL_SEAT_ROUNDS ÷ seats when that is more (48 for 50 seats).
 STALL_MIN_ROUNDS = 12
+STALL_SEAT_ROUNDS = 2400
+# Further than this share below the bound it was given, the search is patient this many times longer before it
+# calls itself stalled: the last tenth of a percent is not worth waiting for, a whole percent is.
+NEAR_BOUND_SHARE = 0.005
+FAR_PATIENCE_FACTOR = 3
 ROUNDS_PER_RESTART = 6  # kicks from the best layout between two fresh randomized starts
 ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tries only some groups of them
 
@@ -68,7 +74,10 @@ def search(
                 best, stalled, improved_at = candidate, -1, round_number
         round_number += 1
         stalled += 1
-        if time.perf_counter() >= deadline or stalled > min(STALL_ROUNDS_PER_SEAT * len(problem.seat_names), max(stall_min_rounds, improved_at)):
+        patience = max(stall_min_rounds, STALL_SEAT_ROUNDS // max(1, len(problem.seat_names)), improved_at)
+        if best is not None and target_bytes is not None and -best.cost()[0] < target_bytes * (1 - NEAR_BOUND_SHARE):
+            patience *= FAR_PATIENCE_FACTOR
+        if time.perf_counter() >= deadline or stalled > min(STALL_ROUNDS_PER_SEAT * len(problem.seat_names), patience):
             break
         if best is not None and target_bytes is not None and -best.cost()[0] >= target_bytes:
             break

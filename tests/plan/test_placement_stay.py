@@ -82,15 +82,19 @@ def test_when_the_proof_says_nothing_moves_no_layout_is_worth_more(fleet, move_c
 
 
 def fleet_of(rng: random.Random, hosts: int, gpus_per_host: int, seats: int) -> tuple[list[GpuSlot], list[SeatDemand]]:
-    """A fleet too large for the exhaustive search, filled to a random share."""
+    """A fleet too large for the exhaustive search that fits by construction: each seat (every seventh a TP-2 one) is
+    drawn at a tenth to a half of the room left on the GPUs of a random host that have the most."""
     gpus = [GpuSlot(host=f"n{h}", index=i, capacity_bytes=80 * GiB, headroom_bytes=GiB // 2) for h in range(hosts) for i in range(gpus_per_host)]
-    fill = rng.uniform(0.5, 0.9)
-    sizes = [rng.lognormvariate(0, 0.5) for _ in range(seats)]
-    scale = fill * len(gpus) * 79 * GiB / sum(sizes)
-    demands = [
-        SeatDemand(name=f"s{n:02d}", footprint_bytes=min(40 * GiB, int(size * scale)) + rng.randrange(GiB), gpu_count=2 if n % 7 == 3 else 1)
-        for n, size in enumerate(sizes)
-    ]
+    room = {(gpu.host, gpu.index): gpu.capacity_bytes - gpu.headroom_bytes for gpu in gpus}
+    demands = []
+    for n in range(seats):
+        count = 2 if n % 7 == 3 else 1
+        host = f"n{rng.randrange(hosts)}"
+        chosen = sorted((key for key in room if key[0] == host), key=lambda key: -room[key])[:count]
+        size = int(min(room[key] for key in chosen) * rng.uniform(0.1, 0.5))
+        for key in chosen:
+            room[key] -= size
+        demands.append(SeatDemand(name=f"s{n:02d}", footprint_bytes=size, gpu_count=count))
     return gpus, demands
 
 
@@ -119,15 +123,16 @@ def test_the_stalled_search_stops_by_itself_and_never_claims_more_than_it_holds(
     gpus, seats = fleet_of(rng, 2, 5, 20)
     problem = compile_problem(gpus, seats)
     # an hour's deadline: only the stall rule can end these searches, and rounds (not seconds) decide, so twice is the same layout
-    first = local.search(problem, deadline=time.perf_counter() + 3600, seed=rng.randrange(100))
+    first = local.search(problem, deadline=time.perf_counter() + 3600)
     assert first is not None and problem.fits(list(first)) and all(gpu_set in problem.candidates[s] for s, gpu_set in enumerate(first))
+    assert local.search(problem, deadline=time.perf_counter() + 3600) == first
     result = place(gpus, seats, time_limit_s=3600, runner_ups=1)
     assert result.best is not None and result.bound_bytes is not None
     assert result.best.worst_case_spare_bytes <= result.bound_bytes
     layout = problem.layout(tuple(tuple(sorted(problem.gpu_keys.index(tuple(key)) for key in result.best.assignment[name])) for name in problem.seat_names))
     assert layout.worst_spare_bytes == result.best.worst_case_spare_bytes and problem.fits(list(layout.assignment))
-    if result.optimal:
-        assert result.best.worst_case_spare_bytes == result.bound_bytes or result.method == "cp-sat"
+    # the plan's own search is the same seeded search, at least as patient (it knows the bound), then CP-SAT: never worse
+    assert result.best.worst_case_spare_bytes >= problem.layout(first).worst_spare_bytes
 
 
 def test_a_runner_up_starts_from_the_best_layout_with_the_bottleneck_pair_split(rng):

@@ -47,17 +47,19 @@ def search(
     max_moves: int | None = None,
     target_bytes: int | None = None,
     seed: int = 1,
-    stall_min_rounds: int = STALL_MIN_ROUNDS,
+    stall_min_rounds: int | None = None,
 ) -> tuple[GpuSet, ...] | None:
     """The best layout found by the deadline (``start`` first, if given and valid), or None when no start could be built.
 
     With ``max_moves`` no trade takes the layout past that many seats away from where they run.
     It stops early on reaching ``target_bytes`` (a proven bound: nothing better exists) or once it has
-    stalled (``stall_min_rounds`` and at least as many rounds as the best took, without a better layout).
+    stalled (``stall_min_rounds``, by default STALL_MIN_ROUNDS or STALL_SEAT_ROUNDS ÷ seats, and at least as many
+    rounds as the best took, without a better layout).
     """
     rng = random.Random(seed)
     best: _State | None = None
     round_number = stalled = improved_at = 0
+    least_patience = max(STALL_MIN_ROUNDS, STALL_SEAT_ROUNDS // max(1, len(problem.seat_names))) if stall_min_rounds is None else stall_min_rounds
     while True:
         fresh = round_number - (start is not None)  # rounds since the given start: 0 is the plain largest-first start
         if start is not None and fresh < 0:
@@ -74,7 +76,7 @@ def search(
                 best, stalled, improved_at = candidate, -1, round_number
         round_number += 1
         stalled += 1
-        patience = max(stall_min_rounds, STALL_SEAT_ROUNDS // max(1, len(problem.seat_names)), improved_at)
+        patience = max(least_patience, improved_at)
         if best is not None and target_bytes is not None and -best.cost()[0] < target_bytes * (1 - NEAR_BOUND_SHARE):
             patience *= FAR_PATIENCE_FACTOR
         if time.perf_counter() >= deadline or stalled > min(STALL_ROUNDS_PER_SEAT * len(problem.seat_names), patience):

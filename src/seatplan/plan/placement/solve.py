@@ -51,7 +51,7 @@ EXHAUSTIVE_MAX_SEATS = 16
 EXHAUSTIVE_TIME_SHARE = 0.25
 LP_TIME_SHARE = 0.2  # at most, of a fleet-sized solve's time, for the LP bound (it takes about a second on 64 GPUs)
 LOCAL_SEARCH_SHARE = 0.85  # of a fleet-sized solve's time at most; CP-SAT, hinted with its layout, gets the rest
-# A local search that stopped early (it stalled) leaves CP-SAT this much of the time it took, at least CPSAT_MIN_S,
+# A local search that stopped early (it stalled) leaves CP-SAT this much of the CPU time it took, at least CPSAT_MIN_S,
 # rather than the whole rest of the time limit: on fleets CP-SAT rarely betters a stalled local search late.
 CPSAT_SHARE_OF_LOCAL = 0.5
 CPSAT_MIN_S = 0.5
@@ -158,7 +158,7 @@ def _infeasible(infeasible, method: Method, started: float) -> PlacementResult:
 
 def _solve(
     problem: Problem, method: Method, *, fallback: bool, until: float, bound_bytes: int | None = None, start: tuple[GpuSet, ...] | None = None,
-    stall_min_rounds: int = local.STALL_MIN_ROUNDS,
+    stall_min_rounds: int | None = None,
 ) -> tuple[Solved, Method]:
     """Solve with ``method``; with ``fallback`` an exhaustive search that runs out of its share of time hands over to the fleet path.
 
@@ -182,14 +182,15 @@ def _solve(
 
 def solve_fleet(
     problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, bound_bytes: int | None = None,
-    stall_min_rounds: int = local.STALL_MIN_ROUNDS,
+    stall_min_rounds: int | None = None,
 ) -> Solved:
     """The fleet path: the LP bound, the local search for most of the time, then CP-SAT hinted with its layout."""
     if bound_bytes is None:
         bound_bytes = lp_bound(problem, time_limit_s=(until - time.perf_counter()) * LP_TIME_SHARE)
-    now = time.perf_counter()
+    now, cpu_now = time.perf_counter(), time.process_time()
     found = local.search(problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, target_bytes=bound_bytes, stall_min_rounds=stall_min_rounds)
-    local_s = time.perf_counter() - now
+    # CPU time, not wall: on a busy machine the wall time of the search would buy CP-SAT more than it is worth.
+    local_s = time.process_time() - cpu_now
     cpsat_s = min(until - time.perf_counter(), max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s))
     return cpsat.solve(problem, time_limit_s=max(0.5, cpsat_s), start=found, bound_bytes=bound_bytes)
 

@@ -157,14 +157,13 @@ def _infeasible(infeasible, method: Method, started: float) -> PlacementResult:
 
 
 def _solve(
-    problem: Problem, method: Method, *, fallback: bool, until: float, bound_bytes: int | None = None, start: tuple[GpuSet, ...] | None = None,
-    stall_min_rounds: int | None = None,
+    problem: Problem, method: Method, *, fallback: bool, until: float, bound_bytes: int | None = None
 ) -> tuple[Solved, Method]:
     """Solve with ``method``; with ``fallback`` an exhaustive search that runs out of its share of time hands over to the fleet path.
 
-    ``bound_bytes``: a bound already proven for this problem or a less constrained one (the fleet path then skips the LP);
-    ``start``: a valid layout the fleet path's local search starts from.
+    ``bound_bytes``: a bound already proven for this problem or a less constrained one (the fleet path then skips the LP).
     """
+    start: tuple[GpuSet, ...] | None = None
     if method == "exhaustive":
         now = time.perf_counter()
         stop = now + (until - now) * EXHAUSTIVE_TIME_SHARE if fallback else until
@@ -177,18 +176,17 @@ def _solve(
             bound = outcome.bound_bytes if outcome.bound_bytes is not None else root_bound(problem)
             return Solved(layout=layout, optimal=False, bound_bytes=bound, proven_infeasible=False), "exhaustive"
         start = None if layout is None else layout.assignment
-    return solve_fleet(problem, until=until, start=start, bound_bytes=bound_bytes, stall_min_rounds=stall_min_rounds), "cp-sat"
+    return solve_fleet(problem, until=until, start=start, bound_bytes=bound_bytes), "cp-sat"
 
 
 def solve_fleet(
-    problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, bound_bytes: int | None = None,
-    stall_min_rounds: int | None = None,
+    problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, bound_bytes: int | None = None
 ) -> Solved:
     """The fleet path: the LP bound, the local search for most of the time, then CP-SAT hinted with its layout."""
     if bound_bytes is None:
         bound_bytes = lp_bound(problem, time_limit_s=(until - time.perf_counter()) * LP_TIME_SHARE)
     now, cpu_now = time.perf_counter(), time.process_time()
-    found = local.search(problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, target_bytes=bound_bytes, stall_min_rounds=stall_min_rounds)
+    found = local.search(problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, target_bytes=bound_bytes)
     # CPU time, not wall: on a busy machine the wall time of the search would buy CP-SAT more than it is worth.
     local_s = time.process_time() - cpu_now
     cpsat_s = min(until - time.perf_counter(), max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s))
@@ -206,18 +204,28 @@ def _runner_ups(
             break
         constrained = replace(constrained, apart=constrained.apart + (group,))
         share = (until - time.perf_counter()) / (count - position)
-        start = None if method == "exhaustive" else local.split_up(constrained, previous.assignment, group)
-        solved, _ = _solve(
-            constrained, method, fallback=False, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes, start=start,
-            stall_min_rounds=RUNNER_UP_STALL_ROUNDS,
-        )
-        if solved.layout is None:
+        layout = _runner_up_layout(constrained, method, previous, group, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes)
+        if layout is None:
             break
-        placement = to_placement(problem, solved.layout.assignment)
+        placement = to_placement(problem, layout.assignment)
         names = [problem.seat_names[s] for s in group]
         alternatives.append(Alternative(placement=placement, why_lost=f"{_apart_words(names)}: {why_lost(problem, best, placement)}"))
-        previous = solved.layout
+        previous = layout
     return alternatives
+
+
+def _runner_up_layout(
+    constrained: Problem, method: Method, previous: Layout, group: tuple[int, ...], *, until: float, bound_bytes: int | None
+) -> Layout | None:
+    """The best layout keeping ``group`` apart. On a fleet: the local search from the layout before with one seat of
+    the group moved apart (a runner-up illustrates a trade-off; it is not worth a CP-SAT model per runner-up), and the
+    full fleet path only when no such move fits."""
+    start = None if method == "exhaustive" else local.split_up(constrained, previous.assignment, group)
+    if start is not None:
+        found = local.search(constrained, deadline=until, start=start, target_bytes=bound_bytes, stall_min_rounds=RUNNER_UP_STALL_ROUNDS)
+        return None if found is None else constrained.layout(found)
+    solved, _ = _solve(constrained, method, fallback=False, until=until, bound_bytes=bound_bytes)
+    return solved.layout
 
 
 def _apart_words(names: list[str]) -> str:

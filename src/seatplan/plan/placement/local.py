@@ -25,6 +25,16 @@ Trade = list[tuple[int, GpuSet]]  # (seat, its new GPU set)
 ORDER_JITTER = 0.25  # a seat's demand is scaled by up to this much either way when ordering a randomized start
 KICKED_SEATS = 3  # seats a kick moves off the tightest GPUs
 STALL_ROUNDS_PER_SEAT = 20  # rounds in a row without a better layout (or any layout), per seat, before giving up early
+# The search has stalled, and stops before its deadline, once it has gone this many rounds without a better layout and
+# at least as many as it took to find the best one so far (so a search that keeps finding better layouts keeps going).
+# Counted in rounds, not seconds, so the layout found does not depend on how busy the machine is. A small fleet's
+# rounds are cheap, so it gets more of them: STALL_SEAT_ROUNDS ÷ seats when that is more (48 for 50 seats).
+STALL_MIN_ROUNDS = 12
+STALL_SEAT_ROUNDS = 2400
+# Further than this share below the bound it was given, the search is patient this many times longer before it
+# calls itself stalled: the last tenth of a percent is not worth waiting for, a whole percent is.
+NEAR_BOUND_SHARE = 0.005
+FAR_PATIENCE_FACTOR = 3
 ROUNDS_PER_RESTART = 6  # kicks from the best layout between two fresh randomized starts
 ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tries only some groups of them
 
@@ -37,15 +47,19 @@ def search(
     max_moves: int | None = None,
     target_bytes: int | None = None,
     seed: int = 1,
+    stall_min_rounds: int | None = None,
 ) -> tuple[GpuSet, ...] | None:
     """The best layout found by the deadline (``start`` first, if given and valid), or None when no start could be built.
 
     With ``max_moves`` no trade takes the layout past that many seats away from where they run.
-    It stops early on reaching ``target_bytes`` (a proven bound: nothing better exists).
+    It stops early on reaching ``target_bytes`` (a proven bound: nothing better exists) or once it has
+    stalled (``stall_min_rounds``, by default STALL_MIN_ROUNDS or STALL_SEAT_ROUNDS ÷ seats, and at least as many
+    rounds as the best took, without a better layout).
     """
     rng = random.Random(seed)
     best: _State | None = None
-    round_number = stalled = 0
+    round_number = stalled = improved_at = 0
+    least_patience = max(STALL_MIN_ROUNDS, STALL_SEAT_ROUNDS // max(1, len(problem.seat_names))) if stall_min_rounds is None else stall_min_rounds
     while True:
         fresh = round_number - (start is not None)  # rounds since the given start: 0 is the plain largest-first start
         if start is not None and fresh < 0:
@@ -59,11 +73,13 @@ def search(
         if candidate is not None:
             candidate.descend(deadline)
             if best is None or candidate.cost() < best.cost():
-                best, stalled = candidate, -1
+                best, stalled, improved_at = candidate, -1, round_number
         round_number += 1
         stalled += 1
-        # Small problems give up early; a fleet's rounds are many and each may still find something, so it uses its time.
-        if time.perf_counter() >= deadline or stalled > STALL_ROUNDS_PER_SEAT * len(problem.seat_names):
+        patience = max(least_patience, improved_at)
+        if best is not None and target_bytes is not None and -best.cost()[0] < target_bytes * (1 - NEAR_BOUND_SHARE):
+            patience *= FAR_PATIENCE_FACTOR
+        if time.perf_counter() >= deadline or stalled > min(STALL_ROUNDS_PER_SEAT * len(problem.seat_names), patience):
             break
         if best is not None and target_bytes is not None and -best.cost()[0] >= target_bytes:
             break
@@ -129,6 +145,27 @@ def construct(problem: Problem, rng: random.Random | None, *, max_moves: int | N
         take(seat, best_set)
     assignment = tuple(gpu_set for gpu_set in chosen if gpu_set is not None)
     return assignment if len(assignment) == seat_count else None
+
+
+def split_up(problem: Problem, assignment: tuple[GpuSet, ...], group: tuple[int, ...]) -> tuple[GpuSet, ...] | None:
+    """``assignment`` with one seat of ``group`` moved off the GPU the group shares, where that leaves the most spare:
+    a valid start for a runner-up search (``problem`` already keeps ``group`` apart), or None when no such move fits."""
+    shared = set.intersection(*(set(assignment[s]) for s in group))
+    load = problem.loads(assignment)
+    best: tuple[int, tuple[GpuSet, ...]] | None = None
+    for seat in group:
+        size = problem.footprint_bytes[seat]
+        for gpu_set in problem.candidates[seat]:
+            if shared & set(gpu_set) or any(
+                load[g] + size - size * (g in assignment[seat]) > problem.usable_bytes(g) for g in gpu_set
+            ):
+                continue
+            moved = assignment[:seat] + (gpu_set,) + assignment[seat + 1 :]
+            # The lowest spare among the GPUs the seat arrives on (it leaves the shared one, which only gains).
+            left = min((problem.capacity_bytes[g] - load[g] - size for g in gpu_set if g not in assignment[seat]), default=0)
+            if (best is None or left > best[0]) and problem.keeps_apart(moved):
+                best = (left, moved)
+    return None if best is None else best[1]
 
 
 def fewer_moves(problem: Problem, assignment: tuple[GpuSet, ...], *, deadline: float) -> tuple[GpuSet, ...]:

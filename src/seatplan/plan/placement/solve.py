@@ -21,10 +21,11 @@ import time
 from dataclasses import replace
 from typing import Literal
 
-from seatplan.plan.placement import cpsat, exact, frontier, local, rejections
+from seatplan.plan.placement import cpsat, exact, frontier, local, rejections, stay
 from seatplan.plan.placement.bounds import lp_bound, root_bound
 from seatplan.plan.placement.problem import (
     Alternative,
+    FrontierPoint,
     GpuSet,
     GpuSlot,
     Layout,
@@ -49,7 +50,13 @@ EXHAUSTIVE_MAX_OPEN_GPUS = 8
 EXHAUSTIVE_MAX_SEATS = 16
 EXHAUSTIVE_TIME_SHARE = 0.25
 LP_TIME_SHARE = 0.2  # at most, of a fleet-sized solve's time, for the LP bound (it takes about a second on 64 GPUs)
-LOCAL_SEARCH_SHARE = 0.85  # of a fleet-sized solve's time; CP-SAT, hinted with its layout, gets the rest
+LOCAL_SEARCH_SHARE = 0.85  # of a fleet-sized solve's time at most; CP-SAT, hinted with its layout, gets the rest
+# A local search that stopped early (it stalled) leaves CP-SAT this much of the CPU time it took, at least CPSAT_MIN_S,
+# rather than the whole rest of the time limit: on fleets CP-SAT rarely betters a stalled local search late.
+CPSAT_SHARE_OF_LOCAL = 0.5
+CPSAT_MIN_S = 0.5
+# A runner-up's search starts from the layout before it with one seat moved apart, close to its best already.
+RUNNER_UP_STALL_ROUNDS = 3
 # Of the time limit: the best layout, then the frontier (when seats run somewhere), then runner-ups.
 BEST_TIME_SHARE = 0.6
 FRONTIER_TIME_SHARE = 0.25
@@ -81,6 +88,10 @@ def place(
         return _infeasible(rejections.alone_infeasibility(alone), chosen, started)
 
     running = any(now is not None for now in problem.current)
+    if running and method == "auto" and chosen == "cp-sat":
+        proof = stay.nothing_moves(problem, move_cost_bytes=move_cost_bytes)
+        if proof is not None:
+            return _staying(problem, proof, chosen, started, runner_ups=runner_ups, max_moves=max_moves, move_cost_bytes=move_cost_bytes)
     shares = _time_shares(runner_ups > 0, running)
     until = started + time_limit_s * shares[0]
     solved, chosen = _solve(problem, chosen, fallback=method == "auto", until=until)
@@ -113,6 +124,23 @@ def place(
     )
 
 
+def _staying(
+    problem: Problem, proof: stay.StayProof, method: Method, started: float, *, runner_ups: int, max_moves: int | None, move_cost_bytes: int
+) -> PlacementResult:
+    """The current layout, proven worth the most at the price per move; the frontier lists 0 moves and, when it
+    raises the worst-case spare, the best single move (both exact)."""
+    points = [FrontierPoint(max_moves=0, placement=to_placement(problem, proof.current.assignment), proven=True)]
+    single = proof.best_single_move
+    if single is not None and single.worst_spare_bytes > proof.current.worst_spare_bytes:
+        points.append(FrontierPoint(max_moves=1, placement=to_placement(problem, single.assignment), proven=True))
+    pick = points[0]
+    return PlacementResult(
+        best=pick.placement, optimal=True, method=method, bound_bytes=proof.bound_bytes,
+        runner_ups=frontier.other_points(points, pick, move_cost_bytes=move_cost_bytes, max_moves=max_moves)[:runner_ups],
+        infeasible=None, solve_seconds=time.perf_counter() - started, frontier=points, chosen_because=proof.why,
+    )
+
+
 def _time_shares(runner_ups: bool, running: bool) -> tuple[float, float]:
     """(best layout, frontier) shares of the time limit; runner-ups get what is left."""
     frontier_share = FRONTIER_TIME_SHARE if running else 0.0
@@ -128,7 +156,9 @@ def _infeasible(infeasible, method: Method, started: float) -> PlacementResult:
     )
 
 
-def _solve(problem: Problem, method: Method, *, fallback: bool, until: float, bound_bytes: int | None = None) -> tuple[Solved, Method]:
+def _solve(
+    problem: Problem, method: Method, *, fallback: bool, until: float, bound_bytes: int | None = None
+) -> tuple[Solved, Method]:
     """Solve with ``method``; with ``fallback`` an exhaustive search that runs out of its share of time hands over to the fleet path.
 
     ``bound_bytes``: a bound already proven for this problem or a less constrained one (the fleet path then skips the LP).
@@ -149,13 +179,18 @@ def _solve(problem: Problem, method: Method, *, fallback: bool, until: float, bo
     return solve_fleet(problem, until=until, start=start, bound_bytes=bound_bytes), "cp-sat"
 
 
-def solve_fleet(problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, bound_bytes: int | None = None) -> Solved:
+def solve_fleet(
+    problem: Problem, *, until: float, start: tuple[GpuSet, ...] | None = None, bound_bytes: int | None = None
+) -> Solved:
     """The fleet path: the LP bound, the local search for most of the time, then CP-SAT hinted with its layout."""
     if bound_bytes is None:
         bound_bytes = lp_bound(problem, time_limit_s=(until - time.perf_counter()) * LP_TIME_SHARE)
-    now = time.perf_counter()
+    now, cpu_now = time.perf_counter(), time.process_time()
     found = local.search(problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, target_bytes=bound_bytes)
-    return cpsat.solve(problem, time_limit_s=max(0.5, until - time.perf_counter()), start=found, bound_bytes=bound_bytes)
+    # CPU time, not wall: on a busy machine the wall time of the search would buy CP-SAT more than it is worth.
+    local_s = time.process_time() - cpu_now
+    cpsat_s = min(until - time.perf_counter(), max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s))
+    return cpsat.solve(problem, time_limit_s=max(0.5, cpsat_s), start=found, bound_bytes=bound_bytes)
 
 
 def _runner_ups(
@@ -169,14 +204,28 @@ def _runner_ups(
             break
         constrained = replace(constrained, apart=constrained.apart + (group,))
         share = (until - time.perf_counter()) / (count - position)
-        solved, _ = _solve(constrained, method, fallback=False, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes)
-        if solved.layout is None:
+        layout = _runner_up_layout(constrained, method, previous, group, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes)
+        if layout is None:
             break
-        placement = to_placement(problem, solved.layout.assignment)
+        placement = to_placement(problem, layout.assignment)
         names = [problem.seat_names[s] for s in group]
         alternatives.append(Alternative(placement=placement, why_lost=f"{_apart_words(names)}: {why_lost(problem, best, placement)}"))
-        previous = solved.layout
+        previous = layout
     return alternatives
+
+
+def _runner_up_layout(
+    constrained: Problem, method: Method, previous: Layout, group: tuple[int, ...], *, until: float, bound_bytes: int | None
+) -> Layout | None:
+    """The best layout keeping ``group`` apart. On a fleet: the local search from the layout before with one seat of
+    the group moved apart (a runner-up illustrates a trade-off; it is not worth a CP-SAT model per runner-up), and the
+    full fleet path only when no such move fits."""
+    start = None if method == "exhaustive" else local.split_up(constrained, previous.assignment, group)
+    if start is not None:
+        found = local.search(constrained, deadline=until, start=start, target_bytes=bound_bytes, stall_min_rounds=RUNNER_UP_STALL_ROUNDS)
+        return None if found is None else constrained.layout(found)
+    solved, _ = _solve(constrained, method, fallback=False, until=until, bound_bytes=bound_bytes)
+    return solved.layout
 
 
 def _apart_words(names: list[str]) -> str:

@@ -23,21 +23,28 @@ MAX_SECRET_FILE_BYTES = 64 << 10
 # truncation or by a proxy's) gives away no more than 7 of its characters.
 PARTIAL_MIN_CHARS = 8
 _ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# What says "secret" in an environment variable: its name (HF_TOKEN, VLLM_API_KEY, DB_PASSWORD, AWS_SECRET_ACCESS_KEY)
-# or its value's shape (a Hugging Face token, an OpenAI-style key). KEY is a whole word of the name, so KEYS_DIR or
-# MONKEY_PATCH are not secrets; TOKEN, SECRET and PASSWORD anywhere.
-_SECRET_NAME = re.compile(r"(^|_)(API_?KEY|KEY|ACCESS_KEY|PRIVATE_KEY)($|_)|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-_SECRET_VALUE = re.compile(r"^(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,}|ghp_[A-Za-z0-9]{8,}|xox[abp]-[A-Za-z0-9-]{8,})$")
-# Variables whose name says token but whose value is a number or a switch (a budget, not a credential).
-_NOT_SECRET_VALUE = re.compile(r"^(\d+|true|false|yes|no|on|off|0|1)?$", re.IGNORECASE)
+# What says "secret" in an environment variable, the one rule adopt (which writes a reference instead) and the fleet
+# loader's warning (docs/fleet.md, "Secrets") follow: its name (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*: HF_TOKEN,
+# VLLM_API_KEY, DB_PASSWORD, AWS_SECRET_ACCESS_KEY) or its value's shape, whatever its name (a Hugging Face token, an
+# OpenAI-style key, a GitHub or Slack token, a URL with a password).
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"^(hf_[A-Za-z0-9]{6,}|sk-[A-Za-z0-9_-]{6,}|ghp_[A-Za-z0-9]{8,}|xox[abp]-[A-Za-z0-9-]{8,}"
+                           r"|[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]*@.*)$")
+# A name that says token but a value that is a switch or a small count is a setting, not a credential
+# (HF_HUB_DISABLE_TOKEN=1, MAX_TOKENS=4096); longer digit strings may be keys and stay secret.
+_SETTING_VALUE = re.compile(r"^(\d{1,6}|true|false|yes|no|on|off)?$", re.IGNORECASE)
+
+
+def secret_shaped(word: str) -> bool:
+    """A word shaped like a credential whatever names it (``hf_…``, ``sk-…``, a URL with a password)."""
+    return bool(_SECRET_VALUE.match(word.strip()))
 
 
 def looks_secret(name: str, value: str) -> bool:
-    """Whether an environment variable given by value is probably a credential (docs/fleet.md, "Secrets"): the one
-    rule the fleet loader's warning and adopt's references follow."""
-    if _SECRET_VALUE.match(value.strip()):
+    """Whether an environment variable given by value is a credential: the one rule of seatplan's."""
+    if secret_shaped(value):
         return True
-    return bool(_SECRET_NAME.search(name)) and not _NOT_SECRET_VALUE.match(value.strip())
+    return bool(_SECRET_NAME.search(name)) and not _SETTING_VALUE.match(value.strip())
 
 
 def check_environment_name(name: str, where: str) -> None:

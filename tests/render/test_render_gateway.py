@@ -174,8 +174,9 @@ def test_a_secret_given_by_reference_appears_in_no_file_and_no_output(tmp_path, 
     ("HF_TOKEN", "hf_abcdefghijklmnop", True), ("HUGGING_FACE_HUB_TOKEN", "abcdefgh12345678", True), ("VLLM_API_KEY", "anything-at-all", True),
     ("OPENAI_KEY", "x1y2z3w4v5", True), ("DB_PASSWORD", "hunter22", True), ("AWS_SECRET_ACCESS_KEY", "AKIAxxxx", True),
     ("CUSTOM", "sk-proj-abcdefgh1234", True), ("WHATEVER", "hf_ABCDEFGHIJKL", True),
-    ("VLLM_LOGGING_LEVEL", "DEBUG", False), ("KEYS_DIR", "/srv/keys", False), ("MONKEY_MODE", "on", False),
-    ("MAX_TOKENS_DEFAULT", "4096", False), ("HF_HUB_OFFLINE", "1", False), ("VLLM_USE_TOKEN_BUDGET", "true", False),
+    ("UPSTREAM_TOKEN", "123456789012345", True), ("DATABASE_URL", "postgresql://app:pw0rd@db:5432/x", True), ("KEYS_DIR", "/srv/keys", True),
+    ("VLLM_LOGGING_LEVEL", "DEBUG", False), ("MONKEY_MODE", "on", False), ("HF_HOME", "/srv/hf", False),
+    ("MAX_TOKENS_DEFAULT", "4096", False), ("HF_HUB_DISABLE_TOKEN", "1", False), ("VLLM_USE_TOKEN_BUDGET", "true", False),
 ])
 def test_the_secret_rule(name, value, secret):
     assert looks_secret(name, value) is secret

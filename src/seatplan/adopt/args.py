@@ -12,8 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from seatplan.adopt.secrets import SECRET_FLAGS, looks_secret
+from seatplan.adopt.secrets import SECRET_FLAGS
 from seatplan.engine.parse import read_vllm_args
+from seatplan.secrets import secret_shaped
 
 INT_KEYS = {
     "--port": "port",
@@ -73,12 +74,12 @@ def read_args(args: list[str]) -> SeatArgs:
 
 def _hidden(problem: str) -> str:
     """A problem line with any word shaped like a key replaced: it may quote the word vLLM would refuse."""
-    return " ".join("<a secret-shaped word>" if looks_secret(word.strip("'\"")) else word for word in problem.split(" "))
+    return " ".join("<a secret-shaped word>" if secret_shaped(word.strip("'\"")) else word for word in problem.split(" "))
 
 
 def _extra(seat: SeatArgs, flag: str, value: str | list[str] | None) -> None:
     words = [] if value is None else value if isinstance(value, list) else [value]
-    if any(looks_secret(word) for word in words):
+    if any(secret_shaped(word) for word in words):
         seat.problems.append(f"{flag} holds a value shaped like a key (hf_…, sk-…, a URL with a password): left out of extra_args; "
                              "pass it to the engine from the host's environment instead")
         return

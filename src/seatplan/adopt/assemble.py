@@ -17,11 +17,11 @@ from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
 from seatplan.adopt.fleet_rules import seat_value_problem
 from seatplan.adopt.memory import Share, compare, seat_share
-from seatplan.adopt.secrets import is_secret
 from seatplan.documents.fleet_file import TODO
 from seatplan.encode import name_problem
 from seatplan.engine.endpoint import DEFAULT_PORT
 from seatplan.errors import SeatplanError
+from seatplan.secrets import looks_secret
 from seatplan.units import MAX_GPU_INDEX, MAX_PLAUSIBLE_BYTES, whole_number
 from seatplan.versions import modelled, try_release
 
@@ -413,7 +413,7 @@ def _env(seat: _Seat, warnings: list[str]) -> Tree:
         where = launch.env_notes.get(key, launch.source) if launch else ""
         if seat_value_problem("env", {key: "x"}, engine="vllm") is not None:  # the loader's own rule for an env name
             warnings.append(f"{where}: {key[:40]!r} is left out: an env file cannot carry that name")
-        elif is_secret(key, value):
+        elif looks_secret(key, value):
             env[key] = Noted({"from_host_env": key}, f"a secret, in {where}: not copied; export {key} on the GPU host "
                              "(or keep it in an env_files file there)")
         elif seat_value_problem("env", {key: value}, engine="vllm") is not None:

@@ -74,6 +74,15 @@ def _backup(path: str, registered: str, rendered_sha1: str) -> list[dict]:
     ]
 
 
+def _restore(path: str, registered: str, rendered_sha1: str, what: str) -> dict:
+    """Put back the backup :func:`_backup` made before this change (a first rollout has none: nothing ran before it)."""
+    return {
+        "name": f"{what}: put the previous file back",
+        "ansible.builtin.copy": {"src": "{{ " + path + " }}.bak-" + BACKUP, "dest": "{{ " + path + " }}", "remote_src": True, "mode": "preserve"},
+        "when": f"{registered}.stat.exists and {registered}.stat.checksum != {rendered_sha1}",
+    }
+
+
 def gateway_health_task() -> dict:
     return {
         "name": "gateway: wait for /health/liveliness",
@@ -117,11 +126,7 @@ RULES_SHA1 = "seatplan_rules_sha1"
 
 
 def gateway_tasks() -> list[dict]:
-    restore = {
-        "name": "gateway: put the previous config back",
-        "ansible.builtin.copy": {"src": "{{ seatplan_gateway_config }}.bak-" + BACKUP, "dest": "{{ seatplan_gateway_config }}", "remote_src": True, "mode": "preserve"},
-        "when": f"seatplan_gateway_live.stat.exists and seatplan_gateway_live.stat.checksum != {GATEWAY_SHA1}",
-    }
+    restore = _restore("seatplan_gateway_config", "seatplan_gateway_live", GATEWAY_SHA1, "gateway")
     return [{
         "name": "the LiteLLM gateway",
         "when": "seatplan_gateway_rollout | bool",
@@ -175,11 +180,7 @@ def _rules_loaded_task() -> dict:
 
 def alert_tasks() -> list[dict]:
     candidate = "{{ seatplan_prometheus_rules }}.seatplan-new"
-    restore = {
-        "name": "put the previous rules back",
-        "ansible.builtin.copy": {"src": "{{ seatplan_prometheus_rules }}.bak-" + BACKUP, "dest": "{{ seatplan_prometheus_rules }}", "remote_src": True, "mode": "preserve"},
-        "when": f"seatplan_rules_live.stat.exists and seatplan_rules_live.stat.checksum != {RULES_SHA1}",
-    }
+    restore = _restore("seatplan_prometheus_rules", "seatplan_rules_live", RULES_SHA1, "alerts")
     return [{
         "name": "the Prometheus alert rules",
         "when": "seatplan_alerts_rollout | bool",

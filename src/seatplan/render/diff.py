@@ -15,6 +15,9 @@ from seatplan.render.targets import Files
 
 Status = Literal["new", "removed", "changed", "unchanged"]
 ENV_PREFIX = "env/"
+# How to roll out, not what runs: the playbook carries the plan's rollout steps, which differ between a plan made
+# knowing what runs and one made without, though neither changes an engine. Shown, never counted as a change.
+ROLLOUT_PREFIX = "ansible/"
 
 
 class Change(BaseModel):
@@ -130,5 +133,5 @@ def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
         status = status_of(old.get(path), new.get(path))
         text = "" if status == "unchanged" else unified(old.get(path) or "", new.get(path) or "", path)
         files.append(FileDiff(path=path, status=status, diff=text))
-    changed = any(seat.status != "unchanged" for seat in seats) or any(item.status != "unchanged" for item in files)
+    changed = any(seat.status != "unchanged" for seat in seats) or any(item.status != "unchanged" for item in files if not item.path.startswith(ROLLOUT_PREFIX))
     return DiffReport(against=against, changed=changed, seats=seats, files=files)

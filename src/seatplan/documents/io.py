@@ -8,10 +8,10 @@ read with bounded size and depth, as UTF-8.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
@@ -95,14 +95,14 @@ def read_bounded_json(source: Path, what: str, fix: str) -> object:
         raise SeatplanError(f"the {what} is not a document seatplan writes: {problem}", where=str(source), fix=fix) from None
 
 
+FLEET_TOP_KEY = re.compile(rb"^(hosts|seats)[ \t]*:", re.MULTILINE)
+
+
 def looks_like_fleet(raw: bytes) -> bool:
-    """A YAML mapping with a fleet's top-level keys (``hosts``, ``seats``): the file `seatplan plan` reads, given where a
-    document it writes is expected (issue 32). Only files that failed as JSON get here, and only their first keys count."""
-    try:
-        data = yaml.safe_load(raw[:MAX_FLEET_SNIFF_BYTES].decode("utf-8")) if len(raw) <= MAX_FLEET_SNIFF_BYTES else None
-    except (yaml.YAMLError, UnicodeDecodeError):
-        return False
-    return isinstance(data, dict) and bool({"hosts", "seats"} & {str(key) for key in data})
+    """A YAML file with a fleet's top-level keys (``hosts:``, ``seats:`` at the start of a line): the file `seatplan
+    plan` reads, given where a document it writes is expected (issue 32). Only files that failed as JSON get here; the
+    keys are looked for as text, not parsed (a hostile file's deep nesting would exhaust a YAML parser's recursion)."""
+    return len(raw) <= MAX_FLEET_SNIFF_BYTES and FLEET_TOP_KEY.search(raw) is not None
 
 
 def validated(model: type[Document], data: object, where: str, fix: str) -> Document:

@@ -12,9 +12,7 @@ takes an API key, the real LiteLLM proxy in front of it, the real ansible-playbo
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import signal
 import textwrap
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import httpx
 import pytest
 
 from kits.parts import free_port, require
-from kits.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, localhost_inventory, render_args, run_seatplan, stop_engines
+from kits.rollout import ansible_installed, apply_args, build_plan_file, cpu_fleet, kill_recorded_group, localhost_inventory, render_args, run_seatplan, stop_engines
 from kits.serving_stack import litellm_installed, litellm_venv
 from kits.tiny_models import QWEN3_DENSE, tiny_model_dir
 
@@ -57,14 +55,8 @@ def gateway_restart_script(directory: Path, config: Path, port: int) -> Path:
 
 def stop_gateway(directory: Path) -> None:
     pid_file = directory / "gateway-state" / "pid"
-    if not pid_file.exists():
-        return
-    pid = int(pid_file.read_text().strip())
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            break
+    if pid_file.exists():
+        kill_recorded_group(pid_file)
 
 
 def completion(gateway_url: str, model: str) -> httpx.Response:

@@ -44,17 +44,23 @@ def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
     return CliResult(code, captured.out, captured.err)
 
 
-def run_process(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path | None = None,
-                timeout_s: float = 300.0) -> CliResult:
-    """``python -m seatplan.cli ARGS`` in a child process, for what only a process shows: a hang that the
-    timeout cuts off, settings a library reads once at import (huggingface_hub's HF_ENDPOINT), the exit of the
-    real interpreter. ``env`` changes the inherited environment as in :func:`run_cli`."""
+def child_environment(env: Mapping[str, str | None] | None) -> dict[str, str]:
+    """This process's environment with ``env`` applied: a value sets a variable, None removes it."""
     environment = dict(os.environ)
     for name, value in (env or {}).items():
         if value is None:
             environment.pop(name, None)
         else:
             environment[name] = value
+    return environment
+
+
+def run_process(*args: str, env: Mapping[str, str | None] | None = None, cwd: Path | None = None,
+                timeout_s: float = 300.0) -> CliResult:
+    """``python -m seatplan.cli ARGS`` in a child process, for what only a process shows: a hang that the
+    timeout cuts off, settings a library reads once at import (huggingface_hub's HF_ENDPOINT), the exit of the
+    real interpreter. ``env`` changes the inherited environment as in :func:`run_cli`."""
+    environment = child_environment(env)
     done = subprocess.run([sys.executable, "-m", "seatplan.cli", *args], capture_output=True, text=True,
                           timeout=timeout_s, cwd=cwd, env=environment)
     return CliResult(done.returncode, done.stdout, done.stderr)

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kits.cli import child_environment
+
 Answer = Callable[[str, socket.socket, threading.Event], None]
 DRIP_PAUSE_S = 0.02
 # A run that has not ended after this long hangs: far beyond any deadline the tests give (a few seconds).
@@ -158,12 +160,7 @@ class Measured:
 
 def run_measured(*args: str, env: Mapping[str, str | None] | None = None, limit_s: float = HANG_LIMIT_S) -> Measured:
     """``python -m seatplan.cli ARGS`` in a child process, killed at ``limit_s``; its peak memory from ``wait4``."""
-    environment = dict(os.environ)
-    for name, value in (env or {}).items():
-        if value is None:
-            environment.pop(name, None)
-        else:
-            environment[name] = value
+    environment = child_environment(env)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         child = subprocess.Popen([sys.executable, "-m", "seatplan.cli", *args], stdout=out, stderr=err, env=environment)
         ends_at = time.monotonic() + limit_s

@@ -136,12 +136,17 @@ def restart_script(directory: Path) -> Path:
 def stop_engines(directory: Path) -> None:
     """Kill every engine the restart script started, by the process group it recorded."""
     for pid_file in (directory / "state").glob("*.pid"):
-        pid = int(pid_file.read_text().strip())
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
+        kill_recorded_group(pid_file)
+
+
+def kill_recorded_group(pid_file: Path) -> None:
+    """TERM, then KILL, the process group whose leader's PID a script wrote to ``pid_file``."""
+    pid = int(pid_file.read_text().strip())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
 
 
 def localhost_inventory(directory: Path) -> Path:

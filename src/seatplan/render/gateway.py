@@ -113,11 +113,8 @@ def gateway_smoke_task() -> dict:
     }
 
 
-def _gateway_restart_tasks() -> list[dict]:
-    return [
-        {"name": "gateway: restart", "ansible.builtin.shell": "{{ seatplan_gateway_restart_command }}"},
-        gateway_health_task(),
-    ]
+def gateway_restart_task() -> dict:
+    return {"name": "gateway: restart", "ansible.builtin.shell": "{{ seatplan_gateway_restart_command }}"}
 
 
 # what `stat` reports for the rendered file once written (lookup('file') would strip its last newline)
@@ -140,13 +137,13 @@ def gateway_tasks() -> list[dict]:
                 "name": "gateway: restart it on the new config, and a completion through it for every served model",
                 "when": "not ansible_check_mode",
                 "block": [
-                    {**_gateway_restart_tasks()[0], "when": "seatplan_gateway_written is changed"},
+                    {**gateway_restart_task(), "when": "seatplan_gateway_written is changed"},
                     {**gateway_health_task(), "when": "seatplan_gateway_written is changed"},
                     gateway_smoke_task(),
                 ],
                 "rescue": [
                     restore,
-                    {**_gateway_restart_tasks()[0], "when": "seatplan_gateway_written is changed"},
+                    {**gateway_restart_task(), "when": "seatplan_gateway_written is changed"},
                     {**gateway_health_task(), "when": "seatplan_gateway_written is changed", "ignore_errors": True},
                     {"name": "gateway: stop here", "ansible.builtin.fail": {
                         "msg": GATEWAY_FAILED + ": the step '{{ ansible_failed_task.name }}' failed on {{ inventory_hostname }}; "
@@ -232,7 +229,7 @@ def gateway_files(settings: RenderSettings) -> dict[str, list[dict]]:
         "ansible/gateway-rollback.yaml": [
             _play("seatplan rollback: the gateway's config", settings.gateway_host, [{
                 "name": "the LiteLLM gateway", "when": "seatplan_gateway_rollout | bool",
-                "block": _rollback_file("seatplan_gateway_config", "gateway", [*_gateway_restart_tasks(), gateway_smoke_task()])}]),
+                "block": _rollback_file("seatplan_gateway_config", "gateway", [gateway_restart_task(), gateway_health_task(), gateway_smoke_task()])}]),
             _play("seatplan rollback: the alert rules", settings.prometheus_host, [{
                 "name": "the Prometheus alert rules", "when": "seatplan_alerts_rollout | bool",
                 "block": _rollback_file("seatplan_prometheus_rules", "alerts", [*_reload_tasks(), _rules_loaded_task()])}]),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seatplan.documents.plan import Plan, PlannedGpu, PlannedSeat
+from seatplan.documents.plan import Plan, PlannedGpu, PlannedVllmSeat
 from seatplan.documents.usage import ModelUsage, RunawayRule, UsageReport, UsageWindow
 
 
@@ -40,16 +40,16 @@ def usage_report(models: dict[str, ModelUsage], **fields: Any) -> UsageReport:
     return UsageReport.model_validate(base | fields)
 
 
-def planned_seat(name: str, gpus: list[str], footprint_bytes: int, **fields: Any) -> PlannedSeat:
+def planned_seat(name: str, gpus: list[str], footprint_bytes: int, **fields: Any) -> PlannedVllmSeat:
     """A vLLM seat of a plan, placed on ``gpus`` ("host:index"), with nothing but its footprint sized."""
     base: dict[str, Any] = {
         "name": name, "engine": "vllm", "model": name, "served_model_name": name, "port": 8000, "gpus": gpus,
         "tensor_parallel_size": len(gpus), "kv_cache_memory_bytes": None, "max_model_len": None, "max_new_tokens": None,
         "kv_cache_tokens": None, "max_concurrency": None, "footprint_bytes": footprint_bytes, "footprint_basis": "estimate",
         "footprint_parts": [], "vllm_args": [], "env": {}, "gpu_memory_utilization": None, "boot_order": 0,
-        "explanation": [], "warnings": [], "host": gpus[0].rsplit(":", 1)[0] if gpus else None,
+        "explanation": [], "warnings": [], "host": gpus[0].rsplit(":", 1)[0] if gpus else None, "kv_mode": "rule",
     }
-    return PlannedSeat.model_validate(base | fields)
+    return PlannedVllmSeat.model_validate(base | fields)
 
 
 def planned_gpu(host: str, index: int, used_bytes: int, spare_bytes: int, seats: list[str], **fields: Any) -> PlannedGpu:

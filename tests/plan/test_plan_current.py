@@ -12,7 +12,7 @@ import yaml
 
 from kits.cli import run_cli
 from seatplan.documents.fleet_file import load_fleet
-from seatplan.documents.plan import Plan
+from seatplan.documents.plan import Plan, vllm_args_of
 from seatplan.plan.current import read_current
 from seatplan.plan.planner import build_plan
 from seatplan.render.bundle import render_files
@@ -61,7 +61,7 @@ def test_a_one_seat_edit_replanned_from_what_runs_restarts_that_seat_alone(tmp_p
     assert after.restarts is not None and set(after.restarts) == {name} | moved
     for seat in after.seats:
         if seat.name != name and seat.name not in moved:
-            assert seat.vllm_args == before.seat(seat.name).vllm_args, seat.name
+            assert vllm_args_of(seat) == vllm_args_of(before.seat(seat.name)), seat.name
     # untouched seats keep byte-identical env files
     settings = RenderSettings(plan_path=str(plan_path))
     old, new = render_files(before, settings), render_files(after, settings)

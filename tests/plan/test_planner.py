@@ -14,7 +14,7 @@ from kits.documents import model_usage, runaway, usage_report
 from kits.plan import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB, one_host, write_fleet
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.observed import ObservedFootprints
-from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.documents.plan import Plan, PlannedFixedSeat, PlannedVllmSeat
 from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
 from seatplan.plan.planner import build_plan
@@ -62,7 +62,7 @@ def test_one_engine_per_gpu_and_the_tie_goes_to_fewer_moves(small_plan):
 def test_fixed_seat_boots_first_and_costs_its_cap(small_plan):
     speech = small_plan.seat("speech")
     assert speech.boot_order == 1 and speech.footprint_bytes == 6 * GiB and speech.footprint_basis == "declared"
-    assert speech.vllm_args == [] and speech.gpu_memory_utilization is None
+    assert isinstance(speech, PlannedFixedSeat) and not hasattr(speech, "vllm_args") and not hasattr(speech, "gpu_memory_utilization")
     assert [small_plan.seat(name).boot_order for name in ("llama-a", "llama-b")] == [2, 3]
 
 
@@ -283,12 +283,17 @@ def test_the_kv_mode_is_said_and_render_reads_it(tmp_path):
     that, not whether a headroom field happens to be set. A plan saved before kv_mode reads back with the same mode."""
     pinned = SMALL.replace("    max_new_tokens: 4096\n", "    max_new_tokens: 4096\n    kv_cache_memory_bytes: 6GiB\n")
     plan = build_plan(load_fleet(write_fleet(tmp_path, pinned)))
-    assert [plan.seat(name).kv_mode for name in ("speech", "llama-a", "llama-b")] == [None, "rule", "operator"]
+    assert isinstance(plan.seat("speech"), PlannedFixedSeat)
+    assert [vllm_seat(plan, name).kv_mode for name in ("llama-a", "llama-b")] == ["rule", "operator"]
     old = build_plan(load_fleet(write_fleet(tmp_path, pinned.replace("seats:\n", "policy: {vllm_version: '0.10.1'}\nseats:\n"))))
-    assert old.seat("llama-a").kv_mode == old.seat("llama-b").kv_mode == "utilisation"
-    for seat in [*plan.seats, *old.seats]:
-        saved = json.loads(seat.model_dump_json())
-        del saved["kv_mode"]
-        assert PlannedSeat.model_validate(saved).kv_mode == seat.kv_mode
-        expected = seat.gpu_memory_utilization if seat.kv_mode != "utilisation" else seat.gpu_memory_utilization_rolling_restart
-        assert rolling_restart_utilisation(seat) == (expected if seat.kv_mode else seat.gpu_memory_utilization)
+    assert vllm_seat(old, "llama-a").kv_mode == vllm_seat(old, "llama-b").kv_mode == "utilisation"
+    for made in (plan, old):
+        for seat in made.vllm_seats():
+            expected = seat.gpu_memory_utilization if seat.kv_mode != "utilisation" else seat.gpu_memory_utilization_rolling_restart
+            assert rolling_restart_utilisation(seat) == expected
+
+
+def vllm_seat(plan: Plan, name: str) -> PlannedVllmSeat:
+    seat = plan.seat(name)
+    assert isinstance(seat, PlannedVllmSeat), name
+    return seat

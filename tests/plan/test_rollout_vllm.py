@@ -21,7 +21,7 @@ from pathlib import Path
 from kits.parts import require
 from kits.vllm_engine import vllm_installed, vllm_python
 from seatplan.documents.fleet_file import load_fleet
-from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.documents.plan import Plan, PlannedSeat, vllm_args_of
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.planner import build_plan
 from seatplan.plan.rollout import plan_rollout
@@ -94,7 +94,7 @@ def random_current(rng: random.Random, plan: Plan) -> CurrentLayout:
         grown = seat.engine == "vllm" and rng.random() < 0.3
         footprint = int(seat.footprint_bytes * rng.uniform(0.6, 0.97)) if grown else seat.footprint_bytes
         if put(seat.name, len(seat.gpus), footprint, seat.gpus):
-            commands[seat.name] = [*seat.vllm_args, "--enable-prefix-caching"] if grown else list(seat.vllm_args)
+            commands[seat.name] = [*vllm_args_of(seat), "--enable-prefix-caching"] if grown else vllm_args_of(seat)
     for number in range(rng.randint(0, 2)):
         if put(f"gone{number}", 1, rng.randrange(GiB, 30 * GiB), None):
             commands[f"gone{number}"] = ["vllm", "serve", "retired"]
@@ -109,7 +109,7 @@ def changing(plan: Plan, current: CurrentLayout) -> set[str]:
     placed = {seat.name: seat for seat in plan.seats if seat.gpus}
     out = {name for name in current.gpus if name not in placed}
     for name, seat in placed.items():
-        if name in current.gpus and (current.gpus[name] != seat.gpus or current.commands.get(name) != seat.vllm_args):
+        if name in current.gpus and (current.gpus[name] != seat.gpus or current.commands.get(name) != vllm_args_of(seat)):
             out.add(name)
         elif name not in current.gpus and seat.engine == "vllm":
             out.add(name)

@@ -146,7 +146,6 @@ def test_prometheus_rules_hold_the_plans_numbers_and_pass_promtool(demo_plan, tm
 
 def test_old_versions_watch_the_old_usage_gauge_and_no_token_label(demo_plan):
     demo_plan.inputs.vllm_version = "0.9"
-    demo_plan.seats = [seat.model_copy(update={"kv_cache_memory_bytes": seat.kv_cache_memory_bytes}) for seat in demo_plan.seats]
 
     engines = [engine for engine in plan_engines(demo_plan.model_copy(update={"inputs": demo_plan.inputs.model_copy(update={"vllm_version": "0.32"})}), RenderSettings())]
     rules = yaml.safe_load(prometheus_rules(demo_plan, engines, RenderSettings())["prometheus/seatplan.rules.yaml"])["groups"][0]["rules"]

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from seatplan.documents.observed import DiagnoseReport, ObservedFootprints
-from seatplan.documents.plan import Plan
+from seatplan.documents.plan import PLAN_VERSION, Plan, upgraded_plan
 from seatplan.documents.usage import UsageReport
 from seatplan.errors import SeatplanError
 from seatplan.fileio import read_bounded_bytes
@@ -26,7 +27,9 @@ Document = TypeVar("Document", bound=BaseModel)
 MAX_DOCUMENT_BYTES = 256 << 20  # a usage report of thousands of models and keys is a few MB
 # The kinds seatplan writes, and the newest version of each this seatplan reads.
 MAX_FLEET_SNIFF_BYTES = 4 << 20  # a fleet file is a few KB; a larger non-JSON file is not read again as YAML
-KIND_VERSIONS = {"seatplan.plan": 2, "seatplan.usage": 1, "seatplan.observed": 1, "seatplan.diagnose": 1}
+# An older version of a kind as the newest reads it (the previous release's plans stay readable).
+KIND_UPGRADES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"seatplan.plan": upgraded_plan}
+KIND_VERSIONS = {"seatplan.plan": PLAN_VERSION, "seatplan.usage": 1, "seatplan.observed": 1, "seatplan.diagnose": 1}
 
 
 # Each kind as people call it, the command that writes it and the options that read it: what a refusal says when
@@ -73,6 +76,7 @@ def read_document_and_json(path: str | Path, model: type[Document], what: str, f
     data = read_bounded_json(source, what, fix)
     check_kind(data, kind, what, str(source), fix)
     assert isinstance(data, dict)  # check_kind found a kind, which only a mapping has
+    data = KIND_UPGRADES.get(kind, lambda older: older)(data)
     return validated(model, data, str(source), fix), data
 
 

@@ -6,9 +6,9 @@ a document of another kind is refused on read.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from seatplan.documents.fleet import Device, StartedBy
 
@@ -16,6 +16,8 @@ Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
 # How a vLLM seat's KV cache is sized: pinned (--kv-cache-memory-bytes) by the KV rule or by the operator, or left to
 # --gpu-memory-utilization (vLLM before 0.10.2, which has no pin).
 KvMode = Literal["rule", "operator", "utilisation"]
+# the plan document's version this seatplan writes (documents.io.KIND_VERSIONS reads it)
+PLAN_VERSION = 3
 
 
 class ExplanationLine(BaseModel):
@@ -75,24 +77,49 @@ class KvReplayReading(BaseModel):
     rule_kv_bytes: int = Field(description="what the KV rule gives this seat, pinned or not")
 
 
-class PlannedSeat(BaseModel):
+class PlannedSeatBase(BaseModel):
+    """What every planned seat has, whatever runs it."""
+
     name: str
-    engine: Literal["vllm", "fixed"]
     model: str | None
     served_model_name: str
     port: int | None
     gpus: list[str]
     tensor_parallel_size: int
+    footprint_bytes: int
+    footprint_basis: Basis
+    footprint_parts: list[FootprintPart]
+    env: dict[str, str]
+    boot_order: int
+    explanation: list[ExplanationLine]
+    warnings: list[str]
+    host: str | None = None
+    address: str | None = Field(None, description="where the engine is reached (the host's address or name)")
+    device: Device = "cuda"
+    # secrets by reference (docs/fleet.md, "Secrets"): names only, never values
+    env_from_host: dict[str, str] = Field(default_factory=dict, description="the engine's variable → the host variable holding its value")
+    env_files: list[str] = Field(default_factory=list, description="files on the host the engine reads its environment from")
+    started_by: StartedBy | None = Field(None, description="how the engine was started before seatplan ran it (the cut-over)")
+    levers: list[Lever] = Field(default_factory=list, description="what each fleet-file change would take off the footprint per GPU")
+
+
+class PlannedVllmSeat(PlannedSeatBase):
+    """A vLLM engine: its sizing (every figure another stage reads, typed) and how render starts it.
+
+    The figures are None only where sizing has none: an unplaced seat has no utilisation and no settings; a seat whose
+    model facts could not be read has no KV figures."""
+
+    engine: Literal["vllm"] = "vllm"
+    kv_mode: KvMode = Field(description="how the KV cache is sized: pinned by the rule, pinned by the operator, or by "
+                            "--gpu-memory-utilization")
     kv_cache_memory_bytes: int | None
     max_model_len: int | None
     max_new_tokens: int | None
     kv_cache_tokens: int | None
     max_concurrency: float | None
-    footprint_bytes: int
-    footprint_basis: Basis
-    footprint_parts: list[FootprintPart]
+    num_gpu_blocks: int | None = Field(None, description="vLLM's num_gpu_blocks for the pinned KV bytes (exact)")
+    block_size: int | None = None
     vllm_args: list[str]
-    env: dict[str, str]
     gpu_memory_utilization: float | None
     # the highest value that passes vLLM's start-up check in each situation the engine starts in
     gpu_memory_utilization_cold_boot: float | None = Field(None, description="at a cold boot of the host, in boot order")
@@ -102,43 +129,70 @@ class PlannedSeat(BaseModel):
     # with the KV cache pinned: free memory at vLLM's snapshot less the request, in each situation (negative: refused)
     cold_boot_headroom_bytes: int | None = Field(None, description="at a cold boot in boot order")
     rolling_restart_headroom_bytes: int | None = Field(None, description="restarted alone beside its neighbours at plateau")
-    boot_order: int
-    explanation: list[ExplanationLine]
-    warnings: list[str]
-    # Added for render/apply/verify; defaults keep plans saved before them readable.
-    host: str | None = None
-    address: str | None = Field(None, description="where the engine is reached (the host's address or name)")
-    device: Device = "cuda"
-    vllm: VllmSettings | None = None
-    num_gpu_blocks: int | None = Field(None, description="vLLM's num_gpu_blocks for the pinned KV bytes (exact)")
-    # a fixed seat's rollout (issue 18): compose runs `image` with `command`; the engines after it wait on `health_url`
-    image: str | None = None
-    command: list[str] = Field(default_factory=list)
-    health_url: str | None = None
-    block_size: int | None = None
-    # secrets by reference (docs/fleet.md, "Secrets"): names only, never values
-    env_from_host: dict[str, str] = Field(default_factory=dict, description="the engine's variable → the host variable holding its value")
-    env_files: list[str] = Field(default_factory=list, description="files on the host the engine reads its environment from")
-    started_by: StartedBy | None = Field(None, description="how the engine was started before seatplan ran it (the cut-over)")
-    # Figures other stages read, typed (the explanation lines are for people); None in plans made before them.
+    vllm: VllmSettings | None = Field(None, description="how render starts the engine; None for a seat not placed")
     derived_max_model_len: int | None = Field(None, description="the longest context vLLM derives from the model's config")
     yarn_max_model_len: int | None = Field(None, description="the longest context with the model's YaRN option on; None without one")
     kv_replay: KvReplayReading | None = Field(None, description="the usage's replay read at this KV (plan --usage, when comparable)")
-    levers: list[Lever] = Field(default_factory=list, description="what each fleet-file change would take off the footprint per GPU")
-    kv_mode: KvMode | None = Field(None, description="how the KV cache is sized: pinned by the rule, pinned by the operator, or by "
-                                   "--gpu-memory-utilization; None for a fixed seat")
 
-    @model_validator(mode="after")
-    def _kv_mode_of_older_plans(self) -> PlannedSeat:
-        """Plans saved before ``kv_mode``: a pinned seat is the one with a rolling-restart headroom (the figure only a
-        pinned KV cache has), the operator's pin the one its kv_bytes line calls so; the rest sized by utilisation."""
-        if self.kv_mode is None and self.engine == "vllm" and self.vllm is not None:
-            if self.rolling_restart_headroom_bytes is None:
-                self.kv_mode = "utilisation"
-            else:
-                said = next((line.result for line in self.explanation if line.rule == "kv_bytes"), "")
-                self.kv_mode = "operator" if said.endswith("operator pin") else "rule"
-        return self
+    @property
+    def kv_pinned(self) -> bool:
+        """The KV cache is pinned (--kv-cache-memory-bytes), by the rule or by the operator."""
+        return self.kv_mode != "utilisation"
+
+
+class PlannedFixedSeat(PlannedSeatBase):
+    """A fixed engine (issue 18): compose runs ``image`` with ``command``; the engines after it wait on ``health_url``.
+    Its footprint is declared; it has no KV cache and no vLLM settings."""
+
+    engine: Literal["fixed"] = "fixed"
+    image: str | None = None
+    command: list[str] = Field(default_factory=list)
+    health_url: str | None = None
+
+
+PlannedSeat = Annotated[PlannedVllmSeat | PlannedFixedSeat, Field(discriminator="engine")]
+
+
+def vllm_args_of(seat: PlannedVllmSeat | PlannedFixedSeat) -> list[str]:
+    """The vLLM command seatplan starts the seat with; none for a fixed seat (compose runs its own command)."""
+    return seat.vllm_args if isinstance(seat, PlannedVllmSeat) else []
+
+# What only a vLLM seat has: a version 1 or 2 plan wrote them on every seat (None on a fixed one).
+VLLM_ONLY_FIELDS = tuple(name for name in PlannedVllmSeat.model_fields if name not in PlannedSeatBase.model_fields and name != "engine")
+FIXED_ONLY_FIELDS = tuple(name for name in PlannedFixedSeat.model_fields if name not in PlannedSeatBase.model_fields and name != "engine")
+
+
+def older_kv_mode(seat: dict[str, Any]) -> KvMode:
+    """The KV mode of a vLLM seat in a plan saved before ``kv_mode``: a pinned seat is the one with a rolling-restart
+    headroom (the figure only a pinned KV cache has), the operator's pin the one its kv_bytes line calls so; the rest
+    sized by utilisation. A seat not placed has no headroom: its kv_bytes line alone says whether it was pinned."""
+    explanation = seat.get("explanation")
+    lines = explanation if isinstance(explanation, list) else []
+    said = next((str(line.get("result", "")) for line in lines if isinstance(line, dict) and line.get("rule") == "kv_bytes"), "")
+    if said.endswith("operator pin"):
+        return "operator"
+    if seat.get("vllm") is None:
+        return "rule" if said else "utilisation"
+    return "utilisation" if seat.get("rolling_restart_headroom_bytes") is None else "rule"
+
+
+def upgraded_plan(data: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 or 2 plan as version 3 reads it: each seat with only its engine's fields, a vLLM seat with its
+    ``kv_mode`` (kept where the plan has it, else guessed as ``older_kv_mode`` says). A version 3 plan is returned as it is."""
+    if data.get("version") not in (1, 2) or not isinstance(data.get("seats"), list):
+        return data
+    seats = []
+    for seat in data["seats"]:
+        if not isinstance(seat, dict):
+            seats.append(seat)  # validation names it
+            continue
+        if seat.get("engine") == "fixed":
+            seats.append({key: value for key, value in seat.items() if key not in VLLM_ONLY_FIELDS})
+        else:
+            vllm_seat = {key: value for key, value in seat.items() if key not in FIXED_ONLY_FIELDS}
+            vllm_seat["kv_mode"] = seat.get("kv_mode") or older_kv_mode(seat)
+            seats.append(vllm_seat)
+    return data | {"seats": seats, "version": PLAN_VERSION}
 
 
 class PlannedGpu(BaseModel):
@@ -276,8 +330,9 @@ class PlanInputs(BaseModel):
 class Plan(BaseModel):
     kind: Literal["seatplan.plan"] = "seatplan.plan"
     # 2 added the spare-versus-moves frontier, both utilisation figures and each GPU's rejections; a version 1
-    # plan reads as one without them.
-    version: int = 2
+    # plan reads as one without them. 3 made a seat a union on ``engine`` (PlannedVllmSeat | PlannedFixedSeat) with an
+    # explicit kv_mode; version 1 and 2 plans are read through ``upgraded_plan``.
+    version: int = PLAN_VERSION
     seats: list[PlannedSeat]
     gpus: list[PlannedGpu]
     worst_case_spare_bytes: int | None
@@ -300,6 +355,10 @@ class Plan(BaseModel):
 
     def seat(self, name: str) -> PlannedSeat | None:
         return next((seat for seat in self.seats if seat.name == name), None)
+
+    def vllm_seats(self) -> list[PlannedVllmSeat]:
+        """The vLLM seats, in plan order (the seats that have a KV cache and a vLLM command)."""
+        return [seat for seat in self.seats if isinstance(seat, PlannedVllmSeat)]
 
 
 class FitReport(BaseModel):

@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Sequence
 
 from seatplan import versions
-from seatplan.documents.plan import PlannedSeat
+from seatplan.documents.plan import PlannedVllmSeat
 from seatplan.encode import refuse_controls
 from seatplan.engine.endpoint import DEFAULT_PORT
 from seatplan.errors import SeatplanError
@@ -39,7 +39,7 @@ def override_generation_config(max_new_tokens: int) -> str:
 
 
 def engine_command(
-    seat: PlannedSeat,
+    seat: PlannedVllmSeat,
     launcher: Sequence[str] = DEFAULT_LAUNCHER,
     *,
     utilisation: float | None = None,
@@ -87,7 +87,7 @@ def unsupported_flags(args: Sequence[str], vllm_version: str) -> list[str]:
     return versions.flag_problems(list(args), versions.modelled(vllm_version))
 
 
-def check_flags(seat: PlannedSeat, args: Sequence[str], vllm_version: str) -> None:
+def check_flags(seat: PlannedVllmSeat, args: Sequence[str], vllm_version: str) -> None:
     problems = unsupported_flags(args, vllm_version)
     if problems:
         raise SeatplanError(

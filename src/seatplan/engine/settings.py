@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from seatplan.documents.fleet import Device, Fleet, SeatSpec
 from seatplan.documents.fleet_file import eligible_gpus
-from seatplan.documents.plan import PlannedSeat
+from seatplan.documents.plan import PlannedVllmSeat
 from seatplan.engine.parse import int_flag, parse_args, yarn_override_factor
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings
@@ -105,7 +105,7 @@ def engine_settings(seat: SeatSpec, host: EngineHost, version: str) -> EngineSet
                      hf_overrides=None)
 
 
-def planned_engine_settings(seat: PlannedSeat, version: str) -> EngineSettings | None:
+def planned_engine_settings(seat: PlannedVllmSeat, version: str) -> EngineSettings | None:
     """The settings the plan started this seat with, at ``version``; None for a seat with no vLLM settings."""
     if seat.vllm is None:
         return None

@@ -16,7 +16,7 @@ from seatplan.documents.observed import (
     SeatReport,
     StatsSummary,
 )
-from seatplan.documents.plan import Plan
+from seatplan.documents.plan import Plan, PlannedVllmSeat
 from seatplan.observe.calibrate import (
     check_plan,
     footprints_from_processes,
@@ -121,7 +121,7 @@ def diagnose(*, boots: list[Boot], stats: list[EngineStats], series: list[GpuSer
             stats=summarise_stats(stats_by_seat[name]) if stats_by_seat.get(name) else None,
             observed=observed.get(name),
             planned_footprint_bytes=plan_seat.footprint_bytes if plan_seat else None,
-            findings=seat_findings(name, seat_boots, planned_kv_bytes=plan_seat.kv_cache_memory_bytes if plan_seat else None,
+            findings=seat_findings(name, seat_boots, planned_kv_bytes=plan_seat.kv_cache_memory_bytes if isinstance(plan_seat, PlannedVllmSeat) else None,
                                    rule_pin=(rule_pins or {}).get(name), **_neighbours(name, boots, seat_map)),
         )
         seat.findings.extend(f for f in report.findings if f.seat == name)

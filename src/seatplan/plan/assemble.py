@@ -14,9 +14,12 @@ from seatplan.documents.plan import (
     Plan,
     PlanInfeasibility,
     PlanInputs,
+    PlannedFixedSeat,
     PlannedFrontierPoint,
     PlannedGpu,
     PlannedSeat,
+    PlannedSeatBase,
+    PlannedVllmSeat,
     RunnerUp,
     ShortSeat,
     VllmSettings,
@@ -156,9 +159,8 @@ def plan_seat(
         env |= seat.extra_env
     elif not placed:
         warnings.append(f"{spec.name}: not placed")
-    planned = PlannedSeat(
+    common: dict[str, Any] = dict(
         name=spec.name,
-        engine=spec.engine,
         model=spec.model,
         served_model_name=spec.served_model_name or spec.name,
         port=spec.port,
@@ -167,27 +169,32 @@ def plan_seat(
         footprint_bytes=seat.footprint.footprint_bytes,
         footprint_basis=seat.footprint.basis,
         footprint_parts=seat.footprint.parts,
-        vllm_args=[],
         env=env,
-        gpu_memory_utilization=util,
-        gpu_memory_utilization_cold_boot=util_situations[0],
-        gpu_memory_utilization_rolling_restart=util_situations[1],
-        cold_boot_headroom_bytes=headrooms[0],
-        rolling_restart_headroom_bytes=headrooms[1],
         boot_order=boot_order,
         explanation=lines,
         warnings=warnings,
         host=host.name if host else None,
         address=host.reachable_at if host else None,
         device=host.device if host else "cuda",
-        vllm=settings,
-        image=spec.image if spec.engine == "fixed" else None,
-        command=list(spec.command) if spec.engine == "fixed" else [],
-        health_url=spec.health_url if spec.engine == "fixed" else None,
         env_from_host=spec.env_from_host,
         env_files=list(spec.env_files),
         started_by=spec.started_by,
+        levers=seat.levers,
+    )
+    if spec.engine == "fixed":
+        return PlannedFixedSeat(**common, image=spec.image, command=list(spec.command), health_url=spec.health_url)
+    assert seat.kv_mode is not None  # sizing gives every vLLM seat its KV mode (plan/size_seat.py)
+    planned = PlannedVllmSeat(
+        **common,
         **sized_figures(seat),
+        kv_mode=seat.kv_mode,
+        vllm_args=[],
+        gpu_memory_utilization=util,
+        gpu_memory_utilization_cold_boot=util_situations[0],
+        gpu_memory_utilization_rolling_restart=util_situations[1],
+        cold_boot_headroom_bytes=headrooms[0],
+        rolling_restart_headroom_bytes=headrooms[1],
+        vllm=settings,
     )
     if settings is not None:
         # The plan shows the command `seatplan render` writes with its default launcher.
@@ -197,11 +204,13 @@ def plan_seat(
 
 
 # The sized figures a planned seat carries under the same name (its warnings are assembled with the plan's own).
-SIZED_FIGURES = tuple(name for name in (item.name for item in fields(SizedSeat)) if name in PlannedSeat.model_fields and name != "warnings")
+SIZED_FIGURES = tuple(name for name in (item.name for item in fields(SizedSeat))
+                      if name in PlannedVllmSeat.model_fields and name not in PlannedSeatBase.model_fields and name != "kv_mode")
 
 
 def sized_figures(seat: SizedSeat) -> dict[str, Any]:
-    """What sizing decided, as the planned seat carries it: every SizedSeat field PlannedSeat has too, by name."""
+    """What sizing decided, as the planned vLLM seat carries it: every SizedSeat field PlannedVllmSeat has too, by name
+    (kv_mode apart: typed as required there, Optional in SizedSeat for a fixed seat)."""
     return {name: getattr(seat, name) for name in SIZED_FIGURES}
 
 

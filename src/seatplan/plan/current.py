@@ -14,7 +14,7 @@ from pathlib import Path
 from seatplan.documents.fleet import Fleet
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
 from seatplan.documents.io import read_bounded_json, read_plan
-from seatplan.documents.plan import Plan, PlanInfeasibility
+from seatplan.documents.plan import Plan, PlanInfeasibility, vllm_args_of
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import parse_env, split_shell_line
 from seatplan.errors import SeatplanError
@@ -70,7 +70,7 @@ def read_manifest(path: Path) -> dict:
 def from_plan(path: Path, source: str | None = None) -> CurrentLayout:
     plan = read_plan(path)
     placed = [seat for seat in plan.seats if seat.gpus]
-    return CurrentLayout(source or str(path), {seat.name: list(seat.gpus) for seat in placed}, {seat.name: list(seat.vllm_args) for seat in placed},
+    return CurrentLayout(source or str(path), {seat.name: list(seat.gpus) for seat in placed}, {seat.name: vllm_args_of(seat) for seat in placed},
                          {seat.name: seat.footprint_bytes for seat in placed})
 
 

@@ -16,6 +16,7 @@ from seatplan.documents.plan import (
     FLEET_CURRENT_LAYOUT,
     Plan,
     PlanInputs,
+    PlannedVllmSeat,
 )
 from seatplan.documents.usage import UsageReport, usage_of_seat
 from seatplan.errors import SeatplanError
@@ -104,7 +105,8 @@ def restarted_seats(plan: Plan, current: CurrentLayout) -> list[str]:
     (a fixed seat is not started by seatplan)."""
     return [
         seat.name for seat in plan.seats
-        if seat.gpus and seat.vllm_args and (current.gpus.get(seat.name) != seat.gpus or current.commands.get(seat.name) != seat.vllm_args)
+        if isinstance(seat, PlannedVllmSeat) and seat.gpus and seat.vllm_args
+        and (current.gpus.get(seat.name) != seat.gpus or current.commands.get(seat.name) != seat.vllm_args)
     ]
 
 

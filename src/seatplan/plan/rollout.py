@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from seatplan.documents.fleet import Fleet
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
-from seatplan.documents.plan import DownSpan, Plan, PlannedSeat, Rollout, RolloutFailure, RolloutStep, StartCheck
+from seatplan.documents.plan import DownSpan, Plan, PlannedSeat, PlannedVllmSeat, Rollout, RolloutFailure, RolloutStep, StartCheck, vllm_args_of
 from seatplan.plan.assemble import PRE_CHECK_PARTS
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.placement import gpu_label
@@ -113,8 +113,10 @@ def running_now(fleet: Fleet, current: CurrentLayout | None) -> Running | None:
 
 
 def engine_of(seat: PlannedSeat) -> Engine:
-    own = sum(part.bytes for part in seat.footprint_parts if part.name in PRE_CHECK_PARTS) if seat.engine == "vllm" else 0
-    return Engine(seat.footprint_bytes, own, seat.gpu_memory_utilization if seat.engine == "vllm" else None)
+    if not isinstance(seat, PlannedVllmSeat):
+        return Engine(seat.footprint_bytes, 0, None)  # a fixed seat: no vLLM start-up check
+    own = sum(part.bytes for part in seat.footprint_parts if part.name in PRE_CHECK_PARTS)
+    return Engine(seat.footprint_bytes, own, seat.gpu_memory_utilization)
 
 
 def rollout_problem(plan: Plan, running: Running) -> RolloutProblem:
@@ -140,7 +142,7 @@ def rollout_problem(plan: Plan, running: Running) -> RolloutProblem:
         if now is None and seat.engine == "fixed":
             unchanged.append(Unchanged(seat.name, new, seat.footprint_bytes))
             continue
-        same_command = running.commands is None or running.commands.get(seat.name) == seat.vllm_args
+        same_command = running.commands is None or running.commands.get(seat.name) == vllm_args_of(seat)
         old_footprint = max(seat.footprint_bytes, running.footprints_bytes.get(seat.name, 0))
         if now == new and same_command:
             unchanged.append(Unchanged(seat.name, new, old_footprint))

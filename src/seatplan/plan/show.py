@@ -8,7 +8,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat, RunnerUp
+from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat, PlannedVllmSeat, RunnerUp, vllm_args_of
 from seatplan.output import fit_table
 from seatplan.plan.rollout_show import print_rollout
 from seatplan.units import GiB, human_bytes
@@ -139,6 +139,9 @@ def seat_table(plan: Plan) -> Table:
     for column in ("boot", "seat", "GPUs", "KV bytes", "KV GiB", "max_model_len", "output cap", "KV tokens", "conc.", "util"):
         table.add_column(column, justify="left" if column in ("seat", "GPUs") else "right")
     for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
+        if not isinstance(seat, PlannedVllmSeat):
+            table.add_row(str(seat.boot_order), seat.name, ",".join(seat.gpus) or "-", *["-"] * 7)
+            continue
         table.add_row(
             str(seat.boot_order),
             seat.name,
@@ -156,7 +159,7 @@ def seat_table(plan: Plan) -> Table:
 
 def replay_table(plan: Plan) -> Table | None:
     """The usage stage's replay at each seat's planned KV (its ``kv_replay`` reading; ``plan --usage``)."""
-    readings = [(seat.name, seat.kv_replay) for seat in plan.seats if seat.kv_replay is not None]
+    readings = [(seat.name, seat.kv_replay) for seat in plan.vllm_seats() if seat.kv_replay is not None]
     if not readings:
         return None
     table = Table(title="The window's requests replayed against each KV cache (blocks in flight; an upper bound: no prefix-cache credit)", title_justify="left")
@@ -174,7 +177,7 @@ def replay_table(plan: Plan) -> Table | None:
 
 def command_line(seat: PlannedSeat) -> str:
     env = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(seat.env.items()))
-    return f"{env} {shlex.join(seat.vllm_args)}".strip()
+    return f"{env} {shlex.join(vllm_args_of(seat))}".strip()
 
 
 def print_plan(console: Console, plan: Plan) -> None:
@@ -193,7 +196,7 @@ def print_plan(console: Console, plan: Plan) -> None:
         console.print(fit_table(replayed, console.width))
     console.print(Text("Command lines (in boot order; start each when the one before it is ready)", style="bold"))
     for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
-        if seat.vllm_args:
+        if vllm_args_of(seat):
             console.print(Text(f"{seat.boot_order}. {seat.name}:", style="bold"), Text(command_line(seat)), soft_wrap=True)
         else:
             console.print(Text(f"{seat.boot_order}. {seat.name}:", style="bold"), Text(f"fixed seat, {gib(seat.footprint_bytes)} GiB on {', '.join(seat.gpus)}"))
@@ -285,7 +288,7 @@ def explanation_renderable(seat: PlannedSeat, width: int = 80) -> Group:
     for part in seat.footprint_parts:
         parts.add_row(part.name, f"{part.bytes:,}", gib(part.bytes), part.basis, part.note)
     items.append(fit_table(parts, width, ("GiB", "basis")))
-    if seat.vllm_args:
+    if vllm_args_of(seat):
         items.append(Text("command line: " + command_line(seat)))
     items += [Text(f"warning: {warning}", style="yellow") for warning in seat.warnings]
     return Group(*items)

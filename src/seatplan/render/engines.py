@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from seatplan.documents.fleet import HOST_PATH_PATTERN
-from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.documents.plan import Plan, PlannedFixedSeat, PlannedSeat, PlannedVllmSeat
 from seatplan.encode import address_problem, check_name, control_character
 from seatplan.engine.command import check_flags, engine_command
 from seatplan.engine.endpoint import base_url, health_url, instance_label, local_address
@@ -21,7 +21,7 @@ def gpu_indices(seat: PlannedSeat) -> list[str]:
 
 @dataclass(frozen=True)
 class Engine:
-    seat: PlannedSeat
+    seat: PlannedVllmSeat
     host: str
     address: str
     port: int
@@ -59,7 +59,7 @@ class Engine:
 class FixedSeat:
     """A placed fixed (non-vLLM) seat: compose runs it where the plan gives an image; else it is not managed."""
 
-    seat: PlannedSeat
+    seat: PlannedFixedSeat
     host: str
 
     @property
@@ -80,17 +80,17 @@ def fixed_seats(plan: Plan) -> list[FixedSeat]:
     return [
         FixedSeat(seat=seat, host=seat.host or seat.gpus[0].rsplit(":", 1)[0])
         for seat in sorted(plan.seats, key=lambda seat: seat.boot_order)
-        if seat.engine == "fixed" and seat.gpus
+        if isinstance(seat, PlannedFixedSeat) and seat.gpus
     ]
 
 
-def rolling_restart_utilisation(seat: PlannedSeat) -> float | None:
+def rolling_restart_utilisation(seat: PlannedVllmSeat) -> float | None:
     """The ``--gpu-memory-utilization`` that passes vLLM's start-up check with the neighbours at plateau.
 
     Apply restarts one engine at a time beside running neighbours, so it starts with the plan's
     rolling-restart value; plans saved before that figure existed fall back to the one chosen value.
     """
-    if seat.kv_mode in ("rule", "operator"):
+    if seat.kv_pinned:
         return seat.gpu_memory_utilization  # the KV cache is pinned: one value from the seat alone serves both situations
     if seat.gpu_memory_utilization_rolling_restart is not None:
         return seat.gpu_memory_utilization_rolling_restart
@@ -123,9 +123,7 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
     if plan.worst_case_spare_bytes is None:
         raise SeatplanError("the plan places no seats (it did not fit)", fix="fix the fleet until `seatplan plan` finds a layout, then render that plan")
     engines = []
-    for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
-        if seat.engine != "vllm":
-            continue
+    for seat in sorted(plan.vllm_seats(), key=lambda seat: seat.boot_order):
         if not seat.gpus or seat.vllm is None:
             raise SeatplanError(
                 f"seat {seat.name} has no placement or engine settings", where=f"seat {seat.name}", fix="re-plan with this seatplan (`seatplan plan FLEET -o plan.json`)"

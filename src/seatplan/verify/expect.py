@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seatplan.documents.fleet_file import resolve_model
-from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.documents.plan import Plan, PlannedVllmSeat
 from seatplan.engine.endpoint import base_url
 from seatplan.engine.settings import planned_engine_settings
 from seatplan.errors import SeatplanError
@@ -68,7 +68,7 @@ def seat_host(gpu_labels: list[str]) -> str | None:
     return gpu_labels[0].rsplit(":", 1)[0] if gpu_labels else None
 
 
-def planned_kv(seat: PlannedSeat) -> KvPrediction | None:
+def planned_kv(seat: PlannedVllmSeat) -> KvPrediction | None:
     """The plan's own KV figures for the seat; None for a plan saved before it carried all of them."""
     if seat.block_size is None or seat.num_gpu_blocks is None or seat.kv_cache_tokens is None or seat.max_concurrency is None:
         return None
@@ -76,7 +76,7 @@ def planned_kv(seat: PlannedSeat) -> KvPrediction | None:
                         kv_cache_size_tokens=seat.kv_cache_tokens, max_concurrency=seat.max_concurrency)
 
 
-def seat_facts(seat: PlannedSeat, version: str, fleet_dir: Path, facts_loader: FactsLoader) -> ModelFacts:
+def seat_facts(seat: PlannedVllmSeat, version: str, fleet_dir: Path, facts_loader: FactsLoader) -> ModelFacts:
     """The seat's model facts under the settings the plan started it with, at ``version``."""
     settings = planned_engine_settings(seat, version)
     if settings is None:
@@ -85,14 +85,14 @@ def seat_facts(seat: PlannedSeat, version: str, fleet_dir: Path, facts_loader: F
     return facts_loader(resolve_model(seat.model or "", fleet_dir), settings)
 
 
-def expected_kv(seat: PlannedSeat, version: str, plan_version: str, fleet_dir: Path,
+def expected_kv(seat: PlannedVllmSeat, kv_bytes: int, max_model_len: int, version: str, plan_version: str, fleet_dir: Path,
                 facts_loader: FactsLoader) -> KvPrediction:
-    """The plan's figures at the plan's version; the facts stage's prediction at any other."""
-    assert seat.kv_cache_memory_bytes is not None and seat.max_model_len is not None
+    """The plan's figures at the plan's version; the facts stage's prediction at any other (of the seat's pinned
+    ``kv_bytes`` at its ``max_model_len``)."""
     planned = planned_kv(seat) if version == plan_version else None
     if planned is not None:
         return planned
-    return predict_kv(seat_facts(seat, version, fleet_dir, facts_loader), seat.kv_cache_memory_bytes, seat.max_model_len)
+    return predict_kv(seat_facts(seat, version, fleet_dir, facts_loader), kv_bytes, max_model_len)
 
 
 def seat_expectations(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, facts_loader: FactsLoader,
@@ -100,8 +100,8 @@ def seat_expectations(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, f
     """What every planned vLLM seat must show; the KV prediction at ``vllm_version`` (default: the plan's)."""
     version = vllm_version or plan.inputs.vllm_version
     expectations = []
-    for seat in plan.seats:
-        if seat.engine != "vllm" or not seat.vllm_args:
+    for seat in plan.vllm_seats():
+        if not seat.vllm_args:
             continue
         host = seat.host or seat_host(seat.gpus) or ""
         address = seat.address or hosts.get(host, HostInfo(address=host)).address
@@ -110,7 +110,7 @@ def seat_expectations(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, f
             problem = "the plan pins no KV size or context for this seat"
         else:
             try:
-                kv = expected_kv(seat, version, plan.inputs.vllm_version, fleet_dir, facts_loader)
+                kv = expected_kv(seat, seat.kv_cache_memory_bytes, seat.max_model_len, version, plan.inputs.vllm_version, fleet_dir, facts_loader)
             except SeatplanError as error:
                 problem = error.message
         expectations.append(SeatExpectation(

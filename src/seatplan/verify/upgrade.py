@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seatplan import versions
-from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.documents.plan import Plan, PlannedVllmSeat
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import ModelFacts
 from seatplan.verify.expect import FactsLoader, seat_facts
@@ -28,7 +28,7 @@ def upgrade_report(plan: Plan, fleet_dir: Path, facts_loader: FactsLoader,
     now_version, after_version = plan.inputs.vllm_version, to_version
     old, new = versions.modelled(now_version), versions.modelled(after_version)
     changes: list[UpgradeChange] = []
-    seats = [seat for seat in plan.seats if seat.engine == "vllm" and seat.vllm_args]
+    seats = [seat for seat in plan.vllm_seats() if seat.vllm_args]
     for seat in seats:
         changes += seat_changes(seat, fleet_dir, facts_loader, now_version, after_version)
     changes += behaviour_rows(old, new, any(seat.max_new_tokens for seat in seats))
@@ -37,12 +37,13 @@ def upgrade_report(plan: Plan, fleet_dir: Path, facts_loader: FactsLoader,
                          unchanged_seats=[seat.name for seat in seats if seat.name not in changed])
 
 
-def seat_changes(seat: PlannedSeat, fleet_dir: Path, facts_loader: FactsLoader,
+def seat_changes(seat: PlannedVllmSeat, fleet_dir: Path, facts_loader: FactsLoader,
                  now_version: str, after_version: str) -> list[UpgradeChange]:
     changes = [UpgradeChange(seat=seat.name, what="flag", now="accepted", after=problem, area="flags")
                for problem in versions.flag_problems(seat.vllm_args, versions.modelled(after_version))]
     changes += rope_key_changes(seat, after_version)
-    if seat.kv_cache_memory_bytes is None or seat.max_model_len is None:
+    kv_bytes, length = seat.kv_cache_memory_bytes, seat.max_model_len
+    if kv_bytes is None or length is None:
         return changes
     try:
         now = seat_facts(seat, now_version, fleet_dir, facts_loader)
@@ -50,13 +51,12 @@ def seat_changes(seat: PlannedSeat, fleet_dir: Path, facts_loader: FactsLoader,
     except SeatplanError as error:
         return changes + [UpgradeChange(seat=seat.name, what="prediction", now=None, after=None, area="kv",
                                         note=f"no prediction: {error.message}")]
-    return changes + kv_changes(seat, now, after)
+    return changes + kv_changes(seat, kv_bytes, length, now, after)
 
 
-def kv_changes(seat: PlannedSeat, now: ModelFacts, after: ModelFacts) -> list[UpgradeChange]:
-    """The predicted figures of this seat's pinned KV cache and context that differ between the versions."""
-    assert seat.kv_cache_memory_bytes is not None and seat.max_model_len is not None
-    kv_bytes, length = seat.kv_cache_memory_bytes, seat.max_model_len
+def kv_changes(seat: PlannedVllmSeat, kv_bytes: int, length: int, now: ModelFacts, after: ModelFacts) -> list[UpgradeChange]:
+    """The predicted figures of this seat's pinned KV cache (``kv_bytes``) at its context (``length``) that differ
+    between the versions."""
     before, later = now.capacity(kv_bytes, length), after.capacity(kv_bytes, length)
     rows: list[tuple[str, Value, Value, str, str]] = [
         ("block_size", now.block_size, after.block_size, "kv", ""),
@@ -73,7 +73,7 @@ def kv_changes(seat: PlannedSeat, now: ModelFacts, after: ModelFacts) -> list[Up
             for what, was, will, area, note in rows if was != will]
 
 
-def rope_key_changes(seat: PlannedSeat, after_version: str) -> list[UpgradeChange]:
+def rope_key_changes(seat: PlannedVllmSeat, after_version: str) -> list[UpgradeChange]:
     """YaRN switched on through ``--hf-overrides`` under the key the new version no longer reads."""
     overrides = (seat.vllm.hf_overrides if seat.vllm else None) or {}
     used = next((key for key in ROPE_KEYS if key in overrides), None)
@@ -84,7 +84,7 @@ def rope_key_changes(seat: PlannedSeat, after_version: str) -> list[UpgradeChang
                           note=f"re-plan for the new version: its --hf-overrides must say {wanted} or YaRN stays off")]
 
 
-def _long_len_note(seat: PlannedSeat, after: ModelFacts) -> str:
+def _long_len_note(seat: PlannedVllmSeat, after: ModelFacts) -> str:
     length = seat.max_model_len or 0
     if length > after.max_context_derived and seat.env.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") != "1":
         return f"--max-model-len {length:,} exceeds it: vLLM refuses to start without VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"

@@ -38,7 +38,7 @@ class SeatTokens:
 
 def seat_tokens(plan: Plan, usage: UsageReport | None) -> list[SeatTokens]:
     rows = []
-    for seat in plan.seats:
+    for seat in plan.vllm_seats():
         if seat.kv_cache_tokens is None:
             continue
         # The plan's own choice of usage entry (documents.usage.usage_of_seat), so the report draws the traffic
@@ -74,7 +74,7 @@ def kv_figure(plan: Plan, usage: UsageReport | None) -> Figure | None:
     figure.add_trace(go.Bar(name="KV budget (tokens it holds)", orientation="h", y=seats, x=[row.kv_budget_tokens for row in rows],
                             marker=dict(color="rgba(245, 133, 24, 0.55)", line=dict(color="#f58518", width=1)),
                             customdata=[[gib(seat.kv_cache_memory_bytes), f"{seat.kv_cache_memory_bytes or 0:,}",
-                                         f"{seat.max_concurrency or 0:.2f}"] for seat in plan.seats if seat.kv_cache_tokens is not None],
+                                         f"{seat.max_concurrency or 0:.2f}"] for seat in plan.vllm_seats() if seat.kv_cache_tokens is not None],
                             hovertemplate="<b>%{y}</b>: KV cache holds %{x:,} tokens<br>%{customdata[0]} GiB "
                                           "(%{customdata[1]} B), %{customdata[2]}× one max-length request<extra></extra>"))
     for field_name, legend, symbol, colour, meaning in TOKEN_MARKS:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from seatplan.documents.plan import Plan, PlannedGpu, PlannedVllmSeat
+from seatplan.documents.plan import Plan, PlannedGpu, PlannedSeat, PlannedVllmSeat
 from seatplan.documents.usage import ModelUsage, RunawayRule, UsageReport, UsageWindow
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from kits.parts import require
 from kits.vllm_engine import vllm_installed, vllm_python
 from seatplan.documents.fleet_file import load_fleet
-from seatplan.documents.plan import Plan, PlannedSeat, vllm_args_of
+from seatplan.documents.plan import Plan, PlannedSeat, PlannedVllmSeat, vllm_args_of
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.planner import build_plan
 from seatplan.plan.rollout import plan_rollout
@@ -149,7 +149,7 @@ def no_order_exists(plan: Plan, current: CurrentLayout) -> bool:
         for seat in order:
             for label in seat.gpus:
                 free, total = snapshot(plan, where, seat, label)
-                if free < seat.footprint_bytes or (seat.gpu_memory_utilization is not None and
+                if free < seat.footprint_bytes or (isinstance(seat, PlannedVllmSeat) and seat.gpu_memory_utilization is not None and
                                                     free - own_context(seat) < requested_bytes(total, seat.gpu_memory_utilization)):
                     break
             else:
@@ -200,7 +200,7 @@ def replay_on(plan: Plan, where: dict[str, tuple[list[str], int]], cases: list[d
             for label in seat.gpus:
                 free, total = snapshot(plan, where, seat, label)
                 assert free >= seat.footprint_bytes, f"step {number}: {seat.name} does not fit on {label}"
-                if seat.gpu_memory_utilization is not None:
+                if isinstance(seat, PlannedVllmSeat) and seat.gpu_memory_utilization is not None:
                     requested = requested_bytes(total, seat.gpu_memory_utilization)
                     cases += [{"free_bytes": free - own_context(seat), "total_bytes": total, "util": seat.gpu_memory_utilization},
                               {"free_bytes": requested - 1, "total_bytes": total, "util": seat.gpu_memory_utilization}]

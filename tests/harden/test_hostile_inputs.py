@@ -192,7 +192,7 @@ def test_the_plan_document_carries_its_kind_and_is_checked_where_read(tmp_path: 
     outcome = seatplan("plan", str(plan_fleet), "-o", str(plan), "--json")
     assert outcome.exit_code == 0, outcome.stderr
     document = json.loads(plan.read_text())
-    assert (document["kind"], document["version"]) == ("seatplan.plan", 2)
+    assert (document["kind"], document["version"]) == ("seatplan.plan", 3)
     usage = tmp_path / "usage.json"
     usage.write_text(json.dumps({"kind": "seatplan.usage", "version": 1, "models": {}}))
     refused(seatplan("diagnose", "--nvidia-smi", str(NVIDIA_SMI), "--plan", str(usage), "--json"), "seatplan.usage")

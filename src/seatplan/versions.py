@@ -262,5 +262,6 @@ def flag_problem(name: str, version: Version) -> str | None:
 
 
 def flag_problems(args: list[str], version: Version) -> list[str]:
-    """:func:`flag_problem` for every ``--flag`` of a command line."""
+    """:func:`flag_problem` for every ``--flag`` given, once each: the flags as ``engine.parse.read_vllm_args`` spells
+    them out (``engine.command.unsupported_flags`` reads a command line so; this module may not import engine)."""
     return [problem for arg in args if arg.startswith("--") and (problem := flag_problem(arg, version))]

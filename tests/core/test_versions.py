@@ -10,6 +10,8 @@ import pytest
 from kits.parts import require
 from kits.vllm_engine import vllm_installed, vllm_python, vllm_venv
 from seatplan import versions
+from seatplan.engine.command import unsupported_flags
+from seatplan.engine.parse import flag_table
 from seatplan.facts.models import EngineSettings, parse_vllm_version
 from seatplan.observe.findings import KV_BYTES_FLAG_SINCE, version_tuple
 from seatplan.plan.footprint import version_key
@@ -105,3 +107,34 @@ def test_the_flag_table_agrees_with_vllm_0_32s_own_argument_parser():
     newest = (0, 32)
     assert {row.name for row in versions.FLAGS if row.at(newest)} <= parser_flags
     assert not {row.name for row in versions.FLAGS if not row.at(newest)} & parser_flags
+
+
+def _unique_prefix(name: str) -> str:
+    """The shortest start of ``name`` that vLLM 0.32's parser reads as ``name`` alone (argparse's allow_abbrev)."""
+    table = flag_table()
+    for cut in range(3, len(name) + 1):
+        if {table[other].name for other in table if other.startswith(name[:cut])} == {table[name].name}:
+            return name[:cut]
+    return name
+
+
+def test_flag_problems_are_the_same_for_every_spelling_vllm_reads_alike(rng):
+    """A flag the table knows, spelled ``--flag v``, ``--flag=v`` or a unique prefix, draws the same sentence:
+    the judge reads the command line as the engine's own reader does (engine.parse.read_vllm_args)."""
+    table = flag_table()
+    known = [row.name for row in versions.FLAGS if row.name in table]
+    releases = sorted({row.since for row in versions.FLAGS} | {row.until for row in versions.FLAGS if row.until})
+    for _ in range(200):
+        chosen = rng.sample(known, rng.randint(1, min(6, len(known))))
+        version = ".".join(map(str, rng.choice(releases)))
+        spellings: list[list[str]] = [["--model", "m"] for _ in range(3)]
+        for name in chosen:
+            takes_value = table[name].kind != "switch"
+            value = [str(rng.randint(1, 1 << 20))] if takes_value else []
+            spellings[0] += [name, *value]
+            spellings[1] += [f"{name}={value[0]}"] if takes_value else [name]
+            spellings[2] += [_unique_prefix(name), *value]
+        problems = [unsupported_flags(words, version) for words in spellings]
+        assert problems[0] == problems[1] == problems[2], (spellings, version)
+        expected = [problem for name in dict.fromkeys(chosen) if (problem := versions.flag_problem(name, versions.modelled(version)))]
+        assert problems[0] == expected, (spellings, version)

@@ -16,7 +16,8 @@ import yaml
 
 from seatplan.errors import SeatplanError
 
-__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_NODES", "PathKey", "check_yaml_limits", "format_path", "line_of", "read_yaml_lines"]
+__all__ = ["MAX_YAML_DEPTH", "MAX_YAML_NODES", "PathKey", "check_yaml_limits", "format_path", "line_of", "read_yaml_lines",
+           "read_yaml_node"]
 
 PathKey = tuple[str | int, ...]
 
@@ -43,7 +44,21 @@ def read_yaml_lines(text: str, display: str, what: str = "fleet file",
 
     ``display`` is the file name errors carry (``fleet.yaml:23``), ``what`` what people call the file. Every error is a
     ``SeatplanError`` at its line: not YAML, empty, too large once aliases expand, nested too deep, a key that is no
-    plain name or given twice. PyYAML's libyaml loader keeps the same marks and is several times faster.
+    plain name or given twice.
+    """
+    data, node = read_yaml_node(text, display, what, empty_fix)
+    lines: dict[PathKey, int] = {}
+    _collect_lines(node, (), lines, display)
+    return data, lines
+
+
+def read_yaml_node(text: str, display: str, what: str, empty_fix: str) -> tuple[Any, Any]:
+    """YAML ``text`` → (the document, its composed root node), within the node and depth limits.
+
+    The one YAML loader of the project: :func:`read_yaml_lines` records lines by path from the node, ``seatplan
+    adopt``'s readers walk the node itself (a compose file's ``<<`` merge keys and anchors stay YAML's business:
+    the constructor resolves them, the node keeps every mark). PyYAML's libyaml loader keeps the same marks and is
+    several times faster. Every error is a ``SeatplanError`` naming ``display`` and, where YAML says, the line.
     """
     try:
         loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
@@ -52,20 +67,16 @@ def read_yaml_lines(text: str, display: str, what: str = "fleet file",
             if node is None:
                 raise SeatplanError(f"the {what} is empty", where=display, fix=empty_fix)
             check_yaml_limits(node, display, what)
-            lines: dict[PathKey, int] = {}
-            _collect_lines(node, (), lines, display)
-            data = loader.construct_document(node)
+            return loader.construct_document(node), node
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as problem:
         mark = problem.problem_mark or problem.context_mark
         line = mark.line + 1 if mark else 1
-        raise SeatplanError(
-            f"not valid YAML: {problem.problem or problem.context}", where=f"{display}:{line}", fix="correct the YAML syntax at that line"
-        ) from None
+        raise SeatplanError(f"the {what} is not valid YAML: {problem.problem or problem.context}",
+                            where=f"{display}:{line}", fix="correct the YAML syntax at that line") from None
     except yaml.YAMLError as problem:  # the reader's errors (a control character, a bad encoding) carry no mark
-        raise SeatplanError(f"not valid YAML: {problem}", where=display, fix=f"save the {what} as plain UTF-8 YAML") from None
-    return data, lines
+        raise SeatplanError(f"the {what} is not valid YAML: {problem}", where=display, fix=f"save the {what} as plain UTF-8 YAML") from None
 
 
 MAX_YAML_NODES = 100_000  # counted with every alias expanded, as the loader would build them

@@ -16,6 +16,7 @@ from seatplan import versions
 from seatplan.documents.plan import PlannedVllmSeat
 from seatplan.encode import refuse_controls
 from seatplan.engine.endpoint import DEFAULT_PORT
+from seatplan.engine.parse import read_vllm_args
 from seatplan.errors import SeatplanError
 
 __all__ = ["COMMAND_KEY", "DEFAULT_LAUNCHER", "DEFAULT_PORT", "MODULE_LAUNCHER", "check_flags", "engine_command",
@@ -84,7 +85,9 @@ def engine_command(
 
 def unsupported_flags(args: Sequence[str], vllm_version: str) -> list[str]:
     """One sentence per flag the version does not have, naming the release that added (or dropped) it (``versions.FLAGS``)."""
-    return versions.flag_problems(list(args), versions.modelled(vllm_version))
+    # judged on the flags vLLM's parser reads (--x=v, a unique prefix, --no-x spelled out), not on raw "--" words
+    spelled = list(dict.fromkeys(written[0] for written in read_vllm_args(args).written))
+    return versions.flag_problems(spelled, versions.modelled(vllm_version))
 
 
 def check_flags(seat: PlannedVllmSeat, args: Sequence[str], vllm_version: str) -> None:

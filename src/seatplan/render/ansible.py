@@ -24,8 +24,8 @@ from seatplan.render.engines import Engine, FixedSeat
 from seatplan.render.gateway import gateway_files, gateway_variables
 from seatplan.render.settings import RenderSettings
 from seatplan.render.targets import ENGINE_LAUNCHER, HEADER, LAUNCHER_SCRIPT, Files, compose_hosts, compose_path, seat_compose_path
+from seatplan.render.tasks import HEALTH_POLL_S, url_wait_task
 
-HEALTH_POLL_S = 5
 SYSTEMD_UNIT = "seatplan-vllm@.service"
 SYSTEMD_DIR = "/etc/systemd/system"
 DROP_IN = "seatplan.conf"  # the seat's own part of the unit: its env_files and the host variables it is passed
@@ -208,16 +208,8 @@ def shell(name: str, command: str, when: str, **more: object) -> dict:
 
 
 def health_wait(name: str, when: str, **more: object) -> dict:
-    return {
-        "name": name,
-        "ansible.builtin.uri": {"url": "{{ seat.health_url }}", "status_code": 200},
-        "register": "seatplan_health",
-        "until": "seatplan_health.status == 200",
-        "retries": "{{ seatplan_health_retries }}",
-        "delay": "{{ seatplan_health_delay_s }}",
-        "when": f"({when}) and {NOT_CHECK}",
-        **more,
-    }
+    return url_wait_task(name, "{{ seat.health_url }}", "seatplan_health", delay="{{ seatplan_health_delay_s }}",
+                         when=f"({when}) and {NOT_CHECK}", **more)
 
 
 def daemon_reload(when: str, **more: object) -> dict:
@@ -490,17 +482,9 @@ def drop_in(engine: Engine) -> str:
 
 def fixed_wait_task() -> dict:
     """The fixed seats boot first: wait for each one's health URL before restarting any engine on its host."""
-    return {
-        "name": "fixed seats: wait for their health URL before the engines",
-        "ansible.builtin.uri": {"url": "{{ fixed.health_url }}", "status_code": 200},
-        "register": "seatplan_fixed_health",
-        "until": "seatplan_fixed_health.status == 200",
-        "retries": "{{ seatplan_health_retries }}",
-        "delay": HEALTH_POLL_S,
-        "loop": "{{ seatplan_fixed[inventory_hostname] | default([]) }}",
-        "loop_control": {"loop_var": "fixed", "label": "{{ fixed.name }}"},
-        "when": "not ansible_check_mode",
-    }
+    return url_wait_task("fixed seats: wait for their health URL before the engines", "{{ fixed.health_url }}", "seatplan_fixed_health",
+                         loop="{{ seatplan_fixed[inventory_hostname] | default([]) }}",
+                         loop_control={"loop_var": "fixed", "label": "{{ fixed.name }}"}, when=NOT_CHECK)
 
 
 def gateway_plays(settings: RenderSettings) -> list[dict]:

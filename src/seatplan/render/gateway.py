@@ -25,8 +25,8 @@ import hashlib
 from seatplan.encode import Unsafe, ansible_unsafe
 from seatplan.render.engines import Engine
 from seatplan.render.settings import RenderSettings
+from seatplan.render.tasks import url_wait_task
 
-HEALTH_POLL_S = 5
 SMOKE_TIMEOUT_S = 120
 # What a failed step's message starts with: `seatplan apply` names the step from it.
 GATEWAY_FAILED = "seatplan-gateway-failed"
@@ -84,14 +84,7 @@ def _restore(path: str, registered: str, rendered_sha1: str, what: str) -> dict:
 
 
 def gateway_health_task() -> dict:
-    return {
-        "name": "gateway: wait for /health/liveliness",
-        "ansible.builtin.uri": {"url": "{{ seatplan_gateway_url }}/health/liveliness", "status_code": 200},
-        "register": "seatplan_gateway_health",
-        "until": "seatplan_gateway_health.status == 200",
-        "retries": "{{ seatplan_health_retries }}",
-        "delay": HEALTH_POLL_S,
-    }
+    return url_wait_task("gateway: wait for /health/liveliness", "{{ seatplan_gateway_url }}/health/liveliness", "seatplan_gateway_health")
 
 
 def gateway_smoke_task() -> dict:

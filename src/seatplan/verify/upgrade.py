@@ -11,6 +11,7 @@ from pathlib import Path
 
 from seatplan import versions
 from seatplan.documents.plan import Plan, PlannedVllmSeat
+from seatplan.engine.command import unsupported_flags
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import ModelFacts
 from seatplan.verify.expect import FactsLoader, seat_facts
@@ -40,7 +41,7 @@ def upgrade_report(plan: Plan, fleet_dir: Path, facts_loader: FactsLoader,
 def seat_changes(seat: PlannedVllmSeat, fleet_dir: Path, facts_loader: FactsLoader,
                  now_version: str, after_version: str) -> list[UpgradeChange]:
     changes = [UpgradeChange(seat=seat.name, what="flag", now="accepted", after=problem, area="flags")
-               for problem in versions.flag_problems(seat.vllm_args, versions.modelled(after_version))]
+               for problem in unsupported_flags(seat.vllm_args, after_version)]
     changes += rope_key_changes(seat, after_version)
     kv_bytes, length = seat.kv_cache_memory_bytes, seat.max_model_len
     if kv_bytes is None or length is None:

@@ -1,4 +1,4 @@
-"""Reading a deployment's files: bounded, UTF-8, YAML with the fleet loader's limits and line numbers.
+"""Reading a deployment's files: bounded, UTF-8, YAML through the project's one loader (documents.yaml_lines).
 
 Every reader of adopt reads through here, so a hostile file cannot make adopt build a huge document, and each
 error names the file and line.
@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from seatplan.documents.fleet_file import check_yaml_limits
+from seatplan.documents.yaml_lines import read_yaml_node
 from seatplan.errors import SeatplanError
 from seatplan.fileio import read_bounded_bytes
 
@@ -29,24 +29,8 @@ def read_text(path: Path, what: str, fix: str) -> str:
 
 
 def read_yaml(path: Path, what: str) -> tuple[Any, Any]:
-    """The document and its composed node (for line numbers), with the fleet loader's size limits."""
-    text = read_text(path, what, f"give the path of the {what}")
-    try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
-        try:
-            node = loader.get_single_node()
-            if node is None:
-                raise SeatplanError(f"the {what} is empty", where=str(path), fix=f"give the path of the {what}")
-            check_yaml_limits(node, str(path))
-            return loader.construct_document(node), node
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as problem:
-        mark = problem.problem_mark or problem.context_mark
-        raise SeatplanError(f"the {what} is not valid YAML: {problem.problem or problem.context}",
-                            where=f"{path}:{mark.line + 1 if mark else 1}", fix="correct the YAML at that line") from None
-    except yaml.YAMLError as problem:
-        raise SeatplanError(f"the {what} is not valid YAML: {problem}", where=str(path), fix="save it as plain UTF-8 YAML") from None
+    """The document and its composed node (for line numbers), read by the project's one YAML loader."""
+    return read_yaml_node(read_text(path, what, f"give the path of the {what}"), str(path), what, f"give the path of the {what}")
 
 
 def child(node: Any, key: str, *, key_node: bool = False) -> Any:

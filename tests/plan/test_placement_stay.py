@@ -148,5 +148,7 @@ def test_a_runner_up_starts_from_the_best_layout_with_the_bottleneck_pair_split(
     if start is None:
         return
     assert constrained.fits(list(start)) and constrained.keeps_apart(start)
-    assert sum(a != b for a, b in zip(start, best)) == 1
+    # One seat of the group moved, or swapped with one seat of the GPU it went to.
+    assert sum(a != b for a, b in zip(start, best)) in (1, 2)
+    assert not set.intersection(*(set(start[s]) for s in group))
     assert all(gpu_set in problem.candidates[s] for s, gpu_set in enumerate(start))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import time
 from bisect import bisect_left
+from collections.abc import Sequence
 from itertools import combinations
 
 from seatplan.plan.placement.problem import GpuSet, Problem
@@ -25,14 +26,14 @@ Trade = list[tuple[int, GpuSet]]  # (seat, its new GPU set)
 ORDER_JITTER = 0.25  # a seat's demand is scaled by up to this much either way when ordering a randomized start
 KICKED_SEATS = 3  # seats a kick moves off the tightest GPUs
 STALL_ROUNDS_PER_SEAT = 20  # rounds in a row without a better layout (or any layout), per seat, before giving up early
-# The search has stalled, and stops before its deadline, once it has gone this many rounds without a better layout and
-# at least as many as it took to find the best one so far (so a search that keeps finding better layouts keeps going).
+# The search has stalled, and stops before its deadline, once it has gone this many rounds without a better layout.
 # Counted in rounds, not seconds, so the layout found does not depend on how busy the machine is. A small fleet's
 # rounds are cheap, so it gets more of them: STALL_SEAT_ROUNDS ÷ seats when that is more (48 for 50 seats).
 STALL_MIN_ROUNDS = 12
 STALL_SEAT_ROUNDS = 2400
-# Further than this share below the bound it was given, the search is patient this many times longer before it
-# calls itself stalled: the last tenth of a percent is not worth waiting for, a whole percent is.
+# Further than this share below the bound it was given, the search is this many times as patient, and waits at least
+# as many rounds as it took to find its best (a search that keeps finding better layouts keeps going): the last
+# tenth of a percent is not worth waiting for, a whole percent is.
 NEAR_BOUND_SHARE = 0.005
 FAR_PATIENCE_FACTOR = 3
 ROUNDS_PER_RESTART = 6  # kicks from the best layout between two fresh randomized starts
@@ -48,13 +49,14 @@ def search(
     target_bytes: int | None = None,
     seed: int = 1,
     stall_min_rounds: int | None = None,
+    max_rounds: int | None = None,
 ) -> tuple[GpuSet, ...] | None:
     """The best layout found by the deadline (``start`` first, if given and valid), or None when no start could be built.
 
     With ``max_moves`` no trade takes the layout past that many seats away from where they run.
     It stops early on reaching ``target_bytes`` (a proven bound: nothing better exists) or once it has
-    stalled (``stall_min_rounds``, by default STALL_MIN_ROUNDS or STALL_SEAT_ROUNDS ÷ seats, and at least as many
-    rounds as the best took, without a better layout).
+    stalled (``stall_min_rounds`` rounds without a better layout, by default STALL_MIN_ROUNDS or STALL_SEAT_ROUNDS ÷
+    seats; more while far below ``target_bytes``), and after ``max_rounds`` rounds when given.
     """
     rng = random.Random(seed)
     best: _State | None = None
@@ -76,10 +78,12 @@ def search(
                 best, stalled, improved_at = candidate, -1, round_number
         round_number += 1
         stalled += 1
-        patience = max(least_patience, improved_at)
+        patience = least_patience
         if best is not None and target_bytes is not None and -best.cost()[0] < target_bytes * (1 - NEAR_BOUND_SHARE):
-            patience *= FAR_PATIENCE_FACTOR
+            patience = FAR_PATIENCE_FACTOR * max(least_patience, improved_at)
         if time.perf_counter() >= deadline or stalled > min(STALL_ROUNDS_PER_SEAT * len(problem.seat_names), patience):
+            break
+        if max_rounds is not None and round_number >= max_rounds:
             break
         if best is not None and target_bytes is not None and -best.cost()[0] >= target_bytes:
             break
@@ -149,23 +153,49 @@ def construct(problem: Problem, rng: random.Random | None, *, max_moves: int | N
 
 def split_up(problem: Problem, assignment: tuple[GpuSet, ...], group: tuple[int, ...]) -> tuple[GpuSet, ...] | None:
     """``assignment`` with one seat of ``group`` moved off the GPU the group shares, where that leaves the most spare:
-    a valid start for a runner-up search (``problem`` already keeps ``group`` apart), or None when no such move fits."""
+    a valid start for a runner-up search (``problem`` already keeps ``group`` apart), or None when no such move fits.
+
+    On a nearly full fleet no GPU has room for a whole seat, so a single-GPU seat may also swap places with a seat of
+    the GPU it goes to."""
     shared = set.intersection(*(set(assignment[s]) for s in group))
     load = problem.loads(assignment)
+    size = problem.footprint_bytes
     best: tuple[int, tuple[GpuSet, ...]] | None = None
-    for seat in group:
-        size = problem.footprint_bytes[seat]
-        for gpu_set in problem.candidates[seat]:
-            if shared & set(gpu_set) or any(
-                load[g] + size - size * (g in assignment[seat]) > problem.usable_bytes(g) for g in gpu_set
-            ):
-                continue
-            moved = assignment[:seat] + (gpu_set,) + assignment[seat + 1 :]
-            # The lowest spare among the GPUs the seat arrives on (it leaves the shared one, which only gains).
-            left = min((problem.capacity_bytes[g] - load[g] - size for g in gpu_set if g not in assignment[seat]), default=0)
-            if (best is None or left > best[0]) and problem.keeps_apart(moved):
-                best = (left, moved)
+    for moved in _split_moves(problem, assignment, group, shared):
+        touched = {g for s in moved for g in (*assignment[s], *moved[s])}
+        after = {g: load[g] - sum(size[s] for s in moved if g in assignment[s]) + sum(size[s] for s in moved if g in moved[s])
+                 for g in touched}
+        if any(after[g] > problem.usable_bytes(g) for g in touched):
+            continue
+        # The lowest spare among the GPUs the trade fills: the others only gain.
+        filled = [g for g in touched if after[g] > load[g]] or list(touched)
+        left = min(problem.capacity_bytes[g] - after[g] for g in filled)
+        if best is not None and left <= best[0]:
+            continue
+        candidate = tuple(moved.get(s, gpu_set) for s, gpu_set in enumerate(assignment))
+        if problem.keeps_apart(candidate):
+            best = (left, candidate)
     return None if best is None else best[1]
+
+
+def _split_moves(problem: Problem, assignment: tuple[GpuSet, ...], group: tuple[int, ...], shared: set[int]) -> list[dict[int, GpuSet]]:
+    """Each way one seat of ``group`` leaves the GPUs the group shares: alone to a GPU set with room, or (a
+    single-GPU seat) swapped with a single-GPU seat of the GPU it goes to."""
+    on_gpu: list[list[int]] = [[] for _ in problem.gpu_keys]
+    for other, gpu_set in enumerate(assignment):
+        if problem.gpu_count[other] == 1:
+            on_gpu[gpu_set[0]].append(other)
+    ways: list[dict[int, GpuSet]] = []
+    for seat in group:
+        here = assignment[seat]
+        for gpu_set in problem.candidates[seat]:
+            if shared & set(gpu_set):
+                continue
+            ways.append({seat: gpu_set})
+            if problem.gpu_count[seat] == 1:
+                ways += [{seat: gpu_set, other: here} for other in on_gpu[gpu_set[0]]
+                         if other not in group and here in problem.candidates[other]]
+    return ways
 
 
 def fewer_moves(problem: Problem, assignment: tuple[GpuSet, ...], *, deadline: float) -> tuple[GpuSet, ...]:
@@ -230,6 +260,11 @@ class _State:
             for s, options in enumerate(problem.candidates)
         ]
         self.groups_of = _groups_of(problem)
+        # Which GPUs changed since a GPU last found no trade: a trade for it can only involve those, so it is looked
+        # for among them alone (the layout found is the same, the search much cheaper). Trades change the clock.
+        self.clock = 0
+        self.changed_at = [0] * len(problem.gpu_keys)
+        self.failed_at = [-1] * len(problem.gpu_keys)
 
     def copy(self) -> _State:
         twin = _State.__new__(_State)
@@ -237,6 +272,8 @@ class _State:
         twin.assignment = list(self.assignment)
         twin.spare = list(self.spare)
         twin.on_gpu = [set(seats) for seats in self.on_gpu]
+        twin.changed_at = list(self.changed_at)
+        twin.failed_at = list(self.failed_at)
         return twin
 
     def cost(self) -> tuple[int, int]:
@@ -253,13 +290,23 @@ class _State:
         tight = sorted(self.open, key=lambda g: self.spare[g])[: max(2, len(self.open) // 8)]
         seats = sorted({s for g in tight for s in self.on_gpu[g] if problem.gpu_count[s] == 1})
         for seat in rng.sample(seats, min(KICKED_SEATS, len(seats))):
-            targets = sorted(g for g in self.single_gpus[seat] if (g,) != self.assignment[seat])
+            here = self.assignment[seat]
+            targets = sorted(g for g in self.single_gpus[seat] if (g,) != here)
             rng.shuffle(targets)
             for g in targets:
-                trade: Trade = [(seat, (g,))]
-                if self.spare[g] - problem.footprint_bytes[seat] >= problem.headroom_bytes[g] and self._allowed(trade):
+                # On a nearly full fleet no GPU has room for a whole seat: it swaps places with one there instead.
+                others = sorted(u for u in self.on_gpu[g] if problem.gpu_count[u] == 1 and here[0] in self.single_gpus[u])
+                rng.shuffle(others)
+                alone: Trade = [(seat, (g,))]
+                trades = [alone] + [alone + [(u, here)] for u in others]
+                trade = next((trade for trade in trades if self._fits(trade) and self._allowed(trade)), None)
+                if trade is not None:
                     self._apply(trade)
                     break
+
+    def _fits(self, trade: Trade) -> bool:
+        headroom = self.problem.headroom_bytes
+        return all(self.spare[g] + change >= headroom[g] for g, change in self._delta(trade).items())
 
     def relieve_lowest(self) -> bool:
         """Apply the best trade for the lowest-spare GPU that has one; False when none of the lowest quarter has.
@@ -271,32 +318,45 @@ class _State:
         if self.max_moves is not None and lowest:
             lowest = [g for g in lowest if self.spare[g] == self.spare[lowest[0]]]
         for gpu in lowest:
-            trade = self._best_trade(gpu)
+            trade = self._best_trade(gpu, self._changed_since(gpu))
             if trade is not None:
                 self._apply(trade)
                 return True
+            self.failed_at[gpu] = self.clock
         return False
 
-    def _best_trade(self, gpu: int) -> Trade | None:
+    def _changed_since(self, gpu: int) -> frozenset[int] | None:
+        """The GPUs changed since ``gpu`` last found no trade, or None when it must look everywhere (it changed itself,
+        or never looked)."""
+        failed = self.failed_at[gpu]
+        if failed < 0 or self.changed_at[gpu] > failed:
+            return None
+        return frozenset(g for g in self.open if self.changed_at[g] > failed)
+
+    def _best_trade(self, gpu: int, changed: frozenset[int] | None = None) -> Trade | None:
         """The trade that leaves the most spare on the lower of ``gpu`` and its partner, if that beats ``gpu``'s spare now.
 
         The cheap trades first: single seats moved or swapped one for one, then tensor-parallel seats
-        traded against groups, then pairs of seats; the first kind that helps is taken.
+        traded against groups, then pairs of seats; the first kind that helps is taken. With ``changed`` (``gpu`` found
+        no trade before and only these GPUs changed since) only trades with them are looked at: any other was there before.
         """
         problem = self.problem
+        if changed is not None and not changed:
+            return None
+        partners = self.open if changed is None else sorted(changed)
         floor = self.spare[gpu]
-        best_gain, best = self._best_exchange(gpu, floor, None, pairs=False)
+        best_gain, best = self._best_exchange(gpu, floor, None, pairs=False, partners=partners)
         if best is not None:
             return best
         for seat in sorted(self.on_gpu[gpu]):
             if problem.gpu_count[seat] > 1:
-                best_gain, best = self._best_tensor_parallel_move(seat, best_gain, best)
+                best_gain, best = self._best_tensor_parallel_move(seat, best_gain, best, changed)
         if best is not None:
             return best
-        best = self._best_exchange(gpu, floor, None, pairs=True)[1]
-        return best if best is not None else self._best_subset_exchange(gpu)
+        best = self._best_exchange(gpu, floor, None, pairs=True, partners=partners)[1]
+        return best if best is not None else self._best_subset_exchange(gpu, partners)
 
-    def _best_subset_exchange(self, gpu: int) -> Trade | None:
+    def _best_subset_exchange(self, gpu: int, partners: Sequence[int]) -> Trade | None:
         """Any group of ``gpu``'s single-GPU seats for any group of a partner's, the two groups' sizes differing by as
         close to half the partners' spare difference as there is: on a nearly full fleet only such exact trades help.
 
@@ -307,7 +367,7 @@ class _State:
         floor = spare[gpu]
         best_gain, best = floor, None
         ours = [s for s in self.on_gpu[gpu] if problem.gpu_count[s] == 1][:ALL_SUBSETS_UP_TO]
-        for partner in self.open:
+        for partner in partners:
             if partner == gpu or spare[partner] <= best_gain:
                 continue
             leaving = _subsets([s for s in ours if partner in self.single_gpus[s]], size)
@@ -330,17 +390,23 @@ class _State:
                         best_gain, best = gain, trade
         return best
 
-    def _best_tensor_parallel_move(self, seat: int, best_gain: int, best: Trade | None) -> tuple[int, Trade | None]:
+    def _best_tensor_parallel_move(
+        self, seat: int, best_gain: int, best: Trade | None, changed: frozenset[int] | None = None
+    ) -> tuple[int, Trade | None]:
         """Move a tensor-parallel seat to another GPU set, each GPU it takes sending a group of single-GPU seats to one it leaves.
 
         On a busy fleet no GPU has room for a large tensor-parallel seat on top of what it holds;
-        trading it against small seats going the other way is what moves it at all.
+        trading it against small seats going the other way is what moves it at all. With ``changed`` only the moves
+        that touch a changed GPU are looked at (as in ``_best_trade``).
         """
         spare = self.spare
         size = self.problem.footprint_bytes[seat]
         here = self.assignment[seat]
+        targets = self.problem.candidates[seat]
+        if changed is not None and changed.isdisjoint(here):
+            targets = tuple(target for target in targets if not changed.isdisjoint(target))
         sent_back: dict[tuple[int, int], tuple[list[int], int] | None] = {}  # (GPU left, GPU taken) → its best group
-        for target in self.problem.candidates[seat]:
+        for target in targets:
             leaving = [g for g in here if g not in target]
             arriving = [g for g in target if g not in here]
             # Balanced, a pair of GPUs keeps at best the average of their spares: skip targets that cannot help.
@@ -389,11 +455,13 @@ class _State:
                 filled_bytes += size[seat]
         return [([], 0), (filled, filled_bytes)] + self._bundles(gpu, lambda s: to in self.single_gpus[s], pairs=True)
 
-    def _best_exchange(self, gpu: int, best_gain: int, best: Trade | None, *, pairs: bool) -> tuple[int, Trade | None]:
+    def _best_exchange(
+        self, gpu: int, best_gain: int, best: Trade | None, *, pairs: bool, partners: Sequence[int]
+    ) -> tuple[int, Trade | None]:
         problem, spare = self.problem, self.spare
         floor = spare[gpu]
         leaving = self._bundles(gpu, lambda s: True, pairs=pairs)
-        for partner in self.open:
+        for partner in partners:
             room = spare[partner]
             if partner == gpu or room <= best_gain:
                 continue  # giving it anything would leave it below what we already have
@@ -516,7 +584,14 @@ class _State:
         return True
 
     def _apply(self, trade: Trade) -> None:
-        self.moves = self._moves_after(trade)
+        moves = self._moves_after(trade)
+        if self.max_moves is not None and moves != self.moves:
+            self.failed_at = [-1] * len(self.failed_at)  # the budget left decides what is allowed anywhere
+        self.moves = moves
+        self.clock += 1
+        for seat, gpu_set in trade:
+            for g in (*self.assignment[seat], *gpu_set):
+                self.changed_at[g] = self.clock
         size = self.problem.footprint_bytes
         for seat, gpu_set in trade:
             for g in self.assignment[seat]:

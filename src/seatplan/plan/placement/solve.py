@@ -53,10 +53,12 @@ LP_TIME_SHARE = 0.2  # at most, of a fleet-sized solve's time, for the LP bound 
 LOCAL_SEARCH_SHARE = 0.85  # of a fleet-sized solve's time at most; CP-SAT, hinted with its layout, gets the rest
 # A local search that stopped early (it stalled) leaves CP-SAT this much of the CPU time it took, at least CPSAT_MIN_S,
 # rather than the whole rest of the time limit: on fleets CP-SAT rarely betters a stalled local search late.
-CPSAT_SHARE_OF_LOCAL = 0.5
+CPSAT_SHARE_OF_LOCAL = 0.25
 CPSAT_MIN_S = 0.5
-# A runner-up's search starts from the layout before it with one seat moved apart, close to its best already.
+# A runner-up's search starts from the layout before it with one seat moved apart, close to its best already; it
+# illustrates a trade-off, so it gets a few rounds, not the best layout's patience.
 RUNNER_UP_STALL_ROUNDS = 3
+RUNNER_UP_MAX_ROUNDS = 10
 # Of the time limit: the best layout, then the frontier (when seats run somewhere), then runner-ups.
 BEST_TIME_SHARE = 0.6
 FRONTIER_TIME_SHARE = 0.25
@@ -190,7 +192,13 @@ def solve_fleet(
     # CPU time, not wall: on a busy machine the wall time of the search would buy CP-SAT more than it is worth.
     local_s = time.process_time() - cpu_now
     cpsat_s = min(until - time.perf_counter(), max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s))
-    return cpsat.solve(problem, time_limit_s=max(0.5, cpsat_s), start=found, bound_bytes=bound_bytes)
+    solved = cpsat.solve(problem, time_limit_s=max(0.5, cpsat_s), start=found, bound_bytes=bound_bytes)
+    if solved.layout is None or solved.optimal:
+        return solved
+    # CP-SAT may hand back another layout of the same worst-case spare, one a trade still improves: without this
+    # descent a runner-up, which starts from the best with one trade made, could beat the best.
+    descended = problem.layout(local.improve(problem, solved.layout.assignment, deadline=until))
+    return replace(solved, layout=min(solved.layout, descended))
 
 
 def _runner_ups(
@@ -222,7 +230,8 @@ def _runner_up_layout(
     full fleet path only when no such move fits."""
     start = None if method == "exhaustive" else local.split_up(constrained, previous.assignment, group)
     if start is not None:
-        found = local.search(constrained, deadline=until, start=start, target_bytes=bound_bytes, stall_min_rounds=RUNNER_UP_STALL_ROUNDS)
+        found = local.search(constrained, deadline=until, start=start, target_bytes=bound_bytes, stall_min_rounds=RUNNER_UP_STALL_ROUNDS,
+                             max_rounds=RUNNER_UP_MAX_ROUNDS)
         return None if found is None else constrained.layout(found)
     solved, _ = _solve(constrained, method, fallback=False, until=until, bound_bytes=bound_bytes)
     return solved.layout

@@ -1,0 +1,147 @@
+"""The local search's shortcuts against the plain search they stand for, on random fleets of many shapes.
+
+A GPU that found no trade is later asked only about the GPUs changed since (``_State._changed_since``): the descent
+must end where a search that asks every GPU about every partner every time ends. A kick and a runner-up's start
+(``split_up``) may swap seats on a nearly full fleet: every layout they make must keep every rule.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from seatplan.plan.placement import GpuSlot, SeatDemand, local
+from seatplan.plan.placement.problem import Problem, bottleneck_group, compile_problem
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+class _LooksEverywhere(local._State):
+    """The search without the shortcut: every GPU looks at every partner every time."""
+
+    def _changed_since(self, gpu: int) -> frozenset[int] | None:
+        return None
+
+
+def random_fleet(rng: random.Random) -> tuple[list[GpuSlot], list[SeatDemand]]:
+    """1–4 hosts of 2–8 GPUs, odd capacities and headrooms, keep-clear GPUs, 60–100 % full, TP 2/4 seats, pins, avoids,
+    seats running somewhere (some where they could not run any more)."""
+    hosts = rng.randint(1, 4)
+    per_host = rng.randint(2, 8)
+    slots = [
+        GpuSlot(
+            host=f"h{h}", index=i, capacity_bytes=rng.choice([24, 48, 80, 96]) * GiB - rng.randrange(4 * GiB),
+            headroom_bytes=rng.choice([0, GiB // 2, 2 * GiB]), keep_clear=rng.random() < 0.1,
+        )
+        for h in range(hosts)
+        for i in range(per_host)
+    ]
+    open_slots = [slot for slot in slots if not slot.keep_clear] or slots[:1]
+    supply = sum(slot.capacity_bytes - slot.headroom_bytes for slot in open_slots)
+    fill = rng.uniform(0.6, 1.0)
+    count = rng.randint(len(open_slots), 4 * len(open_slots))
+    sizes = [rng.lognormvariate(0.0, rng.uniform(0.2, 0.9)) for _ in range(count)]
+    scale = fill * supply / sum(sizes)
+    smallest = min(slot.capacity_bytes - slot.headroom_bytes for slot in open_slots)
+    keys = [(slot.host, slot.index) for slot in slots]
+    seats = []
+    for n, size in enumerate(sizes):
+        gpu_count = rng.choice([1] * 8 + [2, 4]) if per_host >= 4 else 1
+        allowed = None
+        if rng.random() < 0.1:
+            allowed = rng.sample(keys, rng.randint(1, len(keys)))
+        current: list[tuple[str, int]] = []
+        if rng.random() < 0.5:
+            host = f"h{rng.randrange(hosts)}"
+            current = rng.sample([k for k in keys if k[0] == host], min(gpu_count, per_host))
+        footprint = max(MiB, min(int(size * scale / gpu_count), smallest // 2)) + rng.randrange(MiB)
+        seats.append(SeatDemand(name=f"s{n:03d}", footprint_bytes=footprint, gpu_count=gpu_count, allowed=allowed, current=current))
+    return slots, seats
+
+
+def assert_keeps_every_rule(problem: Problem, assignment: tuple) -> None:
+    assert all(gpu_set in problem.candidates[s] for s, gpu_set in enumerate(assignment))
+    assert problem.fits(list(assignment))
+    assert problem.keeps_apart(assignment)
+
+
+def drawn_problem(rng: random.Random) -> tuple[Problem, tuple] | None:
+    """A random fleet with a valid start (randomized largest-first), sometimes with a group kept apart."""
+    for _ in range(20):
+        problem = compile_problem(*random_fleet(rng))
+        if any(not options for options in problem.candidates):
+            continue
+        if rng.random() < 0.3 and len(problem.seat_names) >= 2:
+            problem = replace(problem, apart=(tuple(sorted(rng.sample(range(len(problem.seat_names)), min(len(problem.seat_names), rng.randint(2, 3))))),))
+        start = local.construct(problem, rng)
+        if start is not None:
+            return problem, start
+    return None
+
+
+def test_looking_only_at_what_changed_ends_where_looking_everywhere_ends(rng):
+    checked = 0
+    for _ in range(25):
+        drawn = drawn_problem(rng)
+        if drawn is None:
+            continue
+        problem, start = drawn
+        max_moves = rng.choice([None, None, rng.randint(0, len(problem.seat_names))])
+        seed = rng.randrange(1 << 30)
+        shortcut, everywhere = local._State(problem, start, max_moves), _LooksEverywhere(problem, start, max_moves)
+        kicks_shortcut, kicks_everywhere = random.Random(seed), random.Random(seed)
+        for _ in range(rng.randint(1, 4)):
+            shortcut.descend(float("inf"))
+            everywhere.descend(float("inf"))
+            assert shortcut.assignment == everywhere.assignment
+            assert shortcut.spare == everywhere.spare and shortcut.moves == everywhere.moves
+            assert_keeps_every_rule(problem, tuple(shortcut.assignment))
+            shortcut.kick(kicks_shortcut)
+            everywhere.kick(kicks_everywhere)
+            assert_keeps_every_rule(problem, tuple(shortcut.assignment))
+        checked += 1
+    assert checked >= 10
+
+
+def _moves_and_swaps_apart(problem: Problem, assignment: tuple, group: tuple[int, ...]) -> int:
+    """How many single moves or one-for-one swaps take one seat of ``group`` off the GPUs it shares, keeping every rule
+    (counted by trying each on the whole layout)."""
+    shared = set.intersection(*(set(assignment[s]) for s in group))
+    found = 0
+    for seat in group:
+        for gpu_set in problem.candidates[seat]:
+            if shared & set(gpu_set):
+                continue
+            trials = [{seat: gpu_set}]
+            if problem.gpu_count[seat] == 1:
+                trials += [{seat: gpu_set, other: assignment[seat]} for other, there in enumerate(assignment)
+                           if there == gpu_set and other not in group and assignment[seat] in problem.candidates[other]]
+            for trial in trials:
+                moved = tuple(trial.get(s, where) for s, where in enumerate(assignment))
+                if problem.fits(list(moved)) and problem.keeps_apart(moved):
+                    found += 1
+    return found
+
+
+def test_a_runner_ups_start_moves_or_swaps_one_seat_apart_whenever_one_can(rng):
+    tried = 0
+    for _ in range(40):
+        drawn = drawn_problem(rng)
+        if drawn is None:
+            continue
+        problem, start = drawn
+        layout = tuple(local.improve(problem, start, deadline=float("inf")))
+        group = bottleneck_group(problem, layout)
+        if group is None:
+            continue
+        constrained = replace(problem, apart=problem.apart + (group,))
+        split = local.split_up(constrained, layout, group)
+        possible = _moves_and_swaps_apart(constrained, layout, group)
+        assert (split is not None) == (possible > 0)
+        if split is not None:
+            assert_keeps_every_rule(constrained, split)
+            assert sum(a != b for a, b in zip(split, layout)) in (1, 2)
+            assert not set.intersection(*(set(split[s]) for s in group))
+        tried += 1
+    assert tried >= 10

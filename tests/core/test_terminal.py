@@ -46,7 +46,7 @@ def test_plan_tables_keep_every_name_and_figure_whole(cli, night: NightDocuments
     assert code == 0
     plan = json.loads(night.plan.read_text())
     assert_whole(out, *(seat["name"] for seat in plan["seats"]))
-    assert_whole(out, *(f"{seat['kv_cache_memory_bytes']:,}" for seat in plan["seats"] if seat["kv_cache_memory_bytes"]))
+    assert_whole(out, *(f"{seat['kv_cache_memory_bytes']:,}" for seat in plan["seats"] if seat.get("kv_cache_memory_bytes")))
     assert_whole(out, *(f"{seat['footprint_bytes'] / GiB:.2f}" for seat in plan["seats"]))
     assert_whole(out, *(f"{gpu['spare_bytes'] / GiB:.2f}" for gpu in plan["gpus"]))
     assert_whole(out, *(f"{gpu['host']}:{gpu['index']}" for gpu in plan["gpus"]))

@@ -52,7 +52,7 @@ from kits.hostile_http import (
 )
 from kits.parts import free_port, require, stop_process
 from kits.rollout import cpu_fleet
-from seatplan.documents.plan import PlannedSeat
+from seatplan.documents.plan import PlannedVllmSeat
 from seatplan.engine.command import engine_command
 
 pytestmark = pytest.mark.hub
@@ -354,7 +354,7 @@ def test_a_fleet_seat_on_a_hub_model_records_its_commit_for_apply(hub, tmp_path)
     recorded = document["inputs"]["model_facts_sha256"]
     assert recorded["main"]["commit"] == recorded["pinned"]["commit"] == commit
     assert stale_inputs(env, plan, fleet) == []
-    pinned = PlannedSeat.model_validate(next(seat for seat in document["seats"] if seat["name"] == "pinned"))
+    pinned = PlannedVllmSeat.model_validate(next(seat for seat in document["seats"] if seat["name"] == "pinned"))
     command = engine_command(pinned)  # what render writes: vLLM takes the revision as a flag of its own
     revision = command.index("--revision")
     assert command[revision - 1:revision + 2] == ["tiny/single", "--revision", commit]  # vllm serve MODEL --revision REV

@@ -64,7 +64,7 @@ def two_plans(demo_plan_path, tmp_path) -> tuple[Path, Path]:
     first = tmp_path / "a.json"
     first.write_bytes(demo_plan_path.read_bytes())
     document = json.loads(first.read_text())
-    vllm_seat = next(seat for seat in document["seats"] if seat["port"])
+    vllm_seat = next(seat for seat in document["seats"] if seat["engine"] == "vllm")
     vllm_seat["port"] += 1000
     vllm_seat["vllm_args"] = [str(int(word) + 1000) if word == str(vllm_seat["port"] - 1000) else word for word in vllm_seat["vllm_args"]]
     second = tmp_path / "b.json"

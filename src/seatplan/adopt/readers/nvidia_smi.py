@@ -53,8 +53,7 @@ def _whole(cell: str, what: str, where: str, maximum: int) -> int:
 
 
 def _mib(cell: str, what: str, where: str) -> int:
-    number = cell.removesuffix("MiB").strip()
-    return _whole(number, f"{what} (MiB)", where, MAX_PLAUSIBLE_BYTES // 2**20)
+    return _whole(smi_csv.mib_text(cell), f"{what} (MiB)", where, MAX_PLAUSIBLE_BYTES // 2**20)
 
 
 def read_smi_file(spec: str) -> list[GpuReading]:
@@ -73,14 +72,16 @@ def read_compute_apps(text: str, source: str) -> list[ComputeApp]:
         where = f"{source}:{number}"
         if header is None:
             header = smi_csv.header_fields(cells)
-            missing = {"pid", "gpu_uuid", "used_gpu_memory"} - {"used_gpu_memory" if name == "used_memory" else name for name in header}
+            missing = {"pid", "gpu_uuid"} - set(header)
+            if not set(header) & set(smi_csv.APP_MEMORY_COLUMNS):
+                missing.add("used_gpu_memory")
             if missing:
                 raise SeatplanError(f"the compute-apps CSV lacks {', '.join(sorted(missing))}", where=where, fix=fix)
             continue
         if len(cells) != len(header):
             raise SeatplanError(f"{len(cells)} fields under a header of {len(header)}", where=where, fix=f"give the whole output of {fix.removeprefix('run ')}")
         values = dict(zip(header, cells))
-        used = values.get("used_memory", values.get("used_gpu_memory", ""))
+        used = smi_csv.app_memory_cell(values)
         apps.append(ComputeApp(pid=_whole(values["pid"], "pid", where, MAX_PID), process_name=values.get("process_name", "")[:200],
                                gpu_uuid=values["gpu_uuid"], used_mib=None if smi_csv.not_known(used) else _mib(used, "used_memory", where), source=where))
     if header is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,20 +23,8 @@ from seatplan.exposition import LATEST_EPOCH_S
 from seatplan.fileio import check_input_file
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.sources.shared import Rejections, number_of_lines, rejected_note
-from seatplan.smi_csv import header_fields, not_known
+from seatplan.smi_csv import app_memory_cell, header_fields, mib_reading, not_known
 from seatplan.units import MAX_GPU_INDEX, MAX_PID, whole_number
-
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def _mib(cell: str) -> float:
-    """``77999 MiB``, ``77999`` (nounits) or ``[N/A]`` / ``[Not Supported]`` (NaN)."""
-    try:
-        return float(cell.split(None, 1)[0])
-    except (ValueError, IndexError):
-        match = _NUMBER.search(cell)
-        return float(match.group(0)) if match and not not_known(cell) else math.nan
-
 
 _SMI_TIME_FIX = str.maketrans({"/": "-", " ": "T"})
 SMI_FIX = "log with --query-gpu=timestamp,index,memory.used,memory.total --format=csv -l 60"
@@ -128,7 +115,7 @@ def read_nvidia_smi(path: str | Path, *, utc_offset_s: int = 0,
 
 
 def _process(cells: dict[str, str], where: str, utc_offset_s: int, source: str, rejected: Rejections) -> list[ProcessSample]:
-    used = _mib(cells.get("used_gpu_memory", cells.get("used_memory", "")))
+    used = mib_reading(app_memory_cell(cells))
     pid = whole_number(cells["pid"], maximum=MAX_PID)
     if math.isnan(used) or pid is None:
         return []  # [N/A] or [Not Supported]: nvidia-smi says it does not know
@@ -158,7 +145,7 @@ def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int, rejected: 
         return []
     times = _smi_times(columns.times, utc_offset_s)
     index = np.array([_gpu_index(cell) for cell in columns.index])
-    used = np.array([_mib(cell) for cell in columns.used])
+    used = np.array([mib_reading(cell) for cell in columns.used])
     # [N/A] / [Not Supported] stay as NaN (nvidia-smi did not know; detect skips them); NaN or inf written as a number,
     # or a negative reading, is damage.
     unknown = np.array([not_known(cell) for cell in columns.used])
@@ -172,8 +159,8 @@ def _smi_series(columns: _SmiColumns, source: str, utc_offset_s: int, rejected: 
         else:
             rejected.add(source, "a memory.used reading that is not a finite MiB count", where)
     series = []
-    totals = {_gpu_index(key): _mib(cell) for key, cell in columns.total.items()}
-    reserved_by_gpu = {_gpu_index(key): _mib(cell) for key, cell in columns.reserved.items()}
+    totals = {_gpu_index(key): mib_reading(cell) for key, cell in columns.total.items()}
+    reserved_by_gpu = {_gpu_index(key): mib_reading(cell) for key, cell in columns.reserved.items()}
     for gpu in np.unique(index[readable]):
         mine = readable & (index == gpu)
         total = totals.get(int(gpu), math.nan)

@@ -128,3 +128,18 @@ def test_no_stage_reads_data_out_of_explanations():
     reads = {str(path.relative_to(SOURCE)): lines for path in sorted((SOURCE / "seatplan").rglob("*.py"))
              if (lines := input_reads(path))}
     assert reads == {}, "read the typed field instead (explanations are for people): " + repr(reads)
+
+
+def named_module_paths(text: str) -> list[str]:
+    """Every ``stage/module.py`` or ``stage/package/`` the page names with its folder (a bare ``local.py`` is read in its row's context)."""
+    return sorted({name.removeprefix("src/seatplan/") for name in re.findall(r"`((?:src/seatplan/)?[a-z_]+/[a-z_/]*(?:\.py|/))`", text)
+                   if not name.startswith(("tests/", "vllm/"))})
+
+
+def test_every_module_the_page_names_exists():
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    named = named_module_paths(text)
+    assert len(named) > 40, "the page should name the modules of every stage"
+    source = REPO_ROOT / "src" / "seatplan"
+    assert [name for name in named if not (source / name).exists()] == []
+    assert named_module_paths("`adopt/files.py` and `report/figures/`") == ["adopt/files.py", "report/figures/"]

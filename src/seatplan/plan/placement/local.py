@@ -24,7 +24,11 @@ from seatplan.plan.placement.problem import GpuSet, Problem
 Trade = list[tuple[int, GpuSet]]  # (seat, its new GPU set)
 
 ORDER_JITTER = 0.25  # a seat's demand is scaled by up to this much either way when ordering a randomized start
-KICKED_SEATS = 3  # seats a kick moves off the tightest GPUs
+# Seats a kick moves off the tightest GPUs: at least KICKED_SEATS, one per GPUS_PER_KICKED_SEAT GPUs on larger fleets,
+# whose tight GPUs are more (measured on 64-GPU fleets, docs/benchmarks.md: 3 left two of ten stuck at 99.36 % for
+# 170-270 rounds, 5 reached 99.5 % within 35-70 rounds; on 16-32 GPUs 3 gives the better layouts).
+KICKED_SEATS = 3
+GPUS_PER_KICKED_SEAT = 11
 STALL_ROUNDS_PER_SEAT = 20  # rounds in a row without a better layout (or any layout), per seat, before giving up early
 # The search has stalled, and stops before its deadline, once it has gone this many rounds without a better layout.
 # Counted in rounds, not seconds, so the layout found does not depend on how busy the machine is. A small fleet's
@@ -290,7 +294,8 @@ class _State:
         problem = self.problem
         tight = sorted(self.open, key=lambda g: self.spare[g])[: max(2, len(self.open) // 8)]
         seats = sorted({s for g in tight for s in self.on_gpu[g] if problem.gpu_count[s] == 1})
-        for seat in rng.sample(seats, min(KICKED_SEATS, len(seats))):
+        kicked = max(KICKED_SEATS, len(self.open) // GPUS_PER_KICKED_SEAT)
+        for seat in rng.sample(seats, min(kicked, len(seats))):
             here = self.assignment[seat]
             targets = sorted(g for g in self.single_gpus[seat] if (g,) != here)
             rng.shuffle(targets)

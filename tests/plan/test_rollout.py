@@ -15,7 +15,7 @@ import pytest
 from kits.parts import require
 from kits.vllm_engine import vllm_installed, vllm_python
 from seatplan.plan.rollout import Change, Engine, Gpu, RolloutProblem, Unchanged, order_rollout
-from seatplan.plan.utilisation import requested_bytes
+from seatplan.plan.utilisation import lowest_covering, requested_bytes
 
 GiB = 1 << 30
 
@@ -147,7 +147,8 @@ def random_problem(rng: random.Random) -> RolloutProblem:
                 own = rng.randrange(GiB // 4, GiB)
                 total = min(gpus[label].total_bytes for label in new)
                 # a request about what the engine allocates after its snapshot: a little under or over (margin, creep)
-                util = round(max(1, footprint - own + rng.randrange(-GiB, GiB)) / total, 3)
+                # three decimals as seatplan writes them, never 0.0 (vLLM refuses it: CacheConfig wants > 0)
+                util = lowest_covering(footprint - own + rng.randrange(-GiB, GiB), total)
                 engine = Engine(footprint, own, min(util, 1.0))
         changes.append(Change(f"s{number}", old, old_footprint, new, engine))
     return RolloutProblem(gpus, unchanged, changes)
@@ -163,7 +164,7 @@ def trade(rng: random.Random, gpus: dict[str, Gpu], free_old: dict[str, int], fr
     room = min(free_old[x], free_old[y], free_new[x], free_new[y])
     big, small = int(room * rng.uniform(0.55, 0.9)), int(room * rng.uniform(0.25, 0.5))
     changes = [Change("tA", (x,), big, (y,), fixed(big)), Change("tC", (y,), small, (x,), fixed(small)),
-               Change("tD", (y,), small, (x,), Engine(small, GiB // 4, round(max(1, small - GiB // 4) / gpus[x].total_bytes, 3)))]
+               Change("tD", (y,), small, (x,), Engine(small, GiB // 4, min(1.0, lowest_covering(small - GiB // 4, gpus[x].total_bytes))))]
     free_old[x], free_old[y], free_new[x], free_new[y] = free_old[x] - big, free_old[y] - 2 * small, free_new[x] - 2 * small, free_new[y] - big
     if min(free_old[x], free_old[y], free_new[x], free_new[y]) < 0:
         free_old[x], free_old[y], free_new[x], free_new[y] = free_old[x] + big, free_old[y] + 2 * small, free_new[x] + 2 * small, free_new[y] + big

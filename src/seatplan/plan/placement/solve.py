@@ -226,13 +226,16 @@ def _runner_up_layout(
     constrained: Problem, method: Method, previous: Layout, group: tuple[int, ...], *, until: float, bound_bytes: int | None
 ) -> Layout | None:
     """The best layout keeping ``group`` apart. On a fleet: the local search from the layout before with one seat of
-    the group moved apart (a runner-up illustrates a trade-off; it is not worth a CP-SAT model per runner-up), and the
-    full fleet path only when no such move fits."""
-    start = None if method == "exhaustive" else local.split_up(constrained, previous.assignment, group)
-    if start is not None:
+    the group moved apart (a runner-up illustrates a trade-off; it is not worth a CP-SAT model per runner-up); where no
+    such move fits, as many rounds from fresh starts; the full fleet path only when those find no layout either."""
+    if method != "exhaustive":
+        start = local.split_up(constrained, previous.assignment, group)
+        # A fresh start where no seat of the group can move apart alone: the search builds one (on a 64-GPU fleet the
+        # full path took 3-5 s per runner-up here, more than the best layout itself).
         found = local.search(constrained, deadline=until, start=start, target_bytes=bound_bytes, stall_min_rounds=RUNNER_UP_STALL_ROUNDS,
                              max_rounds=RUNNER_UP_MAX_ROUNDS)
-        return None if found is None else constrained.layout(found)
+        if found is not None:
+            return constrained.layout(found)
     solved, _ = _solve(constrained, method, fallback=False, until=until, bound_bytes=bound_bytes)
     return solved.layout
 

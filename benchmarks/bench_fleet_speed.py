@@ -1,0 +1,88 @@
+"""Fleet plans in seconds (issue 33): `place` with the defaults `seatplan plan` uses, on bench_placement.py's
+generated fleets, reporting the share of the LP bound, the wall time, and the local-search round (of all the
+rounds the plan ran, runner-ups included) that first reached TARGET_SHARE of the bound.
+
+Run: ``.venv/bin/python benchmarks/bench_fleet_speed.py [--fleets 4:1,4:2,5:3] [--time-limit S]``
+(``SHAPE:SEED``, SHAPE a position in bench_placement.SHAPES; by default the 64-GPU shapes 4 and 5, seeds 1-10,
+and shape 6 seeds 1-2). The round is counted, not timed, so it does not depend on how busy the machine is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from pathlib import Path
+
+from seatplan.plan.placement import local, place
+from seatplan.plan.placement.bounds import lp_bound
+from seatplan.plan.placement.problem import compile_problem
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_placement  # noqa: E402 (the generated fleets live beside this script)
+
+TARGET_SHARE = 0.995
+FAST_WALL_S = 10.0
+DEFAULT_FLEETS = [f"{shape}:{seed}" for shape in (4, 5) for seed in range(1, 11)] + ["6:1", "6:2"]
+
+
+class RoundCounter:
+    """Counts the local search's descents (one per round) and notes the first whose layout reaches a share."""
+
+    def __init__(self, bound_bytes: int) -> None:
+        self.bound_bytes, self.rounds, self.reached = bound_bytes, 0, None
+        self.started = time.perf_counter()
+
+    def seen(self, spare_bytes: int) -> None:
+        self.rounds += 1
+        if self.reached is None and spare_bytes >= TARGET_SHARE * self.bound_bytes:
+            self.reached = (self.rounds, time.perf_counter() - self.started)
+
+
+def run(shape_index: int, seed: int, time_limit_s: float) -> dict:
+    slots, seats = bench_placement.generated_fleet(bench_placement.SHAPES[shape_index], seed)
+    bound_bytes = lp_bound(compile_problem(slots, seats), time_limit_s=5)
+    counter = RoundCounter(bound_bytes)
+    descend = local._State.descend
+
+    def counted(state: local._State, deadline: float) -> None:
+        descend(state, deadline)
+        counter.seen(-state.cost()[0])
+
+    local._State.descend = counted
+    try:
+        started, cpu = time.perf_counter(), time.process_time()
+        result = place(slots, seats, time_limit_s=time_limit_s)
+        wall_s, cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    finally:
+        local._State.descend = descend
+    share = None if result.best is None else result.best.worst_case_spare_bytes / bound_bytes
+    return {"fleet": f"{shape_index}:{seed}", "share": share, "wall_s": wall_s, "cpu_s": cpu_s, "rounds": counter.rounds, "reached": counter.reached}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fleets", default=",".join(DEFAULT_FLEETS), help="SHAPE:SEED,... (default: %(default)s)")
+    parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per plan, as seatplan plan's default")
+    args = parser.parse_args(argv)
+    print(f"{platform.node()}: Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print("| fleet | share of the LP bound | wall s | CPU s | rounds | round (and s) first at 99.5 % |")
+    print("|---|---|---|---|---|---|")
+    rows = []
+    for spec in args.fleets.split(","):
+        shape_index, seed = (int(part) for part in spec.split(":"))
+        row = run(shape_index, seed, args.time_limit)
+        rows.append(row)
+        share = "no layout fits" if row["share"] is None else f"{100 * row['share']:.2f} %"
+        reached = "never" if row["reached"] is None else f"{row['reached'][0]} ({row['reached'][1]:.1f} s)"
+        print(f"| {row['fleet']} | {share} | {row['wall_s']:.1f} | {row['cpu_s']:.1f} | {row['rounds']} | {reached} |", flush=True)
+    placed = [row for row in rows if row["share"] is not None]
+    fast = sum(row["share"] >= TARGET_SHARE and row["wall_s"] < FAST_WALL_S for row in placed)
+    print(f"\n{fast}/{len(placed)} placed fleets reach {100 * TARGET_SHARE:.1f} % in under {FAST_WALL_S:g} s wall; "
+          f"{sum(row['share'] >= TARGET_SHARE for row in placed)}/{len(placed)} reach it at all")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

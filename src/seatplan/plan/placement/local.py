@@ -84,7 +84,8 @@ def search(
         round_number += 1
         stalled += 1
         patience = least_patience
-        if best is not None and target_bytes is not None and -best.cost()[0] < target_bytes * (1 - NEAR_BOUND_SHARE):
+        # (Under a move budget the bound is the unbudgeted one, which the budget may put out of reach: no reason to wait.)
+        if best is not None and target_bytes is not None and max_moves is None and -best.cost()[0] < target_bytes * (1 - NEAR_BOUND_SHARE):
             patience = FAR_PATIENCE_FACTOR * max(least_patience, improved_at)
         if time.perf_counter() >= deadline or stalled > min(STALL_ROUNDS_PER_SEAT * len(problem.seat_names), patience):
             break

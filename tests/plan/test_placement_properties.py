@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place
+from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place, solve
 from seatplan.plan.placement.greedy import best_fit, greedy, most_free_first
 from seatplan.plan.placement.local import construct, fewer_moves, improve
 from seatplan.plan.placement.local import search as local_search
@@ -332,3 +332,37 @@ def test_local_search_stays_valid_and_within_its_move_budget(fleet, budget, seed
     assert start is None or problem.moves(found) <= max(budget, problem.moves(start))
     expected = brute_force(gpus, seats)
     assert expected is not None and problem.worst_spare(problem.loads(found)) <= expected[0]
+
+
+def test_a_runner_up_better_than_the_best_becomes_the_best(rng):
+    """On a fleet the best is found, not proven, and a runner-up's search (more seats kept apart) may find a better
+    layout: handed a poor best (one largest-first start, no trade made), the runner-ups' searches beat it, and
+    what comes back is a best that no runner-up beats, with runner-ups worked out from it."""
+    gpus = [GpuSlot(host=f"n{h}", index=i, capacity_bytes=94 * GiB, headroom_bytes=GiB // 2) for h in range(3) for i in range(4)]
+    seats = [SeatDemand(name=f"s{n}", footprint_bytes=rng.randint(4 * GiB, 24 * GiB), gpu_count=2 if n < 3 else 1) for n in range(30)]
+    problem = compile_problem(gpus, seats)
+    start = construct(problem, None)
+    assert start is not None
+    poor = problem.layout(start)
+    best, alternatives, promoted = solve._best_and_runner_ups(problem, "cp-sat", poor, 3, until=time.perf_counter() + 20, bound_bytes=None)
+    assert_valid(gpus, seats, best)
+    if problem.layout(improve(problem, start, deadline=time.perf_counter() + 5)) < poor:
+        assert promoted and best.worst_case_spare_bytes >= poor.worst_spare_bytes
+    for alternative in alternatives:
+        assert_valid(gpus, seats, alternative.placement)
+        assert (-alternative.placement.worst_case_spare_bytes, alternative.placement.moves) >= (-best.worst_case_spare_bytes, best.moves)
+
+
+@pytest.mark.parametrize("draw", range(3))
+def test_no_runner_up_beats_the_best_on_fleets(draw, rng):
+    hosts, per_host = rng.randint(2, 4), rng.choice([4, 8])
+    gpus = [GpuSlot(host=f"n{h}", index=i, capacity_bytes=rng.choice([80, 94, 141]) * GiB, headroom_bytes=GiB // 2)
+            for h in range(hosts) for i in range(per_host)]
+    seats = [SeatDemand(name=f"s{n}", footprint_bytes=rng.randint(2 * GiB, 40 * GiB), gpu_count=rng.choice([1, 1, 1, 2]))
+             for n in range(rng.randint(hosts * per_host, hosts * per_host * 3))]
+    result = place(gpus, seats, method="cp-sat", time_limit_s=3, runner_ups=3)
+    if result.best is None:
+        return
+    assert_valid(gpus, seats, result.best)
+    for alternative in result.runner_ups:
+        assert (-alternative.placement.worst_case_spare_bytes, alternative.placement.moves) >= (-result.best.worst_case_spare_bytes, result.best.moves)

@@ -59,6 +59,9 @@ CPSAT_MIN_S = 0.5
 # illustrates a trade-off, so it gets a few rounds, not the best layout's patience.
 RUNNER_UP_STALL_ROUNDS = 3
 RUNNER_UP_MAX_ROUNDS = 10
+# A runner-up's search may find a better layout than the best (which becomes the best): how many times, at most, the
+# runner-ups are then worked out again.
+PROMOTIONS = 2
 # Of the time limit: the best layout, then the frontier (when seats run somewhere), then runner-ups.
 BEST_TIME_SHARE = 0.6
 FRONTIER_TIME_SHARE = 0.25
@@ -111,11 +114,9 @@ def place(
         points = frontier.frontier(problem, solved, host_sized=chosen == "exhaustive", until=until, extra_budgets=budgets)
     pick, because = frontier.choose(points, max_moves=max_moves, move_cost_bytes=move_cost_bytes)
     if pick is None or pick.placement.worst_case_spare_bytes == solved.layout.worst_spare_bytes and pick.placement.moves == solved.layout.moves:
-        best = to_placement(problem, solved.layout.assignment)
-        alternatives = _runner_ups(
-            problem, chosen, solved.layout, best, runner_ups, until=started + time_limit_s, bound_bytes=solved.bound_bytes
-        )
-        optimal, because = solved.optimal, None
+        best, alternatives, promoted = _best_and_runner_ups(problem, chosen, solved.layout, runner_ups, until=started + time_limit_s,
+                                                            bound_bytes=solved.bound_bytes)
+        optimal, because = solved.optimal and not promoted, None
     else:
         best = pick.placement
         alternatives = frontier.other_points(points, pick, move_cost_bytes=move_cost_bytes, max_moves=max_moves)[:runner_ups]
@@ -201,9 +202,30 @@ def solve_fleet(
     return replace(solved, layout=min(solved.layout, descended))
 
 
+def _best_and_runner_ups(
+    problem: Problem, method: Method, layout: Layout, count: int, *, until: float, bound_bytes: int | None
+) -> tuple[Placement, list[Alternative], bool]:
+    """The best layout with its runner-ups, and whether a runner-up's search found a better one than the best's.
+
+    On a fleet the best is found, not proven: a runner-up's search, which keeps more seats apart, may find a
+    layout better than it (every such layout is valid without that constraint too). That layout becomes the
+    best and the runner-ups are worked out again from it (at most PROMOTIONS times; after that the best
+    keeps no runner-up better than itself), so no runner-up ever says it lost to a worse plan.
+    """
+    promoted = False
+    for _ in range(PROMOTIONS + 1):
+        best = to_placement(problem, layout.assignment)
+        alternatives, better = _runner_ups(problem, method, layout, best, count, until=until, bound_bytes=bound_bytes)
+        if better is None:
+            return best, alternatives, promoted
+        layout, promoted = better, True
+    return to_placement(problem, layout.assignment), [], promoted
+
+
 def _runner_ups(
     problem: Problem, method: Method, best_layout: Layout, best: Placement, count: int, *, until: float, bound_bytes: int | None
-) -> list[Alternative]:
+) -> tuple[list[Alternative], Layout | None]:
+    """Up to ``count`` runner-ups, or, as soon as one is better than ``best_layout``, that layout (to become the best)."""
     alternatives: list[Alternative] = []
     previous, constrained = best_layout, problem
     for position in range(count):
@@ -215,11 +237,13 @@ def _runner_ups(
         layout = _runner_up_layout(constrained, method, previous, group, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes)
         if layout is None:
             break
+        if layout < best_layout:
+            return [], problem.layout(layout.assignment)
         placement = to_placement(problem, layout.assignment)
         names = [problem.seat_names[s] for s in group]
         alternatives.append(Alternative(placement=placement, why_lost=f"{_apart_words(names)}: {why_lost(problem, best, placement)}"))
         previous = layout
-    return alternatives
+    return alternatives, None
 
 
 def _runner_up_layout(

@@ -192,7 +192,9 @@ def solve_fleet(
     found = local.search(problem, deadline=now + (until - now) * LOCAL_SEARCH_SHARE, start=start, target_bytes=bound_bytes)
     # CPU time, not wall: on a busy machine the wall time of the search would buy CP-SAT more than it is worth.
     local_s = time.process_time() - cpu_now
-    cpsat_s = min(until - time.perf_counter(), max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s))
+    # Within NEAR_BOUND_SHARE of the bound CP-SAT gets its least: the last tenth of a percent is not worth the wait.
+    near = found is not None and bound_bytes is not None and problem.layout(found).worst_spare_bytes >= bound_bytes * (1 - local.NEAR_BOUND_SHARE)
+    cpsat_s = min(until - time.perf_counter(), CPSAT_MIN_S if near else max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s))
     solved = cpsat.solve(problem, time_limit_s=max(0.5, cpsat_s), start=found, bound_bytes=bound_bytes)
     if solved.layout is None or solved.optimal:
         return solved

@@ -240,7 +240,7 @@ def _runner_ups(
         if layout is None:
             break
         if layout < best_layout:
-            return [], problem.layout(layout.assignment)
+            return [], layout  # valid without the apart constraint too, at the same cost
         placement = to_placement(problem, layout.assignment)
         names = [problem.seat_names[s] for s in group]
         alternatives.append(Alternative(placement=placement, why_lost=f"{_apart_words(names)}: {why_lost(problem, best, placement)}"))

@@ -1,7 +1,9 @@
 """The local search's shortcuts against the plain search they stand for, on random fleets of many shapes.
 
 A GPU that found no trade is later asked only about the GPUs changed since (``_State._changed_since``): the descent
-must end where a search that asks every GPU about every partner every time ends. A kick and a runner-up's start
+must end where a search that asks every GPU about every partner every time ends. The groups of seats a GPU could trade
+are cached by the seats on it, shared by a layout and its copies (``_State._cache``): every descent, kick and copy must
+end where a search that caches nothing ends. A kick and a runner-up's start
 (``split_up``) may swap seats on a nearly full fleet: every layout they make must keep every rule.
 """
 
@@ -24,7 +26,16 @@ class _LooksEverywhere(local._State):
         return None
 
 
-def random_fleet(rng: random.Random) -> tuple[list[GpuSlot], list[SeatDemand]]:
+class _Forgetful(local._State):
+    """The search without the cache: every group of seats worked out afresh each time it is asked for."""
+
+    def _cache(self, key, value):
+        return value
+
+
+def random_fleet(
+    rng: random.Random, *, tensor_parallel_share: float = 0.2, allowed_share: float = 0.1
+) -> tuple[list[GpuSlot], list[SeatDemand]]:
     """1–4 hosts of 2–8 GPUs, odd capacities and headrooms, keep-clear GPUs, 60–100 % full, TP 2/4 seats, pins, avoids,
     seats running somewhere (some where they could not run any more)."""
     hosts = rng.randint(1, 4)
@@ -47,9 +58,9 @@ def random_fleet(rng: random.Random) -> tuple[list[GpuSlot], list[SeatDemand]]:
     keys = [(slot.host, slot.index) for slot in slots]
     seats = []
     for n, size in enumerate(sizes):
-        gpu_count = rng.choice([1] * 8 + [2, 4]) if per_host >= 4 else 1
+        gpu_count = rng.choice([2, 4]) if per_host >= 4 and rng.random() < tensor_parallel_share else 1
         allowed = None
-        if rng.random() < 0.1:
+        if rng.random() < allowed_share:
             allowed = rng.sample(keys, rng.randint(1, len(keys)))
         current: list[tuple[str, int]] = []
         if rng.random() < 0.5:
@@ -66,10 +77,10 @@ def assert_keeps_every_rule(problem: Problem, assignment: tuple) -> None:
     assert problem.keeps_apart(assignment)
 
 
-def drawn_problem(rng: random.Random) -> tuple[Problem, tuple] | None:
-    """A random fleet with a valid start (randomized largest-first), sometimes with a group kept apart."""
+def drawn_problem(rng: random.Random, **shares: float) -> tuple[Problem, tuple] | None:
+    """A random fleet (``shares`` as random_fleet's) with a valid start (randomized largest-first), sometimes with a group kept apart."""
     for _ in range(20):
-        problem = compile_problem(*random_fleet(rng))
+        problem = compile_problem(*random_fleet(rng, **shares))
         if any(not options for options in problem.candidates):
             continue
         if rng.random() < 0.3 and len(problem.seat_names) >= 2:
@@ -100,6 +111,56 @@ def test_looking_only_at_what_changed_ends_where_looking_everywhere_ends(rng):
             shortcut.kick(kicks_shortcut)
             everywhere.kick(kicks_everywhere)
             assert_keeps_every_rule(problem, tuple(shortcut.assignment))
+        checked += 1
+    assert checked >= 10
+
+
+def assert_cache_answers_as_fresh(state: local._State, rng: random.Random) -> None:
+    """What the cache answers for this layout is what a state that caches nothing works out for it."""
+    fresh = _Forgetful(state.problem, tuple(state.assignment), state.max_moves)
+    gpus = range(len(state.problem.gpu_keys))
+    for g in gpus:
+        assert state._singles(g) == fresh._singles(g)
+        assert state._bundles(g, pairs=True) == fresh._bundles(g, pairs=True) and state._bundles(g, pairs=False) == fresh._bundles(g, pairs=False)
+        to, ideal_bytes = rng.choice(gpus), rng.randrange(64 * GiB)
+        assert state._shedding(g, to, ideal_bytes) == fresh._shedding(g, to, ideal_bytes)
+    for seat, here in enumerate(state.assignment):
+        if state.problem.gpu_count[seat] > 1:
+            # Where it is, and where it could be (another layout's copy may have moved it there).
+            for where in [here, *rng.sample(state.problem.candidates[seat], min(3, len(state.problem.candidates[seat])))]:
+                assert state._moves_from(seat, where) == fresh._moves_from(seat, where)
+
+
+def test_the_cache_of_seat_groups_changes_no_trade(rng, monkeypatch):
+    """Layouts and their copies go different ways (a kick each) while sharing the cache: each must end where the
+    same steps end without a cache, with a cache large enough to keep everything and with one that starts afresh often."""
+    checked = 0
+    for draw in range(20):
+        # Many tensor-parallel seats and allowed lists: the cached groups and moves depend on both.
+        drawn = drawn_problem(rng, tensor_parallel_share=rng.uniform(0.1, 0.6), allowed_share=rng.uniform(0.1, 0.7))
+        if drawn is None:
+            continue
+        problem, start = drawn
+        monkeypatch.setattr(local, "GROUP_CACHE_ENTRIES", rng.choice([local.GROUP_CACHE_ENTRIES, rng.randint(1, 50)]))
+        max_moves = rng.choice([None, None, rng.randint(0, len(problem.seat_names))])
+        seed = rng.randrange(1 << 30)
+        cached, forgetful = local._State(problem, start, max_moves), _Forgetful(problem, start, max_moves)
+        kicks_cached, kicks_forgetful = random.Random(seed), random.Random(seed)
+        for _ in range(rng.randint(1, 4)):
+            cached.descend(float("inf"))
+            forgetful.descend(float("inf"))
+            assert cached.assignment == forgetful.assignment and cached.spare == forgetful.spare and cached.moves == forgetful.moves
+            assert_keeps_every_rule(problem, tuple(cached.assignment))
+            twin_cached, twin_forgetful = cached.copy(), forgetful.copy()
+            twin_cached.kick(kicks_cached)
+            twin_forgetful.kick(kicks_forgetful)
+            twin_cached.descend(float("inf"))
+            twin_forgetful.descend(float("inf"))
+            assert twin_cached.assignment == twin_forgetful.assignment and twin_cached.spare == twin_forgetful.spare
+            assert twin_cached.groups_cache is cached.groups_cache and not forgetful.groups_cache
+            assert_cache_answers_as_fresh(cached, rng)
+            assert_cache_answers_as_fresh(twin_cached, rng)
+            cached, forgetful = (twin_cached, twin_forgetful) if draw % 2 else (cached, forgetful)
         checked += 1
     assert checked >= 10
 

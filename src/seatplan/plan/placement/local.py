@@ -18,10 +18,13 @@ import time
 from bisect import bisect_left
 from collections.abc import Sequence
 from itertools import combinations
+from typing import Any, TypeVar
 
 from seatplan.plan.placement.problem import GpuSet, Problem
 
 Trade = list[tuple[int, GpuSet]]  # (seat, its new GPU set)
+Cached = TypeVar("Cached")
+Bundle = tuple[list[int], int, frozenset[int]]  # single-GPU seats moving together, their bytes, the GPUs each of them may take
 
 ORDER_JITTER = 0.25  # a seat's demand is scaled by up to this much either way when ordering a randomized start
 # Seats a kick moves off the tightest GPUs: at least KICKED_SEATS, one per GPUS_PER_KICKED_SEAT GPUs on larger fleets,
@@ -43,6 +46,9 @@ NEAR_BOUND_SHARE = 0.005
 FAR_PATIENCE_FACTOR = 30
 ROUNDS_PER_RESTART = 6  # kicks from the best layout between two fresh randomized starts
 ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tries only some groups of them
+# Entries in a search's cache of seat groups (a group's bytes and where it may go depend only on which seats are on a
+# GPU, which the search asks about thousands of times between two trades); past this many it starts afresh.
+GROUP_CACHE_ENTRIES = 200_000
 
 
 def search(
@@ -238,6 +244,16 @@ def _subsets(seats: list[int], size: tuple[int, ...]) -> list[tuple[list[int], i
     return groups
 
 
+def _any_pair_at_most(spare: list[int], pairs: tuple[tuple[int, int], ...], total_bytes: int) -> bool:
+    for one, other in pairs:
+        if spare[one] + spare[other] <= total_bytes:
+            return True
+    return False
+
+
+_NOBODY: Bundle = ([], 0, frozenset())
+
+
 def _groups_of(problem: Problem) -> dict[int, list[tuple[int, ...]]]:
     groups_of: dict[int, list[tuple[int, ...]]] = {}
     for group in problem.apart:
@@ -259,6 +275,9 @@ class _State:
         for seat, gpu_set in enumerate(assignment):
             for g in gpu_set:
                 self.on_gpu[g].add(seat)
+        self.seats_on = [tuple(sorted(seats)) for seats in self.on_gpu]  # the cache's keys
+        # Shared with every copy: what it holds depends only on the problem and the seats its keys name.
+        self.groups_cache: dict[tuple, Any] = {}
         self.moves = problem.moves(assignment)
         self.open = problem.open_gpus
         self.single_gpus = [
@@ -273,11 +292,12 @@ class _State:
         self.failed_at = [-1] * len(problem.gpu_keys)
 
     def copy(self) -> _State:
-        twin = _State.__new__(_State)
+        twin = type(self).__new__(type(self))
         twin.__dict__.update(self.__dict__)
         twin.assignment = list(self.assignment)
         twin.spare = list(self.spare)
         twin.on_gpu = [set(seats) for seats in self.on_gpu]
+        twin.seats_on = list(self.seats_on)
         twin.changed_at = list(self.changed_at)
         twin.failed_at = list(self.failed_at)
         return twin
@@ -368,21 +388,21 @@ class _State:
         close to half the partners' spare difference as there is: on a nearly full fleet only such exact trades help.
 
         Each partner's group sizes are sorted once, so every group of ``gpu``'s finds its best counterpart by bisection.
+        The seats are taken in the order their GPU's set holds them (which decides which of more than ALL_SUBSETS_UP_TO
+        take part), not by number: the layouts found stay the ones measured in docs/benchmarks.md.
         """
-        problem, spare = self.problem, self.spare
-        size = problem.footprint_bytes
+        problem, spare, single_gpus = self.problem, self.spare, self.single_gpus
         floor = spare[gpu]
         best_gain, best = floor, None
         ours = [s for s in self.on_gpu[gpu] if problem.gpu_count[s] == 1][:ALL_SUBSETS_UP_TO]
         for partner in partners:
-            if partner == gpu or spare[partner] <= best_gain:
+            # Balanced, two GPUs keep at best the average of their spares.
+            if partner == gpu or (floor + spare[partner]) // 2 <= best_gain:
                 continue
-            leaving = _subsets([s for s in ours if partner in self.single_gpus[s]], size)
-            arriving = sorted(
-                _subsets([s for s in self.on_gpu[partner] if problem.gpu_count[s] == 1 and gpu in self.single_gpus[s]][:ALL_SUBSETS_UP_TO], size),
-                key=lambda group: group[1],
+            leaving = self._subsets_of(tuple(s for s in ours if partner in single_gpus[s]))
+            arriving, arriving_bytes = self._sorted_subsets_of(
+                tuple([s for s in self.on_gpu[partner] if problem.gpu_count[s] == 1 and gpu in single_gpus[s]][:ALL_SUBSETS_UP_TO])
             )
-            arriving_bytes = [group_bytes for _, group_bytes in arriving]
             ideal = (spare[partner] - floor) // 2
             for out_seats, out_bytes in leaving:
                 at = bisect_left(arriving_bytes, out_bytes - ideal)
@@ -409,18 +429,16 @@ class _State:
         spare = self.spare
         size = self.problem.footprint_bytes[seat]
         here = self.assignment[seat]
-        targets = self.problem.candidates[seat]
+        moves = self._moves_from(seat, here)
         if changed is not None and changed.isdisjoint(here):
-            targets = tuple(target for target in targets if not changed.isdisjoint(target))
+            moves = [(target, swapped) for target, swapped in moves if not changed.isdisjoint(target)]
         sent_back: dict[tuple[int, int], tuple[list[int], int] | None] = {}  # (GPU left, GPU taken) → its best group
-        for target in targets:
-            leaving = [g for g in here if g not in target]
-            arriving = [g for g in target if g not in here]
+        for target, swapped in moves:
             # Balanced, a pair of GPUs keeps at best the average of their spares: skip targets that cannot help.
-            if not arriving or any(spare[left] + spare[taken] <= 2 * best_gain for left, taken in zip(leaving, arriving)):
+            if _any_pair_at_most(spare, swapped, 2 * best_gain):
                 continue
             trade: Trade = [(seat, target)]
-            for left, taken in zip(leaving, arriving):
+            for left, taken in swapped:
                 if (left, taken) not in sent_back:
                     sent_back[left, taken] = self._best_group_back(size, left, taken)
                 group = sent_back[left, taken]
@@ -438,13 +456,15 @@ class _State:
         most spare on the lower of the two, with that spare; None when no group keeps both within their headroom."""
         headroom = self.problem.headroom_bytes
         room_left, room_taken = self.spare[left] + size, self.spare[taken] - size
+        least_left, least_taken = headroom[left], headroom[taken]
         best: tuple[list[int], int] | None = None
         for group, group_bytes in self._shedding(taken, left, (room_left - room_taken) // 2):
             after_left, after_taken = room_left - group_bytes, room_taken + group_bytes
-            if after_left < headroom[left] or after_taken < headroom[taken]:
+            if after_left < least_left or after_taken < least_taken:
                 continue
-            if best is None or min(after_left, after_taken) > best[1]:
-                best = (group, min(after_left, after_taken))
+            lower = after_left if after_left < after_taken else after_taken
+            if best is None or lower > best[1]:
+                best = (group, lower)
         return best
 
     def _shedding(self, gpu: int, to: int, ideal_bytes: int) -> list[tuple[list[int], int]]:
@@ -452,36 +472,44 @@ class _State:
         one or two, and largest first up to ``ideal_bytes``. A large seat often fits only for a narrow range of bytes
         sent back, which only an exact subset hits."""
         size = self.problem.footprint_bytes
-        may_go = [s for s in sorted(self.on_gpu[gpu], key=lambda s: -size[s]) if to in self.single_gpus[s]]
+        key = ("may go", self.seats_on[gpu], to)
+        may_go = self.groups_cache.get(key)
+        if may_go is None:
+            may_go = self._cache(key, sorted((s for s in self.seats_on[gpu] if to in self.single_gpus[s]), key=lambda s: -size[s]))
         if len(may_go) <= ALL_SUBSETS_UP_TO:
-            return _subsets(may_go, size)
+            return self._subsets_of(tuple(may_go))
         filled, filled_bytes = [], 0
         for seat in may_go:
             if filled_bytes + size[seat] <= ideal_bytes:
                 filled.append(seat)
                 filled_bytes += size[seat]
-        return [([], 0), (filled, filled_bytes)] + self._bundles(gpu, lambda s: to in self.single_gpus[s], pairs=True)
+        return [([], 0), (filled, filled_bytes)] + [(seats, group_bytes) for seats, group_bytes, goes in self._bundles(gpu, pairs=True) if to in goes]
 
     def _best_exchange(
         self, gpu: int, best_gain: int, best: Trade | None, *, pairs: bool, partners: Sequence[int]
     ) -> tuple[int, Trade | None]:
         problem, spare = self.problem, self.spare
+        headroom = problem.headroom_bytes
         floor = spare[gpu]
-        leaving = self._bundles(gpu, lambda s: True, pairs=pairs)
+        leaving = self._bundles(gpu, pairs=pairs)
         for partner in partners:
             room = spare[partner]
-            if partner == gpu or room <= best_gain:
-                continue  # giving it anything would leave it below what we already have
-            arriving: list[tuple[list[int], int]] = [([], 0)] + self._bundles(partner, lambda s: gpu in self.single_gpus[s], pairs=pairs)
-            for out_seats, out_bytes in leaving:
-                if any(partner not in self.single_gpus[s] for s in out_seats):
+            # Balanced, two GPUs keep at best the average of their spares: giving it anything would leave one of them
+            # below what we already have.
+            if partner == gpu or (floor + room) // 2 <= best_gain:
+                continue
+            arriving = [_NOBODY] + [bundle for bundle in self._bundles(partner, pairs=pairs) if gpu in bundle[2]]
+            least_room = headroom[partner]
+            for out_seats, out_bytes, goes in leaving:
+                if partner not in goes:
                     continue
-                for in_seats, in_bytes in arriving:
+                for in_seats, in_bytes, _ in arriving:
                     shift = out_bytes - in_bytes
                     if shift <= 0:
                         continue
-                    gain = min(floor + shift, room - shift)
-                    if gain <= best_gain or room - shift < problem.headroom_bytes[partner]:
+                    after_gpu, after_partner = floor + shift, room - shift
+                    gain = after_gpu if after_gpu < after_partner else after_partner
+                    if gain <= best_gain or after_partner < least_room:
                         continue
                     trade: Trade = [(s, (partner,)) for s in out_seats]
                     trade += [(s, (gpu,)) for s in in_seats]
@@ -489,14 +517,61 @@ class _State:
                         best_gain, best = gain, trade
         return best_gain, best
 
-    def _bundles(self, gpu: int, may_leave, *, pairs: bool) -> list[tuple[list[int], int]]:
-        """Single-GPU seats on ``gpu`` (that ``may_leave``), one at a time, or two at a time with ``pairs``, with their bytes."""
-        seats = [s for s in sorted(self.on_gpu[gpu]) if self.problem.gpu_count[s] == 1 and may_leave(s)]
-        size = self.problem.footprint_bytes
-        singles = [([s], size[s]) for s in seats]
-        if not pairs:
-            return singles
-        return [([a, b], size[a] + size[b]) for a, b in combinations(seats, 2)] + singles
+    def _bundles(self, gpu: int, *, pairs: bool) -> list[Bundle]:
+        """Single-GPU seats on ``gpu``, one at a time, or two at a time and then one at a time with ``pairs``."""
+        key = ("bundles", self.seats_on[gpu], pairs)
+        found = self.groups_cache.get(key)
+        if found is not None:
+            return found
+        seats = self._singles(gpu)
+        size, single_gpus = self.problem.footprint_bytes, self.single_gpus
+        singles = [([s], size[s], single_gpus[s]) for s in seats]
+        if pairs:
+            singles = [([a, b], size[a] + size[b], single_gpus[a] & single_gpus[b]) for a, b in combinations(seats, 2)] + singles
+        return self._cache(key, singles)
+
+    def _singles(self, gpu: int) -> list[int]:
+        """The single-GPU seats on ``gpu``, by number."""
+        key = ("singles", self.seats_on[gpu])
+        found = self.groups_cache.get(key)
+        if found is None:
+            found = self._cache(key, [s for s in self.seats_on[gpu] if self.problem.gpu_count[s] == 1])
+        return found
+
+    def _subsets_of(self, seats: tuple[int, ...]) -> list[tuple[list[int], int]]:
+        key = ("subsets", seats)
+        found = self.groups_cache.get(key)
+        if found is None:
+            found = self._cache(key, _subsets(list(seats), self.problem.footprint_bytes))
+        return found
+
+    def _sorted_subsets_of(self, seats: tuple[int, ...]) -> tuple[list[tuple[list[int], int]], list[int]]:
+        """Every group of ``seats`` by bytes (a stable sort, so ties keep the order of ``seats``), and the bytes alone."""
+        key = ("sorted subsets", seats)
+        found = self.groups_cache.get(key)
+        if found is None:
+            groups = sorted(self._subsets_of(seats), key=lambda group: group[1])
+            found = self._cache(key, (groups, [group_bytes for _, group_bytes in groups]))
+        return found
+
+    def _moves_from(self, seat: int, here: GpuSet) -> list[tuple[GpuSet, tuple[tuple[int, int], ...]]]:
+        """Each other GPU set tensor-parallel ``seat`` may take from ``here``, with the (GPU left, GPU taken) pairs, in order."""
+        key = ("moves from", seat, here)
+        found = self.groups_cache.get(key)
+        if found is None:
+            found = []
+            for target in self.problem.candidates[seat]:
+                swapped = tuple(zip([g for g in here if g not in target], [g for g in target if g not in here]))
+                if swapped:
+                    found.append((target, swapped))
+            found = self._cache(key, found)
+        return found
+
+    def _cache(self, key: tuple, value: Cached) -> Cached:
+        if len(self.groups_cache) >= GROUP_CACHE_ENTRIES:
+            self.groups_cache.clear()
+        self.groups_cache[key] = value
+        return value
 
     def _gain(self, trade: Trade) -> int:
         """The lowest spare among the open GPUs ``trade`` touches, after it; -1 when it breaks a rule."""
@@ -600,6 +675,7 @@ class _State:
             for g in (*self.assignment[seat], *gpu_set):
                 self.changed_at[g] = self.clock
         size = self.problem.footprint_bytes
+        touched: set[int] = set()
         for seat, gpu_set in trade:
             for g in self.assignment[seat]:
                 self.spare[g] += size[seat]
@@ -607,4 +683,7 @@ class _State:
             for g in gpu_set:
                 self.spare[g] -= size[seat]
                 self.on_gpu[g].add(seat)
+            touched.update(self.assignment[seat], gpu_set)
             self.assignment[seat] = gpu_set
+        for g in touched:
+            self.seats_on[g] = tuple(sorted(self.on_gpu[g]))

@@ -163,6 +163,7 @@ def test_creep_and_plateau_over_random_histories(tmp_path):
     assert all(o.uncertainty_mib > 0 for o in outcomes)
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine: the full run, not the fast loop
 def test_every_history_on_a_fresh_seed_is_within_the_targets(tmp_path, rng):
     """FRESH_DRAWS histories from a seed drawn this run: each one's plateau, creep and plateau time within the targets
     (or flagged with the truth inside its bounds), so the sweep above is no tuning to one seed."""

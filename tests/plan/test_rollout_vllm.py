@@ -18,6 +18,8 @@ import random
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from kits.parts import require
 from kits.vllm_engine import vllm_installed, vllm_python
 from seatplan.documents.fleet_file import load_fleet
@@ -210,6 +212,7 @@ def replay_on(plan: Plan, where: dict[str, tuple[list[str], int]], cases: list[d
     assert {name: gpus for name, (gpus, _) in where.items()} == {seat.name: seat.gpus for seat in plan.seats if seat.gpus}
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine: the full run, not the fast loop
 def test_every_start_of_the_rollout_passes_vllms_own_check_with_the_engine_fitting(tmp_path, rng):
     require(vllm_installed(), "the vLLM CPU engine (SEATPLAN_VLLM_VENV)")
     cases: list[dict] = []

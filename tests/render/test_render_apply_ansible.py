@@ -79,6 +79,7 @@ def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(ro
     assert starts.read_text().splitlines()[3:] == ["beta start alpha=200"]
 
 
+@pytest.mark.slow  # over 10 s on the 2-core machine: the full run, not the fast loop
 def test_a_failing_restart_fails_apply_and_stops_the_rollout(rollout, capsys, monkeypatch):
     tmp_path = rollout
     seats = {name: (QWEN3_8B, free_port()) for name in ("alpha", "beta")}

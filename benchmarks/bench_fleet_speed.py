@@ -2,9 +2,10 @@
 generated fleets, reporting the share of the LP bound, the wall time, and the local-search round (of all the
 rounds the plan ran, runner-ups included) that first reached bench_placement.FAST_SHARE of the bound.
 
-Run: ``.venv/bin/python benchmarks/bench_fleet_speed.py [--fleets 4:1,4:2,5:3] [--time-limit S]``
+Run: ``.venv/bin/python benchmarks/bench_fleet_speed.py [--fleets 4:1,4:2,5:3 | --seeds 11-20] [--time-limit S]``
 (``SHAPE:SEED``, SHAPE a position in bench_placement.SHAPES; by default the 64-GPU shapes 4 and 5, seeds 1-10,
-and shape 6 seeds 1-2). The round is counted, not timed, so it does not depend on how busy the machine is.
+and shape 6 seeds 1-2; ``--seeds A-B``: shapes 4 and 5 with those seeds, e.g. the held-out 11-20). The round is
+counted, not timed, so it does not depend on how busy the machine is.
 """
 
 from __future__ import annotations
@@ -63,13 +64,18 @@ def run(shape_index: int, seed: int, time_limit_s: float) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fleets", default=",".join(DEFAULT_FLEETS), help="SHAPE:SEED,... (default: %(default)s)")
+    parser.add_argument("--seeds", help="A-B: shapes 4 and 5 with seeds A to B, instead of --fleets")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per plan, as seatplan plan's default")
     args = parser.parse_args(argv)
     print(f"{platform.node()}: Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"| fleet | share of the LP bound | wall s | CPU s | rounds | round (and s) first at {100 * TARGET_SHARE:.1f} % |")
     print("|---|---|---|---|---|---|")
     rows = []
-    for spec in args.fleets.split(","):
+    fleets = args.fleets.split(",")
+    if args.seeds:
+        first, last = (int(part) for part in args.seeds.split("-"))
+        fleets = [f"{shape}:{seed}" for shape in (4, 5) for seed in range(first, last + 1)]
+    for spec in fleets:
         shape_index, seed = (int(part) for part in spec.split(":"))
         row = run(shape_index, seed, args.time_limit)
         rows.append(row)

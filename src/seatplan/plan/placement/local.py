@@ -470,7 +470,7 @@ class _State:
     def _shedding(self, gpu: int, to: int, ideal_bytes: int) -> list[tuple[list[int], int]]:
         """Groups of single-GPU seats ``gpu`` could send to ``to``: every subset when there are few, else none, any
         one or two, and largest first up to ``ideal_bytes``. A large seat often fits only for a narrow range of bytes
-        sent back, which only an exact subset hits."""
+        sent back, which only an exact subset hits. Seats of equal size go by number (the order of the cache's key)."""
         size = self.problem.footprint_bytes
         key = ("may go", self.seats_on[gpu], to)
         may_go = self.groups_cache.get(key)

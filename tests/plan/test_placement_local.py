@@ -2,7 +2,7 @@
 
 A GPU that found no trade is later asked only about the GPUs changed since (``_State._changed_since``): the descent
 must end where a search that asks every GPU about every partner every time ends. The groups of seats a GPU could trade
-are cached by the seats on it, shared by a layout and its copies (``_State._cache``): every descent, kick and copy must
+are cached by the seats on it, shared by a layout and its copies (``_State._cached``): every descent, kick and copy must
 end where a search that caches nothing ends. A kick and a runner-up's start
 (``split_up``) may swap seats on a nearly full fleet: every layout they make must keep every rule.
 """
@@ -29,8 +29,8 @@ class _LooksEverywhere(local._State):
 class _Forgetful(local._State):
     """The search without the cache: every group of seats worked out afresh each time it is asked for."""
 
-    def _cache(self, key, value):
-        return value
+    def _cached(self, key, build):
+        return build()
 
 
 def random_fleet(
@@ -91,6 +91,15 @@ def drawn_problem(rng: random.Random, **shares: float) -> tuple[Problem, tuple] 
     return None
 
 
+def descend_alike(problem: Problem, state: local._State, plain: local._State) -> None:
+    """One descent each from the same layout: the shortcut's must end where the plain search's ends, keeping every rule."""
+    state.descend(float("inf"))
+    plain.descend(float("inf"))
+    assert state.assignment == plain.assignment
+    assert state.spare == plain.spare and state.moves == plain.moves
+    assert_keeps_every_rule(problem, tuple(state.assignment))
+
+
 def test_looking_only_at_what_changed_ends_where_looking_everywhere_ends(rng):
     checked = 0
     for _ in range(25):
@@ -103,11 +112,7 @@ def test_looking_only_at_what_changed_ends_where_looking_everywhere_ends(rng):
         shortcut, everywhere = local._State(problem, start, max_moves), _LooksEverywhere(problem, start, max_moves)
         kicks_shortcut, kicks_everywhere = random.Random(seed), random.Random(seed)
         for _ in range(rng.randint(1, 4)):
-            shortcut.descend(float("inf"))
-            everywhere.descend(float("inf"))
-            assert shortcut.assignment == everywhere.assignment
-            assert shortcut.spare == everywhere.spare and shortcut.moves == everywhere.moves
-            assert_keeps_every_rule(problem, tuple(shortcut.assignment))
+            descend_alike(problem, shortcut, everywhere)
             shortcut.kick(kicks_shortcut)
             everywhere.kick(kicks_everywhere)
             assert_keeps_every_rule(problem, tuple(shortcut.assignment))
@@ -147,16 +152,11 @@ def test_the_cache_of_seat_groups_changes_no_trade(rng, monkeypatch):
         cached, forgetful = local._State(problem, start, max_moves), _Forgetful(problem, start, max_moves)
         kicks_cached, kicks_forgetful = random.Random(seed), random.Random(seed)
         for _ in range(rng.randint(1, 4)):
-            cached.descend(float("inf"))
-            forgetful.descend(float("inf"))
-            assert cached.assignment == forgetful.assignment and cached.spare == forgetful.spare and cached.moves == forgetful.moves
-            assert_keeps_every_rule(problem, tuple(cached.assignment))
+            descend_alike(problem, cached, forgetful)
             twin_cached, twin_forgetful = cached.copy(), forgetful.copy()
             twin_cached.kick(kicks_cached)
             twin_forgetful.kick(kicks_forgetful)
-            twin_cached.descend(float("inf"))
-            twin_forgetful.descend(float("inf"))
-            assert twin_cached.assignment == twin_forgetful.assignment and twin_cached.spare == twin_forgetful.spare
+            descend_alike(problem, twin_cached, twin_forgetful)
             assert twin_cached.groups_cache is cached.groups_cache and not forgetful.groups_cache
             assert_cache_answers_as_fresh(cached, rng)
             assert_cache_answers_as_fresh(twin_cached, rng)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import combinations
 from typing import Any, TypeVar
 
@@ -472,10 +472,8 @@ class _State:
         one or two, and largest first up to ``ideal_bytes``. A large seat often fits only for a narrow range of bytes
         sent back, which only an exact subset hits. Seats of equal size go by number (the order of the cache's key)."""
         size = self.problem.footprint_bytes
-        key = ("may go", self.seats_on[gpu], to)
-        may_go = self.groups_cache.get(key)
-        if may_go is None:
-            may_go = self._cache(key, sorted((s for s in self.seats_on[gpu] if to in self.single_gpus[s]), key=lambda s: -size[s]))
+        seats = self.seats_on[gpu]
+        may_go = self._cached(("may go", seats, to), lambda: sorted((s for s in seats if to in self.single_gpus[s]), key=lambda s: -size[s]))
         if len(may_go) <= ALL_SUBSETS_UP_TO:
             return self._subsets_of(tuple(may_go))
         filled, filled_bytes = [], 0
@@ -519,59 +517,50 @@ class _State:
 
     def _bundles(self, gpu: int, *, pairs: bool) -> list[Bundle]:
         """Single-GPU seats on ``gpu``, one at a time, or two at a time and then one at a time with ``pairs``."""
-        key = ("bundles", self.seats_on[gpu], pairs)
-        found = self.groups_cache.get(key)
-        if found is not None:
-            return found
-        seats = self._singles(gpu)
+        return self._cached(("bundles", self.seats_on[gpu], pairs), lambda: self._bundles_of(self._singles(gpu), pairs))
+
+    def _bundles_of(self, seats: list[int], pairs: bool) -> list[Bundle]:
         size, single_gpus = self.problem.footprint_bytes, self.single_gpus
         singles = [([s], size[s], single_gpus[s]) for s in seats]
-        if pairs:
-            singles = [([a, b], size[a] + size[b], single_gpus[a] & single_gpus[b]) for a, b in combinations(seats, 2)] + singles
-        return self._cache(key, singles)
+        if not pairs:
+            return singles
+        return [([a, b], size[a] + size[b], single_gpus[a] & single_gpus[b]) for a, b in combinations(seats, 2)] + singles
 
     def _singles(self, gpu: int) -> list[int]:
         """The single-GPU seats on ``gpu``, by number."""
-        key = ("singles", self.seats_on[gpu])
-        found = self.groups_cache.get(key)
-        if found is None:
-            found = self._cache(key, [s for s in self.seats_on[gpu] if self.problem.gpu_count[s] == 1])
-        return found
+        seats = self.seats_on[gpu]
+        return self._cached(("singles", seats), lambda: [s for s in seats if self.problem.gpu_count[s] == 1])
 
     def _subsets_of(self, seats: tuple[int, ...]) -> list[tuple[list[int], int]]:
-        key = ("subsets", seats)
-        found = self.groups_cache.get(key)
-        if found is None:
-            found = self._cache(key, _subsets(list(seats), self.problem.footprint_bytes))
-        return found
+        return self._cached(("subsets", seats), lambda: _subsets(list(seats), self.problem.footprint_bytes))
 
     def _sorted_subsets_of(self, seats: tuple[int, ...]) -> tuple[list[tuple[list[int], int]], list[int]]:
         """Every group of ``seats`` by bytes (a stable sort, so ties keep the order of ``seats``), and the bytes alone."""
-        key = ("sorted subsets", seats)
-        found = self.groups_cache.get(key)
-        if found is None:
+
+        def build() -> tuple[list[tuple[list[int], int]], list[int]]:
             groups = sorted(self._subsets_of(seats), key=lambda group: group[1])
-            found = self._cache(key, (groups, [group_bytes for _, group_bytes in groups]))
-        return found
+            return groups, [group_bytes for _, group_bytes in groups]
+
+        return self._cached(("sorted subsets", seats), build)
 
     def _moves_from(self, seat: int, here: GpuSet) -> list[tuple[GpuSet, tuple[tuple[int, int], ...]]]:
         """Each other GPU set tensor-parallel ``seat`` may take from ``here``, with the (GPU left, GPU taken) pairs, in order."""
-        key = ("moves from", seat, here)
+
+        def build() -> list[tuple[GpuSet, tuple[tuple[int, int], ...]]]:
+            swaps = [(target, tuple(zip([g for g in here if g not in target], [g for g in target if g not in here])))
+                     for target in self.problem.candidates[seat]]
+            return [(target, swapped) for target, swapped in swaps if swapped]
+
+        return self._cached(("moves from", seat, here), build)
+
+    def _cached(self, key: tuple, build: Callable[[], Cached]) -> Cached:
+        """``build()``, worked out once per key (the key names everything the answer depends on)."""
         found = self.groups_cache.get(key)
         if found is None:
-            found = []
-            for target in self.problem.candidates[seat]:
-                swapped = tuple(zip([g for g in here if g not in target], [g for g in target if g not in here]))
-                if swapped:
-                    found.append((target, swapped))
-            found = self._cache(key, found)
+            if len(self.groups_cache) >= GROUP_CACHE_ENTRIES:
+                self.groups_cache.clear()
+            found = self.groups_cache[key] = build()
         return found
-
-    def _cache(self, key: tuple, value: Cached) -> Cached:
-        if len(self.groups_cache) >= GROUP_CACHE_ENTRIES:
-            self.groups_cache.clear()
-        self.groups_cache[key] = value
-        return value
 
     def _gain(self, trade: Trade) -> int:
         """The lowest spare among the open GPUs ``trade`` touches, after it; -1 when it breaks a rule."""
@@ -671,11 +660,10 @@ class _State:
             self.failed_at = [-1] * len(self.failed_at)  # the budget left decides what is allowed anywhere
         self.moves = moves
         self.clock += 1
-        for seat, gpu_set in trade:
-            for g in (*self.assignment[seat], *gpu_set):
-                self.changed_at[g] = self.clock
+        touched = {g for seat, gpu_set in trade for g in (*self.assignment[seat], *gpu_set)}
+        for g in touched:
+            self.changed_at[g] = self.clock
         size = self.problem.footprint_bytes
-        touched: set[int] = set()
         for seat, gpu_set in trade:
             for g in self.assignment[seat]:
                 self.spare[g] += size[seat]
@@ -683,7 +671,6 @@ class _State:
             for g in gpu_set:
                 self.spare[g] -= size[seat]
                 self.on_gpu[g].add(seat)
-            touched.update(self.assignment[seat], gpu_set)
             self.assignment[seat] = gpu_set
         for g in touched:
             self.seats_on[g] = tuple(sorted(self.on_gpu[g]))

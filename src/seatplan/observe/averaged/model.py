@@ -264,8 +264,9 @@ def _columns(records: Records, before: Before | None, points: GridPoints, *, kno
         second = np.isfinite(after) & (a == next_start)
         # A reboot in a stretch without records (no record holds it): the two records after it take the two losses, so
         # that every reboot time the fit tries frees two records and none is preferred for the freedom alone. A boot
-        # line's reboot there frees the first record after it too: a hub's longer record averages shorter ones made
-        # before its own window's start, so its mean may hold the minutes down (tests/kits/random_hub.py).
+        # line's reboot there frees the first record after it (the second only where the loading reaches, below): a
+        # hub's longer record averages shorter ones made before its own window's start, so its mean may hold the
+        # minutes down (tests/kits/random_hub.py).
         in_hole = ~first.any(axis=1, keepdims=True)
         following = np.isfinite(after) & (a == np.where(after > next_start, after, np.inf).min(axis=1, keepdims=True))
         first, second = np.where(in_hole, second, first), np.where(in_hole, following, second)

@@ -56,9 +56,14 @@ LOCAL_SEARCH_SHARE = 0.85  # of a fleet-sized solve's time at most; CP-SAT, hint
 CPSAT_SHARE_OF_LOCAL = 0.25
 CPSAT_MIN_S = 0.5
 # A runner-up's search starts from the layout before it with one seat moved apart, close to its best already; it
-# illustrates a trade-off, so it gets a few rounds, not the best layout's patience.
+# illustrates a trade-off, so it gets a few rounds, not the best layout's patience. Where the best is still more than
+# local.NEAR_BOUND_SHARE below the bound it gets more: a runner-up's search there often finds a better best (PROMOTIONS);
+# within it, the last tenth of a percent is not worth the wait (on 64-GPU fleets the runner-ups took 25-50 % of the
+# plan's time; docs/benchmarks.md).
 RUNNER_UP_STALL_ROUNDS = 3
 RUNNER_UP_MAX_ROUNDS = 10
+RUNNER_UP_NEAR_STALL_ROUNDS = 1
+RUNNER_UP_NEAR_MAX_ROUNDS = 4
 # A runner-up's search may find a better layout than the best (which becomes the best): how many times, at most, the
 # runner-ups are then worked out again.
 PROMOTIONS = 2
@@ -193,7 +198,7 @@ def solve_fleet(
     # CPU time, not wall: on a busy machine the wall time of the search would buy CP-SAT more than it is worth.
     local_s = time.process_time() - cpu_now
     # Within NEAR_BOUND_SHARE of the bound CP-SAT gets its least: the last tenth of a percent is not worth the wait.
-    near = found is not None and bound_bytes is not None and problem.layout(found).worst_spare_bytes >= bound_bytes * (1 - local.NEAR_BOUND_SHARE)
+    near = found is not None and _near_bound(problem.layout(found), bound_bytes)
     cpsat_s = min(until - time.perf_counter(), CPSAT_MIN_S if near else max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s))
     solved = cpsat.solve(problem, time_limit_s=max(0.5, cpsat_s), start=found, bound_bytes=bound_bytes)
     if solved.layout is None or solved.optimal:
@@ -236,7 +241,8 @@ def _runner_ups(
             break
         constrained = replace(constrained, apart=constrained.apart + (group,))
         share = (until - time.perf_counter()) / (count - position)
-        layout = _runner_up_layout(constrained, method, previous, group, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes)
+        layout = _runner_up_layout(constrained, method, previous, group, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes,
+                                   near=_near_bound(best_layout, bound_bytes))
         if layout is None:
             break
         if layout < best_layout:
@@ -248,8 +254,14 @@ def _runner_ups(
     return alternatives, None
 
 
+def _near_bound(layout: Layout, bound_bytes: int | None) -> bool:
+    """Whether ``layout``'s worst-case spare is within local.NEAR_BOUND_SHARE of the bound."""
+    return bound_bytes is not None and layout.worst_spare_bytes >= bound_bytes * (1 - local.NEAR_BOUND_SHARE)
+
+
 def _runner_up_layout(
-    constrained: Problem, method: Method, previous: Layout, group: tuple[int, ...], *, until: float, bound_bytes: int | None
+    constrained: Problem, method: Method, previous: Layout, group: tuple[int, ...], *, until: float, bound_bytes: int | None,
+    near: bool = False,
 ) -> Layout | None:
     """The best layout keeping ``group`` apart. On a fleet: the local search from the layout before with one seat of
     the group moved apart (a runner-up illustrates a trade-off; it is not worth a CP-SAT model per runner-up); where no
@@ -258,8 +270,9 @@ def _runner_up_layout(
         start = local.split_up(constrained, previous.assignment, group)
         # A fresh start where no seat of the group can move apart alone: the search builds one (on a 64-GPU fleet the
         # full path took 3-5 s per runner-up here, more than the best layout itself).
-        found = local.search(constrained, deadline=until, start=start, target_bytes=bound_bytes, stall_min_rounds=RUNNER_UP_STALL_ROUNDS,
-                             max_rounds=RUNNER_UP_MAX_ROUNDS)
+        found = local.search(constrained, deadline=until, start=start, target_bytes=bound_bytes,
+                             stall_min_rounds=RUNNER_UP_NEAR_STALL_ROUNDS if near else RUNNER_UP_STALL_ROUNDS,
+                             max_rounds=RUNNER_UP_NEAR_MAX_ROUNDS if near else RUNNER_UP_MAX_ROUNDS)
         if found is not None:
             return constrained.layout(found)
     solved, _ = _solve(constrained, method, fallback=False, until=until, bound_bytes=bound_bytes)

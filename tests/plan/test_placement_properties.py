@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, place, solve
+from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, local, place, solve
 from seatplan.plan.placement.greedy import best_fit, greedy, most_free_first
 from seatplan.plan.placement.local import construct, fewer_moves, improve
 from seatplan.plan.placement.local import search as local_search
-from seatplan.plan.placement.problem import compile_problem
+from seatplan.plan.placement.problem import compile_problem, to_placement
 
 GiB = 1 << 30
 
@@ -366,3 +366,30 @@ def test_no_runner_up_beats_the_best_on_fleets(draw, rng):
     assert_valid(gpus, seats, result.best)
     for alternative in result.runner_ups:
         assert (-alternative.placement.worst_case_spare_bytes, alternative.placement.moves) >= (-result.best.worst_case_spare_bytes, result.best.moves)
+
+
+@pytest.mark.parametrize("near", [True, False])
+def test_a_runner_ups_search_is_short_only_where_the_best_is_near_the_bound(near, rng, monkeypatch):
+    """Within local.NEAR_BOUND_SHARE of the bound a runner-up's search gets RUNNER_UP_NEAR_MAX_ROUNDS rounds; further
+    from it RUNNER_UP_MAX_ROUNDS, so a runner-up can still find a better best where the best falls short."""
+    gpus = [GpuSlot(host=f"n{h}", index=i, capacity_bytes=94 * GiB, headroom_bytes=GiB // 2) for h in range(3) for i in range(4)]
+    seats = [SeatDemand(name=f"s{n}", footprint_bytes=rng.randint(4 * GiB, 24 * GiB), gpu_count=2 if n < 3 else 1) for n in range(30)]
+    problem = compile_problem(gpus, seats)
+    start = construct(problem, None)
+    assert start is not None
+    best = problem.layout(start)
+    # The best's worst-case spare is this share below the bound: inside the near band, or well outside it.
+    below = rng.uniform(0.0, 0.8) * local.NEAR_BOUND_SHARE if near else rng.uniform(1.5, 10.0) * local.NEAR_BOUND_SHARE
+    bound_bytes = int(best.worst_spare_bytes / (1 - below))
+    budgets = []
+
+    def spied(*args, **kwargs):
+        budgets.append((kwargs["max_rounds"], kwargs["stall_min_rounds"]))
+        return local_search(*args, **kwargs)
+
+    monkeypatch.setattr(local, "search", spied)
+    solve._runner_ups(problem, "cp-sat", best, to_placement(problem, best.assignment), 3, until=time.perf_counter() + 20,
+                      bound_bytes=bound_bytes)
+    expected = (solve.RUNNER_UP_NEAR_MAX_ROUNDS, solve.RUNNER_UP_NEAR_STALL_ROUNDS) if near else (solve.RUNNER_UP_MAX_ROUNDS, solve.RUNNER_UP_STALL_ROUNDS)
+    assert budgets and set(budgets) == {expected}
+    assert solve.RUNNER_UP_NEAR_MAX_ROUNDS < solve.RUNNER_UP_MAX_ROUNDS

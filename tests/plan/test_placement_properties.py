@@ -334,15 +334,21 @@ def test_local_search_stays_valid_and_within_its_move_budget(fleet, budget, seed
     assert expected is not None and problem.worst_spare(problem.loads(found)) <= expected[0]
 
 
-def test_a_runner_up_better_than_the_best_becomes_the_best(rng):
-    """On a fleet the best is found, not proven, and a runner-up's search (more seats kept apart) may find a better
-    layout: handed a poor best (one largest-first start, no trade made), the runner-ups' searches beat it, and
-    what comes back is a best that no runner-up beats, with runner-ups worked out from it."""
+def twelve_gpus_and_their_plain_start(rng: random.Random):
+    """Three 4-GPU hosts, 30 seats (three of them TP 2), and the plain largest-first layout (no trade made)."""
     gpus = [GpuSlot(host=f"n{h}", index=i, capacity_bytes=94 * GiB, headroom_bytes=GiB // 2) for h in range(3) for i in range(4)]
     seats = [SeatDemand(name=f"s{n}", footprint_bytes=rng.randint(4 * GiB, 24 * GiB), gpu_count=2 if n < 3 else 1) for n in range(30)]
     problem = compile_problem(gpus, seats)
     start = construct(problem, None)
     assert start is not None
+    return gpus, seats, problem, start
+
+
+def test_a_runner_up_better_than_the_best_becomes_the_best(rng):
+    """On a fleet the best is found, not proven, and a runner-up's search (more seats kept apart) may find a better
+    layout: handed a poor best (one largest-first start, no trade made), the runner-ups' searches beat it, and
+    what comes back is a best that no runner-up beats, with runner-ups worked out from it."""
+    gpus, seats, problem, start = twelve_gpus_and_their_plain_start(rng)
     poor = problem.layout(start)
     best, alternatives, promoted = solve._best_and_runner_ups(problem, "cp-sat", poor, 3, until=time.perf_counter() + 20, bound_bytes=None)
     assert_valid(gpus, seats, best)
@@ -372,11 +378,7 @@ def test_no_runner_up_beats_the_best_on_fleets(draw, rng):
 def test_a_runner_ups_search_is_short_only_where_the_best_is_near_the_bound(near, rng, monkeypatch):
     """Within local.NEAR_BOUND_SHARE of the bound a runner-up's search gets RUNNER_UP_NEAR_MAX_ROUNDS rounds; further
     from it RUNNER_UP_MAX_ROUNDS, so a runner-up can still find a better best where the best falls short."""
-    gpus = [GpuSlot(host=f"n{h}", index=i, capacity_bytes=94 * GiB, headroom_bytes=GiB // 2) for h in range(3) for i in range(4)]
-    seats = [SeatDemand(name=f"s{n}", footprint_bytes=rng.randint(4 * GiB, 24 * GiB), gpu_count=2 if n < 3 else 1) for n in range(30)]
-    problem = compile_problem(gpus, seats)
-    start = construct(problem, None)
-    assert start is not None
+    _, _, problem, start = twelve_gpus_and_their_plain_start(rng)
     best = problem.layout(start)
     # The best's worst-case spare is this share below the bound: inside the near band, or well outside it.
     below = rng.uniform(0.0, 0.8) * local.NEAR_BOUND_SHARE if near else rng.uniform(1.5, 10.0) * local.NEAR_BOUND_SHARE

@@ -51,6 +51,12 @@ ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tri
 GROUP_CACHE_ENTRIES = 200_000
 
 
+def near_bound(worst_spare_bytes: int, bound_bytes: int | None) -> bool:
+    """Whether a worst-case spare is within NEAR_BOUND_SHARE of the bound (False without a bound): the line the search's
+    patience, CP-SAT's time and the runner-ups' rounds are drawn at."""
+    return bound_bytes is not None and worst_spare_bytes >= bound_bytes * (1 - NEAR_BOUND_SHARE)
+
+
 def search(
     problem: Problem,
     *,
@@ -91,7 +97,7 @@ def search(
         stalled += 1
         patience = least_patience
         # (Under a move budget the bound is the unbudgeted one, which the budget may put out of reach: no reason to wait.)
-        if best is not None and target_bytes is not None and max_moves is None and -best.cost()[0] < target_bytes * (1 - NEAR_BOUND_SHARE):
+        if best is not None and target_bytes is not None and max_moves is None and not near_bound(-best.cost()[0], target_bytes):
             patience = FAR_PATIENCE_FACTOR * max(least_patience, improved_at)
         if time.perf_counter() >= deadline or stalled > min(STALL_ROUNDS_PER_SEAT * len(problem.seat_names), patience):
             break

@@ -198,7 +198,7 @@ def solve_fleet(
     # CPU time, not wall: on a busy machine the wall time of the search would buy CP-SAT more than it is worth.
     local_s = time.process_time() - cpu_now
     # Within NEAR_BOUND_SHARE of the bound CP-SAT gets its least: the last tenth of a percent is not worth the wait.
-    near = found is not None and _near_bound(problem.layout(found), bound_bytes)
+    near = found is not None and local.near_bound(problem.layout(found).worst_spare_bytes, bound_bytes)
     cpsat_s = min(until - time.perf_counter(), CPSAT_MIN_S if near else max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s))
     solved = cpsat.solve(problem, time_limit_s=max(0.5, cpsat_s), start=found, bound_bytes=bound_bytes)
     if solved.layout is None or solved.optimal:
@@ -235,6 +235,7 @@ def _runner_ups(
     """Up to ``count`` runner-ups, or, as soon as one is better than ``best_layout``, that layout (to become the best)."""
     alternatives: list[Alternative] = []
     previous, constrained = best_layout, problem
+    near = local.near_bound(best_layout.worst_spare_bytes, bound_bytes)
     for position in range(count):
         group = bottleneck_group(problem, previous.assignment)
         if group is None:
@@ -242,7 +243,7 @@ def _runner_ups(
         constrained = replace(constrained, apart=constrained.apart + (group,))
         share = (until - time.perf_counter()) / (count - position)
         layout = _runner_up_layout(constrained, method, previous, group, until=time.perf_counter() + max(0.5, share), bound_bytes=bound_bytes,
-                                   near=_near_bound(best_layout, bound_bytes))
+                                   near=near)
         if layout is None:
             break
         if layout < best_layout:
@@ -254,14 +255,9 @@ def _runner_ups(
     return alternatives, None
 
 
-def _near_bound(layout: Layout, bound_bytes: int | None) -> bool:
-    """Whether ``layout``'s worst-case spare is within local.NEAR_BOUND_SHARE of the bound."""
-    return bound_bytes is not None and layout.worst_spare_bytes >= bound_bytes * (1 - local.NEAR_BOUND_SHARE)
-
-
 def _runner_up_layout(
     constrained: Problem, method: Method, previous: Layout, group: tuple[int, ...], *, until: float, bound_bytes: int | None,
-    near: bool = False,
+    near: bool,
 ) -> Layout | None:
     """The best layout keeping ``group`` apart. On a fleet: the local search from the layout before with one seat of
     the group moved apart (a runner-up illustrates a trade-off; it is not worth a CP-SAT model per runner-up); where no

@@ -395,3 +395,23 @@ def test_a_runner_ups_search_is_short_only_where_the_best_is_near_the_bound(near
     expected = (solve.RUNNER_UP_NEAR_MAX_ROUNDS, solve.RUNNER_UP_NEAR_STALL_ROUNDS) if near else (solve.RUNNER_UP_MAX_ROUNDS, solve.RUNNER_UP_STALL_ROUNDS)
     assert budgets and set(budgets) == {expected}
     assert solve.RUNNER_UP_NEAR_MAX_ROUNDS < solve.RUNNER_UP_MAX_ROUNDS
+
+
+def test_from_scratch_the_best_layouts_search_gets_three_quarters_of_the_limit(rng, monkeypatch):
+    """With no seat running there is no frontier to work out, and the best layout's search may run until
+    BEST_TIME_SHARE_FROM_SCRATCH of the limit (its LOCAL_SEARCH_SHARE of it): on the hardest fleets that search still
+    gains late. Where seats run, the frontier keeps its FRONTIER_TIME_SHARE and the best keeps BEST_TIME_SHARE."""
+    gpus, seats, _, _ = twelve_gpus_and_their_plain_start(rng)
+    time_limit_s = rng.uniform(4.0, 12.0)
+    deadlines = []
+
+    def spied(problem, *, deadline, **kwargs):
+        deadlines.append(deadline - time.perf_counter())
+        return local_search(problem, deadline=min(deadline, time.perf_counter() + 0.3), **kwargs)
+
+    monkeypatch.setattr(local, "search", spied)
+    place(gpus, seats, method="cp-sat", time_limit_s=time_limit_s, runner_ups=1)
+    best_search_s = deadlines[0]
+    assert solve.BEST_TIME_SHARE * solve.LOCAL_SEARCH_SHARE * time_limit_s < best_search_s
+    assert best_search_s <= solve.BEST_TIME_SHARE_FROM_SCRATCH * solve.LOCAL_SEARCH_SHARE * time_limit_s
+    assert solve._time_shares(True, True) == (solve.BEST_TIME_SHARE, solve.FRONTIER_TIME_SHARE)

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 WORKERS = 2  # the machines this runs on have two cores
 PASS1_SHARE = 0.75  # of a solve's time, when there is a current layout to prefer (pass 2 gets the rest)
+# CP-SAT works in integers but reports its objective bound as a float, which can land a hair below the integer
+# (14.999999999999998 for 15 units of 0.5 GiB): floored as it is, the bound lost a whole unit and fell below the
+# layout the solver had just proven optimal.
+OBJECTIVE_BOUND_TOLERANCE = 1e-6
 
 
 class _Model:
@@ -124,6 +128,12 @@ def _common_unit(problem: Problem) -> int:
     return unit or 1
 
 
+def _whole_units(objective_bound: float) -> int:
+    """The integer objective bound CP-SAT reports as a float: the objective (``worst``, in units) is an integer, so
+    any bound on it holds floored, once the float's rounding is allowed for."""
+    return math.floor(objective_bound + OBJECTIVE_BOUND_TOLERANCE)
+
+
 def _solver(time_limit_s: float):
     from ortools.sat.python import cp_model  # noqa: PLC0415 (0.7 s to load; see the module's docstring)
 
@@ -173,7 +183,7 @@ def solve(
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             found.append(built.assignment(first))
             # Only then is the solver's bound defined; otherwise the bounds given are all that is proven.
-            proven_bytes = min(proven_bytes, math.floor(first.best_objective_bound) * built.unit)
+            proven_bytes = min(proven_bytes, _whole_units(first.best_objective_bound) * built.unit)
     if not found:
         return Solved(layout=None, optimal=False, bound_bytes=proven_bytes, proven_infeasible=False)
     best = min(problem.layout(assignment) for assignment in found)

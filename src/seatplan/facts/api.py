@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
-from seatplan.facts import architecture, context, hub, kv_cache, reader, weights
+from seatplan.facts import architecture, context, hub_record, kv_cache, reader, weights
 from seatplan.facts import layout as kv_layout
 from seatplan.facts.models import EngineSettings, ModelFacts, ModelShape, YarnOption
 from seatplan.hub_names import parse_hub_id
@@ -123,6 +123,8 @@ def locate(model: str | Path) -> Path:
     name = str(model)
     if Path(name).expanduser().exists() or parse_hub_id(name) is None:
         return reader.locate_model(name)
+    from seatplan.facts import hub  # noqa: PLC0415 (huggingface_hub takes 0.15-0.25 s to load; see facts/hub_record.py)
+
     return hub.fetch_model(name, FACT_FILES).directory
 
 
@@ -218,7 +220,7 @@ def model_files_sha256(model_dir: str | Path) -> dict[str, str]:
     digests = {name: _file_sha256(directory / name) for name in FACT_FILES}
     for path in sorted(directory.glob("*.safetensors")):
         digests[path.name] = weights.header_sha256(path)
-    commit = hub.commit_of(directory)
+    commit = hub_record.commit_of(directory)
     if commit is not None:
         digests[COMMIT_KEY] = commit
     return digests

@@ -51,6 +51,7 @@ from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 from seatplan.bounded_http import BoundedTransport
 from seatplan.errors import SeatplanError
 from seatplan.facts import reader, weights
+from seatplan.facts.hub_record import CACHED_COMMIT, RECORD
 from seatplan.hub_names import parse_hub_id
 from seatplan.jsontext import loads_bounded
 from seatplan.secrets import redact_dsn
@@ -58,9 +59,7 @@ from seatplan.units import whole_number
 
 PROBE_BYTES = 100_000  # huggingface_hub's and hf-mem's first read: 97% of headers fit (huggingface_hub PR 1855)
 TIMEOUT_S = 30.0
-RECORD = "seatplan-hub.json"  # what the facts directory was read from: repo, revision, commit, endpoint
 _COMMIT = re.compile(r"[0-9a-f]{40}")
-_CACHED_COMMIT = re.compile(r"[0-9A-Za-z]{1,64}")  # what a Hub cache ref or snapshot may name (mirrors vary)
 # A shard name the Hub gives that becomes a file name here: one plain path part, no dot first, no control character.
 SAFE_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")
 _REF_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
@@ -139,18 +138,6 @@ def _remember_ref(repo_id: str, revision: str, commit: str) -> None:
     temporary = ref.with_name(f".{ref.name}.{os.getpid()}.tmp")
     temporary.write_text(commit, encoding="utf-8")
     temporary.replace(ref)
-
-
-def commit_of(directory: Path) -> str | None:
-    """The commit a facts directory (or a Hub cache snapshot) holds; None for a plain local directory."""
-    record = directory / RECORD
-    if record.is_file():
-        commit = reader.read_json(record).get("commit")
-        return commit if isinstance(commit, str) else None
-    if directory.parent.name == "snapshots" and directory.parent.parent.name.startswith("models--") \
-            and _CACHED_COMMIT.fullmatch(directory.name):
-        return directory.name
-    return None
 
 
 def fetch_model(model: str, fact_files: tuple[str, ...]) -> HubModel:
@@ -456,4 +443,4 @@ def _cached_ref(repo_cache: Path, revision: str) -> str | None:
         commit = ref.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
-    return commit if _CACHED_COMMIT.fullmatch(commit) else None
+    return commit if CACHED_COMMIT.fullmatch(commit) else None

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from kits.random_hub import Draw, draw, write_hub
+from seatplan.observe.averaged import Analysis
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
 from seatplan.observe.sources.beszel import read_beszel
 
@@ -59,6 +60,7 @@ class Outcome:
     time_bounds_records: tuple[float, float] | None  # (earliest, latest stated) − true, in the same records
     time_flagged: bool
     uncertainty_mib: float
+    bounds_physical: bool       # every life's stated rise within 0 … its plateau, the first life's too
 
     @property
     def creep_ok(self) -> bool:
@@ -93,6 +95,16 @@ def finest_window_s(series: GpuSeries, at_s: float) -> float:
     return float(series.window_s[covering].min()) if covering.any() else float(series.window_s.max())
 
 
+def bounds_physical(analysis: Analysis) -> bool:
+    """Every creep's stated rise lies within 0 … its life's plateau (and its ±, to the 0.1 MiB the figures are rounded
+    to): no GPU holds less than nothing. A first life whose creep began before the records once said 10-50 TB."""
+    return all(
+        segment.creep is None or segment.creep.rise_low_mib is None or segment.creep.rise_high_mib is None
+        or (segment.creep.rise_low_mib >= 0.0
+            and segment.creep.rise_high_mib <= segment.plateau_used_mib + (segment.plateau_uncertainty_mib or 0.0) + 0.2)
+        for segment in analysis.segments)
+
+
 def outcome(number: int, one: Draw, series: GpuSeries) -> Outcome:
     boots = [one.boot_s] if one.boot_line else []
     # The boot line is of a seat the fleet puts on this GPU: it pins the reboot, and is one where the averages show none.
@@ -114,7 +126,8 @@ def outcome(number: int, one: Draw, series: GpuSeries) -> Outcome:
             time_bounds = ((creep.plateau_earliest.timestamp() - true_at) / record_s, (creep.plateau_latest.timestamp() - true_at) / record_s)
     return Outcome(number, one, abs(rise - true_rise) / true_rise, true_rise, bounds,
                    creep is not None and creep.rise_determined is False, life.plateau_used_mib - truth_mib, time_error, time_bounds,
-                   creep is not None and creep.plateau_at_determined is False, life.plateau_uncertainty_mib or 0.0)
+                   creep is not None and creep.plateau_at_determined is False, life.plateau_uncertainty_mib or 0.0,
+                   bounds_physical(analysis))
 
 
 def share(outcomes: list[Outcome], good) -> float:
@@ -161,6 +174,7 @@ def test_creep_and_plateau_over_random_histories(tmp_path):
     assert flagged[0] <= FLAGGED_LOGGED_CEILING and flagged[1] <= FLAGGED_BLIND_CEILING and flagged[2] <= FLAGGED_TIME_CEILING, flagged
     # Every plateau carries its ± MiB.
     assert all(o.uncertainty_mib > 0 for o in outcomes)
+    assert all(o.bounds_physical for o in outcomes), [o.describe() for o in outcomes if not o.bounds_physical]
 
 
 @pytest.mark.slow  # over 10 s on the 2-core machine: the full run, not the fast loop
@@ -172,9 +186,24 @@ def test_every_history_on_a_fresh_seed_is_within_the_targets(tmp_path, rng):
     for number in range(FRESH_DRAWS):
         one = draw(generator)
         result = outcome(number, one, read_beszel(write_hub(tmp_path / f"hub-{number}.db", one, generator))[0])
-        if not (result.plateau_ok and result.creep_ok and result.time_ok):
+        if not (result.plateau_ok and result.creep_ok and result.time_ok and result.bounds_physical):
             failures.append(result.describe())
     assert not failures, failures
+
+
+def test_a_first_life_whose_creep_began_before_the_records_states_a_rise_no_larger_than_its_plateau(tmp_path):
+    """The history starts mid-creep (a draw at seed 7): the fits the records cannot tell apart may start the creep long
+    before them, at a level far below zero. The first life's rise was stated as 106–37,533,427 MiB; it is now bounded
+    by its plateau, and still flagged as not determinable."""
+    generator = np.random.default_rng(7)
+    one = draw(generator)
+    analysis = analyse(read_beszel(write_hub(tmp_path / "hub.db", one, generator))[0], DetectSettings(min_creep_mib=MIN_CREEP_MIB),
+                       boot_times_s=[one.boot_s] if one.boot_line else [], boots_here_s=[one.boot_s] if one.boot_line else [])
+    first = analysis.segments[0]
+    assert first.creep is not None and first.creep.rise_determined is False and first.creep.rise_high_mib is not None
+    assert first.creep.rise_high_mib < first.plateau_used_mib + (first.plateau_uncertainty_mib or 0.0) + 0.2
+    assert f"{first.creep.rise_high_mib:,.0f} MiB fit the records as well" in (first.creep.basis or "")
+    assert bounds_physical(analysis)
 
 
 @pytest.mark.parametrize("poll_seed", [0, 1])

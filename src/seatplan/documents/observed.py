@@ -151,7 +151,7 @@ class Creep(_Model):
     shape: Literal["linear", "exponential"] | None = Field(None, description="averaged history: the fitted creep's shape")
     time_constant_hours: float | None = Field(None, description="linear: the ramp's length; exponential: its time constant")
     rise_low_mib: float | None = Field(None, description="averaged history: the smallest rise of the fits the records cannot tell apart")
-    rise_high_mib: float | None = Field(None, description="averaged history: the largest rise of those fits")
+    rise_high_mib: float | None = Field(None, description="averaged history: the largest rise of those fits, at most the plateau (no level is below 0)")
     plateau_earliest: datetime | None = Field(None, description="averaged history: the earliest plateau time of those fits")
     plateau_latest: datetime | None = Field(None, description="averaged history: the latest plateau time of those fits")
     rise_determined: bool | None = Field(None, description="averaged history: those fits' rises lie within 10 % of rise_mib "

@@ -150,8 +150,11 @@ def _bounds(life: Records, fit: Fit, plateau_mib: float, uncertainty_mib: float,
     reach = alike.reach_s(PLATEAU_SHARE) if alike is not None else np.array([reached_s])
     levels = alike.level_mib if alike is not None else np.array([fit.level_mib])
     rise = plateau_mib - fit.level_mib
-    low = plateau_mib - uncertainty_mib - max(float(levels.max()), fit.level_mib)
-    high = plateau_mib + uncertainty_mib - min(float(levels.min()), fit.level_mib)
+    # A fit's level is free in the least squares, and a first life's creep may start long before its records: such a
+    # fit can need a level far below zero, and its rise came out at 10-50 TB ("106–37,533,427 MiB fit the records as
+    # well"). No GPU holds less than nothing, and no rise is negative: the bounds stay within 0 … the plateau.
+    low = max(plateau_mib - uncertainty_mib - max(float(levels.max()), fit.level_mib), 0.0)
+    high = plateau_mib + uncertainty_mib - max(min(float(levels.min()), fit.level_mib), 0.0)
     earliest, latest = min(float(reach.min()), reached_s), max(float(reach.max()), reached_s)
     covering = (life.start_s < reached_s) & (reached_s <= life.end_s)
     record_s = float(life.window_s[covering].min()) if covering.any() else float(life.window_s.max())

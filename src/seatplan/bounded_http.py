@@ -23,10 +23,11 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
+from functools import cache, partial
 from typing import Any, TypeVar
 
 import httpcore2
@@ -184,6 +185,15 @@ class _AnswerStream(httpx2.SyncByteStream):
                 close()
 
 
+@cache
+def _tls_context() -> ssl.SSLContext:
+    """The one TLS context of a process, with the CA bundle httpx2 ships and none from the environment. Loading that
+    bundle takes 35-45 ms of CPU, and a transport is made per engine probed (``adopt --engine`` forty times) and per
+    server asked. An SSLContext is safe to share between threads and connections; the only write to it after this is
+    httpcore2's ALPN list at each TLS connect, ``http/1.1`` alike for every pool here (none speaks HTTP/2)."""
+    return httpx2.create_ssl_context(trust_env=False)
+
+
 class BoundedTransport(httpx2.BaseTransport):
     """httpx2's transport from public parts: httpcore2's connection pool on the deadline's network backend
     (httpcore2's public ``network_backend`` hook; httpx2's HTTPTransport takes none), requests and answers converted
@@ -193,8 +203,7 @@ class BoundedTransport(httpx2.BaseTransport):
     def __init__(self, limit_s: float, cap_bytes: int = MAX_ANSWER_BYTES, until: float | None = None) -> None:
         self.deadline = _Deadline(limit_s, until)
         self.cap_bytes = cap_bytes
-        self._pool = httpcore2.ConnectionPool(ssl_context=httpx2.create_ssl_context(trust_env=False),
-                                              network_backend=_DeadlineBackend(self.deadline))
+        self._pool = httpcore2.ConnectionPool(ssl_context=_tls_context(), network_backend=_DeadlineBackend(self.deadline))
 
     def handle_request(self, request: httpx2.Request) -> httpx2.Response:
         assert isinstance(request.stream, httpx2.SyncByteStream)  # a sync client's request

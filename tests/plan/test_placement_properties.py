@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, local, place, solve
+from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, cpsat, local, place, solve
+from seatplan.plan.placement.bounds import lp_bound
 from seatplan.plan.placement.greedy import best_fit, greedy, most_free_first
 from seatplan.plan.placement.local import construct, fewer_moves, improve
 from seatplan.plan.placement.local import search as local_search
@@ -197,10 +198,20 @@ FLOAT_BOUND_FLEET = (
      SeatDemand(name="s4", footprint_bytes=16 * GiB, gpu_count=1)],
 )
 
+# OR-Tools 9.15's presolve certified 15.5 GiB as optimal here (google/or-tools#5293), where 16 GiB + 123 bytes fits: the
+# odd capacity makes the common unit one byte.
+WRONG_PRESOLVE_FLEET = (
+    [GpuSlot(host="h0", index=0, capacity_bytes=80 * GiB), GpuSlot(host="h0", index=1, capacity_bytes=61 * GiB + 123)],
+    [SeatDemand(name="s0", footprint_bytes=10 * GiB, gpu_count=1, allowed=[("h0", 0), ("h0", 1)]),
+     SeatDemand(name="s1", footprint_bytes=51 * GiB // 2, gpu_count=1), SeatDemand(name="s2", footprint_bytes=20 * GiB, gpu_count=1),
+     SeatDemand(name="s3", footprint_bytes=45 * GiB, gpu_count=1)],
+)
+
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleets(max_gpus=4, max_seats=5))
 @example(fleet=FLOAT_BOUND_FLEET)
+@example(fleet=WRONG_PRESOLVE_FLEET)
 def test_cp_sat_matches_brute_force(fleet):
     gpus, seats = fleet
     expected = brute_force(gpus, seats)
@@ -249,6 +260,28 @@ def test_fewer_moves_sends_a_seat_home_when_the_worst_spare_allows():
     assert problem.moves(crossed) == 2
     home = fewer_moves(problem, crossed, deadline=time.perf_counter() + 5)
     assert problem.moves(home) == 0 and problem.worst_spare(problem.loads(home)) == 40 * GiB
+
+
+def test_a_wrong_proof_from_cp_sat_is_caught_by_the_layout_in_hand(monkeypatch):
+    """With presolve's inclusion pass back on, OR-Tools 9.15 proves 15.5 GiB optimal on this fleet (google/or-tools#5293).
+    Handed the 16 GiB layout as its start, the solve must keep it, not call it optimal, and keep the LP's bound."""
+    gpus, seats = WRONG_PRESOLVE_FLEET
+    problem = compile_problem(gpus, seats)
+    made = cpsat._solver
+
+    def as_before_the_fix(time_limit_s: float):
+        solver = made(time_limit_s)
+        solver.parameters.presolve_inclusion_work_limit = 100_000_000  # OR-Tools' default
+        return solver
+
+    monkeypatch.setattr(cpsat, "_solver", as_before_the_fix)
+    assert cpsat.solve(problem, time_limit_s=5, start=None).layout.worst_spare_bytes == 31 * GiB // 2 + 123, "the bug is gone"
+    expected = brute_force(gpus, seats)
+    assert expected is not None and expected[0] == 16 * GiB + 123
+    start = next(a for a in product(*problem.candidates) if problem.layout(a).worst_spare_bytes == expected[0])
+    solved = cpsat.solve(problem, time_limit_s=5, start=start, bound_bytes=lp_bound(problem))
+    assert solved.layout is not None and solved.layout.worst_spare_bytes == expected[0]
+    assert not solved.optimal and solved.bound_bytes is not None and solved.bound_bytes >= expected[0]
 
 
 def test_large_fleets_go_to_cp_sat_and_report_an_honest_bound():

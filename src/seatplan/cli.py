@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+from functools import cache
 
 import typer
+from typer._click import Command
 from typer._click import exceptions as click_exceptions  # Typer carries its own copy of Click (clihelp.py)
 from typer._click import utils as click_utils
 
@@ -53,6 +55,14 @@ def _register_stages() -> None:
 _register_stages()
 
 
+@cache
+def _command() -> Command:
+    """The Click command tree of ``app``, built once per process. Typer builds it on every call of ``app()`` by reading
+    every command's signature and evaluating its annotations (20-40 ms); a process that runs :func:`main` again (the
+    tests do, 1,700 times) paid that each time."""
+    return typer.main.get_command(app)
+
+
 def wants_json(args: list[str]) -> bool:
     """``--json`` among the command's options (not after ``--``, where it would be a file's name)."""
     return "--json" in (args[: args.index("--")] if "--" in args else args)
@@ -65,7 +75,7 @@ def main() -> None:
     if "seatplan.output" in sys.modules:  # loaded by an earlier command in this process; a fresh one loads it clean
         sys.modules["seatplan.output"].forget_emitted()
     try:
-        code = app(prog_name="seatplan", standalone_mode=False)
+        code = _command()(prog_name="seatplan", standalone_mode=False)
     except SeatplanError as problem:
         from rich.markup import escape
 

@@ -12,7 +12,7 @@ import json
 import subprocess
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from seatplan.encode import env_assignment as env_value
@@ -84,9 +84,16 @@ def test_sh_reads_the_line_as_the_parser_does(case):
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,15}", fullmatch=True), st.text(_PRINTABLE, max_size=40), max_size=8))
+@example(values={"A": "`\\"})  # a draw that once failed this test: the codec refuses it, as below
 def test_env_values_read_back(values):
-    text = "# header\n" + "\n".join(env_value(key, value) for key, value in values.items()) + "\n"
-    assert parse_env(text) == values
+    # A value ending in a backslash that holds a backquote has no spelling all of sh, systemd and Compose read alike
+    # (encode.env_assignment): it is refused, naming the key; every other value reads back as written.
+    carried = {key: value for key, value in values.items() if not (value.endswith("\\") and "`" in value)}
+    for key in values.keys() - carried.keys():
+        with pytest.raises(SeatplanError, match=f"the value of {key} ends in a backslash and holds a backquote"):
+            env_value(key, values[key])
+    text = "# header\n" + "\n".join(env_value(key, value) for key, value in carried.items()) + "\n"
+    assert parse_env(text) == carried
 
 
 @pytest.mark.parametrize("breaker", ["it's", "two\nlines"])

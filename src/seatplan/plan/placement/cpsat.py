@@ -178,8 +178,9 @@ def solve(
         else:
             built.model.add(moves <= max_moves)
     found = [start] if start is not None else []
+    start_spare_bytes = None if start is None else problem.layout(start).worst_spare_bytes
     status = cp_model.UNKNOWN
-    if start is None or problem.layout(start).worst_spare_bytes < proven_bytes:
+    if start_spare_bytes is None or start_spare_bytes < proven_bytes:
         first = _solver((deadline - time.perf_counter()) * (1.0 if isinstance(moves, int) else PASS1_SHARE))
         status = first.solve(built.model)
         if status == cp_model.INFEASIBLE:
@@ -188,7 +189,7 @@ def solve(
             found.append(built.assignment(first))
             # Only then is the solver's bound defined; otherwise the bounds given are all that is proven.
             solver_bytes = _whole_units(first.best_objective_bound) * built.unit
-            if start is not None and problem.layout(start).worst_spare_bytes > solver_bytes:
+            if start_spare_bytes is not None and start_spare_bytes > solver_bytes:
                 # The layout in hand beats what the solver proved: its proof is wrong (google/or-tools#5293), and only
                 # the bounds given stand.
                 status = cp_model.FEASIBLE

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from seatplan.plan.placement import GpuSlot, Placement, SeatDemand, cpsat, local, place, solve
-from seatplan.plan.placement.bounds import lp_bound
+from seatplan.plan.placement.bounds import linear_model, lp_bound, relaxed_optimum
 from seatplan.plan.placement.greedy import best_fit, greedy, most_free_first
 from seatplan.plan.placement.local import construct, fewer_moves, improve
 from seatplan.plan.placement.local import search as local_search
@@ -141,6 +141,22 @@ def test_exhaustive_matches_brute_force(fleet):
     assert (result.best.worst_case_spare_bytes, result.best.moves) == expected
     assert result.bound_bytes == expected[0]
     assert_runner_ups_are_exact(gpus, seats, result)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleets())
+def test_the_pooled_lp_bound_is_the_seats_own_and_never_below_the_optimum(fleet):
+    """The plan's LP pools seats of one tensor-parallel size and the same GPU sets: its optimum is the per-seat
+    relaxation's (within GLOP's tolerance, far inside the bound's slack) and no layout beats it."""
+    gpus, seats = fleet
+    problem = compile_problem(gpus, seats)
+    pooled, per_seat = lp_bound(problem), relaxed_optimum(linear_model(problem))
+    assert (pooled is None) == (per_seat is None)
+    if pooled is None or per_seat is None:
+        return
+    assert abs(pooled - per_seat) <= 1024
+    expected = brute_force(gpus, seats)
+    assert expected is None or pooled >= expected[0]
 
 
 def bottleneck(placement: Placement, gpus: list[GpuSlot]) -> set[str] | None:

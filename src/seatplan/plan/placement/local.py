@@ -399,11 +399,14 @@ class _State:
         """
         problem, spare, single_gpus = self.problem, self.spare, self.single_gpus
         floor = spare[gpu]
-        best_gain, best = floor, None
+        best_gain, best, best_partner = floor, None, -1
         ours = [s for s in self.on_gpu[gpu] if problem.gpu_count[s] == 1][:ALL_SUBSETS_UP_TO]
-        for partner in partners:
-            # Balanced, two GPUs keep at best the average of their spares.
-            if partner == gpu or (floor + spare[partner]) // 2 <= best_gain:
+        for partner in self._roomiest_first(partners):
+            # Balanced, two GPUs keep at best the average of their spares (and the partners after this one have less).
+            at_most = (floor + spare[partner]) // 2
+            if at_most < best_gain:
+                break
+            if partner == gpu or (at_most == best_gain and not partner < best_partner):
                 continue
             leaving = self._subsets_of(tuple(s for s in ours if partner in single_gpus[s]))
             arriving, arriving_bytes = self._sorted_subsets_of(
@@ -415,12 +418,13 @@ class _State:
                 for in_seats, in_bytes in arriving[max(0, at - 1) : at + 1]:
                     shift = out_bytes - in_bytes
                     gain = min(floor + shift, spare[partner] - shift)
-                    if shift <= 0 or gain <= best_gain or spare[partner] - shift < problem.headroom_bytes[partner]:
+                    if shift <= 0 or gain < best_gain or (gain == best_gain and not partner < best_partner) \
+                            or spare[partner] - shift < problem.headroom_bytes[partner]:
                         continue
                     trade: Trade = [(s, (partner,)) for s in out_seats]
                     trade += [(s, (gpu,)) for s in in_seats]
                     if self._allowed(trade):
-                        best_gain, best = gain, trade
+                        best_gain, best, best_partner = gain, trade, partner
         return best
 
     def _best_tensor_parallel_move(
@@ -435,26 +439,36 @@ class _State:
         spare = self.spare
         size = self.problem.footprint_bytes[seat]
         here = self.assignment[seat]
-        moves = self._moves_from(seat, here)
-        if changed is not None and changed.isdisjoint(here):
-            moves = [(target, swapped) for target, swapped in moves if not changed.isdisjoint(target)]
+        only_changed = changed is not None and changed.isdisjoint(here)
+        best_here = max(spare[g] for g in here)
         sent_back: dict[tuple[int, int], tuple[list[int], int] | None] = {}  # (GPU left, GPU taken) → its best group
-        for target, swapped in moves:
-            # Balanced, a pair of GPUs keeps at best the average of their spares: skip targets that cannot help.
-            if _any_pair_at_most(spare, swapped, 2 * best_gain):
+        for host_gpus, elsewhere, moves in self._moves_from(seat, here):
+            if only_changed:
+                assert changed is not None
+                if changed.isdisjoint(host_gpus):
+                    continue
+                moves = [(target, swapped) for target, swapped in moves if not changed.isdisjoint(target)]
+            # On another host every GPU taken pairs with one left: where too few of that host's GPUs could balance even
+            # the roomiest GPU left above the best so far, no move there passes the check below (a fleet of many hosts
+            # skips most of its moves here).
+            if elsewhere and sum(2 * best_gain - spare[g] < best_here for g in host_gpus) < len(here):
                 continue
-            trade: Trade = [(seat, target)]
-            for left, taken in swapped:
-                if (left, taken) not in sent_back:
-                    sent_back[left, taken] = self._best_group_back(size, left, taken)
-                group = sent_back[left, taken]
-                if group is None or group[1] <= best_gain:
-                    break
-                trade += [(s, (left,)) for s in group[0]]
-            else:
-                gain = self._gain(trade)
-                if gain > best_gain:
-                    best_gain, best = gain, trade
+            for target, swapped in moves:
+                # Balanced, a pair of GPUs keeps at best the average of their spares: skip targets that cannot help.
+                if _any_pair_at_most(spare, swapped, 2 * best_gain):
+                    continue
+                trade: Trade = [(seat, target)]
+                for left, taken in swapped:
+                    if (left, taken) not in sent_back:
+                        sent_back[left, taken] = self._best_group_back(size, left, taken)
+                    group = sent_back[left, taken]
+                    if group is None or group[1] <= best_gain:
+                        break
+                    trade += [(s, (left,)) for s in group[0]]
+                else:
+                    gain = self._gain(trade)
+                    if gain > best_gain:
+                        best_gain, best = gain, trade
         return best_gain, best
 
     def _best_group_back(self, size: int, left: int, taken: int) -> tuple[list[int], int] | None:
@@ -496,11 +510,15 @@ class _State:
         headroom = problem.headroom_bytes
         floor = spare[gpu]
         leaving = self._bundles(gpu, pairs=pairs)
-        for partner in partners:
+        best_partner = -1
+        for partner in self._roomiest_first(partners):
             room = spare[partner]
             # Balanced, two GPUs keep at best the average of their spares: giving it anything would leave one of them
-            # below what we already have.
-            if partner == gpu or (floor + room) // 2 <= best_gain:
+            # below what we already have (and the partners after this one have less room).
+            at_most = (floor + room) // 2
+            if at_most < best_gain:
+                break
+            if partner == gpu or (at_most == best_gain and not partner < best_partner):
                 continue
             arriving = [_NOBODY] + [bundle for bundle in self._bundles(partner, pairs=pairs) if gpu in bundle[2]]
             least_room = headroom[partner]
@@ -513,13 +531,20 @@ class _State:
                         continue
                     after_gpu, after_partner = floor + shift, room - shift
                     gain = after_gpu if after_gpu < after_partner else after_partner
-                    if gain <= best_gain or after_partner < least_room:
+                    if gain < best_gain or (gain == best_gain and not partner < best_partner) or after_partner < least_room:
                         continue
                     trade: Trade = [(s, (partner,)) for s in out_seats]
                     trade += [(s, (gpu,)) for s in in_seats]
                     if self._allowed(trade):
-                        best_gain, best = gain, trade
+                        best_gain, best, best_partner = gain, trade, partner
         return best_gain, best
+
+    def _roomiest_first(self, partners: Sequence[int]) -> list[int]:
+        """``partners`` by spare, the largest first (ties by number): a trade with a partner keeps at best the average of
+        the two spares, so once the best trade found beats that, no later partner can do better. Ties between trades
+        go to the lower-numbered partner, so the trade taken is the one a search in number order takes."""
+        spare = self.spare
+        return sorted(partners, key=lambda g: (-spare[g], g))
 
     def _bundles(self, gpu: int, *, pairs: bool) -> list[Bundle]:
         """Single-GPU seats on ``gpu``, one at a time, or two at a time and then one at a time with ``pairs``."""
@@ -549,13 +574,18 @@ class _State:
 
         return self._cached(("sorted subsets", seats), build)
 
-    def _moves_from(self, seat: int, here: GpuSet) -> list[tuple[GpuSet, tuple[tuple[int, int], ...]]]:
-        """Each other GPU set tensor-parallel ``seat`` may take from ``here``, with the (GPU left, GPU taken) pairs, in order."""
+    def _moves_from(self, seat: int, here: GpuSet) -> list[tuple[frozenset[int], bool, list[tuple[GpuSet, tuple[tuple[int, int], ...]]]]]:
+        """Each other GPU set tensor-parallel ``seat`` may take from ``here``, with the (GPU left, GPU taken) pairs, in
+        order, host by host: (the host's GPUs among them, whether it is another host than ``here``'s, its moves)."""
 
-        def build() -> list[tuple[GpuSet, tuple[tuple[int, int], ...]]]:
-            swaps = [(target, tuple(zip([g for g in here if g not in target], [g for g in target if g not in here])))
-                     for target in self.problem.candidates[seat]]
-            return [(target, swapped) for target, swapped in swaps if swapped]
+        def build() -> list[tuple[frozenset[int], bool, list[tuple[GpuSet, tuple[tuple[int, int], ...]]]]]:
+            blocks: dict[str, list[tuple[GpuSet, tuple[tuple[int, int], ...]]]] = {}
+            for target in self.problem.candidates[seat]:
+                swapped = tuple(zip([g for g in here if g not in target], [g for g in target if g not in here]))
+                if swapped:
+                    blocks.setdefault(self.problem.host_of(target[0]), []).append((target, swapped))
+            home = self.problem.host_of(here[0])
+            return [(frozenset(g for target, _ in moves for g in target), host != home, moves) for host, moves in blocks.items()]
 
         return self._cached(("moves from", seat, here), build)
 

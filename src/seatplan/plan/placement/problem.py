@@ -190,10 +190,15 @@ def compile_problem(gpus: list[GpuSlot], seats: list[SeatDemand]) -> Problem:
         # A GPU that left the fleet maps to -1: no candidate equals it, so the seat counts as moved.
         return tuple(sorted(position.get((h, i), -1) for h, i in seat.current))
 
-    candidates = tuple(
-        _gpu_sets(gpu_keys, keep_clear, capacity, headroom, allowed, seat.footprint_bytes, seat.gpu_count)
-        for seat, allowed in zip(ordered_seats, allowed_sets)
-    )
+    # Seats whose filters pass the same GPUs share one tuple of GPU sets (a 256-GPU fleet's 750 seats need a few dozen).
+    shared: dict[tuple[int, frozenset[int]], tuple[GpuSet, ...]] = {}
+    candidates = []
+    for seat, allowed in zip(ordered_seats, allowed_sets):
+        passing = _passing(gpu_keys, keep_clear, capacity, headroom, allowed, seat.footprint_bytes)
+        key = (seat.gpu_count, frozenset(g for gpus in passing.values() for g in gpus))
+        if key not in shared:
+            shared[key] = gpu_sets(passing, seat.gpu_count)
+        candidates.append(shared[key])
     return Problem(
         gpu_keys=gpu_keys,
         capacity_bytes=capacity,
@@ -203,20 +208,24 @@ def compile_problem(gpus: list[GpuSlot], seats: list[SeatDemand]) -> Problem:
         footprint_bytes=tuple(seat.footprint_bytes for seat in ordered_seats),
         gpu_count=tuple(seat.gpu_count for seat in ordered_seats),
         allowed=tuple(allowed_sets),
-        candidates=candidates,
+        candidates=tuple(candidates),
         current=tuple(current_set(seat) for seat in ordered_seats),
     )
 
 
-def _gpu_sets(gpu_keys: tuple[tuple[str, int], ...], keep_clear: tuple[bool, ...], capacity: tuple[int, ...],
-              headroom: tuple[int, ...], allowed: frozenset[int], footprint_bytes: int, gpu_count: int) -> tuple[GpuSet, ...]:
-    """The seat's candidate GPU sets: GPUs every static filter passes, grouped by host for tensor parallelism."""
+def _passing(gpu_keys: tuple[tuple[str, int], ...], keep_clear: tuple[bool, ...], capacity: tuple[int, ...],
+             headroom: tuple[int, ...], allowed: frozenset[int], footprint_bytes: int) -> dict[str, list[int]]:
+    """The GPUs every static filter passes for the seat, by host. A filter's verdict depends on what it sees of a GPU,
+    not on which GPU it is, so GPUs that look alike to the seat are judged once."""
     by_host: dict[str, list[int]] = {}
+    verdicts: dict[tuple[bool, bool, int, int], bool] = {}
     for g, key in enumerate(gpu_keys):
-        view = GpuView(gpu_label(key), keep_clear[g], g in allowed, capacity[g], headroom[g])
-        if first_rejection(view, footprint_bytes, STATIC_FILTERS) is None:
+        seen = (keep_clear[g], g in allowed, capacity[g], headroom[g])
+        if seen not in verdicts:
+            verdicts[seen] = first_rejection(GpuView(gpu_label(key), *seen), footprint_bytes, STATIC_FILTERS) is None
+        if verdicts[seen]:
             by_host.setdefault(key[0], []).append(g)
-    return gpu_sets(by_host, gpu_count)
+    return by_host
 
 
 @dataclass(order=True)

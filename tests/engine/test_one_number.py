@@ -96,7 +96,7 @@ def test_plan_verify_and_alert_rule_hold_one_number(tmp_path, seed):
         assert expectations[seat.name].base_url == url
         env = parse_env(files[f"env/{seat.name}.env"])
         assert env["SEATPLAN_HEALTH_URL"] == f"{url}/health"
-        assert parse_command_line(env["SEATPLAN_COMMAND"])["--max-num-batched-tokens"] == str(seat.vllm.max_num_batched_tokens)  # type: ignore[union-attr]
+        assert parse_command_line(env["SEATPLAN_COMMAND"])["--max-num-batched-tokens"] == str(seat.launch.max_num_batched_tokens)  # type: ignore[union-attr]
         assert instance_of(rule["expr"]) == f"{bracketed}:{seat.port}"
         playbook_vars = load_ansible_yaml(files["ansible/vars.yaml"])
         entries = [entry for host_seats in playbook_vars["seatplan_seats"].values() for entry in host_seats]

@@ -363,7 +363,8 @@ def test_a_fleet_seat_on_a_hub_model_records_its_commit_for_apply(hub, tmp_path)
     assert recorded["main"]["commit"] == recorded["pinned"]["commit"] == commit
     assert stale_inputs(env, plan, fleet) == []
     pinned = PlannedVllmSeat.model_validate(next(seat for seat in document["seats"] if seat["name"] == "pinned"))
-    command = engine_command(pinned)  # what render writes: vLLM takes the revision as a flag of its own
+    assert pinned.launch is not None
+    command = engine_command(pinned.launch)  # what render writes: vLLM takes the revision as a flag of its own
     revision = command.index("--revision")
     assert command[revision - 1:revision + 2] == ["tiny/single", "--revision", commit]  # vllm serve MODEL --revision REV
     # The branch moves: the seat that follows main is stale, the seat pinned to the commit is not.

@@ -17,6 +17,7 @@ import pytest
 
 from kits.hostile import seatplan, strict_json
 from kits.paths import FORMAT_FIXTURES, MODEL_FIXTURES
+from seatplan.documents.plan import PLAN_VERSION
 from seatplan.fileio import atomic_write_json
 from seatplan.output import emit_json
 from seatplan.units import human_bytes
@@ -192,7 +193,7 @@ def test_the_plan_document_carries_its_kind_and_is_checked_where_read(tmp_path: 
     outcome = seatplan("plan", str(plan_fleet), "-o", str(plan), "--json")
     assert outcome.exit_code == 0, outcome.stderr
     document = json.loads(plan.read_text())
-    assert (document["kind"], document["version"]) == ("seatplan.plan", 3)
+    assert (document["kind"], document["version"]) == ("seatplan.plan", PLAN_VERSION)
     usage = tmp_path / "usage.json"
     usage.write_text(json.dumps({"kind": "seatplan.usage", "version": 1, "models": {}}))
     refused(seatplan("diagnose", "--nvidia-smi", str(NVIDIA_SMI), "--plan", str(usage), "--json"), "seatplan.usage")

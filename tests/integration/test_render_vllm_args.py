@@ -40,14 +40,14 @@ def test_rendered_commands_parse_to_the_planned_values(vllm_python_path, tmp_pat
     assert parsed[-1]["ok"] is False and "--kv-cache-memory-gigabytes" in parsed[-1]["error"]
     for seat, values in zip(seats, parsed):
         assert values["ok"], values
-        assert values["model"] == seat.vllm.model
+        assert values["model"] == seat.launch.model
         assert values["served_model_name"] == [seat.served_model_name]
         assert values["port"] == seat.port
         assert values["tensor_parallel_size"] == seat.tensor_parallel_size
         assert values["max_model_len"] == seat.max_model_len
         assert values["kv_cache_memory_bytes"] == seat.kv_cache_memory_bytes
         assert values["gpu_memory_utilization"] == round(seat.gpu_memory_utilization, 3)
-        assert values["max_num_seqs"] == seat.vllm.max_num_seqs
-        assert values["max_num_batched_tokens"] == seat.vllm.max_num_batched_tokens
+        assert values["max_num_seqs"] == seat.launch.max_num_seqs
+        assert values["max_num_batched_tokens"] == seat.launch.max_num_batched_tokens
         assert values["override_generation_config"] == ({"max_new_tokens": seat.max_new_tokens} if seat.max_new_tokens else {})
-        assert values["hf_overrides"] == (seat.vllm.hf_overrides or {})
+        assert values["hf_overrides"] == (seat.launch.hf_overrides or {})

@@ -56,7 +56,9 @@ def test_vllm_accepts_every_planned_start_that_fits_and_refuses_exactly_those_th
         for seat in plan.seats:
             gpu = gpus[seat.gpus[0]]
             util = seat.gpu_memory_utilization
-            assert util is not None and seat.cold_boot_headroom_bytes is not None and seat.rolling_restart_headroom_bytes is not None
+            checked = seat.utilisation
+            assert util is not None and checked is not None
+            assert checked.cold_boot_headroom_bytes is not None and checked.rolling_restart_headroom_bytes is not None
             before = sum(part.bytes for part in seat.footprint_parts if part.name in BEFORE_SNAPSHOT)
             allocated = sum(part.bytes for part in seat.footprint_parts if part.name not in NOT_ALLOCATED)
             requested = requested_bytes(gpu.total_bytes, util)
@@ -75,10 +77,10 @@ def test_vllm_accepts_every_planned_start_that_fits_and_refuses_exactly_those_th
                 "one byte short": requested - 1,
                 "short of what it allocates": allocated - 1 - rng.randrange(GiB),
             }
-            assert snapshots["cold boot"] - requested == seat.cold_boot_headroom_bytes
-            assert snapshots["rolling restart"] - requested == seat.rolling_restart_headroom_bytes
+            assert snapshots["cold boot"] - requested == checked.cold_boot_headroom_bytes
+            assert snapshots["rolling restart"] - requested == checked.rolling_restart_headroom_bytes
             # a seat whose planned start would be refused is a named plan problem
-            refused = min(seat.cold_boot_headroom_bytes, seat.rolling_restart_headroom_bytes) < 0
+            refused = min(checked.cold_boot_headroom_bytes, checked.rolling_restart_headroom_bytes) < 0
             assert refused == any(warning.startswith(f"{seat.name}: plan problem") for warning in plan.warnings)
             if refused:
                 del snapshots["cold boot"], snapshots["rolling restart"]

@@ -19,10 +19,12 @@ import httpx
 import pytest
 import yaml
 
+from kits.documents import command_of
 from kits.parts import free_port, require
 from kits.serving_stack import litellm_config, litellm_installed, litellm_venv, running, start_engine, start_litellm
 from kits.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
 from kits.vllm_engine import parse_cache_config_info, vllm_installed, vllm_python, vllm_venv
+from seatplan.documents.plan import PlannedVllmSeat
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]
 
@@ -83,7 +85,7 @@ def stack(tmp_path_factory):
     servers = {}
     with running(servers):
         for seat in sorted(plan["seats"], key=lambda seat: seat["boot_order"]):
-            servers[seat["name"]] = start_engine(vllm_python(), seat["name"], seat["vllm_args"], seat["env"],
+            servers[seat["name"]] = start_engine(vllm_python(), seat["name"], command_of(PlannedVllmSeat.model_validate(seat)), seat["env"],
                                                  seat["port"], work)
         gateway = [{"served_model_name": seat["served_model_name"], "base_url": servers[seat["name"]].base_url,
                     "max_new_tokens": seat["max_new_tokens"]} for seat in plan["seats"]]
@@ -140,7 +142,7 @@ def test_a_kv_size_changed_behind_the_plans_back_fails_with_both_block_counts(st
     planned_blocks = before[("dense", "num_gpu_blocks")]["expected"]
     bytes_per_block = cpu_bytes_per_block(Path(seat["model"]))
     assert planned_blocks == seat["kv_cache_memory_bytes"] // bytes_per_block
-    args = list(seat["vllm_args"])
+    args = command_of(PlannedVllmSeat.model_validate(seat))
     # more blocks, not fewer: the plan's KV is already close to one full-length request
     changed_bytes = seat["kv_cache_memory_bytes"] + 7 * bytes_per_block
     args[args.index("--kv-cache-memory-bytes") + 1] = str(changed_bytes)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from seatplan.documents.launch import Pinned
 from seatplan.documents.plan import Plan, PlannedGpu, PlannedSeat, PlannedVllmSeat
 from seatplan.documents.usage import ModelUsage, RunawayRule, UsageReport, UsageWindow
+from seatplan.engine.command import engine_command
 
 
 def model_usage(**fields: Any) -> ModelUsage:
@@ -46,8 +48,8 @@ def planned_seat(name: str, gpus: list[str], footprint_bytes: int, **fields: Any
         "name": name, "engine": "vllm", "model": name, "served_model_name": name, "port": 8000, "gpus": gpus,
         "tensor_parallel_size": len(gpus), "kv_cache_memory_bytes": None, "max_model_len": None, "max_new_tokens": None,
         "kv_cache_tokens": None, "max_concurrency": None, "footprint_bytes": footprint_bytes, "footprint_basis": "estimate",
-        "footprint_parts": [], "vllm_args": [], "env": {}, "gpu_memory_utilization": None, "boot_order": 0,
-        "explanation": [], "warnings": [], "host": gpus[0].rsplit(":", 1)[0] if gpus else None, "kv_mode": "rule",
+        "footprint_parts": [], "env": {}, "boot_order": 0,
+        "explanation": [], "warnings": [], "host": gpus[0].rsplit(":", 1)[0] if gpus else None,
     }
     return PlannedVllmSeat.model_validate(base | fields)
 
@@ -70,3 +72,28 @@ def plan_document(seats: list[PlannedSeat], gpus: list[PlannedGpu], **fields: An
         "inputs": {"fleet_path": "fleet.yaml", "fleet_sha256": "0" * 64, "seatplan_version": "test", "vllm_version": "0.32"},
     }
     return Plan.model_validate(base | fields)
+
+
+def command_of(seat: PlannedSeat) -> list[str]:
+    """The command the plan shows for a seat (``engine.command`` of its launch, default launcher); none for a fixed seat
+    or one not placed."""
+    return engine_command(seat.launch) if isinstance(seat, PlannedVllmSeat) and seat.launch is not None else []
+
+
+# the seat's figures its launch repeats (documents.plan.PlannedVllmSeat refuses the two apart)
+LAUNCH_MIRRORS = ("served_model_name", "port", "tensor_parallel_size", "max_model_len", "max_new_tokens")
+
+
+def edited_seat(seat: PlannedSeat, **fields: Any) -> PlannedSeat:
+    """A planned seat with ``fields`` changed behind the planner's back, as an operator's edit of plan.json would, in
+    the seat and in its launch alike (a KV figure or the utilisation in the launch's KV sizing too)."""
+    if not isinstance(seat, PlannedVllmSeat) or seat.launch is None:
+        return seat.model_copy(update=fields)
+    launch_fields = {key: value for key, value in fields.items() if key in LAUNCH_MIRRORS or key in type(seat.launch).model_fields}
+    kv: dict[str, Any] = {key: fields[key] for key in ("gpu_memory_utilization", "kv_cache_memory_bytes") if key in fields}
+    if not isinstance(seat.launch.kv, Pinned):
+        kv.pop("kv_cache_memory_bytes", None)
+    if kv:
+        launch_fields["kv"] = seat.launch.kv.model_copy(update=kv)
+    seat_fields = {key: value for key, value in fields.items() if key in type(seat).model_fields and key != "launch"}
+    return seat.model_copy(update=seat_fields | {"launch": seat.launch.model_copy(update=launch_fields)})

@@ -95,7 +95,7 @@ def check_lines_agree(seat: PlannedSeat) -> None:
     if cap is not None and seat.max_new_tokens is not None:
         assert f"cap {seat.max_new_tokens:,} tokens" in cap.result
     yarn = lines.get("yarn")
-    overrides = (seat.vllm.hf_overrides if isinstance(seat, PlannedVllmSeat) and seat.vllm else None) or {}
+    overrides = (seat.launch.hf_overrides if isinstance(seat, PlannedVllmSeat) and seat.launch else None) or {}
     scaling = overrides.get("rope_parameters") or overrides.get("rope_scaling")
     if yarn is not None and scaling:
         assert yarn.inputs["factor"] == scaling["factor"] and f"YaRN ×{scaling['factor']:g} reaches" in yarn.note, (yarn.note, scaling)

@@ -42,11 +42,11 @@ def test_demo_fleet_fits_with_a_proven_optimum(capsys, monkeypatch, demo_plan_fi
     assert len(seats) == 8 and all(seat["gpus"] for seat in seats.values())
     assert seats["speech"]["gpus"] == ["gpu-box:0"] and seats["speech"]["footprint_bytes"] == 6 * GiB
     assert seats["qwen3-32b"]["kv_cache_memory_bytes"] == 22 * GiB
-    assert '{"max_new_tokens": 32768}' in seats["qwen3-4b"]["vllm_args"]
+    assert seats["qwen3-4b"]["launch"]["max_new_tokens"] == 32768
     for seat in seats.values():
         if seat["engine"] == "vllm":
-            args = seat["vllm_args"]
-            assert int(args[args.index("--kv-cache-memory-bytes") + 1]) == seat["kv_cache_memory_bytes"]
+            assert seat["launch"]["kv"] == {"mode": "pinned", "kv_cache_memory_bytes": seat["kv_cache_memory_bytes"],
+                                            "gpu_memory_utilization": seat["launch"]["kv"]["gpu_memory_utilization"]}
             assert seat["kv_cache_memory_bytes"] % (512 * MiB) == 0
     # the saved plan is the same document, but for the time the search took
     saved = Plan.model_validate_json(demo_plan_file.read_text()).model_dump(exclude={"solve_seconds"})

@@ -3,16 +3,19 @@ edit on the demo fleet that leaves every other seat's command line and env file 
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
 from kits.cli import run_cli
+from kits.documents import command_of
 from seatplan.documents.fleet_file import load_fleet
-from seatplan.documents.plan import Plan, vllm_args_of
+from seatplan.documents.plan import Plan
 from seatplan.plan.current import read_current
 from seatplan.plan.planner import build_plan
 from seatplan.render.bundle import render_files
@@ -61,7 +64,7 @@ def test_a_one_seat_edit_replanned_from_what_runs_restarts_that_seat_alone(tmp_p
     assert after.restarts is not None and set(after.restarts) == {name} | moved
     for seat in after.seats:
         if seat.name != name and seat.name not in moved:
-            assert vllm_args_of(seat) == vllm_args_of(before.seat(seat.name)), seat.name
+            assert command_of(seat) == command_of(before.seat(seat.name)), seat.name
     # untouched seats keep byte-identical env files
     settings = RenderSettings(plan_path=str(plan_path))
     old, new = render_files(before, settings), render_files(after, settings)
@@ -82,7 +85,7 @@ def test_current_from_a_rendered_directory_reads_the_plan_it_was_rendered_from_e
     assert run_cli(capsys, monkeypatch, "render", str(plan_path), "-o", str(rollout)).exit_code == 0
     fleet = load_fleet(fleet_path).fleet
     from_dir, from_plan = read_current(rollout, fleet), read_current(plan_path, fleet)
-    assert from_dir.gpus == from_plan.gpus and from_dir.commands == from_plan.commands
+    assert from_dir.gpus == from_plan.gpus and from_dir.launches == from_plan.launches
     assert str(plan_path) in from_dir.source
     # the plan file changed since the render (a replan saved over it): the env files are what runs
     shutil.copy(plan_path, tmp_path / "old.json")
@@ -91,10 +94,67 @@ def test_current_from_a_rendered_directory_reads_the_plan_it_was_rendered_from_e
     engines = {seat.name for seat in fleet.seats if seat.engine == "vllm"}  # the fixed seat has no env file
     assert "env files" in from_env.source
     assert from_env.gpus == {name: gpus for name, gpus in from_plan.gpus.items() if name in engines}
-    assert from_env.commands == {name: words for name, words in from_plan.commands.items() if name in engines}
+    # each engine's launch read back from its env file is the plan's, field for field, environment included
+    assert from_env.launches == {name: launch for name, launch in from_plan.launches.items() if name in engines}
     # replanned from it: the headline counts moves and restarts against what runs
     result = run_cli(capsys, monkeypatch, "plan", str(fleet_path), "--current", str(rollout))
     assert result.exit_code == 0 and "with 0 moves, proven optimal" in " ".join(result.stdout.split()) and "0 restart(s))" in result.stdout
+
+
+RENDER_WAYS = ([], ["--bind", "127.0.0.2"], ["--bind", "::1"], ["--launcher", "python3 -m vllm.entrypoints.openai.api_server"],
+               ["--bind", "127.0.0.1", "--restart", "systemd"], ["--restart", "script", "--restart-script", "/usr/local/bin/restart-seat"])
+
+
+def replanned_from(capsys, monkeypatch, fleet_path: Path, rendered: Path) -> Plan:
+    result = run_cli(capsys, monkeypatch, "plan", str(fleet_path), "--current", str(rendered), "--json")
+    assert result.exit_code == 0, result.stderr
+    plan = Plan.model_validate_json(result.stdout)
+    assert "its env files" in (plan.inputs.current_from or "")
+    return plan
+
+
+@pytest.mark.parametrize("way", RENDER_WAYS, ids=lambda way: " ".join(way) or "defaults")
+def test_an_unchanged_fleet_replanned_from_its_rendered_directory_changes_nothing(tmp_path, capsys, monkeypatch, way):
+    """issue 51: what runs is read back from the env files into launches and compared on what vLLM runs, never on the
+    launcher or --host. After `render --bind 127.0.0.2` and the plan moved away, the replan of the unchanged demo fleet
+    had 7 restarts and an 8-step rollout (0 without --bind, but a `restart speech` step for the fixed seat even then)."""
+    fleet_path = save(demo_fleet(tmp_path), tmp_path / "fleet.yaml")
+    plan_path, rendered = tmp_path / "plan.json", tmp_path / "rendered"
+    assert run_cli(capsys, monkeypatch, "plan", str(fleet_path), "-o", str(plan_path)).exit_code == 0
+    assert run_cli(capsys, monkeypatch, "render", str(plan_path), "-o", str(rendered), *way).exit_code == 0
+    plan_path.rename(tmp_path / "moved.json")
+    replanned = replanned_from(capsys, monkeypatch, fleet_path, rendered)
+    assert replanned.restarts == [] and replanned.moves == 0
+    assert replanned.rollout is not None and replanned.rollout.steps == []
+
+
+def test_a_new_secret_reference_or_env_file_restarts_that_seat_in_plan_and_diff(tmp_path, capsys, monkeypatch, rng):
+    """issue 43's item 7: a new `VLLM_API_KEY: {from_host_env: ...}` on a seat made `plan` say nothing changes while
+    `diff` said the seat restarts. The one change model restarts it in both, and no value is ever shown."""
+    document = demo_fleet(tmp_path)
+    fleet_path = save(document, tmp_path / "fleet.yaml")
+    plan_path, rendered = tmp_path / "plan.json", tmp_path / "rendered"
+    assert run_cli(capsys, monkeypatch, "plan", str(fleet_path), "-o", str(plan_path)).exit_code == 0
+    assert run_cli(capsys, monkeypatch, "render", str(plan_path), "-o", str(rendered), "--bind", "127.0.0.2").exit_code == 0
+    seat = rng.choice([seat for seat in document["seats"] if seat.get("engine", "vllm") == "vllm"])
+    if rng.random() < 0.5:
+        seat["env"] = {"VLLM_API_KEY": {"from_host_env": "ENGINE_KEY_FOR_TEST"}}
+        said = ("VLLM_API_KEY", None, "from the host's ENGINE_KEY_FOR_TEST")
+    else:
+        seat["env_files"] = ["/etc/seatplan/secrets/engine.env"]
+        said = ("env_files", None, "/etc/seatplan/secrets/engine.env")
+    edited = save(document, tmp_path / "edited.yaml")
+    plan_path.rename(tmp_path / "moved.json")
+    replanned = replanned_from(capsys, monkeypatch, edited, rendered)
+    assert replanned.restarts == [seat["name"]]
+    assert replanned.rollout is not None and [(step.action, step.seat) for step in replanned.rollout.steps] == [("restart", seat["name"])]
+    new_plan = tmp_path / "new.json"
+    new_plan.write_text(replanned.model_dump_json())
+    diffed = run_cli(capsys, monkeypatch, "diff", str(new_plan), "--against", str(rendered), "--json")
+    report = json.loads(diffed.stdout)
+    changed = {item["seat"]: item for item in report["seats"] if item["status"] != "unchanged"}
+    assert list(changed) == [seat["name"]] and changed[seat["name"]]["restarts"], diffed.stdout
+    assert [(change["what"], change["old"], change["new"]) for change in changed[seat["name"]]["changes"]] == [said]
 
 
 def test_without_a_current_layout_the_headline_counts_no_moves(tmp_path, capsys, monkeypatch):

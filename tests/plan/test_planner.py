@@ -10,15 +10,17 @@ import math
 
 import pytest
 
-from kits.documents import model_usage, runaway, usage_report
+from kits.documents import command_of, model_usage, runaway, usage_report
 from kits.plan import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB, one_host, write_fleet
 from seatplan.documents.fleet_file import load_fleet
+from seatplan.documents.launch import ByUtilisation, Pinned
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.documents.plan import Plan, PlannedFixedSeat, PlannedVllmSeat
 from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
 from seatplan.plan.planner import build_plan
-from seatplan.render.engines import rolling_restart_utilisation
+from seatplan.render.engines import plan_engines
+from seatplan.render.settings import RenderSettings
 
 CONTEXT_BYTES = round(0.76 * GiB)  # the v0.19 profile's single-GPU CUDA context
 MARGIN_BYTES = 512 * MiB  # policy.boot_margin_bytes default
@@ -62,7 +64,7 @@ def test_one_engine_per_gpu_and_the_tie_goes_to_fewer_moves(small_plan):
 def test_fixed_seat_boots_first_and_costs_its_cap(small_plan):
     speech = small_plan.seat("speech")
     assert speech.boot_order == 1 and speech.footprint_bytes == 6 * GiB and speech.footprint_basis == "declared"
-    assert isinstance(speech, PlannedFixedSeat) and not hasattr(speech, "vllm_args") and not hasattr(speech, "gpu_memory_utilization")
+    assert isinstance(speech, PlannedFixedSeat) and not hasattr(speech, "launch") and not hasattr(speech, "gpu_memory_utilization")
     assert [small_plan.seat(name).boot_order for name in ("llama-a", "llama-b")] == [2, 3]
 
 
@@ -78,12 +80,13 @@ def test_utilisation_covers_what_the_engine_allocates_and_not_its_neighbours(sma
     requested = math.ceil(80 * GiB * expected)
     assert requested - allocated <= GiB
     # the headroom each situation leaves: free at the snapshot (less the CUDA context) less the request
-    assert a.cold_boot_headroom_bytes == a.rolling_restart_headroom_bytes == 80 * GiB - CONTEXT_BYTES - requested
-    assert b.cold_boot_headroom_bytes == b.rolling_restart_headroom_bytes == 74 * GiB - CONTEXT_BYTES - requested
+    assert a.utilisation is not None and b.utilisation is not None
+    assert a.utilisation.cold_boot_headroom_bytes == a.utilisation.rolling_restart_headroom_bytes == 80 * GiB - CONTEXT_BYTES - requested
+    assert b.utilisation.cold_boot_headroom_bytes == b.utilisation.rolling_restart_headroom_bytes == 74 * GiB - CONTEXT_BYTES - requested
     line = next(line for line in b.explanation if line.rule == "gpu_memory_utilization")
     assert line.inputs["free_at_cold_boot_bytes"] == line.inputs["free_at_rolling_restart_bytes"] == 74 * GiB
     # the highest values that pass are still shown, as before: (74 GiB − context) / 80 GiB
-    assert b.gpu_memory_utilization_cold_boot == b.gpu_memory_utilization_rolling_restart == math.floor((74 * GiB - CONTEXT_BYTES) * 1000 / (80 * GiB)) / 1000
+    assert b.utilisation.cold_boot == b.utilisation.rolling_restart == math.floor((74 * GiB - CONTEXT_BYTES) * 1000 / (80 * GiB)) / 1000
 
 
 def test_utilisation_before_0_10_2_still_sizes_by_the_highest_passing_value(tmp_path):
@@ -93,12 +96,13 @@ def test_utilisation_before_0_10_2_still_sizes_by_the_highest_passing_value(tmp_
     context = next(part.bytes for part in old.seat("llama-a").footprint_parts if part.name == "cuda_context")
     for name, free in (("llama-a", 80 * GiB), ("llama-b", 74 * GiB)):  # (free − context − margin) / total, floored
         assert old.seat(name).gpu_memory_utilization == math.floor((free - context - MARGIN_BYTES) * 1000 / (80 * GiB)) / 1000
-    assert old.seat("llama-a").rolling_restart_headroom_bytes is None
+    utilisation = old.seat("llama-a").utilisation
+    assert utilisation is not None and utilisation.rolling_restart_headroom_bytes is None
 
 
 def test_command_line_carries_every_pinned_number(small_plan):
     seat = small_plan.seat("llama-b")
-    assert seat.vllm_args == [
+    assert command_of(seat) == [
         "vllm", "serve", str(LLAMA_8B),
         "--served-model-name", "llama-b",
         "--port", "8002",
@@ -112,7 +116,7 @@ def test_command_line_carries_every_pinned_number(small_plan):
         "--enable-prefix-caching",
     ]
     assert seat.env == {"CUDA_VISIBLE_DEVICES": "0"}
-    assert "--override-generation-config" not in small_plan.seat("llama-a").vllm_args
+    assert "--override-generation-config" not in command_of(small_plan.seat("llama-a"))
 
 
 def test_plan_round_trips_through_its_saved_json(small_plan, tmp_path):
@@ -153,7 +157,7 @@ def test_usage_proposes_caps_and_flags_runaways(tmp_path):
     plan = build_plan(load_fleet(write_fleet(tmp_path, SMALL)), usage=usage)
     seat = plan.seat("llama-a")
     assert seat.max_new_tokens == 1536  # 900 × 1.25 = 1,125 → 1,536
-    assert '{"max_new_tokens": 1536}' in seat.vllm_args
+    assert '{"max_new_tokens": 1536}' in command_of(seat)
     assert any("9 runaway replies from nightly" in warning for warning in plan.warnings)
     # 5 GiB holds 40,960 tokens: enough without runaways, not for the 400,000 peak
     assert any("only with runaway replies" in warning for warning in seat.warnings)
@@ -187,7 +191,7 @@ seats:
     seat = plan.seat("big")
     assert len(seat.gpus) == 2 and "box:0" not in seat.gpus
     assert seat.env["CUDA_VISIBLE_DEVICES"] == ",".join(label.split(":")[1] for label in seat.gpus)
-    assert seat.vllm_args[seat.vllm_args.index("--tensor-parallel-size") + 1] == "2"
+    assert command_of(seat)[command_of(seat).index("--tensor-parallel-size") + 1] == "2"
     assert any(part.name == "nccl_allreduce" for part in seat.footprint_parts)
 
 
@@ -202,7 +206,7 @@ seats:
     assert short.name == "long"
     # 16 GiB × 1.25 = 20 GiB of KV alone, plus ~15 GiB of weights, against 24 GiB
     assert short.short_by_bytes == plan.seat("long").footprint_bytes - 24 * GiB
-    assert plan.seat("long").vllm_args == []
+    assert command_of(plan.seat("long")) == []
 
 
 def test_published_raises_only_where_the_fleet_still_fits(tmp_path):
@@ -268,29 +272,37 @@ seats:
     short = plan.seat("short")
     # fp8 stores one byte per element: 64 KiB per token, 2 GiB per 32,768-token request, × 1.25 = 2.5 GiB
     assert short.kv_cache_memory_bytes == 5 * 512 * MiB
-    assert short.vllm_args[short.vllm_args.index("--kv-cache-dtype") + 1] == "fp8"
+    assert command_of(short)[command_of(short).index("--kv-cache-dtype") + 1] == "fp8"
     long = plan.seat("long")
     assert long.max_model_len == 131072
-    overrides = json.loads(long.vllm_args[long.vllm_args.index("--hf-overrides") + 1])
+    overrides = json.loads(command_of(long)[command_of(long).index("--hf-overrides") + 1])
     assert overrides == {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
     assert long.env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] == "1"
     # 131,072 × 147,456 B = 18 GiB per request, × 1.25 = 22.5 GiB
     assert long.kv_cache_memory_bytes == 45 * 512 * MiB
 
 
-def test_the_kv_mode_is_said_and_render_reads_it(tmp_path):
-    """A planned seat says how its KV cache is sized (rule, operator, utilisation); render's restart value reads
-    that, not whether a headroom field happens to be set. A plan saved before kv_mode reads back with the same mode."""
+def test_the_launch_says_how_the_kv_cache_is_sized_and_render_writes_that(tmp_path):
+    """A planned seat's launch pins its KV cache (the rule's bytes or the operator's) from vLLM 0.10.2, else sizes it by
+    utilisation; the command render writes follows it, with the one utilisation the rollout checks, whatever the
+    situation (issue 51: a vLLM 0.10.1 seat rendered --kv-cache-memory-bytes, which that release does not have)."""
     pinned = SMALL.replace("    max_new_tokens: 4096\n", "    max_new_tokens: 4096\n    kv_cache_memory_bytes: 6GiB\n")
     plan = build_plan(load_fleet(write_fleet(tmp_path, pinned)))
     assert isinstance(plan.seat("speech"), PlannedFixedSeat)
-    assert [vllm_seat(plan, name).kv_mode for name in ("llama-a", "llama-b")] == ["rule", "operator"]
+    a, b = vllm_seat(plan, "llama-a"), vllm_seat(plan, "llama-b")
+    assert a.launch is not None and b.launch is not None
+    assert a.launch.kv == Pinned(kv_cache_memory_bytes=a.kv_cache_memory_bytes, gpu_memory_utilization=a.launch.gpu_memory_utilization)
+    assert b.launch.kv == Pinned(kv_cache_memory_bytes=6 * GiB, gpu_memory_utilization=b.launch.gpu_memory_utilization)
     old = build_plan(load_fleet(write_fleet(tmp_path, pinned.replace("seats:\n", "policy: {vllm_version: '0.10.1'}\nseats:\n"))))
-    assert vllm_seat(old, "llama-a").kv_mode == vllm_seat(old, "llama-b").kv_mode == "utilisation"
+    for seat in old.vllm_seats():
+        assert seat.launch is not None and seat.launch.kv == ByUtilisation(gpu_memory_utilization=seat.launch.gpu_memory_utilization)
+        assert "--kv-cache-memory-bytes" not in command_of(seat) and not any("--kv-cache-memory-bytes" in warning for warning in old.warnings)
     for made in (plan, old):
-        for seat in made.vllm_seats():
-            expected = seat.gpu_memory_utilization if seat.kv_mode != "utilisation" else seat.gpu_memory_utilization_rolling_restart
-            assert rolling_restart_utilisation(seat) == expected
+        engines = plan_engines(made, RenderSettings())
+        for engine in engines:
+            for args in (engine.restart_args, engine.boot_args):
+                assert args[args.index("--gpu-memory-utilization") + 1] == f"{engine.seat.gpu_memory_utilization:.3f}"
+                assert ("--kv-cache-memory-bytes" in args) == engine.launch.kv_pinned
 
 
 def vllm_seat(plan: Plan, name: str) -> PlannedVllmSeat:

@@ -23,7 +23,8 @@ import pytest
 from kits.parts import require
 from kits.vllm_engine import vllm_installed, vllm_python
 from seatplan.documents.fleet_file import load_fleet
-from seatplan.documents.plan import Plan, PlannedSeat, PlannedVllmSeat, vllm_args_of
+from seatplan.documents.launch import SeatLaunch
+from seatplan.documents.plan import Plan, PlannedSeat, PlannedVllmSeat, seat_launch
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.planner import build_plan
 from seatplan.plan.rollout import plan_rollout
@@ -63,7 +64,7 @@ def random_current(rng: random.Random, plan: Plan) -> CurrentLayout:
     free = {f"{gpu.host}:{gpu.index}": gpu.total_bytes - gpu.reserved_bytes for gpu in plan.gpus}
     hosts = sorted({gpu.host for gpu in plan.gpus})
     gpus: dict[str, list[str]] = {}
-    commands: dict[str, list[str]] = {}
+    commands: dict[str, SeatLaunch] = {}
     footprints: dict[str, int] = {}
 
     # a trade of GPUs: what the plan puts on GPU x runs on GPU y now, and the other way round
@@ -96,10 +97,13 @@ def random_current(rng: random.Random, plan: Plan) -> CurrentLayout:
         grown = seat.engine == "vllm" and rng.random() < 0.3
         footprint = int(seat.footprint_bytes * rng.uniform(0.6, 0.97)) if grown else seat.footprint_bytes
         if put(seat.name, len(seat.gpus), footprint, seat.gpus):
-            commands[seat.name] = [*vllm_args_of(seat), "--enable-prefix-caching"] if grown else vllm_args_of(seat)
+            launch = seat_launch(seat)
+            if grown and isinstance(seat, PlannedVllmSeat) and seat.launch is not None:
+                launch = launch.model_copy(update={"launch": seat.launch.model_copy(update={"extra_args": [*seat.launch.extra_args, "--seed", "7"]})})
+            commands[seat.name] = launch
     for number in range(rng.randint(0, 2)):
         if put(f"gone{number}", 1, rng.randrange(GiB, 30 * GiB), None):
-            commands[f"gone{number}"] = ["vllm", "serve", "retired"]
+            commands[f"gone{number}"] = SeatLaunch(launch=None)
     return CurrentLayout("random", gpus, commands, footprints)
 
 
@@ -111,7 +115,7 @@ def changing(plan: Plan, current: CurrentLayout) -> set[str]:
     placed = {seat.name: seat for seat in plan.seats if seat.gpus}
     out = {name for name in current.gpus if name not in placed}
     for name, seat in placed.items():
-        if name in current.gpus and (current.gpus[name] != seat.gpus or current.commands.get(name) != vllm_args_of(seat)):
+        if name in current.gpus and (current.gpus[name] != seat.gpus or current.launches.get(name) != seat_launch(seat)):
             out.add(name)
         elif name not in current.gpus and seat.engine == "vllm":
             out.add(name)

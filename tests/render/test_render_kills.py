@@ -66,7 +66,7 @@ def two_plans(demo_plan_path, tmp_path) -> tuple[Path, Path]:
     document = json.loads(first.read_text())
     vllm_seat = next(seat for seat in document["seats"] if seat["engine"] == "vllm")
     vllm_seat["port"] += 1000
-    vllm_seat["vllm_args"] = [str(int(word) + 1000) if word == str(vllm_seat["port"] - 1000) else word for word in vllm_seat["vllm_args"]]
+    vllm_seat["launch"]["port"] += 1000
     second = tmp_path / "b.json"
     second.write_text(json.dumps(document, indent=2) + "\n")
     return first, second

@@ -10,6 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
+from kits.documents import edited_seat
 from kits.parts import require_binary
 from kits.render import COMPOSE_SCHEMA, GiB, MiB, load_ansible_yaml
 from seatplan.engine.command import MODULE_LAUNCHER, engine_command, shell_line, unsupported_flags
@@ -49,10 +50,10 @@ def test_env_file_carries_the_full_command_and_reads_back_in_a_real_shell(demo_p
 
 def test_launcher_decides_how_the_model_is_given(demo_plan):
     seat = demo_plan.seat("qwen3-8b")
-    served = engine_command(seat)
-    module = engine_command(seat, MODULE_LAUNCHER, bind_host="127.0.0.1")
-    assert served[:3] == ["vllm", "serve", seat.vllm.model]
-    assert module[:5] == ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", seat.vllm.model]
+    served = engine_command(seat.launch)
+    module = engine_command(seat.launch, MODULE_LAUNCHER, bind_host="127.0.0.1")
+    assert served[:3] == ["vllm", "serve", seat.launch.model]
+    assert module[:5] == ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", seat.launch.model]
     assert module[module.index("--host") + 1] == "127.0.0.1" and "--host" not in served
 
 
@@ -90,7 +91,7 @@ def test_compose_validates_and_boots_in_the_plans_order(demo_plan):
         devices = service["deploy"]["resources"]["reservations"]["devices"][0]
         assert devices["device_ids"] == [label.split(":")[1] for label in seat.gpus] and devices["capabilities"] == ["gpu"]
         assert "CUDA_VISIBLE_DEVICES" not in service.get("environment", {})  # ids inside a container start at 0
-        assert service["entrypoint"] + service["command"] == engine_command(seat)
+        assert service["entrypoint"] + service["command"] == engine_command(seat.launch)
         assert f":{seat.port}/health" in service["healthcheck"]["test"][-1]
 
 
@@ -154,7 +155,7 @@ def test_old_versions_watch_the_old_usage_gauge_and_no_token_label(demo_plan):
 
 
 def test_a_seat_without_a_port_cannot_be_delivered(demo_plan):
-    demo_plan.seats = [seat.model_copy(update={"port": None}) if seat.name == "qwen3-8b" else seat for seat in demo_plan.seats]
+    demo_plan.seats = [edited_seat(seat, port=None) if seat.name == "qwen3-8b" else seat for seat in demo_plan.seats]
     with pytest.raises(SeatplanError) as problem:
         render_files(demo_plan, RenderSettings())
     assert problem.value.where == "seat qwen3-8b, port"

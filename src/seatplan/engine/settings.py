@@ -106,13 +106,13 @@ def engine_settings(seat: SeatSpec, host: EngineHost, version: str) -> EngineSet
 
 
 def planned_engine_settings(seat: PlannedVllmSeat, version: str) -> EngineSettings | None:
-    """The settings the plan started this seat with, at ``version``; None for a seat with no vLLM settings."""
-    if seat.vllm is None:
+    """The settings the plan's launch starts this seat with, at ``version``; None for a seat not placed (no launch)."""
+    launch = seat.launch
+    if launch is None:
         return None
-    return _settings(tensor_parallel_size=seat.tensor_parallel_size, dtype=seat.vllm.dtype,
-                     kv_cache_dtype=seat.vllm.kv_cache_dtype, device=seat.device, version=version,
-                     max_num_batched_tokens=seat.vllm.max_num_batched_tokens, extra_args=seat.vllm.extra_args,
-                     hf_overrides=seat.vllm.hf_overrides)
+    return _settings(tensor_parallel_size=launch.tensor_parallel_size, dtype=launch.dtype, kv_cache_dtype=launch.kv_cache_dtype,
+                     device=seat.device, version=version, max_num_batched_tokens=launch.max_num_batched_tokens,
+                     extra_args=launch.extra_args, hf_overrides=launch.hf_overrides)
 
 
 # extra_args flags that change the KV layout, and the EngineSettings field each sets.

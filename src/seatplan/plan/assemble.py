@@ -8,6 +8,7 @@ from typing import Any
 
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
+from seatplan.documents.launch import ByUtilisation, KvSizing, Pinned, Utilisation, VllmLaunch, model_and_revision
 from seatplan.documents.plan import (
     ExplanationLine,
     GpuVerdict,
@@ -22,7 +23,6 @@ from seatplan.documents.plan import (
     PlannedVllmSeat,
     RunnerUp,
     ShortSeat,
-    VllmSettings,
 )
 from seatplan.engine.command import engine_command, unsupported_flags
 from seatplan.plan import utilisation
@@ -59,7 +59,7 @@ def boot_sequence(sized: list[SizedSeat]) -> list[SizedSeat]:
     return sorted(sized, key=lambda seat: (seat.spec.engine != "fixed", -seat.footprint.footprint_bytes, seat.spec.name))
 
 
-def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int) -> utilisation.Utilisation:
+def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int) -> utilisation.UtilisationChoice:
     """``--gpu-memory-utilization``: from the seat alone where its KV cache is pinned (``kv_mode``), else the value that
     passes a cold boot in boot order and a rolling restart (see :mod:`seatplan.plan.utilisation`)."""
     own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
@@ -68,18 +68,20 @@ def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtSta
     return choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
 
 
-def vllm_settings(seat: SizedSeat) -> VllmSettings:
+def vllm_launch(seat: SizedSeat, chosen: utilisation.UtilisationChoice) -> VllmLaunch:
+    """How the seat's engine is started: its sized figures, its KV pinned or sized by the one utilisation chosen."""
     spec = seat.spec
-    assert seat.limits is not None
-    return VllmSettings(
-        model=spec.model_path_on_host or spec.model or "",
-        max_num_seqs=seat.limits.max_num_seqs,
-        max_num_batched_tokens=seat.limits.max_num_batched_tokens,
-        dtype=spec.dtype,
-        kv_cache_dtype=spec.kv_cache_dtype,
-        enforce_eager=spec.enforce_eager,
-        hf_overrides=seat.hf_overrides,
-        extra_args=list(spec.extra_args),
+    assert seat.limits is not None and seat.max_model_len is not None and seat.kv_cache_memory_bytes is not None
+    model, revision = model_and_revision(spec.model_path_on_host or spec.model or "")
+    kv: KvSizing = ByUtilisation(gpu_memory_utilization=chosen.value)
+    if seat.kv_mode != "utilisation":
+        kv = Pinned(kv_cache_memory_bytes=seat.kv_cache_memory_bytes, gpu_memory_utilization=chosen.value)
+    return VllmLaunch(
+        model=model, revision=revision, served_model_name=spec.served_model_name or spec.name, port=spec.port,
+        tensor_parallel_size=spec.tensor_parallel_size, max_model_len=seat.max_model_len, kv=kv,
+        max_num_seqs=seat.limits.max_num_seqs, max_num_batched_tokens=seat.limits.max_num_batched_tokens,
+        dtype=spec.dtype, kv_cache_dtype=spec.kv_cache_dtype, enforce_eager=spec.enforce_eager, max_new_tokens=seat.max_new_tokens,
+        hf_overrides=seat.hf_overrides, extra_args=list(spec.extra_args),
     )
 
 
@@ -133,10 +135,8 @@ def plan_seat(
 ) -> PlannedSeat:
     spec = seat.spec
     lines, warnings = list(seat.lines), list(seat.warnings)
-    util: float | None = None
-    util_situations: tuple[float | None, float | None] = (None, None)
-    headrooms: tuple[int | None, int | None] = (None, None)
-    settings: VllmSettings | None = None
+    launch: VllmLaunch | None = None
+    checked: Utilisation | None = None
     env = dict(spec.env_values)
     host: HostSpec | None = next((host for host in fleet.hosts if keys and host.name == keys[0][0]), None)
     if keys and (host is None or host.device == "cuda"):
@@ -151,11 +151,12 @@ def plan_seat(
             for key in keys
         ]
         chosen = choose_utilisation(seat, at_start, fleet.policy.boot_margin_bytes)
-        util, util_situations = chosen.value, (chosen.cold_boot, chosen.rolling_restart)
-        headrooms = (chosen.cold_boot_headroom_bytes, chosen.rolling_restart_headroom_bytes)
+        checked = Utilisation(cold_boot=chosen.cold_boot, rolling_restart=chosen.rolling_restart,
+                              cold_boot_headroom_bytes=chosen.cold_boot_headroom_bytes, rolling_restart_headroom_bytes=chosen.rolling_restart_headroom_bytes)
         lines.append(ExplanationLine(rule="gpu_memory_utilization", inputs=chosen.inputs, result=chosen.result, note=chosen.note))
         warnings += [f"{spec.name}: {chosen.warning}"] if chosen.warning else []
-        settings = vllm_settings(seat)
+        launch = vllm_launch(seat, chosen)
+        warnings += [f"{spec.name}: {missing}" for missing in unsupported_flags(engine_command(launch), fleet.policy.vllm_version)]
         env |= seat.extra_env
     elif not placed:
         warnings.append(f"{spec.name}: not placed")
@@ -183,24 +184,7 @@ def plan_seat(
     )
     if spec.engine == "fixed":
         return PlannedFixedSeat(**common, image=spec.image, command=list(spec.command), health_url=spec.health_url)
-    assert seat.kv_mode is not None  # sizing gives every vLLM seat its KV mode (plan/size_seat.py)
-    planned = PlannedVllmSeat(
-        **common,
-        **sized_figures(seat),
-        kv_mode=seat.kv_mode,
-        vllm_args=[],
-        gpu_memory_utilization=util,
-        gpu_memory_utilization_cold_boot=util_situations[0],
-        gpu_memory_utilization_rolling_restart=util_situations[1],
-        cold_boot_headroom_bytes=headrooms[0],
-        rolling_restart_headroom_bytes=headrooms[1],
-        vllm=settings,
-    )
-    if settings is not None:
-        # The plan shows the command `seatplan render` writes with its default launcher.
-        planned.vllm_args = engine_command(planned)
-        planned.warnings += [f"{spec.name}: {missing}" for missing in unsupported_flags(planned.vllm_args, fleet.policy.vllm_version)]
-    return planned
+    return PlannedVllmSeat(**common, **sized_figures(seat), launch=launch, utilisation=checked)
 
 
 # The sized figures a planned seat carries under the same name (its warnings are assembled with the plan's own).

@@ -1,8 +1,9 @@
 """What runs now, for ``seatplan plan FLEET --current PLAN|RENDER_DIR``: each seat's GPUs and engine command.
 
-From a plan: its seats' GPUs and command lines. From a directory ``seatplan render`` wrote: the plan its
-manifest names (when that file is still the one rendered, by SHA-256), else the env files themselves
-(``CUDA_VISIBLE_DEVICES`` and ``SEATPLAN_COMMAND``, which is what the engines were started with).
+From a plan: its seats' GPUs and launches. From a directory ``seatplan render`` wrote: the plan its manifest names
+(when that file is still the one rendered, by SHA-256), else the env files themselves, which are what the engines
+were started with: ``CUDA_VISIBLE_DEVICES``, and each seat's launch read back through the engine codec
+(``engine.launch.seat_launch_from_env``: its command as vLLM reads it, its environment and secret references).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from pathlib import Path
 from seatplan.documents.fleet import Fleet
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
 from seatplan.documents.io import read_bounded_json, read_plan
-from seatplan.documents.plan import Plan, PlanInfeasibility, vllm_args_of
-from seatplan.engine.command import COMMAND_KEY
-from seatplan.engine.parse import parse_env, split_shell_line
+from seatplan.documents.launch import SeatLaunch
+from seatplan.documents.plan import Plan, PlanInfeasibility, seat_launch
+from seatplan.engine.launch import seat_launch_from_env
+from seatplan.engine.parse import parse_env
 from seatplan.errors import SeatplanError
 from seatplan.fileio import check_input_file
 from seatplan.units import MAX_GPU_INDEX, GiB, whole_number
@@ -29,7 +31,9 @@ RENDER_MANIFEST = "seatplan-render.json"
 class CurrentLayout:
     source: str  # what the plan records in inputs.current_from
     gpus: dict[str, list[str]]  # seat → GPU refs as current_layout takes them ("host:index")
-    commands: dict[str, list[str]] = field(default_factory=dict)  # seat → the engine command it runs
+    # seat → what its engine was started with (engine.change compares it with the plan's); a seat not here runs, but
+    # not as seatplan started it (a fixed seat, or an engine without seatplan's env file)
+    launches: dict[str, SeatLaunch] = field(default_factory=dict)
     footprints_bytes: dict[str, int] = field(default_factory=dict)  # seat → its footprint per GPU where a plan says (the rollout's figure)
 
 
@@ -70,20 +74,19 @@ def read_manifest(path: Path) -> dict:
 def from_plan(path: Path, source: str | None = None) -> CurrentLayout:
     plan = read_plan(path)
     placed = [seat for seat in plan.seats if seat.gpus]
-    return CurrentLayout(source or str(path), {seat.name: list(seat.gpus) for seat in placed}, {seat.name: vllm_args_of(seat) for seat in placed},
+    return CurrentLayout(source or str(path), {seat.name: list(seat.gpus) for seat in placed}, {seat.name: seat_launch(seat) for seat in placed},
                          {seat.name: seat.footprint_bytes for seat in placed})
 
 
 def from_env_files(directory: Path, fleet: Fleet) -> CurrentLayout:
     """The env files as the engines read them; GPU indices name a host only on a one-host fleet."""
     gpus: dict[str, list[str]] = {}
-    commands: dict[str, list[str]] = {}
+    launches: dict[str, SeatLaunch] = {}
     for env_file in sorted((directory / "env").glob("*.env")):
         check_input_file(env_file, "env file")
         values = parse_env(env_file.read_text(encoding="utf-8", errors="replace"))
         seat = env_file.stem
-        if COMMAND_KEY in values:
-            commands[seat] = command_words(values[COMMAND_KEY], env_file)
+        launches[seat] = launch_of(values, env_file)
         indices = [index.strip() for index in values.get("CUDA_VISIBLE_DEVICES", "").split(",") if index.strip()]
         if not indices:
             continue
@@ -91,14 +94,14 @@ def from_env_files(directory: Path, fleet: Fleet) -> CurrentLayout:
             raise SeatplanError(f"{env_file.name}: CUDA_VISIBLE_DEVICES={values['CUDA_VISIBLE_DEVICES']} does not say which host",
                                 where=str(env_file), fix="pass the plan the directory was rendered from: --current PLAN")
         gpus[seat] = [f"{fleet.hosts[0].name}:{index}" for index in indices]
-    return CurrentLayout(f"{directory} (its env files)", gpus, commands)
+    return CurrentLayout(f"{directory} (its env files)", gpus, launches)
 
 
-def command_words(value: str, where: Path) -> list[str]:
+def launch_of(values: dict[str, str], where: Path) -> SeatLaunch:
     try:
-        return split_shell_line(value)
+        return seat_launch_from_env(values)
     except SeatplanError as problem:
-        raise SeatplanError(f"{COMMAND_KEY} cannot be read ({problem.message})", where=str(where), fix="render the directory again") from None
+        raise SeatplanError(f"the engine it starts cannot be read: {problem.message}", where=str(where), fix=problem.fix or "render the directory again") from None
 
 
 def running_gpus(fleet: Fleet) -> dict[str, list[str]]:

@@ -17,8 +17,10 @@ from seatplan.documents.plan import (
     Plan,
     PlanInputs,
     PlannedVllmSeat,
+    seat_launch,
 )
 from seatplan.documents.usage import UsageReport, usage_of_seat
+from seatplan.engine.change import seat_change
 from seatplan.errors import SeatplanError
 from seatplan.plan import footprint as fp
 from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
@@ -101,12 +103,12 @@ def with_current(fleet: Fleet, current: CurrentLayout | None) -> Fleet:
 
 
 def restarted_seats(plan: Plan, current: CurrentLayout) -> list[str]:
-    """The engines this plan would (re)start: new, moved, or with another command line than the one running
-    (a fixed seat is not started by seatplan)."""
+    """The engines this plan would (re)start: new, moved, or changed in a way that needs a restart (``engine.change``;
+    a fixed seat is not started by seatplan)."""
     return [
         seat.name for seat in plan.seats
-        if isinstance(seat, PlannedVllmSeat) and seat.gpus and seat.vllm_args
-        and (current.gpus.get(seat.name) != seat.gpus or current.commands.get(seat.name) != seat.vllm_args)
+        if isinstance(seat, PlannedVllmSeat) and seat.gpus and seat.launch is not None
+        and (current.gpus.get(seat.name) != seat.gpus or seat_change(current.launches.get(seat.name), seat_launch(seat)).restart)
     ]
 
 

@@ -1,8 +1,9 @@
 """The rollout: the order of the steps from what runs now to the planned layout, every start checked to fit.
 
 Only seats that change appear: a seat gone from the plan is a ``stop``; a new one a ``start``; a seat on other
-GPUs a ``stop`` where it runs and a ``start`` where it goes; a seat on the same GPUs with another command line a
-``restart`` (its own memory freed first). Seats that do not change are never touched.
+GPUs a ``stop`` where it runs and a ``start`` where it goes; a seat on the same GPUs whose launch changed in a way
+that needs a restart (``engine.change.seat_change``, the one change model) a ``restart`` (its own memory freed
+first). Seats that do not change are never touched.
 
 At each start, on each of the seat's GPUs, with what runs at that moment at plateau (seats that do not change,
 seats not yet stopped where they run now, seats already started where they go; fixed seats and reserved memory
@@ -29,7 +30,20 @@ from dataclasses import dataclass, field
 
 from seatplan.documents.fleet import Fleet
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
-from seatplan.documents.plan import DownSpan, Plan, PlannedSeat, PlannedVllmSeat, Rollout, RolloutFailure, RolloutStep, StartCheck, vllm_args_of
+from seatplan.documents.launch import SeatLaunch
+from seatplan.documents.plan import (
+    DownSpan,
+    Plan,
+    PlannedFixedSeat,
+    PlannedSeat,
+    PlannedVllmSeat,
+    Rollout,
+    RolloutFailure,
+    RolloutStep,
+    StartCheck,
+    seat_launch,
+)
+from seatplan.engine.change import seat_change
 from seatplan.plan.assemble import PRE_CHECK_PARTS
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.placement import gpu_label
@@ -91,7 +105,7 @@ class Running:
     """What runs now: each seat's GPUs, and where known its command line and footprint."""
 
     gpus: dict[str, tuple[str, ...]]
-    commands: dict[str, list[str]] | None = None  # None: not known (the fleet file's current_layout)
+    launches: dict[str, SeatLaunch] | None = None  # None: not known (the fleet file's current_layout)
     footprints_bytes: dict[str, int] = field(default_factory=dict)
 
 
@@ -100,7 +114,7 @@ class Running:
 
 def running_now(fleet: Fleet, current: CurrentLayout | None) -> Running | None:
     """What runs: the fleet's current_layout (``--current`` already merged in by the planner) and, from ``--current``,
-    the seats gone from the fleet, the command lines and the footprints. None when nothing is known."""
+    the seats gone from the fleet, the launches and the footprints. None when nothing is known."""
     gpus: dict[str, tuple[str, ...]] = {}
     if current is not None:
         gpus |= {name: tuple(refs) for name, refs in current.gpus.items()}
@@ -109,14 +123,15 @@ def running_now(fleet: Fleet, current: CurrentLayout | None) -> Running | None:
         gpus[name] = tuple(gpu_label(key) for key in keys if key is not None)
     if not gpus and current is None:
         return None
-    return Running(gpus, dict(current.commands) if current is not None else None, dict(current.footprints_bytes) if current is not None else {})
+    return Running(gpus, dict(current.launches) if current is not None else None, dict(current.footprints_bytes) if current is not None else {})
 
 
 def engine_of(seat: PlannedSeat) -> Engine:
-    if not isinstance(seat, PlannedVllmSeat):
+    """What a start is checked with: the one utilisation the seat's launch carries, the value render writes."""
+    if not isinstance(seat, PlannedVllmSeat) or seat.launch is None:
         return Engine(seat.footprint_bytes, 0, None)  # a fixed seat: no vLLM start-up check
     own = sum(part.bytes for part in seat.footprint_parts if part.name in PRE_CHECK_PARTS)
-    return Engine(seat.footprint_bytes, own, seat.gpu_memory_utilization)
+    return Engine(seat.footprint_bytes, own, seat.launch.gpu_memory_utilization)
 
 
 def rollout_problem(plan: Plan, running: Running) -> RolloutProblem:
@@ -139,12 +154,12 @@ def rollout_problem(plan: Plan, running: Running) -> RolloutProblem:
             continue
         new = tuple(seat.gpus)
         now = running.gpus.get(seat.name)
-        if now is None and seat.engine == "fixed":
+        if now is None and isinstance(seat, PlannedFixedSeat):
             unchanged.append(Unchanged(seat.name, new, seat.footprint_bytes))
             continue
-        same_command = running.commands is None or running.commands.get(seat.name) == vllm_args_of(seat)
+        restart = running.launches is not None and seat_change(running.launches.get(seat.name), seat_launch(seat)).restart
         old_footprint = max(seat.footprint_bytes, running.footprints_bytes.get(seat.name, 0))
-        if now == new and same_command:
+        if now == new and not restart:
             unchanged.append(Unchanged(seat.name, new, old_footprint))
             continue
         changes.append(Change(seat.name, now or (), old_footprint, new, engine_of(seat)))

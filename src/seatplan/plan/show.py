@@ -8,7 +8,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat, PlannedVllmSeat, RunnerUp, vllm_args_of
+from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat, PlannedVllmSeat, RunnerUp
+from seatplan.engine.command import engine_command
 from seatplan.output import fit_table
 from seatplan.plan.rollout_show import print_rollout
 from seatplan.units import GiB, human_bytes
@@ -175,9 +176,11 @@ def replay_table(plan: Plan) -> Table | None:
     return table
 
 
-def command_line(seat: PlannedSeat) -> str:
+def command_line(seat: PlannedVllmSeat) -> str:
+    """The seat's launch as `seatplan render` writes it with its default launcher, after its environment."""
+    assert seat.launch is not None
     env = " ".join(f"{key}={shlex.quote(value)}" for key, value in sorted(seat.env.items()))
-    return f"{env} {shlex.join(vllm_args_of(seat))}".strip()
+    return f"{env} {shlex.join(engine_command(seat.launch))}".strip()
 
 
 def print_plan(console: Console, plan: Plan) -> None:
@@ -196,7 +199,7 @@ def print_plan(console: Console, plan: Plan) -> None:
         console.print(fit_table(replayed, console.width))
     console.print(Text("Command lines (in boot order; start each when the one before it is ready)", style="bold"))
     for seat in sorted(plan.seats, key=lambda seat: seat.boot_order):
-        if vllm_args_of(seat):
+        if isinstance(seat, PlannedVllmSeat) and seat.launch is not None:
             console.print(Text(f"{seat.boot_order}. {seat.name}:", style="bold"), Text(command_line(seat)), soft_wrap=True)
         else:
             console.print(Text(f"{seat.boot_order}. {seat.name}:", style="bold"), Text(f"fixed seat, {gib(seat.footprint_bytes)} GiB on {', '.join(seat.gpus)}"))
@@ -288,7 +291,7 @@ def explanation_renderable(seat: PlannedSeat, width: int = 80) -> Group:
     for part in seat.footprint_parts:
         parts.add_row(part.name, f"{part.bytes:,}", gib(part.bytes), part.basis, part.note)
     items.append(fit_table(parts, width, ("GiB", "basis")))
-    if vllm_args_of(seat):
+    if isinstance(seat, PlannedVllmSeat) and seat.launch is not None:
         items.append(Text("command line: " + command_line(seat)))
     items += [Text(f"warning: {warning}", style="yellow") for warning in seat.warnings]
     return Group(*items)

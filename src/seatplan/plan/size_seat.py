@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from seatplan import versions
 from seatplan.documents.fleet import Device, Fleet, GpuSpec, KvPin, SeatSpec
 from seatplan.documents.fleet_file import allowed_gpus, resolve_model
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
-from seatplan.documents.plan import ExplanationLine, KvMode, KvReplayReading, Lever
+from seatplan.documents.plan import ExplanationLine, KvReplayReading, Lever
 from seatplan.documents.usage import UsageReport, usage_of_seat
 from seatplan.engine.settings import EngineHost, EngineLimits, batch_limits, engine_settings, usable_gpus
 from seatplan.errors import SeatplanError
@@ -22,6 +23,9 @@ from seatplan.plan.kv_replay import replay_check
 from seatplan.units import GiB, human_bytes
 
 GpuKey = tuple[str, int]
+# How a vLLM seat's KV cache is sized: pinned (--kv-cache-memory-bytes) by the KV rule or by the operator, or left to
+# --gpu-memory-utilization (vLLM before 0.10.2, which has no pin); the launch carries the outcome (documents.launch.KvSizing).
+KvMode = Literal["rule", "operator", "utilisation"]
 FactsLoader = Callable[[str, EngineSettings], ModelFacts]
 
 

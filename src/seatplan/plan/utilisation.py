@@ -44,7 +44,7 @@ class GpuAtStart:
 
 
 @dataclass(frozen=True)
-class Utilisation:
+class UtilisationChoice:
     value: float  # what the command line says
     cold_boot: float  # the highest value that passes the check at a cold boot in boot order
     rolling_restart: float  # the highest value that passes it when this engine alone restarts
@@ -97,7 +97,7 @@ def margin_within_limit(margin_bytes: int, total_bytes: int) -> int:
     return max(0, min(margin_bytes, MAX_MARGIN_BYTES - -(-total_bytes // STEP)))
 
 
-def choose_pinned(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_bytes: int, margin_bytes: int) -> Utilisation:
+def choose_pinned(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_bytes: int, margin_bytes: int) -> UtilisationChoice:
     """The value for an engine whose KV cache is pinned in bytes, on ``gpus`` (one per tensor-parallel rank).
 
     ``inside_budget_bytes`` is what it allocates after vLLM's snapshot; ``own_context_bytes`` what it holds
@@ -147,12 +147,12 @@ def choose_pinned(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budg
         short = -min(cold_headroom, rolling_headroom)
         warning = (f"plan problem: vLLM refuses {' and '.join(failing)} (--gpu-memory-utilization {value:.3f} asks "
                    f"{human_bytes(requested)}, {human_bytes(short)} more than is free); give its GPU more room")
-    return Utilisation(
+    return UtilisationChoice(
         value, cold, rolling, value, warning is None, cold_headroom, rolling_headroom, inputs, f"{value:.3f}", note, warning,
     )
 
 
-def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_bytes: int, margin_bytes: int) -> Utilisation:
+def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_bytes: int, margin_bytes: int) -> UtilisationChoice:
     """Before 0.10.2 (the value sizes the KV cache): the largest that passes in both situations, on ``gpus``
     (one per tensor-parallel rank; the tightest decides).
 
@@ -187,14 +187,14 @@ def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_byte
         f"{human_bytes(margin_bytes)} margin; vLLM needs free ≥ ceil(total × util))"
     )
     if both >= needed:
-        return Utilisation(
+        return UtilisationChoice(
             both, cold, rolling, needed, True, None, None, inputs, f"{both:.3f}",
             f"passes vLLM's start-up check in both situations and covers the {human_bytes(inside_budget_bytes)} it allocates "
             f"({needed:.3f}). {situations}",
             None,
         )
     if rolling > 0:
-        return Utilisation(
+        return UtilisationChoice(
             rolling, cold, rolling, needed, False, None, None, inputs, f"{rolling:.3f} (below the {needed:.3f} it allocates)",
             f"no value passes both checks and covers the {human_bytes(inside_budget_bytes)} it allocates; the rolling-restart "
             f"value is taken, since apply restarts engines one at a time. {situations}",
@@ -203,7 +203,7 @@ def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_byte
             "vLLM does not check that, but the neighbours leave it little room",
         )
     value = max(cold, 0.001)
-    return Utilisation(
+    return UtilisationChoice(
         value, cold, rolling, needed, False, None, None, inputs, f"{value:.3f} (cold boot only)",
         f"its neighbours at plateau leave it too little memory to pass the start-up check at all; only a cold boot in "
         f"boot order can start it. {situations}",

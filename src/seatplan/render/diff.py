@@ -7,8 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from seatplan.engine.command import COMMAND_KEY
-from seatplan.engine.parse import parse_command_line, parse_env
+from seatplan.engine.change import seat_change
+from seatplan.engine.launch import seat_launch_from_env
+from seatplan.engine.parse import parse_env
 from seatplan.errors import SeatplanError
 from seatplan.render.bundle import MANIFEST
 from seatplan.render.targets import Files
@@ -30,8 +31,8 @@ class SeatDiff(BaseModel):
     seat: str
     status: Status
     changes: list[Change] = Field(default_factory=list)
-    # apply (re)starts an engine exactly when its env file's bytes change (ansible.py: "restart only if its
-    # file changed"), so a new seat starts, a changed one restarts, an unchanged or removed one does not
+    # a new seat starts; a changed one restarts where engine.change says the change needs it (not for a pinned seat's
+    # utilisation, read only at start, nor for comments), or where its compose service or drop-in changed
     restarts: bool = False
 
 
@@ -49,22 +50,16 @@ class DiffReport(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-SWITCH_ON = "on"  # how a switch (a flag without a value) reads in a change
-
-
-def command_settings(command: str) -> dict[str, str]:
-    """``--flag value`` pairs of an engine command (``engine.parse``); a switch reads ``on``."""
-    return {flag: SWITCH_ON if value is None else value for flag, value in parse_command_line(command).items()}
-
-
-def env_changes(old_text: str, new_text: str) -> list[Change]:
+def env_changes(old_text: str, new_text: str) -> tuple[list[Change], bool]:
+    """What differs between two env files of a seat, on what the engine runs (``engine.change``, the one change model
+    plan's rollout and apply use too), and whether that needs a restart; a file that differs in nothing the engine
+    reads differs in its comments."""
     old_env, new_env = parse_env(old_text), parse_env(new_text)
-    old_cmd, new_cmd = command_settings(old_env.pop(COMMAND_KEY, "")), command_settings(new_env.pop(COMMAND_KEY, ""))
-    changes = [Change(what=key, old=old_cmd.get(key), new=new_cmd.get(key)) for key in dict.fromkeys([*old_cmd, *new_cmd]) if old_cmd.get(key) != new_cmd.get(key)]
-    changes += [Change(what=key, old=old_env.get(key), new=new_env.get(key)) for key in dict.fromkeys([*old_env, *new_env]) if old_env.get(key) != new_env.get(key)]
+    change = seat_change(seat_launch_from_env(old_env), seat_launch_from_env(new_env))
+    changes = [Change(what=difference.what, old=difference.old, new=difference.new) for difference in change.differences]
     if not changes and old_text != new_text:
         changes.append(Change(what="comments", old=None, new=None))
-    return changes
+    return changes, change.restart
 
 
 def status_of(old: str | None, new: str | None) -> Status:
@@ -101,7 +96,7 @@ def _hunk_range(start: int, stop: int) -> str:
     return str(first) if count == 1 else f"{first},{count}"
 
 
-def located(path: str, against: str, old_text: str, new_text: str) -> list[Change]:
+def located(path: str, against: str, old_text: str, new_text: str) -> tuple[list[Change], bool]:
     """:func:`env_changes`, with a problem located in the env file it came from."""
     try:
         return env_changes(old_text, new_text)
@@ -120,14 +115,14 @@ def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
     for path in seat_paths:
         name = path[len(ENV_PREFIX) : -len(".env")]
         status = status_of(old.get(path), new.get(path))
-        changes = located(path, against, old[path], new[path]) if status == "changed" else []
+        changes, restarts = located(path, against, old[path], new[path]) if status == "changed" else ([], status == "new")
         if status == "unchanged":
             # apply restarts a seat when any of its own files changes (ansible.py: the seat's compose service, its drop-in)
             for what, own in own_files(name).items():
                 if (own in old or own in new) and old.get(own) != new.get(own):
-                    status = "changed"
+                    status, restarts = "changed", True
                     changes.append(Change(what=what, old=None, new=None))
-        seats.append(SeatDiff(seat=name, status=status, changes=changes, restarts=status in ("new", "changed")))
+        seats.append(SeatDiff(seat=name, status=status, changes=changes, restarts=restarts))
     files = []
     for path in sorted((set(old) | set(new)) - set(seat_paths) - {MANIFEST}):
         status = status_of(old.get(path), new.get(path))

@@ -1,4 +1,5 @@
-"""The plan's vLLM seats as engines to deliver: where each runs, how it is reached, and its two commands."""
+"""The plan's vLLM seats as engines to deliver: where each runs, how it is reached, and its two commands (the seat's one
+launch written for apply's restart, with ``--bind``, and for compose's cold boot, listening on every interface)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from seatplan.documents.fleet import HOST_PATH_PATTERN
+from seatplan.documents.launch import VllmLaunch
 from seatplan.documents.plan import Plan, PlannedFixedSeat, PlannedSeat, PlannedVllmSeat
 from seatplan.encode import address_problem, check_name, control_character
 from seatplan.engine.command import check_flags, engine_command
@@ -35,6 +37,11 @@ class Engine:
     @property
     def name(self) -> str:
         return self.seat.name
+
+    @property
+    def launch(self) -> VllmLaunch:
+        assert self.seat.launch is not None  # plan_engines takes placed seats with a launch only
+        return self.seat.launch
 
     @property
     def base_url(self) -> str:
@@ -84,19 +91,6 @@ def fixed_seats(plan: Plan) -> list[FixedSeat]:
     ]
 
 
-def rolling_restart_utilisation(seat: PlannedVllmSeat) -> float | None:
-    """The ``--gpu-memory-utilization`` that passes vLLM's start-up check with the neighbours at plateau.
-
-    Apply restarts one engine at a time beside running neighbours, so it starts with the plan's
-    rolling-restart value; plans saved before that figure existed fall back to the one chosen value.
-    """
-    if seat.kv_pinned:
-        return seat.gpu_memory_utilization  # the KV cache is pinned: one value from the seat alone serves both situations
-    if seat.gpu_memory_utilization_rolling_restart is not None:
-        return seat.gpu_memory_utilization_rolling_restart
-    return seat.gpu_memory_utilization
-
-
 def check_names(seat: PlannedSeat, host: str) -> None:
     """The fleet loader's name rules, again on the plan: a plan edited by hand (or by a tool) reaches every
     consumer below, so render refuses what the fleet file could not have held."""
@@ -124,7 +118,7 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
         raise SeatplanError("the plan places no seats (it did not fit)", fix="fix the fleet until `seatplan plan` finds a layout, then render that plan")
     engines = []
     for seat in sorted(plan.vllm_seats(), key=lambda seat: seat.boot_order):
-        if not seat.gpus or seat.vllm is None:
+        if not seat.gpus or seat.launch is None:
             raise SeatplanError(
                 f"seat {seat.name} has no placement or engine settings", where=f"seat {seat.name}", fix="re-plan with this seatplan (`seatplan plan FLEET -o plan.json`)"
             )
@@ -136,9 +130,10 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
             )
         host = seat.host or seat.gpus[0].rsplit(":", 1)[0]
         check_names(seat, host)
-        restart_args = engine_command(seat, settings.launcher, utilisation=rolling_restart_utilisation(seat), bind_host=settings.bind_host)
-        check_flags(seat, restart_args, plan.inputs.vllm_version)
-        boot_args = engine_command(seat, settings.launcher)  # in a container the engine listens on every interface
+        # one launch, one utilisation: apply's restart and compose's cold boot start the same engine
+        restart_args = engine_command(seat.launch, settings.launcher, bind_host=settings.bind_host)
+        check_flags(seat.name, restart_args, plan.inputs.vllm_version)
+        boot_args = engine_command(seat.launch, settings.launcher)  # in a container the engine listens on every interface
         engines.append(Engine(seat=seat, host=host, address=seat.address or host, port=seat.port, restart_args=restart_args, boot_args=boot_args,
                               bind_host=settings.bind_host))
     taken: dict[tuple[str, int], str] = {}

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from seatplan import versions
+from seatplan.documents.launch import Pinned
 from seatplan.documents.plan import Plan, PlannedSeat
 from seatplan.encode import check_name, compose_literal, dump_yaml, env_assignment, go_template_text, promql_string
-from seatplan.engine.command import COMMAND_KEY, shell_line
+from seatplan.engine.command import COMMAND_KEY, ENV_FILES_KEY, FROM_HOST_KEY, HEALTH_URL_KEY, SEAT_KEY, shell_line
 from seatplan.engine.endpoint import listens_everywhere, published_port
 from seatplan.render.engines import Engine, FixedSeat
 from seatplan.render.settings import RenderSettings
@@ -21,9 +22,9 @@ Files = dict[str, str]
 # No plan path or time here: an unchanged seat must render byte for byte the same (no restart).
 HEADER = "# Written by `seatplan render` (seatplan-render.json says from which plan); edit the fleet file and re-render instead.\n"
 HEALTH_START_PERIOD = "15m"  # weight loading and compilation of a large model take minutes
-# An env file names the secrets it is given by reference, never their values (docs/fleet.md, "Secrets").
-FROM_HOST_KEY = "SEATPLAN_ENV_FROM_HOST"  # `NAME=HOSTVAR ...`: the engine's NAME takes the host's HOSTVAR
-ENV_FILES_KEY = "SEATPLAN_ENV_FILES"  # files on the host the engine reads too (systemd EnvironmentFile=, compose env_file)
+# An env file names the secrets it is given by reference, never their values (docs/fleet.md, "Secrets"): FROM_HOST_KEY
+# `NAME=HOSTVAR ...` (the engine's NAME takes the host's HOSTVAR), ENV_FILES_KEY the files on the host the engine reads
+# too (systemd EnvironmentFile=, compose env_file); engine.command holds the keys, engine.launch reads them back.
 ENGINE_LAUNCHER = "bin/seatplan-engine.sh"
 # Starts one engine from its environment: systemd's ExecStart, and script mode's `seatplan-engine.sh ENV_FILE`. The
 # names in SEATPLAN_ENV_FROM_HOST are POSIX names (checked at load and at render), so `eval` meets nothing else.
@@ -50,13 +51,15 @@ eval "exec $SEATPLAN_COMMAND"
 
 
 def env_file(engine: Engine, settings: RenderSettings) -> str:
-    seat = engine.seat
+    seat, launch = engine.seat, engine.launch
+    kv = (f"KV {launch.kv.kv_cache_memory_bytes:,} bytes" if isinstance(launch.kv, Pinned)
+          else f"KV sized by --gpu-memory-utilization {launch.gpu_memory_utilization:.3f}")
     # Only what the seat itself decides goes in: apply restarts an engine whenever its env file's bytes change, so
     # a neighbour's edit that shifts the boot order must not touch this file (issue 18).
     lines = [
         HEADER.rstrip("\n"),
         f"# seat {seat.name} (served as {seat.served_model_name}) on {engine.host} {'GPU' if seat.device == 'cuda' else 'CPU budget'} "
-        f"{', '.join(engine.gpu_indices)}; KV {seat.kv_cache_memory_bytes:,} bytes, max_model_len {seat.max_model_len:,}",
+        f"{', '.join(engine.gpu_indices)}; {kv}, max_model_len {launch.max_model_len:,}",
     ]
     lines += [env_assignment(key, value) for key, value in sorted(seat.env.items())]
     # secrets by reference: the names only; the launcher (ENGINE_LAUNCHER) copies each value from the host's variable
@@ -65,8 +68,8 @@ def env_file(engine: Engine, settings: RenderSettings) -> str:
     if seat.env_files:
         lines.append(env_assignment(ENV_FILES_KEY, " ".join(seat.env_files)))
     lines += [
-        env_assignment("SEATPLAN_SEAT", seat.name),
-        env_assignment("SEATPLAN_HEALTH_URL", engine.health_url),
+        env_assignment(SEAT_KEY, seat.name),
+        env_assignment(HEALTH_URL_KEY, engine.health_url),
         env_assignment(COMMAND_KEY, shell_line(engine.restart_args)),
     ]
     return "\n".join(lines) + "\n"
@@ -91,7 +94,7 @@ def model_volume(model: str) -> dict:
 def compose_service(engine: Engine, previous: Engine | None, settings: RenderSettings) -> dict:
     seat = engine.seat
     launcher_words = len(settings.launcher)
-    model = seat.vllm.model if seat.vllm else ""
+    model = engine.launch.model
     health_probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{engine.port}/health', timeout=5)"
     service: dict = {
         "image": compose_literal(settings.image or ""),  # bundle.engine_image has chosen it by now

@@ -101,7 +101,7 @@ def seat_expectations(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, f
     version = vllm_version or plan.inputs.vllm_version
     expectations = []
     for seat in plan.vllm_seats():
-        if not seat.vllm_args:
+        if seat.launch is None:
             continue
         host = seat.host or seat_host(seat.gpus) or ""
         address = seat.address or hosts.get(host, HostInfo(address=host)).address

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from seatplan import versions
 from seatplan.documents.plan import Plan, PlannedVllmSeat
-from seatplan.engine.command import unsupported_flags
+from seatplan.engine.command import engine_command, unsupported_flags
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import ModelFacts
 from seatplan.verify.expect import FactsLoader, seat_facts
@@ -29,7 +29,7 @@ def upgrade_report(plan: Plan, fleet_dir: Path, facts_loader: FactsLoader,
     now_version, after_version = plan.inputs.vllm_version, to_version
     old, new = versions.modelled(now_version), versions.modelled(after_version)
     changes: list[UpgradeChange] = []
-    seats = [seat for seat in plan.vllm_seats() if seat.vllm_args]
+    seats = [seat for seat in plan.vllm_seats() if seat.launch is not None]
     for seat in seats:
         changes += seat_changes(seat, fleet_dir, facts_loader, now_version, after_version)
     changes += behaviour_rows(old, new, any(seat.max_new_tokens for seat in seats))
@@ -40,8 +40,9 @@ def upgrade_report(plan: Plan, fleet_dir: Path, facts_loader: FactsLoader,
 
 def seat_changes(seat: PlannedVllmSeat, fleet_dir: Path, facts_loader: FactsLoader,
                  now_version: str, after_version: str) -> list[UpgradeChange]:
+    command = engine_command(seat.launch) if seat.launch is not None else []
     changes = [UpgradeChange(seat=seat.name, what="flag", now="accepted", after=problem, area="flags")
-               for problem in unsupported_flags(seat.vllm_args, after_version)]
+               for problem in unsupported_flags(command, after_version)]
     changes += rope_key_changes(seat, after_version)
     kv_bytes, length = seat.kv_cache_memory_bytes, seat.max_model_len
     if kv_bytes is None or length is None:
@@ -76,7 +77,7 @@ def kv_changes(seat: PlannedVllmSeat, kv_bytes: int, length: int, now: ModelFact
 
 def rope_key_changes(seat: PlannedVllmSeat, after_version: str) -> list[UpgradeChange]:
     """YaRN switched on through ``--hf-overrides`` under the key the new version no longer reads."""
-    overrides = (seat.vllm.hf_overrides if seat.vllm else None) or {}
+    overrides = (seat.launch.hf_overrides if seat.launch else None) or {}
     used = next((key for key in ROPE_KEYS if key in overrides), None)
     wanted = ROPE_KEYS[0] if versions.has("hf_overrides_rope_parameters", versions.modelled(after_version)) else ROPE_KEYS[1]
     if used is None or used == wanted:

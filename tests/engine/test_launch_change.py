@@ -112,10 +112,15 @@ def test_a_launch_flag_repeated_in_extra_args_is_the_value_vllm_takes(rng: rando
     assert launch_from_command(engine_command(repeated)).dtype == "bfloat16"
 
 
+def another_device_list(running: SeatLaunch) -> str:
+    """A CUDA_VISIBLE_DEVICES that is not the running one (a random seat may already be on GPU 7 alone)."""
+    return "7" if running.env.get("CUDA_VISIBLE_DEVICES") != "7" else "6"
+
+
 def test_the_environment_restarts_the_engine_and_shows_no_secret_value(rng: random.Random):
     running = random_seat_launch(rng)
     cases = [
-        (running.model_copy(update={"env": running.env | {"CUDA_VISIBLE_DEVICES": "7"}}), "CUDA_VISIBLE_DEVICES"),
+        (running.model_copy(update={"env": running.env | {"CUDA_VISIBLE_DEVICES": another_device_list(running)}}), "CUDA_VISIBLE_DEVICES"),
         (running.model_copy(update={"env_from_host": running.env_from_host | {"VLLM_API_KEY": "NEW_KEY"}}), "VLLM_API_KEY"),
         (running.model_copy(update={"env_files": [*running.env_files, "/root/more.env"]}), "env_files"),
     ]

@@ -14,7 +14,7 @@ import pytest
 
 from kits.facts import facts, write_config
 from seatplan.errors import SeatplanError
-from seatplan.facts.api import cpu_has_amx
+from seatplan.facts.api import cpu_has_amx, cpu_has_avx512_bf16
 from seatplan.facts.kv_specs import ChunkedLocalAttentionSpec, MambaSpec
 
 COMMON = {"vocab_size": 512, "tie_word_embeddings": False, "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
@@ -59,8 +59,12 @@ GPT_OSS_TINY = {**COMMON, "architectures": ["GptOssForCausalLM"], "model_type": 
         (QWEN3_DENSE_TINY, {"kv_cache_dtype": "fp8", "prefix_caching": False}, 50_000_123, 3001, 128, (63, 7_877)),
         (QWEN3_MOE_TINY, {}, 77_777_777, 2500, 128, (74, 9_250)),
         # attention 2048 B/token; GDN state 8192x3x2 + 32x128x128x4 = 2,146,304 B → block 128 x 9 = 1152
-        (QWEN3_NEXT_TINY, {"prefix_caching": True}, 100_000_007, 3000, 1152, (42, 14_000)),
-        (QWEN3_NEXT_TINY, {"prefix_caching": False}, 100_000_007, 3000, 1152, (42, 21_000)),
+        (QWEN3_NEXT_TINY, {"prefix_caching": True, "cpu_avx512_bf16": True}, 100_000_007, 3000, 1152, (42, 14_000)),
+        (QWEN3_NEXT_TINY, {"prefix_caching": False, "cpu_avx512_bf16": True}, 100_000_007, 3000, 1152, (42, 21_000)),
+        # without AVX512-BF16 the SSM state stays bfloat16: 8192x3x2 + 32x128x128x2 = 1,097,728 B → block 128 x 5 = 640;
+        # the 2-core CI machine's vLLM 0.32.0 reported 76 blocks for both
+        (QWEN3_NEXT_TINY, {"prefix_caching": True, "cpu_avx512_bf16": False}, 100_000_007, 3000, 640, (76, 20_727)),
+        (QWEN3_NEXT_TINY, {"prefix_caching": False, "cpu_avx512_bf16": False}, 100_000_007, 3000, 640, (76, 28_500)),
         # Mamba2 state 10240x3x2 + 128x64x128x4 = 4,255,744 B vs 4096 B/token → block 1152; 3 blocks per
         # Mamba2 layer with prefix caching (one is the chunk checkpoint), 1 without
         (NEMOTRON_TINY, {"prefix_caching": True}, 100_000_007, 3000, 1152, (21, 7_000)),
@@ -77,7 +81,8 @@ GPT_OSS_TINY = {**COMMON, "architectures": ["GptOssForCausalLM"], "model_type": 
         (GEMMA3_TINY, {}, 200_000_123, 1500, 128, (95, 1_583)),
         (GPT_OSS_TINY, {}, 50_000_123, 3000, 128, (95, 6_785)),
     ],
-    ids=["qwen3-dense", "qwen3-dense-fp8-noprefix", "qwen3-moe", "qwen3-next-prefix", "qwen3-next-noprefix", "nemotron-prefix", "nemotron-noprefix", "mla-reference",
+    ids=["qwen3-dense", "qwen3-dense-fp8-noprefix", "qwen3-moe", "qwen3-next-prefix", "qwen3-next-noprefix", "qwen3-next-prefix-no-avx512-bf16",
+         "qwen3-next-noprefix-no-avx512-bf16", "nemotron-prefix", "nemotron-noprefix", "mla-reference",
          "mla-reference-fp8", "mla-amx", "mla-pinned-cpu-mla", "mla-amx-fp8", "gemma3", "gpt-oss"],
 )
 def test_cpu_engine_rules(tmp_path, config, settings, budget, length, block_size, expected):
@@ -88,9 +93,10 @@ def test_cpu_engine_rules(tmp_path, config, settings, budget, length, block_size
     assert capacity.fits_one_request
 
 
-def test_cpu_ssm_state_is_fp32_and_gpu_follows_the_model(tmp_path):
+def test_cpu_ssm_state_is_fp32_with_avx512_bf16_and_otherwise_follows_the_model(tmp_path):
     directory = write_config(tmp_path / "next", QWEN3_NEXT_TINY)
-    assert facts(directory, device="cpu").state_bytes_per_request == 3 * (8192 * 3 * 2 + 32 * 128 * 128 * 4)
+    assert facts(directory, device="cpu", cpu_avx512_bf16=True).state_bytes_per_request == 3 * (8192 * 3 * 2 + 32 * 128 * 128 * 4)
+    assert facts(directory, device="cpu", cpu_avx512_bf16=False).state_bytes_per_request == 3 * (8192 * 3 * 2 + 32 * 128 * 128 * 2)
     gpu = facts(directory)
     assert gpu.state_bytes_per_request == 3 * (8192 * 3 * 2 + 32 * 128 * 128 * 2)
     assert gpu.block_size == 16 * -(-(8192 * 3 * 2 + 32 * 128 * 128 * 2) // (16 * 2048))
@@ -186,11 +192,12 @@ def test_block_size_override():
     assert (model.block_size, model.bytes_per_block) == (32, 32 * 131072)
 
 
-def test_amx_detection_reads_cpu_flags(tmp_path):
-    (tmp_path / "amx").write_text("flags\t\t: fpu sse avx512f amx_bf16 amx_tile amx_int8\n")
+def test_amx_and_avx512_bf16_detection_reads_cpu_flags(tmp_path):
+    (tmp_path / "amx").write_text("flags\t\t: fpu sse avx512f avx512_bf16 amx_bf16 amx_tile amx_int8\n")
     (tmp_path / "plain").write_text("flags\t\t: fpu sse avx2\n")
     assert cpu_has_amx(tmp_path / "amx") and not cpu_has_amx(tmp_path / "plain")
-    assert not cpu_has_amx(tmp_path / "absent")
+    assert cpu_has_avx512_bf16(tmp_path / "amx") and not cpu_has_avx512_bf16(tmp_path / "plain")
+    assert not cpu_has_amx(tmp_path / "absent") and not cpu_has_avx512_bf16(tmp_path / "absent")
 
 
 def test_kv_shared_layers_keep_no_cache(tmp_path):

@@ -48,14 +48,24 @@ def explaining_lines(log_text: str) -> list[str]:
     return [found.group(1).strip() for found in EXPLAINING_LINES.finditer(log_text)]
 
 
-def engine_sees_amx() -> bool:
-    """vLLM's own test for AMX (it picks the MLA backend, hence the MLA block size, by it)."""
-    probe = subprocess.run([str(vllm_python()), "-c", "import torch; print(torch.cpu._is_amx_tile_supported())"],
+def engine_sees(torch_probe: str) -> bool:
+    """One of torch's CPU feature tests, the ones vLLM's CPU platform decides by, run in vLLM's virtualenv."""
+    probe = subprocess.run([str(vllm_python()), "-c", f"import torch; print(torch.cpu.{torch_probe}())"],
                            capture_output=True, text=True, check=True, timeout=300)
     return probe.stdout.strip() == "True"
 
 
-def oracle_entry(plan: BootPlan, result: dict, log_text: str, model_dir: Path, cpu_amx: bool) -> dict:
+def engine_sees_amx() -> bool:
+    """vLLM's own test for AMX (it picks the MLA backend, hence the MLA block size, by it)."""
+    return engine_sees("_is_amx_tile_supported")
+
+
+def engine_sees_avx512_bf16() -> bool:
+    """vLLM's own test for AVX512-BF16 (with it the SSM state is float32: platforms/cpu.py:301-321)."""
+    return engine_sees("_is_avx512_bf16_supported")
+
+
+def oracle_entry(plan: BootPlan, result: dict, log_text: str, model_dir: Path, cpu_amx: bool, cpu_avx512_bf16: bool) -> dict:
     labels = result["cache_config_labels"]
     return {
         "name": plan.name,
@@ -71,6 +81,7 @@ def oracle_entry(plan: BootPlan, result: dict, log_text: str, model_dir: Path, c
             "prefix_caching": plan.prefix_caching,
             "attention_backend": plan.attention_backend,
             "cpu_amx": cpu_amx,
+            "cpu_avx512_bf16": cpu_avx512_bf16,
         },
         "cache_config_labels": {key: labels[key] for key in KEPT_LABELS if key in labels},
         "served_max_model_len": result["served_max_model_len"],
@@ -111,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
 
     log_dir = boot_log_dir()
     fetch = saved_boot if options.saved else boot_plan_now
-    cpu_amx = engine_sees_amx()
+    cpu_amx, cpu_avx512_bf16 = engine_sees_amx(), engine_sees_avx512_bf16()
     boots = []
     for plan in BOOT_PLANS:
         result, log_text, model_dir = fetch(plan, log_dir)
-        boots.append(oracle_entry(plan, result, log_text, model_dir, cpu_amx))
+        boots.append(oracle_entry(plan, result, log_text, model_dir, cpu_amx, cpu_avx512_bf16))
     document = {
         "description": "What vLLM 0.32.0's CPU engine reported for tiny random-weight models booted with "
                        "--kv-cache-memory-bytes (recorded by tests/integration/record_oracle.py).",

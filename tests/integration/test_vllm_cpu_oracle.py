@@ -24,7 +24,8 @@ def _facts(boot: dict, model_dir: Path):
     engine = boot["engine"]
     settings = EngineSettings(device=engine["device"], vllm_version=engine["vllm_version"], dtype=engine["dtype"],
                               kv_cache_dtype=engine["kv_cache_dtype"], prefix_caching=engine["prefix_caching"],
-                              attention_backend=engine["attention_backend"], cpu_amx=engine["cpu_amx"])
+                              attention_backend=engine["attention_backend"], cpu_amx=engine["cpu_amx"],
+                              cpu_avx512_bf16=engine["cpu_avx512_bf16"])
     return load_model_facts(model_dir, settings)
 
 

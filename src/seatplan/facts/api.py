@@ -109,12 +109,32 @@ def _shape(layout: architecture.ModelLayout) -> ModelShape:
     )
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The feature flags this machine's CPU announces (empty where the kernel shows none)."""
+    try:
+        return frozenset(cpuinfo.read_text(errors="replace").split())
+    except OSError:
+        return frozenset()
+
+
 def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
     """Whether this machine's CPU has AMX tiles (vLLM's CPU engine then runs MLA with AMX_MLA)."""
-    try:
-        return "amx_tile" in cpuinfo.read_text(errors="replace").split()
-    except OSError:
-        return False
+    return "amx_tile" in cpu_flags(cpuinfo)
+
+
+def cpu_has_avx512_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this machine's CPU has AVX512-BF16 (vLLM's CPU engine then keeps SSM state in float32)."""
+    return "avx512_bf16" in cpu_flags(cpuinfo)
+
+
+def detect_cpu_features(settings: EngineSettings) -> EngineSettings:
+    """The CPU features a CPU seat's settings leave open, read off the machine seatplan runs on."""
+    detected: dict[str, bool] = {}
+    if settings.cpu_amx is None:
+        detected["cpu_amx"] = cpu_has_amx()
+    if settings.cpu_avx512_bf16 is None:
+        detected["cpu_avx512_bf16"] = cpu_has_avx512_bf16()
+    return settings.model_copy(update=detected) if detected else settings
 
 
 def locate(model: str | Path) -> Path:
@@ -131,8 +151,8 @@ def locate(model: str | Path) -> Path:
 def load_model_facts(model: str | Path, settings: EngineSettings | None = None) -> ModelFacts:
     """Read a model directory (or a cached Hugging Face id) and compute its facts under ``settings``."""
     settings = settings or EngineSettings()
-    if settings.device == "cpu" and settings.cpu_amx is None:
-        settings = settings.model_copy(update={"cpu_amx": cpu_has_amx()})
+    if settings.device == "cpu":
+        settings = detect_cpu_features(settings)
     model_dir = locate(model)
     config_path = model_dir / "config.json"
     config = reader.read_json(config_path)

@@ -43,6 +43,8 @@ def model_command(
                                                     help="As vLLM's flag; fixes MLA block sizes (FLASHMLA 64, CPU_MLA 16, ...)."),
     cpu_amx: bool | None = typer.Option(None, "--cpu-amx/--no-cpu-amx",
                                            help="cpu only: AMX CPU (MLA block 128) or not (16); default: this machine."),
+    cpu_avx512_bf16: bool | None = typer.Option(None, "--cpu-avx512-bf16/--no-cpu-avx512-bf16",
+                                                help="cpu only: AVX512-BF16 CPU (SSM state in float32) or not; default: this machine."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
     wide: bool = WIDE,
 ) -> None:
@@ -57,6 +59,7 @@ def model_command(
         vllm_version=vllm_version, prefix_caching=not no_prefix_caching,
         hybrid_kv_cache_manager=not disable_hybrid_kv_cache_manager, max_num_batched_tokens=max_num_batched_tokens,
         async_scheduling=async_scheduling, enable_yarn=enable_yarn, max_model_len=length, cpu_amx=cpu_amx,
+        cpu_avx512_bf16=cpu_avx512_bf16,
         attention_backend=attention_backend,
     )
     from seatplan.facts.api import load_model_facts

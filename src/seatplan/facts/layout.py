@@ -99,7 +99,7 @@ def build_specs(
     mamba_bytes = 0
     mamba_padded: int | None = None
     if states:
-        ssm_bytes = 4 if settings.device == "cpu" or states[0].ssm_fp32 else model_dtype_bytes
+        ssm_bytes = 4 if states[0].ssm_fp32 or (settings.device == "cpu" and settings.cpu_avx512_bf16 is not False) else model_dtype_bytes
         mamba_bytes = state_bytes(states[0], tp, model_dtype_bytes, ssm_bytes)
         if attention:
             per_token = _attention_spec(attention[0], 1, tp, kv_dtype_bytes).page_size_bytes

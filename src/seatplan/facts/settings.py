@@ -39,6 +39,10 @@ class EngineSettings(BaseModel):
     # CPU only: whether the CPU has AMX, which makes vLLM pick its AMX_MLA backend (block 128) over
     # the reference CPU_MLA backend (block 16). None: detect on the machine seatplan runs on.
     cpu_amx: bool | None = None
+    # CPU only: whether the CPU has AVX512-BF16. vLLM 0.32's CPU platform then keeps a state layer's SSM state in
+    # float32 (vllm/platforms/cpu.py:301-321, "Reset SSM cache type to float32"); without it the state follows the
+    # model dtype, as on a GPU. None: detect on the machine seatplan runs on.
+    cpu_avx512_bf16: bool | None = None
 
     @field_validator("vllm_version")
     @classmethod

@@ -114,6 +114,29 @@ def test_an_estimate_from_another_gpu_class_says_so(tmp_path: Path, capsys, monk
             assert f"on {name} they are extrapolated" in said[0]
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_an_estimate_on_gpus_the_fleet_does_not_name_says_the_fleet_gives_none(tmp_path: Path, seed: int, capsys, monkeypatch):
+    """issue 46: a GPU with no name (an adopted box whose nvidia-smi CSV had no name column) made the warning read
+    "measured on H100; on  they are extrapolated". Each GPU without a name is named by its reference instead, and
+    a named class is still named; a fleet of H100s alone warns of neither."""
+    draw = random.Random(seed)
+    kinds = [draw.choice(["", "RTX PRO 6000 Blackwell", "NVIDIA H100 80GB HBM3"]) for _ in range(draw.randint(2, 5))]
+    gpus = "\n".join(f"      - {{index: {index}, {f'name: {name}, ' if name else ''}total_bytes: 95GiB}}" for index, name in enumerate(kinds))
+    seats = "".join(seat(f"s{index}", MODELS / "Qwen--Qwen3-8B", port=8000 + index, pin=index, max_model_len=4096) for index in range(len(kinds)))
+    path = tmp_path / "fleet.yaml"
+    path.write_text(f"hosts:\n  - name: box\n    gpus:\n{gpus}\nseats:\n{seats}")
+    warnings = json.loads(run_cli(capsys, monkeypatch, "plan", str(path), "--json").stdout)["warnings"]
+    said = [warning for warning in warnings if "measured on H100" in warning]
+    assert not any("on  " in warning for warning in said), said
+    unnamed = [f"box:{index}" for index, name in enumerate(kinds) if not name]
+    blackwell = "RTX PRO 6000 Blackwell" in kinds
+    assert len(said) == bool(unnamed) + blackwell, (kinds, said)
+    if unnamed:
+        assert any(f"the fleet gives no GPU model for {', '.join(unnamed)} (hosts[].gpus[].name)" in warning for warning in said), said
+    if blackwell:
+        assert any("on RTX PRO 6000 Blackwell they are extrapolated" in warning for warning in said), said
+
+
 @pytest.mark.parametrize("gpu_gib", [8, 24, 40])
 def test_fit_exits_3_when_the_weights_alone_exceed_the_gpu(gpu_gib: int, capsys, monkeypatch):
     report = json.loads(run_cli(capsys, monkeypatch, "fit", str(QWEN_MOE), "--gpu-memory", f"{gpu_gib}GiB", "--json").stdout)

@@ -146,17 +146,31 @@ def require_cuda_sizes(loaded: LoadedFleet) -> None:
 
 def profile_class_warnings(plan: Plan, vllm_version: str) -> list[str]:
     """An estimated footprint is fitted on some GPU class (the profile names it); on another class (a Blackwell
-    card under an H100 profile) the CUDA context, activation and graph figures are extrapolated, so say so."""
+    card under an H100 profile) the CUDA context, activation and graph figures are extrapolated, so say so, naming
+    the class; a GPU the fleet gives no name (``hosts[].gpus[].name`` is optional) is named by its reference and
+    said to have none, rather than left a blank ("on  they are extrapolated", issue 46)."""
     profile = fp.load_overhead_model().profile_for(vllm_version)
     if not profile.measured_on:
         return []
-    names = {f"{gpu.host}:{gpu.index}": gpu.name for gpu in plan.gpus}
-    other = sorted({names[ref] for seat in plan.seats if seat.footprint_basis == "estimate" for ref in seat.gpus
-                    if ref in names and not any(known.lower() in names[ref].lower() for known in profile.measured_on)})
-    if not other:
-        return []
-    return [f"the footprint estimates come from profile {profile.name}, measured on {', '.join(profile.measured_on)}; "
-            f"on {', '.join(other)} they are extrapolated: pass --observed with `seatplan diagnose` figures from these GPUs to replace them"]
+    names = {f"{gpu.host}:{gpu.index}": gpu.name.strip() for gpu in plan.gpus}
+    estimated = {ref for seat in plan.seats if seat.footprint_basis == "estimate" for ref in seat.gpus if ref in names}
+    other = sorted({names[ref] for ref in estimated if names[ref] and not any(known.lower() in names[ref].lower() for known in profile.measured_on)})
+    unnamed = sorted((ref for ref in estimated if not names[ref]), key=gpu_ref_key)
+    measured = f"the footprint estimates come from profile {profile.name}, measured on {', '.join(profile.measured_on)}; "
+    replace = "pass --observed with `seatplan diagnose` figures from these GPUs to replace them"
+    warnings = []
+    if other:
+        warnings.append(f"{measured}on {', '.join(other)} they are extrapolated: {replace}")
+    if unnamed:
+        warnings.append(f"{measured}the fleet gives no GPU model for {', '.join(unnamed)} (hosts[].gpus[].name), so whether they are "
+                        f"extrapolated there is unknown: write nvidia-smi's name for each GPU, or {replace}")
+    return warnings
+
+
+def gpu_ref_key(ref: str) -> tuple[str, int]:
+    """``host:index`` in host order, then by index as a number (GPU 10 after GPU 9)."""
+    host, _, index = ref.rpartition(":")
+    return host, int(index)
 
 
 def model_facts_sha256(sized: list[SizedSeat]) -> dict[str, dict[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -11,12 +12,15 @@ from pydantic import ValidationError
 from seatplan.adopt.assemble import Adopted, Noted, Tree, adopt
 from seatplan.adopt.engines import checked_base_url, probe_engines
 from seatplan.adopt.evidence import EngineSeen, Route
+from seatplan.adopt.observed import observe
 from seatplan.adopt.readers import read_launches
 from seatplan.adopt.readers.litellm import read_litellm_config
 from seatplan.adopt.readers.nvidia_smi import read_apps_file, smi_readings
+from seatplan.adopt.readers.processes import ProcessTable, read_proc, read_ps_file
 from seatplan.adopt.writer import fleet_text
 from seatplan.documents.fleet import HostSpec, SeatSpec
 from seatplan.documents.fleet_file import TODO, format_path, parse_fleet, todo_problems
+from seatplan.documents.observed import ObservedFootprints
 from seatplan.errors import SeatplanError
 
 
@@ -31,6 +35,8 @@ class Sources:
     gpus_from_host: bool = False
     compute_apps: list[Path] = field(default_factory=list)  # nvidia-smi --query-compute-apps CSVs: what fixed seats hold
     timeout_s: float = 10.0
+    processes: list[str] = field(default_factory=list)  # [HOST=]FILE of `ps -eo pid,ppid,args`: ties compute-apps PIDs to seats
+    processes_from_host: bool = False  # /proc here: the same, with the ports each process listens on
 
 
 @dataclass
@@ -38,6 +44,7 @@ class Result:
     text: str
     adopted: Adopted
     todo: list[str]  # the paths still TODO, as the loader words them
+    observed: ObservedFootprints | None = None  # what the box shows each seat and GPU holding (adopt --observed)
 
 
 def _engines(sources: Sources, routes: list[Route]) -> list[EngineSeen]:
@@ -65,7 +72,20 @@ def adopt_sources(sources: Sources, display: str) -> Result:
     adopted.warnings[:0] = read_warnings
     check_names(adopted.tree)
     text = fleet_text(adopted.tree)
-    return Result(text=text, adopted=adopted, todo=check_text(text, display))
+    tables: list[ProcessTable] = [read_ps_file(spec) for spec in sources.processes] + ([read_proc()] if sources.processes_from_host else [])
+    observed, observed_warnings = observe(adopted, apps, tables, reading_time, datetime.now(UTC))
+    adopted.warnings += observed_warnings
+    return Result(text=text, adopted=adopted, todo=check_text(text, display), observed=observed)
+
+
+def reading_time(source: str) -> datetime:
+    """When a figure was read: its file's modification time (``FILE:LINE``; the nvidia-smi output saved then), or now
+    for what adopt read itself (nvidia-smi on this host)."""
+    path = Path(source.rsplit(":", 1)[0]) if ":" in source else Path(source)
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    except OSError:
+        return datetime.now(UTC)
 
 
 def check_names(tree: Tree) -> None:

@@ -42,11 +42,23 @@ class Noted:
 Tree = dict[str, Any]  # key → Noted | Tree | list[Tree]
 
 
+@dataclass(frozen=True)
+class SeatPlace:
+    """Where an adopted seat runs and how its processes can be told (``adopt/observed.py`` ties PIDs to seats with it)."""
+
+    host: str | None
+    gpus: list[int]  # its GPUs' indices on that host ([] where current_layout is TODO)
+    ports: frozenset[int]  # the ports its engine is reached on and listens on (a container's own port beside the published one)
+    engine: str  # "vllm" or "fixed"
+
+
 @dataclass
 class Adopted:
     tree: Tree
     warnings: list[str] = field(default_factory=list)
     todo: int = 0
+    places: dict[str, SeatPlace] = field(default_factory=dict)  # seat name → where it runs
+    readings: dict[tuple[str, int], GpuReading] = field(default_factory=dict)  # (host, index) → what nvidia-smi listed
 
 
 @dataclass
@@ -559,7 +571,18 @@ def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[Engi
         "seats": seat_trees,
         "current_layout": {seat.name: _layout_ref(layout[seat.name], seat.host, many) for seat in seats},
     }
-    return Adopted(tree=tree, warnings=warnings)
+    places = {seat.name: SeatPlace(seat.host, _indices(layout[seat.name]), _seat_ports(seat), "fixed" if seat.launch and seat.launch.fixed else "vllm")
+              for seat in seats}
+    readings_by_gpu = {(host, reading.index): reading for host, listed in by_host.items() for reading in listed}
+    return Adopted(tree=tree, warnings=warnings, places=places, readings=readings_by_gpu)
+
+
+def _seat_ports(seat: _Seat) -> frozenset[int]:
+    """The host port it is reached on, and the port its engine listens on where that differs (inside a container)."""
+    ports = {_url_host_port(seat.engine.base_url)[1]} if seat.engine else set()
+    if seat.launch is not None:
+        ports |= {seat.launch.published_port, seat.args.values.get("port", DEFAULT_PORT)}
+    return frozenset(port for port in ports if isinstance(port, int))
 
 
 def _layout_ref(noted: Noted, host: str | None, many: bool) -> Noted:

@@ -215,10 +215,23 @@ class GpuReport(_Model):
 
 
 class ObservedSeat(_Model):
-    footprint_bytes: int = Field(description="per GPU, at plateau")
+    footprint_bytes: int = Field(description="per GPU, at plateau (diagnose) or as read at one moment (adopt: see at_plateau)")
     source: str
     samples: int
     kv_cache_memory_bytes: int | None = Field(None, description="the KV the seat ran with (its latest ready boot)")
+    observed_at: datetime | None = Field(None, description="when the figure was read (adopt: the reading's time, or its file's)")
+    at_plateau: bool = Field(True, description="false: one reading of a running engine (adopt), not a plateau a history showed")
+    max_model_len: int | None = Field(None, description="the context it ran with, where known (adopt: the engine's or its command line's)")
+
+
+class ObservedGpu(_Model):
+    """What one GPU held in all, where it was read (adopt: nvidia-smi's memory.used; plan compares its estimate with it)."""
+
+    host: str | None = Field(description="None: the fleet's only host")
+    index: int
+    used_bytes: int
+    source: str
+    observed_at: datetime | None = None
 
 
 class SeatReport(_Model):
@@ -271,6 +284,9 @@ class ObservedFootprints(_Model):
     gpus: list[dict[str, float | int | str | None]] = []
     gpu_corrections: list[GpuCorrection] = Field([], description="plan --observed adds extra_bytes > 0 to that GPU's reserved memory")
     engines: dict[str, StatsSummary] = Field({}, description="each seat's own record of how full its KV cache got")
+    gpus_used: list[ObservedGpu] = Field([], description="each GPU's memory in use when it was read (adopt: nvidia-smi memory.used); "
+                                         "plan warns where its estimate for today's layout differs")
+    source: Literal["diagnose", "adopt"] = Field("diagnose", description="the command that wrote it")
 
 
 class DiagnoseReport(_Model):

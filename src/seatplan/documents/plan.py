@@ -62,6 +62,20 @@ class KvReplayReading(BaseModel):
     rule_kv_bytes: int = Field(description="what the KV rule gives this seat, pinned or not")
 
 
+class SeatObservation(BaseModel):
+    """Where a seat's footprint came from when the plan had observations (``plan --observed``), beside the estimate it
+    was checked against (issue 46): ``observed`` as seen, ``derived`` the observed non-KV part with a KV cache or context
+    that differs from what ran, ``estimated`` no observation of this seat."""
+
+    use: Literal["observed", "derived", "estimated"]
+    estimated_bytes: int = Field(description="the estimate per GPU (the profile's parts), whichever figure the plan used")
+    observed_bytes: int | None = Field(None, description="the observed figure per GPU, as it ran")
+    observed_kv_bytes: int | None = Field(None, description="the KV cache it ran with, where the observation says")
+    source: str | None = None
+    observed_at: str | None = Field(None, description="when it was read (ISO 8601), where the observation says")
+    at_plateau: bool | None = Field(None, description="false: one reading of a running engine (adopt), not a plateau")
+
+
 class PlannedSeatBase(BaseModel):
     """What every planned seat has, whatever runs it."""
 
@@ -86,6 +100,7 @@ class PlannedSeatBase(BaseModel):
     env_files: list[str] = Field(default_factory=list, description="files on the host the engine reads its environment from")
     started_by: StartedBy | None = Field(None, description="how the engine was started before seatplan ran it (the cut-over)")
     levers: list[Lever] = Field(default_factory=list, description="what each fleet-file change would take off the footprint per GPU")
+    observation: SeatObservation | None = Field(None, description="with plan --observed: observed, derived or estimated, and both figures")
 
 
 class PlannedVllmSeat(PlannedSeatBase):

@@ -181,6 +181,7 @@ def plan_seat(
         env_files=list(spec.env_files),
         started_by=spec.started_by,
         levers=seat.levers,
+        observation=seat.observation,
     )
     if spec.engine == "fixed":
         return PlannedFixedSeat(**common, image=spec.image, command=list(spec.command), health_url=spec.health_url)

@@ -299,11 +299,14 @@ def fixed_footprint(memory_cap_bytes: int) -> SeatFootprint:
     )
 
 
-def observed_footprint(observed: ObservedSeat, kv_cache_memory_bytes: int | None, observed_kv_bytes: int | None) -> SeatFootprint:
+def observed_footprint(observed: ObservedSeat, kv_cache_memory_bytes: int | None, observed_kv_bytes: int | None,
+                       derived: str = "") -> SeatFootprint:
     """Replace the estimated parts by what the seat was seen to use; the KV pin stays exact.
 
     The observed plateau includes the KV cache the seat ran with: ``observed_kv_bytes`` when the
     observations say so, otherwise the pin this plan gives it (the usual plan → apply → observe loop).
+    ``derived`` says what changed since the observation (a new KV pin, a longer context): the non-KV part is still
+    the one observed, the KV part the new one, and the footprint is labelled derived (issue 46).
     """
     if kv_cache_memory_bytes is None:
         return SeatFootprint(
@@ -311,14 +314,18 @@ def observed_footprint(observed: ObservedSeat, kv_cache_memory_bytes: int | None
         )
     ran_with = observed_kv_bytes if observed_kv_bytes is not None else kv_cache_memory_bytes
     non_kv_bytes = max(0, observed.footprint_bytes - ran_with)
+    as_seen = "observed plateau" if observed.at_plateau else "observed reading (not a plateau)"
+    note = f"{as_seen} minus the KV cache it ran with: context, NCCL, weights, activations, graphs and creep as seen"
+    if derived:
+        note = f"derived: {derived}; the {note}, with this plan's KV cache beside it"
     return SeatFootprint(
         [
             FootprintPart(
                 name="observed_non_kv",
                 bytes=non_kv_bytes,
                 basis="observed",
-                inputs=_observed_inputs(observed) | {"kv_cache_memory_bytes_observed_with": ran_with},
-                note="observed plateau minus the KV cache it ran with: context, NCCL, weights, activations, graphs and creep as seen",
+                inputs=_observed_inputs(observed) | {"kv_cache_memory_bytes_observed_with": ran_with} | ({"derived": True} if derived else {}),
+                note=note,
             ),
             kv_part(kv_cache_memory_bytes),
         ]

@@ -23,6 +23,7 @@ from seatplan.documents.usage import UsageReport, usage_of_seat
 from seatplan.engine.change import seat_change
 from seatplan.errors import SeatplanError
 from seatplan.plan import footprint as fp
+from seatplan.plan import observed_check
 from seatplan.plan.assemble import assemble_plan, gpu_slots, seat_demand
 from seatplan.plan.contexts import lower_raised_contexts
 from seatplan.plan.current import CurrentLayout, not_as_asked
@@ -84,6 +85,9 @@ def build_plan(
     plan.rollout = plan_rollout(plan, fleet, current)  # issue 29: the order of the steps from what runs, every start checked
     plan.warnings += corrected + profile_class_warnings(plan, fleet.policy.vllm_version) + secret_value_warnings(loaded)
     if observed is not None:
+        # issue 46: the estimates held against what was seen, seat by seat and GPU by GPU (today's layout, before corrections)
+        today = with_current(loaded.fleet, current)
+        plan.warnings += observed_check.seat_warnings(sized, observed, observed_path) + observed_check.gpu_warnings(today, sized, observed, observed_path)
         declared = {seat.name for seat in fleet.seats}
         plan.warnings += [f"observations for {name}, which the fleet does not declare, were not used" for name in sorted(set(observed.seats) - declared)]
     if usage is not None:
@@ -157,7 +161,7 @@ def profile_class_warnings(plan: Plan, vllm_version: str) -> list[str]:
     other = sorted({names[ref] for ref in estimated if names[ref] and not any(known.lower() in names[ref].lower() for known in profile.measured_on)})
     unnamed = sorted((ref for ref in estimated if not names[ref]), key=gpu_ref_key)
     measured = f"the footprint estimates come from profile {profile.name}, measured on {', '.join(profile.measured_on)}; "
-    replace = "pass --observed with `seatplan diagnose` figures from these GPUs to replace them"
+    replace = "pass --observed with figures from these GPUs (`seatplan adopt --observed` of the running engines, or `seatplan diagnose`) to replace them"
     warnings = []
     if other:
         warnings.append(f"{measured}on {', '.join(other)} they are extrapolated: {replace}")
@@ -189,8 +193,9 @@ def with_gpu_corrections(fleet: Fleet, observed: ObservedFootprints | None) -> t
             for gpu in host.gpus:
                 if gpu.index == correction.index and correction.host in (None, host.name) and correction.extra_bytes > 0:
                     gpu.reserved_bytes += correction.extra_bytes
-                    notes.append(f"GPU {host.name}:{gpu.index}: {human_bytes(correction.extra_bytes)} more reserved, seen at plateau "
-                                 f"beyond its seats' footprints ({', '.join(correction.seats)}; {correction.source})")
+                    seen = "seen in use" if correction.source.startswith("adopt:") else "seen at plateau"
+                    notes.append(f"GPU {host.name}:{gpu.index}: {human_bytes(correction.extra_bytes)} more reserved, {seen} "
+                                 f"beyond its seats' footprints ({', '.join(correction.seats) or 'no seat runs here'}; {correction.source})")
     return fleet, notes
 
 

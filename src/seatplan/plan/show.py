@@ -49,7 +49,23 @@ def headline(plan: Plan) -> str:
         proof = f"proven the best with at most {plan.moves} move(s)"
     else:
         proof = "proven optimal"
-    return f"{said}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s{restarts_said(plan)})"
+    return f"{said}, {proof} ({plan.method}, {plan.solve_seconds:.2f} s{restarts_said(plan)}){observed_said(plan)}"
+
+
+def observed_said(plan: Plan) -> str:
+    """With observations (plan --observed, issue 46): which figures the footprints are, so a plan from observed figures
+    says so where it is read first."""
+    labels = [seat.observation.use for seat in plan.seats if seat.observation is not None]
+    if not labels:
+        return ""
+    counts = ", ".join(f"{labels.count(use)} {use}" for use in ("observed", "derived", "estimated") if labels.count(use))
+    if "estimated" not in labels:
+        basis = "from observed footprints"
+    elif labels.count("estimated") == len(labels):
+        basis = "from estimated footprints, none observed"
+    else:
+        basis = "from observed footprints where present"
+    return f"; {basis} ({counts} of {len(labels)} vLLM seat(s))"
 
 
 def largest_point(plan: Plan) -> PlannedFrontierPoint | None:

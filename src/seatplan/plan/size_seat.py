@@ -11,7 +11,7 @@ from seatplan import versions
 from seatplan.documents.fleet import Device, Fleet, GpuSpec, KvPin, SeatSpec
 from seatplan.documents.fleet_file import allowed_gpus, resolve_model
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
-from seatplan.documents.plan import ExplanationLine, KvReplayReading, Lever
+from seatplan.documents.plan import ExplanationLine, KvReplayReading, Lever, SeatObservation
 from seatplan.documents.usage import UsageReport, usage_of_seat
 from seatplan.engine.settings import EngineHost, EngineLimits, batch_limits, engine_settings, usable_gpus
 from seatplan.errors import SeatplanError
@@ -57,6 +57,8 @@ class SizedSeat:
     kv_replay: KvReplayReading | None = None
     levers: list[Lever] = field(default_factory=list)
     kv_mode: KvMode | None = None  # None: a fixed seat
+    estimate: fp.SeatFootprint | None = None  # a vLLM seat's estimate, also where an observation replaced it (checked against it)
+    observation: SeatObservation | None = None  # with plan --observed: which figure was used, and both
 
 
 def default_facts_loader(model: str, settings: EngineSettings) -> ModelFacts:
@@ -105,7 +107,7 @@ def size_seat(
     cap = sizing.choose_output_cap(seat, context.max_model_len, model_usage, fleet.policy)
     inflight_lines, inflight_warnings = sizing.inflight_check(seat.name, kv.capacity, model_usage)
     replay = replay_check(seat.name, model_usage.kv_replay if model_usage else None, facts, kv.capacity, kv.rule_bytes, fleet.policy)
-    footprint, footprint_line = seat_footprint(fleet, seat, facts, kv.kv_cache_memory_bytes, limits, seen)
+    footprint, footprint_line, estimate = seat_footprint(fleet, seat, facts, kv.kv_cache_memory_bytes, limits, seen, context.max_model_len)
 
     sized = SizedSeat(
         seat,
@@ -126,6 +128,9 @@ def size_seat(
         kv_replay=replay.reading,
         levers=fp.levers(footprint, context.max_model_len, seat.tensor_parallel_size, kv_lever_terms(seat, facts, context.max_model_len, kv.pin)),
         kv_mode=kv.source if versions.has("kv_bytes_flag", versions.modelled(fleet.policy.vllm_version)) else "utilisation",
+        estimate=estimate,
+        observation=(seat_observation(estimate, seen, derived_because(seen, kv.kv_cache_memory_bytes, context.max_model_len) if seen else "")
+                     if observed is not None else None),
     )
     if context.yarn is not None:
         sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
@@ -160,20 +165,15 @@ def size_fixed_seat(seat: SeatSpec, allowed: list[GpuKey] | None, seen: Observed
 
 
 def seat_footprint(
-    fleet: Fleet, seat: SeatSpec, facts: ModelFacts, kv_cache_memory_bytes: int, limits: EngineLimits, seen: ObservedSeat | None
-) -> tuple[fp.SeatFootprint, ExplanationLine]:
-    """The observed plateau when there is one, else the labelled estimate."""
-    if seen is not None:
-        footprint = fp.observed_footprint(seen, kv_cache_memory_bytes, seen.kv_cache_memory_bytes)
-        return footprint, ExplanationLine(
-            rule="footprint",
-            inputs={"observed_footprint_bytes": seen.footprint_bytes, "source": seen.source, "samples": seen.samples},
-            result=f"{human_bytes(footprint.footprint_bytes)} per GPU (observed)",
-            note="observed plateau replaces the estimate; the KV part follows this plan's pin",
-        )
+    fleet: Fleet, seat: SeatSpec, facts: ModelFacts, kv_cache_memory_bytes: int, limits: EngineLimits, seen: ObservedSeat | None,
+    max_model_len: int | None = None,
+) -> tuple[fp.SeatFootprint, ExplanationLine, fp.SeatFootprint]:
+    """The observed footprint when there is one, else the labelled estimate; and the estimate either way (the plan
+    checks one against the other, issue 46). An observation made with another KV cache or context than this plan
+    gives is kept for its non-KV part and labelled derived."""
     version = fleet.policy.vllm_version
     profile = fp.load_overhead_model().profile_for(version)
-    footprint = fp.vllm_footprint(
+    estimate = fp.vllm_footprint(
         shape=facts.shape,
         weights=fp.Weights(facts.weights_bytes, facts.weights_exact, facts.weights_source),
         tensor_parallel_size=seat.tensor_parallel_size,
@@ -184,12 +184,46 @@ def seat_footprint(
         profile=profile,
         vllm_version=version,
     )
-    return footprint, ExplanationLine(
+    if seen is not None:
+        derived = derived_because(seen, kv_cache_memory_bytes, max_model_len)
+        footprint = fp.observed_footprint(seen, kv_cache_memory_bytes, seen.kv_cache_memory_bytes, derived)
+        label = "derived from the observation" if derived else "observed"
+        return footprint, ExplanationLine(
+            rule="footprint",
+            inputs={"observed_footprint_bytes": seen.footprint_bytes, "source": seen.source, "samples": seen.samples,
+                    "observed_at": seen.observed_at.isoformat() if seen.observed_at else None, "estimate_bytes": estimate.footprint_bytes},
+            result=f"{human_bytes(footprint.footprint_bytes)} per GPU ({label})",
+            note=(f"derived: {derived}; the observed non-KV part with this plan's KV" if derived
+                  else "observed " + ("plateau" if seen.at_plateau else "reading of the running engine (not a plateau)")
+                  + " replaces the estimate; the KV part follows this plan's pin")
+                 + f" (the estimate: {human_bytes(estimate.footprint_bytes)})",
+        ), estimate
+    return estimate, ExplanationLine(
         rule="footprint",
-        inputs={part.name: part.bytes for part in footprint.parts} | {"profile": profile.name, "non_kv_mae_bytes": round(profile.non_kv_mae_gib * GiB)},
-        result=f"{human_bytes(footprint.footprint_bytes)} per GPU (estimate)",
+        inputs={part.name: part.bytes for part in estimate.parts} | {"profile": profile.name, "non_kv_mae_bytes": round(profile.non_kv_mae_gib * GiB)},
+        result=f"{human_bytes(estimate.footprint_bytes)} per GPU (estimate)",
         note=f"plateau estimate keyed on vLLM {version} (profile {profile.name}, non-KV MAE {profile.non_kv_mae_gib:.2f} GiB); pass --observed to replace it",
-    )
+    ), estimate
+
+
+def derived_because(seen: ObservedSeat, kv_cache_memory_bytes: int, max_model_len: int | None) -> str:
+    """What this plan changes of the launch the observation was made with ("" : nothing it knows of)."""
+    changes = []
+    if seen.kv_cache_memory_bytes is not None and seen.kv_cache_memory_bytes != kv_cache_memory_bytes:
+        changes.append(f"KV cache {human_bytes(seen.kv_cache_memory_bytes)} as observed, {human_bytes(kv_cache_memory_bytes)} in this plan")
+    if seen.max_model_len is not None and max_model_len is not None and seen.max_model_len != max_model_len:
+        changes.append(f"context {seen.max_model_len:,} tokens as observed, {max_model_len:,} in this plan")
+    return "; ".join(changes)
+
+
+def seat_observation(estimate: fp.SeatFootprint, seen: ObservedSeat | None, derived: str) -> SeatObservation:
+    """The label a planned seat carries once observations were given: observed, derived (``derived`` says what
+    changed since), or estimated."""
+    if seen is None:
+        return SeatObservation(use="estimated", estimated_bytes=estimate.footprint_bytes)
+    return SeatObservation(use="derived" if derived else "observed", estimated_bytes=estimate.footprint_bytes, observed_bytes=seen.footprint_bytes,
+                           observed_kv_bytes=seen.kv_cache_memory_bytes, source=seen.source,
+                           observed_at=seen.observed_at.isoformat() if seen.observed_at else None, at_plateau=seen.at_plateau)
 
 
 def batch_limits_line(limits: EngineLimits) -> ExplanationLine:

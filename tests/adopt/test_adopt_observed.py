@@ -1,0 +1,224 @@
+"""``seatplan adopt --observed``: what the adopted box shows each seat and GPU holding (issue 46).
+
+nvidia-smi's compute-apps rows are tied to seats through the GPU host's process table (``ps -eo pid,ppid,args``
+saved there, or ``/proc`` here) or, on a GPU with one vLLM seat, by vLLM's process titles; the observations
+document is what ``plan --observed`` reads. No GPU here: the nvidia-smi CSVs are written by the test in nvidia-smi's
+format (tests/fixtures/formats/FORMATS.md, "nvidia-smi"); the ``/proc`` test reads this machine's real processes.
+tests/adopt/test_adopt_observed_vllm.py does the same with real vLLM CPU engines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from kits.cli import run_cli
+from kits.paths import REPO_ROOT
+from seatplan.adopt.readers.processes import read_proc, read_ps_text
+from seatplan.errors import SeatplanError
+
+MODELS = REPO_ROOT / "tests" / "fixtures" / "models"
+SPEECH = REPO_ROOT / "examples" / "adopt" / "speech"
+MiB = 2**20
+
+
+def uuid(index: int) -> str:
+    return f"GPU-{index:08x}-2b6d-4e19-a5f0-3d9b7c2e6a14"
+
+
+@dataclass
+class Engine:
+    name: str
+    port: int
+    gpus: list[int]
+    spell: str  # how its command line names the port: "--port N", "--port=N", or "" (vLLM's default 8000)
+    kv_bytes: int
+    used_mib: dict[int, int] = field(default_factory=dict)  # GPU → the MiB its process there holds
+
+
+def smi_csv(gpus: int, used_mib: dict[int, int]) -> str:
+    rows = [f"{index}, NVIDIA H100 80GB HBM3, {uuid(index)}, 81559 MiB, 551 MiB, {used_mib.get(index, 0)} MiB" for index in range(gpus)]
+    return "index, name, uuid, memory.total [MiB], memory.reserved [MiB], memory.used [MiB]\n" + "\n".join(rows) + "\n"
+
+
+def draw_box(rng: random.Random) -> tuple[list[Engine], int]:
+    gpus = rng.randint(1, 4)
+    count = rng.randint(1, 5)
+    ports = rng.sample(range(1025, 65535), count)
+    engines = []
+    for number in range(count):
+        tp = 2 if gpus >= 2 and rng.random() < 0.3 else 1
+        spell = rng.choice(["--port {}", "--port={}"])
+        engines.append(Engine(f"e{number}", ports[number], sorted(rng.sample(range(gpus), tp)), spell, rng.randint(1, 40) * 2**28))
+    if 8000 not in ports and rng.random() < 0.3:  # one engine on vLLM's default port, its command line naming none
+        engines[0].port, engines[0].spell = 8000, ""
+    return engines, gpus
+
+
+def write_box(directory: Path, rng: random.Random, engines: list[Engine], gpus: int) -> tuple[Path, Path, Path, Path, dict[int, int]]:
+    """The engines' env files, and the host's ps listing, compute-apps CSV and nvidia-smi CSV with decoys in them."""
+    env_dir = directory / "env"
+    env_dir.mkdir()
+    ps = ["    PID    PPID COMMAND", "      1       0 /sbin/init"]
+    apps = ["gpu_uuid, pid, process_name, used_gpu_memory [MiB]"]
+    used: dict[int, int] = {}
+    pids = iter(rng.sample(range(100, 4_000_000), 10 * len(engines) + 10))
+    for engine in engines:
+        port = engine.spell.format(engine.port) if engine.spell else ""
+        tp = f" --tensor-parallel-size {len(engine.gpus)}" if len(engine.gpus) > 1 else ""
+        command = f"vllm serve {MODELS / 'Qwen--Qwen3-0.6B'} --served-model-name {engine.name} {port} --kv-cache-memory-bytes {engine.kv_bytes}{tp}"
+        (env_dir / f"{engine.name}.env").write_text(f"CUDA_VISIBLE_DEVICES={','.join(map(str, engine.gpus))}\nVLLM_LINE=\"{command}\"\n")
+        shell, server, core = next(pids), next(pids), next(pids)
+        ps += [f"{shell:>7} {1:>7} bash -c exec $VLLM_LINE", f"{server:>7} {shell:>7} /opt/venv/bin/python3 /opt/venv/bin/{command}",
+               f"{core:>7} {server:>7} VLLM::EngineCore"]
+        holders = [(core, "VLLM::EngineCore", engine.gpus[0])] if len(engine.gpus) == 1 else []
+        for rank, gpu in enumerate(engine.gpus if len(engine.gpus) > 1 else []):
+            worker = next(pids)
+            ps.append(f"{worker:>7} {core:>7} VLLM::Worker_TP{rank}")
+            holders.append((worker, f"VLLM::Worker_TP{rank}", gpu))
+        for pid, title, gpu in holders:
+            engine.used_mib[gpu] = rng.randint(2048, 70000)
+            apps.append(f"{uuid(gpu)}, {pid}, {title}, {engine.used_mib[gpu]} MiB")
+            used[gpu] = used.get(gpu, 0) + engine.used_mib[gpu]
+    # decoys: a notebook, and an engine nobody adopted (its server on a port no seat has), each on a random GPU
+    notebook, stray_server, stray_core = next(pids), next(pids), next(pids)
+    stray_port = next(port for port in range(1025, 65535) if port not in {engine.port for engine in engines} | {8000})
+    ps += [f"{notebook:>7} {1:>7} python3 notebook.py", f"{stray_server:>7} {1:>7} vllm serve other --port {stray_port}",
+           f"{stray_core:>7} {stray_server:>7} VLLM::EngineCore"]
+    for pid, title in ((notebook, "python3"), (stray_core, "VLLM::EngineCore")):
+        gpu = rng.randrange(gpus)
+        mib = rng.randint(1, 9000)
+        apps.append(f"{uuid(gpu)}, {pid}, {title}, {mib} MiB")
+        used[gpu] = used.get(gpu, 0) + mib
+    body = ps[2:]
+    rng.shuffle(body)  # ps lists by PID, not parents first; the reader must not care
+    ps[2:] = body
+    paths = directory / "ps.txt", directory / "apps.csv", directory / "gpus.csv"
+    paths[0].write_text("\n".join(ps) + "\n")
+    paths[1].write_text("\n".join(apps) + "\n")
+    paths[2].write_text(smi_csv(gpus, used))
+    return env_dir, *paths, used
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_processes_are_tied_to_their_seats_through_the_hosts_process_table(tmp_path: Path, seed: int, capsys, monkeypatch):
+    """Each engine's processes (its EngineCore, or its tensor-parallel workers) are tied to it through their parent's
+    command line, whatever GPU they share with other engines, a notebook or an engine no file adopts; the seat's
+    observed footprint is what its processes hold on one GPU, the most over its GPUs, with its KV pin."""
+    rng = random.Random(seed)
+    engines, gpus = draw_box(rng)
+    env_dir, ps, apps, smi, used = write_box(tmp_path, rng, engines, gpus)
+    observed_path = tmp_path / "observed.json"
+    done = run_cli(capsys, monkeypatch, "adopt", "--env-dir", f"box={env_dir}", "--nvidia-smi", f"box={smi}", "--compute-apps", str(apps),
+                   "--processes", f"box={ps}", "-o", str(tmp_path / "fleet.yaml"), "--observed", str(observed_path), "--json")
+    assert done.exit_code == 0, done.stdout + done.stderr
+    document = json.loads(observed_path.read_text())
+    assert document["kind"] == "seatplan.observed" and document["source"] == "adopt"
+    assert sorted(document["seats"]) == sorted(engine.name for engine in engines), done.stdout
+    for engine in engines:
+        seen = document["seats"][engine.name]
+        assert seen["footprint_bytes"] == max(engine.used_mib.values()) * MiB, (engine, seen)
+        assert seen["kv_cache_memory_bytes"] == engine.kv_bytes and seen["at_plateau"] is False
+        assert "command line serves port" in seen["source"] and str(engine.port) in seen["source"]
+    assert {(gpu["index"], gpu["used_bytes"]) for gpu in document["gpus_used"]} == {(index, used.get(index, 0) * MiB) for index in range(gpus)}
+    # the decoys hold memory no seat accounts for: where every seat of a GPU is observed, that GPU reserves it
+    for correction in document["gpu_corrections"]:
+        index = correction["index"]
+        accounted = sum(engine.used_mib.get(index, 0) for engine in engines)
+        assert correction["extra_bytes"] == (used.get(index, 0) - accounted) * MiB > 1024 * MiB
+    corrected = {correction["index"] for correction in document["gpu_corrections"]}
+    for index in range(gpus):
+        extra = used.get(index, 0) - sum(engine.used_mib.get(index, 0) for engine in engines)
+        assert (index in corrected) == (extra > 1024)
+
+
+def test_without_a_process_table_an_engine_alone_on_its_gpu_is_tied_by_its_title(tmp_path: Path, capsys, monkeypatch):
+    """The speech box of docs/adopt.md: one engine (VLLM::EngineCore alone on GPU 0), two fixed seats, and GPU 3's
+    20 GiB held by a process no file names. The engine is observed; GPU 3's memory becomes a GPU correction."""
+    observed_path = tmp_path / "observed.json"
+    done = run_cli(capsys, monkeypatch, "adopt", "--compose", f"gpu-box={SPEECH / 'compose.yaml'}", "--nvidia-smi", f"gpu-box={SPEECH / 'nvidia-smi.csv'}",
+                   "--compute-apps", str(SPEECH / "compute-apps.csv"), "-o", str(tmp_path / "speech.yaml"), "--observed", str(observed_path))
+    assert done.exit_code == 0, done.stderr
+    assert f"wrote {observed_path}: observed footprints of 1 seat(s) (qwen3-8b) and 4 GPU total(s)" in done.stdout
+    document = json.loads(observed_path.read_text())
+    seen = document["seats"]["qwen3-8b"]
+    assert seen["footprint_bytes"] == 26208 * MiB and seen["kv_cache_memory_bytes"] == 8589934592 and seen["max_model_len"] == 32768
+    assert "compute-apps.csv:2" in seen["source"] and "the only adopted vLLM seat on GPU 0" in seen["source"]
+    assert [gpu["used_bytes"] // MiB for gpu in document["gpus_used"]] == [26214, 6150, 3584, 20480]
+    assert [(correction["index"], correction["extra_bytes"] // MiB) for correction in document["gpu_corrections"]] == [(3, 20480)]
+
+
+def test_an_engine_sharing_its_gpu_without_a_process_table_keeps_its_estimate_and_says_so(tmp_path: Path, capsys, monkeypatch):
+    rng = random.Random(5)
+    engines = [Engine("a", 8101, [0], "--port {}", 2**30), Engine("b", 8102, [0], "--port {}", 2**30)]
+    env_dir, _, apps, smi, _ = write_box(tmp_path, rng, engines, 1)
+    observed_path = tmp_path / "observed.json"
+    done = run_cli(capsys, monkeypatch, "adopt", "--env-dir", f"box={env_dir}", "--nvidia-smi", f"box={smi}", "--compute-apps", str(apps),
+                   "-o", str(tmp_path / "fleet.yaml"), "--observed", str(observed_path), "--json")
+    assert done.exit_code == 0, done.stderr
+    assert json.loads(observed_path.read_text())["seats"] == {}
+    warnings = json.loads(done.stdout)["warnings"]
+    for name in ("a", "b"):
+        assert any(warning.startswith(f"seat {name}: no process of the compute-apps CSV could be tied to it") for warning in warnings), warnings
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("PID PPID COMMAND\n  12 1 vllm serve m\n  x 1 y\n", "ps.txt:3"),
+    ("USER PID COMMAND\n", "ps.txt:1"),
+    ("", "ps.txt"),
+    ("PID PPID COMMAND\n  12\n", "ps.txt:2"),
+])
+def test_a_process_listing_that_is_not_ps_output_is_refused_naming_its_line(text: str, said: str):
+    with pytest.raises(SeatplanError) as caught:
+        read_ps_text(text, "ps.txt", None)
+    assert caught.value.where == said and "ps -eo pid,ppid,args" in (caught.value.fix or "")
+
+
+CHILD = """
+import socket, subprocess, sys, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(server.getsockname()[1], child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_this_hosts_proc_gives_each_process_its_parent_and_its_listening_ports():
+    """A real server process here (listening on 127.0.0.1) with a child: /proc ties the child to the parent's port,
+    as it ties a vLLM EngineCore to its API server."""
+    process = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        port_text, child_text = process.stdout.readline().split()
+        port, child = int(port_text), int(child_text)
+        deadline = time.monotonic() + 30
+        while True:
+            table = read_proc()
+            if child in table.processes or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        chain = table.ancestry(child)
+        assert [item.pid for item in chain[:2]] == [child, process.pid]
+        assert port in chain[1].listening and not chain[0].listening
+        assert table.processes[os.getpid()].pid == os.getpid() and table.ports_known
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the port read is the one the server listens on
+    finally:
+        for pid in (child if "child" in locals() else None, process.pid):
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        process.wait(timeout=30)

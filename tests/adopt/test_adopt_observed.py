@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kits.cli import run_cli
 from kits.paths import REPO_ROOT
@@ -222,3 +223,48 @@ def test_this_hosts_proc_gives_each_process_its_parent_and_its_listening_ports()
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         process.wait(timeout=30)
+
+
+BOX = REPO_ROOT / "examples" / "adopt" / "box"
+
+
+def test_the_operators_box_keeps_todays_layout_from_what_it_shows_and_warns_where_estimates_differ(tmp_path: Path, capsys, monkeypatch):
+    """issue 46's done-when, on examples/adopt/box/: from the estimates alone today's layout is refused under
+    --max-moves 0 (exit 3); from the observations adopt read it plans with 0 moves, its headline saying so; with the
+    seats' observations taken out, every GPU whose estimate for today's layout differs from nvidia-smi's memory.used by
+    over 10 % and 1 GiB is warned about, and no other."""
+    (tmp_path / "examples").symlink_to(REPO_ROOT / "examples")
+    monkeypatch.chdir(tmp_path)
+    done = run_cli(capsys, monkeypatch, "adopt", "--env-dir", f"gpu-box={BOX / 'env'}", "--nvidia-smi", f"gpu-box={BOX / 'nvidia-smi.csv'}",
+                   "--compute-apps", str(BOX / "compute-apps.csv"), "--processes", f"gpu-box={BOX / 'ps.txt'}", "-o", "box.yaml",
+                   "--observed", "observed.json")
+    assert done.exit_code == 0, done.stderr
+    fleet = tmp_path / "box.yaml"
+    fleet.write_text(fleet.read_text().replace("vllm_version: TODO", 'vllm_version: "0.32"  #'))
+    document = json.loads((tmp_path / "observed.json").read_text())
+    rows = {int(line.split(", ")[1]): int(line.split(", ")[3].split()[0]) for line in (BOX / "compute-apps.csv").read_text().splitlines()[1:]}
+    assert len(document["seats"]) == 7
+    for seen in document["seats"].values():
+        pid = int(seen["source"].split(" pid ")[1].split(":")[0])
+        assert seen["footprint_bytes"] == rows[pid] * MiB and "command line serves port" in seen["source"]
+    estimated = run_cli(capsys, monkeypatch, "plan", "box.yaml", "--max-moves", "0", "-o", "estimated.json")
+    assert estimated.exit_code == 3, estimated.stdout + estimated.stderr
+    observed = run_cli(capsys, monkeypatch, "plan", "box.yaml", "--observed", "observed.json", "--max-moves", "0", "-o", "observed-plan.json")
+    assert observed.exit_code == 0, observed.stdout + observed.stderr
+    assert "from observed footprints (7 observed of 7 vLLM seat(s))" in " ".join(observed.stdout.split())
+    assert json.loads((tmp_path / "observed-plan.json").read_text())["moves"] == 0
+    document["seats"] = {}
+    (tmp_path / "gpus-only.json").write_text(json.dumps(document))
+    done = run_cli(capsys, monkeypatch, "plan", "box.yaml", "--observed", "gpus-only.json", "--max-moves", "0", "--json")
+    assert done.exit_code == 3
+    plan = json.loads(done.stdout)
+    footprint = {seat["name"]: seat["footprint_bytes"] for seat in plan["seats"]}
+    today = yaml.safe_load(fleet.read_text())["current_layout"]
+    warned = {int(warning.split(":")[1]) for warning in plan["warnings"] if warning.startswith("GPU gpu-box:") and ": estimated " in warning}
+    should = set()
+    for gpu in document["gpus_used"]:
+        estimate = sum(footprint[name] for name, index in today.items() if index == gpu["index"])
+        gap = abs(estimate - gpu["used_bytes"])
+        if gap >= 2**30 and gap > 0.10 * max(estimate, gpu["used_bytes"]):
+            should.add(gpu["index"])
+    assert warned == should == {0, 2, 3}, plan["warnings"]

@@ -163,8 +163,13 @@ def observe(adopted: Adopted, apps: list[ComputeApp] | None, tables: list[Proces
         index, tied = max(per_gpu.items(), key=lambda item: sum(app.used_mib or 0 for app, _ in item[1]))
         used_mib = sum(app.used_mib or 0 for app, _ in tied)
         rows = "; ".join(f"{app.source} {app.used_mib} MiB, {tie.how}" for app, tie in tied)
+        kv_bytes = _seat_int(adopted, name, "kv_cache_memory_bytes")
+        if kv_bytes is None:
+            warnings.append(f"seat {name}: its KV cache is not pinned today, so the observed {used_mib} MiB cannot be split into its KV "
+                            "cache and the rest: plan keeps the whole figure beside whatever KV it pins (pin the KV cache, or observe "
+                            "again after the first rollout, for a figure plan can split)")
         seats[name] = ObservedSeat(footprint_bytes=used_mib * MiB, source=f"adopt: GPU {index}: {rows}", samples=len(tied),
-                                   kv_cache_memory_bytes=_seat_int(adopted, name, "kv_cache_memory_bytes"),
+                                   kv_cache_memory_bytes=kv_bytes,
                                    max_model_len=_seat_int(adopted, name, "max_model_len"), observed_at=time_of(tied[0][0].source),
                                    at_plateau=False)
     gpus = [ObservedGpu(host=host if len(hosts) > 1 else None, index=index, used_bytes=reading.used_mib * MiB,

@@ -34,7 +34,8 @@ def headline(plan: Plan) -> str:
     """The choice in one line: the worst-case spare taken, with how many moves, and why not the largest one the
     frontier shows; "proven optimal" only for what was proven (issue 32)."""
     if plan.infeasible is not None:
-        return plan.infeasible.summary.split(". ", 1)[0] if plan.infeasible.summary.startswith("does not fit as asked") else "the fleet does not fit"
+        said = plan.infeasible.summary.split(". ", 1)[0] if plan.infeasible.summary.startswith("does not fit as asked") else "the fleet does not fit"
+        return said + observed_said(plan)
     if plan.worst_case_spare_bytes is None:
         return "no layout found within the time limit"
     said = f"worst-case spare {plan.worst_case_spare_bytes / GiB:.2f} GiB on GPU {plan.worst_case_gpu}{moves_said(plan)}"

@@ -15,6 +15,7 @@ release's) takes the next word when that word is no flag, as argparse would read
 
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import re
@@ -52,6 +53,28 @@ def flag_table() -> dict[str, FlagShape]:
     """vLLM 0.32's options (``vllm_flags.json``), each option string → its shape."""
     text = resources.files("seatplan.engine").joinpath("vllm_flags.json").read_text(encoding="utf-8")
     return {option: FlagShape(*shape) for option, shape in json.loads(text)["flags"].items()}
+
+
+@functools.cache
+def _sorted_options() -> tuple[str, ...]:
+    """The table's option strings in order: the options a prefix names are one run of them (found by bisection,
+    so a command of many flags is read in time linear in its length, not the table's size per flag)."""
+    return tuple(sorted(flag_table()))
+
+
+@functools.cache
+def _table_position() -> dict[str, int]:
+    return {option: position for position, option in enumerate(flag_table())}
+
+
+def _starting_with(prefix: str) -> list[str]:
+    """The options ``prefix`` begins, in the table's order (the first is the spelling kept)."""
+    options = _sorted_options()
+    start = bisect.bisect_left(options, prefix)
+    end = start
+    while end < len(options) and options[end].startswith(prefix):
+        end += 1
+    return sorted(options[start:end], key=_table_position().__getitem__)
 
 
 def human_readable_int(text: str) -> int:
@@ -95,6 +118,9 @@ class VllmArgs:
     written: list[list[str]] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)  # flags vLLM 0.32's parser does not have
     problems: list[str] = field(default_factory=list)  # what vLLM's parser would refuse
+    # The key in ``flags`` each option's long name is set under (--x and --no-x share one): found without
+    # scanning ``flags``, which made a command of n flags take n² steps.
+    _set_as: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def value(self, flag: str) -> str | None:
         """A one-value flag's value (a list's last, as a flag of several values read as one)."""
@@ -154,9 +180,10 @@ def _resolve(word: str) -> tuple[str | None, str | None, str]:
     if equals and option in table:
         return option, explicit, ""
     prefix = option if word.startswith("--") else word
-    matches = [name for name in table if name.startswith(prefix)]
+    matches = _starting_with(prefix)
     if not word.startswith("--"):
-        matches = [name for name in table if not name.startswith("--") and (name.startswith(word) or name == word[:2])]
+        found = set(_starting_with(word)) | ({word[:2]} if word[:2] in table else set())
+        matches = sorted((name for name in found if not name.startswith("--")), key=_table_position().__getitem__)
         explicit_short = word[2:] if word[:2] in table else None
         if len(matches) == 1:
             return matches[0], explicit_short if matches[0] == word[:2] else None, ""
@@ -222,8 +249,10 @@ def read_vllm_args(words: Sequence[str]) -> VllmArgs:
 
 
 def _set(result: VllmArgs, flag: str, shape: FlagShape, values: list[str]) -> None:
-    for other in [name for name in result.flags if flag_table().get(name, FlagShape(name, "", None)).name == shape.name]:
+    other = result._set_as.pop(shape.name, None)
+    if other is not None:
         del result.flags[other]  # --x and --no-x set one value: the last one given wins
+    result._set_as[shape.name] = flag
     result.flags[flag] = (values if shape.kind in ("some", "any") else values[0]) if values else None
     result.written.append([flag, *values])
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -132,3 +134,18 @@ def test_forty_dead_engines_take_one_timeout_not_forty(tmp_path, rng):
     assert len({path.split("/")[1] for path in server.paths}) == count  # every engine was asked
     for index in range(count):
         assert f"/engine-{index} (--engine): not reachable" in done.stderr
+
+
+
+@pytest.mark.slow  # 30 s: the default deadline itself
+def test_usage_from_ends_at_its_own_default_deadline(tmp_path):
+    """Without --timeout (issue 48: the default of 120 s a page kept `usage --from` running past 90 s against each of
+    these): the default deadline, connect to last byte, ends each run well inside the hang limit. The three runs
+    wait side by side (each waits on its server; none is busy)."""
+    families = ["header-drip", "body-drip", "102-flood"]
+    with ExitStack() as servers, ThreadPoolExecutor(len(families)) as pool:
+        urls = [servers.enter_context(HostileServer(everywhere(FAMILIES[family]))).url for family in families]
+        runs = list(pool.map(lambda url: run_measured("usage", "--from", url, "--days", "1", "--json", env=ENV), urls))
+    for family, done in zip(families, runs, strict=True):
+        assert_ended_with_a_located_error(done)
+        assert "took longer than" in done.stderr or "Timeout" in done.stderr, (family, done.stderr[-1000:])

@@ -18,8 +18,10 @@ the same rows give the same figures as the database and the export readers by co
 for starts ``LEAD`` (6 hours) before ``--since``: a request running into the window is in its in-flight
 figures, as the database reader counts it; one that started longer before is not seen through the API.
 
-The key comes from an environment variable (``LITELLM_MASTER_KEY`` by default) or a file, never a flag. Every
-response is bounded: connect and read timeouts, a byte cap per page, JSON of bounded depth.
+The key comes from an environment variable (``LITELLM_MASTER_KEY`` by default) or a file, never a flag. Every page
+goes through seatplan's bounded client (``bounded_http.BoundedClient``, as diagnose's ``--prometheus`` does): one
+deadline from connect to the last byte (``--timeout``, ``API_TIMEOUT_S`` unless given), ``MAX_PAGE_BYTES`` at most,
+no redirect followed, JSON of bounded depth.
 """
 
 from __future__ import annotations
@@ -38,10 +40,10 @@ from urllib.parse import urlsplit
 
 import httpx2
 
-from seatplan.bounded_http import AnswerTooLarge, BoundedTransport
+from seatplan.bounded_http import AnswerTooLarge, BoundedClient
 from seatplan.errors import SeatplanError
 from seatplan.jsontext import JsonTooDeep, loads_bounded
-from seatplan.secrets import check_environment_name, read_secret, scrub
+from seatplan.secrets import check_environment_name, read_secret
 from seatplan.usage.queries import SourceFormat, Window
 from seatplan.usage.rows import SpendLogSource, SpendRows
 
@@ -55,8 +57,9 @@ LEAD = timedelta(hours=6)
 EARLIEST = datetime(2000, 1, 1)  # an open window's start: before any LiteLLM row
 ONE_SECOND = timedelta(seconds=1)
 MAX_PAGE_BYTES = 256 << 20  # 1000 rows with their metadata are a few MB
-# One page request, connect to last byte (usage --timeout): LiteLLM pages 1000 rows out of PostgreSQL.
-API_TIMEOUT_S = 120.0
+# One page request, connect to last byte (usage --timeout): LiteLLM pages 1000 rows of one window out of
+# PostgreSQL in well under a second; 120 s let a server that drips its headers hold a run for minutes (issue 48).
+API_TIMEOUT_S = 30.0
 API_TIME = "%Y-%m-%d %H:%M:%S"
 
 
@@ -127,8 +130,7 @@ def download_rows(base_url: str, key: str, window: Window, sink: IO[str], now: d
     stats = ApiReadStats()
     boundary_ids: dict[str, set[str]] = {}
     headers = {"Authorization": f"Bearer {key}", "Accept": "application/json"}
-    with httpx2.Client(base_url=base_url, headers=headers, timeout=timeout_s, transport=BoundedTransport(timeout_s, MAX_PAGE_BYTES),
-                       trust_env=False, follow_redirects=False) as client:
+    with BoundedClient(base_url, timeout_s, secrets=(key,), headers=headers, cap_bytes=MAX_PAGE_BYTES) as client:
         reader = _Reader(client, base_url, key, stats)
         pending = [(start, end)]
         while pending:
@@ -230,7 +232,7 @@ def _new_rows(rows: list[dict[str, Any]], low: datetime, high: datetime,
 
 @dataclass
 class _Reader:
-    client: httpx2.Client
+    client: BoundedClient
     base_url: str
     key: str
     stats: ApiReadStats
@@ -241,28 +243,16 @@ class _Reader:
         where = f"{self.base_url}{ENDPOINT}?start_date={params['start_date']}&end_date={params['end_date']}&page={number}"
         self.stats.pages += 1
         try:
-            with self.client.stream("GET", ENDPOINT, params=params) as response:
-                body = _bounded_body(response, where)
-                status = response.status_code
+            response = self.client.fetch("GET", ENDPOINT, params=params)
         except AnswerTooLarge:
             raise SeatplanError(f"a page of the spend logs is over {MAX_PAGE_BYTES >> 20} MiB", where=where,
                                 fix="check that --from is a LiteLLM gateway") from None
         except httpx2.HTTPError as problem:
-            raise SeatplanError(f"cannot read the spend logs: {scrub(str(problem), self.key)}", where=where,
+            raise SeatplanError(f"cannot read the spend logs: {self.client.problem(problem)}", where=where,
                                 fix="check the gateway URL and that it is up (curl BASE/health/liveliness)") from None
-        if status != 200:
-            raise _status_error(status, scrub(body[:300].decode("utf-8", "replace"), self.key), where)
-        return _parse_page(body, where)
-
-
-def _bounded_body(response: httpx2.Response, where: str) -> bytes:
-    body = bytearray()
-    for chunk in response.iter_bytes():
-        body += chunk
-        if len(body) > MAX_PAGE_BYTES:
-            raise SeatplanError(f"a page of the spend logs is over {MAX_PAGE_BYTES >> 20} MiB", where=where,
-                                fix="check that --from is a LiteLLM gateway")
-    return bytes(body)
+        if response.status_code != 200:
+            raise _status_error(response.status_code, self.client.shown(response.content[:300].decode("utf-8", "replace")), where)
+        return _parse_page(response.content, where)
 
 
 def _status_error(status: int, text: str, where: str) -> SeatplanError:

@@ -101,8 +101,9 @@ def usage_command(
         None, "--runaway-tokens", parser=tokens_option("--runaway-tokens", example="16384"), metavar="<tokens>",
         help="a reply of at least this many completion tokens is a runaway (default: "
         "32 x the seat's median completion, at least 16384, at most 0.9 x max_model_len)"),
-    timeout_s: float = typer.Option(120.0, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="120"),
-                                    help="with an http(s):// --from: seconds each page request may take, connect to last byte"),
+    timeout_s: float | None = typer.Option(None, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="30"),
+                                           help="with an http(s):// --from: seconds each page request may take, connect to last byte "
+                                           "(default 30)"),
     output: Path | None = typer.Option(None, "-o", "--output", help="write the usage JSON here (for `seatplan plan --usage`)"),
     as_json: bool = typer.Option(False, "--json", help="print the usage report as one JSON document"),
     wide: bool = WIDE,
@@ -129,11 +130,13 @@ def usage_command(
     resolved = resolve_source(source)
     require_records(resolved)
     rule = default_runaway_rule(runaway_tokens)
+    # None: the API reader's own default (usage.api.API_TIMEOUT_S), its one owner
+    timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
     with progress("reading the spend logs", enabled=not as_json):
         window, anchor = anchor_days(window, days, until, resolved,
                                      lambda: summarize_usage(resolved, Window(), seat_map, rule, key_env=key_env, key_file=key_file,
-                                                                     timeout_s=timeout_s))
-        report = summarize_usage(resolved, window, seat_map, rule, key_env=key_env, key_file=key_file, timeout_s=timeout_s)
+                                                                     **timeout))
+        report = summarize_usage(resolved, window, seat_map, rule, key_env=key_env, key_file=key_file, **timeout)
     report.window.days_counted_back_from = anchor
     require_calls(report)
     if output is not None:

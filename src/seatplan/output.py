@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from seatplan.jsontext import dumps_strict
+from seatplan.secrets import without_credentials
 
 # Characters a terminal acts on rather than shows: C0 and C1 controls (ESC starts a colour, a title change or
 # a cursor move; U+009B is a one-character CSI), DEL, the Unicode line and paragraph separators, and the
@@ -60,8 +61,9 @@ _emitted: list[bool] = []  # a document went to stdout in this process: an error
 
 
 def emit_json(document: Any) -> None:
-    """Print exactly one strict JSON document on stdout (non-finite numbers as null), nothing else."""
-    sys.stdout.write(dumps_strict(to_jsonable(document), indent=2) + "\n")
+    """Print exactly one strict JSON document on stdout (non-finite numbers as null), nothing else; no URL in it
+    carries credentials (a server's or a library's message may quote one)."""
+    sys.stdout.write(without_credentials(dumps_strict(to_jsonable(document), indent=2)) + "\n")
     sys.stdout.flush()
     _emitted.append(True)
 
@@ -86,10 +88,10 @@ class EscapingConsole(Console):
     """Rich's Console, with every string it turns into text (``print`` arguments, table cells, titles) passed
     through :func:`printable` first: Rich itself drops only BEL, BS, VT, FF and CR, and lets ESC through, so a
     host name or a server's answer could recolour, retitle or clear the terminal. Rich's own styles are added
-    after, so colour still works."""
+    after, so colour still works. No URL is printed with its credentials (``secrets.without_credentials``)."""
 
     def render_str(self, text: str, **options: Any) -> Any:
-        return super().render_str(printable(text, keep_newlines=True), **options)
+        return super().render_str(printable(without_credentials(text), keep_newlines=True), **options)
 
 
 def console(wide: bool = False) -> EscapingConsole:

@@ -155,7 +155,30 @@ def url_secrets(url: str) -> tuple[str, ...]:
     return (password,) if password else ()
 
 
+# scheme://USERINFO@ of a web URL anywhere in a text: what a server, a library's error ("for url 'http://u:p@…'") or
+# an operator's HF_ENDPOINT carries before the host. A web URL's user part may itself be the key
+# (https://TOKEN@host), so all of it goes; a database DSN keeps its user, which says which role connects.
+_WEB_SCHEME = re.compile(r"(?:https?|wss?)://", re.IGNORECASE)
+_WEB_USERINFO = re.compile(r"\b((?:https?|wss?)://)[^/?#\s\"'<>]*@", re.IGNORECASE)
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with every URL's credentials gone: a web URL's whole ``user:password@`` removed, a database DSN's
+    password replaced by ***. The one rule for every URL seatplan prints or stores (the CLI's console and JSON
+    output, its error lines, and the documents it writes pass through it)."""
+    if "@" not in text:
+        return text
+    return _URL_PASSWORD.sub(_hide_dsn_password, _WEB_USERINFO.sub(r"\1", text))
+
+
+def _hide_dsn_password(match: re.Match[str]) -> str:
+    if _WEB_SCHEME.match(match.group(1)):  # a web URL has no userinfo left: what matched is its host ([::1]) and path
+        return match.group(0)
+    return match.group(1) + HIDDEN + "@"
+
+
 def redact_dsn(text: str) -> str:
-    """A connection string (or a message quoting one) as it may be printed: every password in it replaced by ***."""
-    hidden = _KEY_PASSWORD.sub(lambda match: match.group(1) + HIDDEN, _URL_PASSWORD.sub(lambda match: match.group(1) + HIDDEN + "@", text))
+    """A connection string (or a message quoting one) as it may be printed: every URL's credentials gone
+    (:func:`without_credentials`), every ``password=`` value replaced by ***."""
+    hidden = _KEY_PASSWORD.sub(lambda match: match.group(1) + HIDDEN, without_credentials(text))
     return scrub(hidden, dsn_password(text))

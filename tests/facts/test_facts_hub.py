@@ -49,6 +49,7 @@ from kits.hostile_http import (
     huge_body,
     processing_forever,
     redirect_to,
+    respond,
     run_measured,
 )
 from kits.parts import free_port, require, stop_process
@@ -597,8 +598,24 @@ def test_a_password_in_hf_endpoint_is_never_stored_or_printed(hub, tmp_path):
     assert any(header_value(head, "authorization") for head in server.heads)  # the mirror was sent its password
     records = list((tmp_path / "xdg").rglob("seatplan-hub.json"))
     assert records and all(password not in record.read_text() for record in records)
-    assert "mirror-user:***@" in records[0].read_text()
+    assert "mirror-user" not in records[0].read_text() and server.url in records[0].read_text()  # user and password removed
     assert password not in done.stdout + done.stderr + refused.stdout + refused.stderr
+
+
+def test_a_hub_error_quoting_the_url_shows_it_without_user_or_password(hub, tmp_path, rng):
+    """Issue 48: huggingface_hub's error for a 5xx quotes the request's URL ("for url 'http://user:PASSWORD@…'"),
+    which reached the JSON on stdout and stderr. A mirror that answers every model request with an error."""
+    password = "pw-" + "".join(rng.choice("abcdefghijkmnpqrstuvwxyz23456789") for _ in range(rng.randint(12, 30)))
+    status = rng.choice([500, 502, 503, 400, 418])
+    fail = lambda method, path, head: (lambda connection, stop: respond(connection, status, b"no"))  # noqa: E731
+    with HostileHub(upstream(hub), lambda method, path, head: fail(method, path, head) if model_info(method, path) else None) as server:
+        endpoint = server.url.replace("http://", f"http://mirror-user:{password}@")
+        done = run_measured("model", "tiny/single", "--json", env=hostile_env(hub, tmp_path, endpoint))
+    assert done.exit_code == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert json.loads(done.stdout)["error"]
+    for text in (done.stdout, done.stderr):
+        assert password not in text and "mirror-user" not in text, text
+    assert server.url.removeprefix("http://") in done.stdout + done.stderr  # the host is still named
 
 
 def test_a_mirror_that_ignores_range_and_announces_a_huge_file_is_read_only_to_the_header(hub, tmp_path):

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from seatplan.adopt.assemble import Noted, Tree
+from seatplan.secrets import without_credentials
 
 COMMENT_CHARS = 240
 HEADER = (
@@ -23,6 +24,8 @@ HEADER = (
 
 def scalar(value: Any) -> str:
     """One value on one line: ``yaml.safe_dump`` in flow style, without the document end marker."""
+    if isinstance(value, str):
+        value = without_credentials(value)  # an engine's or a file's URL is stored without its user:password
     text = _dumped(value, style=None)
     if "\n" in text:
         # A line break or other control in a string makes PyYAML choose a multi-line quoted scalar; the
@@ -37,7 +40,7 @@ def _dumped(value: Any, style: str | None) -> str:
 
 
 def comment(note: str) -> str:
-    cleaned = "".join(char if " " <= char <= "~" else "?" for char in note)
+    cleaned = "".join(char if " " <= char <= "~" else "?" for char in without_credentials(note))
     return cleaned[:COMMENT_CHARS].rstrip()
 
 

@@ -396,3 +396,16 @@ def test_the_env_file_of_a_unit_that_runs_a_script_is_read_on_its_own(tmp_path, 
     (env / "chat.service").write_text("[Service]\nEnvironmentFile=/etc/vllm/chat.env\nExecStart=/usr/local/bin/start-vllm.sh\n")
     done = adopt(tmp_path, capsys, monkeypatch, "--env-dir", f"box={env}")
     assert done.seat("chat")["port"] == 8005 and "chat.service: ExecStart= starts no vLLM engine adopt can read" in done.err
+
+
+def test_a_commented_line_inside_a_continuation_adds_no_flag(tmp_path, capsys, monkeypatch):
+    """Issue 48: systemd ignores a comment line inside a continued ExecStart= (systemd.syntax(7)); adopt made it
+    live flags (--trust-remote-code) that reached the plan and the rendered command."""
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "vllm-a.service").write_text("[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=0\nExecStart=/usr/bin/vllm serve /m \\\n"
+                                          "#  --trust-remote-code --chat-template $$(touch /tmp/owned) \\\n    --port 8006\n")
+    done = adopt(tmp_path, capsys, monkeypatch, "--systemd", f"box={units}")
+    seat = done.seat("vllm-a")
+    assert seat["port"] == 8006 and "extra_args" not in seat, seat
+    assert "trust-remote-code" not in done.text and "touch" not in done.text

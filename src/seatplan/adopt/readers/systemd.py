@@ -1,7 +1,8 @@
 """systemd units that start engines: ``ExecStart=`` with its variables filled in from ``Environment=`` and
 ``EnvironmentFile=``, as systemd does (systemd.service(5) "Command lines", systemd.exec(5) "Environment").
 
-Rules followed: a line ending in ``\\`` goes on on the next; ``#`` and ``;`` start comments; ``ExecStart=`` empty
+Rules followed: a line ending in ``\\`` goes on on the next, and a comment line (``#`` or ``;`` first) is ignored,
+inside such a continuation too (:func:`logical_lines`); ``ExecStart=`` empty
 resets the list and its first word may carry the prefixes ``@ - : + !`` (``:`` turns variable expansion off);
 ``$VAR`` as a word of its own becomes the value split at whitespace (several words), ``${VAR}`` anywhere in a word
 the value as one word, ``$$`` a ``$``; ``EnvironmentFile=`` values override ``Environment=`` ones, a later file a
@@ -50,19 +51,41 @@ def parse_unit(path: Path, instance_name: str = "") -> Unit:
     return unit
 
 
+def _continues(line: str) -> bool:
+    """A line ending in an unescaped backslash goes on on the next (``a\\\\`` ends in a literal one): systemd's
+    conf-parser reads the backslashes in pairs."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """A unit file's lines as systemd reads them (systemd.syntax(7), systemd 252 conf-parser): a line whose first
+    non-blank character is ``#`` or ``;`` is a comment and ignored, inside a continuation too (the line before
+    goes on with whatever follows the comment block), and its own trailing backslash continues nothing; a line
+    ending in a backslash is joined to the next with the backslash turned into a space; an empty line ends a
+    continuation. Each line with the number of the line it starts on."""
+    out: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")
+        if line.lstrip().startswith(("#", ";")):
+            continue
+        if pending is not None:
+            number, line = pending[0], pending[1] + line
+            pending = None
+        if _continues(line):
+            pending = (number, line[:-1] + " ")
+            continue
+        out.append((number, line))
+    if pending is not None:
+        out.append(pending)
+    return out
+
+
 def _read_unit_file(unit: Unit, path: Path) -> None:
     section = ""
-    pending: tuple[int, str] | None = None
-    for number, raw in enumerate(read_text(path, "systemd unit", "give the directory of the engines' .service files").split("\n"), start=1):
-        line = raw.removesuffix("\r")
-        if pending is not None:
-            number, line = pending[0], pending[1] + " " + line.strip()
-            pending = None
-        if line.endswith("\\"):
-            pending = (number, line[:-1])
-            continue
+    for number, line in logical_lines(read_text(path, "systemd unit", "give the directory of the engines' .service files")):
         stripped = line.strip()
-        if not stripped or stripped.startswith(("#", ";")):
+        if not stripped:
             continue
         if stripped.startswith("[") and stripped.endswith("]"):
             section = stripped[1:-1]
@@ -70,9 +93,6 @@ def _read_unit_file(unit: Unit, path: Path) -> None:
         key, equals, value = stripped.partition("=")
         if equals and section == "Service":
             unit.service.setdefault(key.strip(), []).append((f"{path}:{number}", value.strip()))
-    if pending is not None and section == "Service":
-        key, _, value = pending[1].strip().partition("=")
-        unit.service.setdefault(key.strip(), []).append((f"{path}:{pending[0]}", value.strip()))
 
 
 def specifiers(text: str, unit_name: str, instance: str) -> str:

@@ -409,3 +409,62 @@ def test_a_commented_line_inside_a_continuation_adds_no_flag(tmp_path, capsys, m
     seat = done.seat("vllm-a")
     assert seat["port"] == 8006 and "extra_args" not in seat, seat
     assert "trust-remote-code" not in done.text and "touch" not in done.text
+
+
+SHADOW_LINE = "root:$6$Qx81.hash.of.a.password:20228:0:99999:7:::"
+
+
+def test_a_foreign_file_named_as_env_file_is_never_echoed(tmp_path, capsys, monkeypatch, rng):
+    """Issue 48: `env_file: [/etc/shadow]` printed each line's first 40 characters (password hashes on a real host).
+    A file of that shape outside the compose folder: each line is named by file and number, never shown; the
+    file outside the folder is named in a warning."""
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    lines = [SHADOW_LINE.replace("root", name) for name in rng.sample(["root", "daemon", "bin", "sys", "www-data", "nobody"], rng.randint(2, 6))]
+    (outside / "shadow").write_text("\n".join(lines) + "\n")
+    folder = tmp_path / "app"
+    folder.mkdir()
+    given = rng.choice([str(outside / "shadow"), "../etc/shadow"])
+    done = adopt(folder, capsys, monkeypatch, "--compose", compose(folder, engine(tail=f"    env_file: [{given}]\n")))
+    assert done.code == 0, done.err
+    for number in range(1, len(lines) + 1):
+        assert f"{outside / 'shadow'}:{number}: not a KEY=value line" in done.err.replace("\n", " ")
+    assert "$6$" not in done.out + done.err + done.text and ":20228:" not in done.out + done.err + done.text
+    assert "is outside the compose file's folder" in done.err and "shadow" in done.err
+
+
+@pytest.mark.parametrize("named", ["/proc/self/environ", "/dev/stdin", "/sys/kernel/mm/transparent_hugepage/enabled", "FIFO", "FOLDER"])
+def test_kernel_files_and_special_files_are_refused_by_name(tmp_path, capsys, monkeypatch, named):
+    """EnvironmentFile=-/proc/self/environ read adopt's own environment (not what systemd reads on the GPU host) and
+    copied lines of it into the fleet; a FIFO or a device was said to be 'not here'. Each is refused by its name."""
+    units = tmp_path / "units"
+    units.mkdir()
+    if named == "FIFO":
+        os.mkfifo(units / "a.env")
+        named = str(units / "a.env")
+    elif named == "FOLDER":
+        (units / "a.env").mkdir()
+        named = str(units / "a.env")
+    (units / "vllm-a.service").write_text(f"[Service]\nEnvironmentFile=-{named}\nEnvironment=CUDA_VISIBLE_DEVICES=0\n"
+                                          "ExecStart=/usr/bin/vllm serve /m --port 8006\n")
+    done = adopt(tmp_path, capsys, monkeypatch, "--systemd", f"box={units}")
+    assert done.code == 0, done.err
+    said = done.err.replace("\n", " ")
+    assert f"EnvironmentFile={named}" in said and "refused, not read" in said, done.err
+    assert "is not here" not in said
+    assert "env" not in done.seat("vllm-a"), done.seat("vllm-a")  # nothing of this process's environment copied
+
+
+def test_an_env_dir_entry_that_is_no_regular_file_is_named_in_a_warning(tmp_path, capsys, monkeypatch):
+    folder = tmp_path / "env"
+    folder.mkdir()
+    os.mkfifo(folder / "pipe.env")
+    (folder / "folder.env").mkdir()
+    (folder / "dev.env").symlink_to("/dev/zero")
+    (folder / "y.env").write_text("CMD=vllm serve Qwen/Qwen3-8B --port 8001\nCUDA_VISIBLE_DEVICES=0\n")
+    done = adopt(tmp_path, capsys, monkeypatch, "--env-dir", f"box={folder}")
+    said = done.err.replace("\n", " ")
+    assert done.code == 0, done.err
+    assert f"{folder / 'pipe.env'} is a FIFO (named pipe), not a regular file: skipped" in said
+    assert f"{folder / 'folder.env'} is a folder, not a regular file: skipped" in said
+    assert f"{folder / 'dev.env'} is under /dev" in said

@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx2
 
 from seatplan.adopt.evidence import EngineSeen
-from seatplan.adopt.secrets import without_credentials
 from seatplan.bounded_http import SHOWN_CHARS, BoundedClient
 from seatplan.errors import SeatplanError
 from seatplan.exposition import parse_exposition
+from seatplan.secrets import without_credentials
 
 MAX_CARDS = 64  # one engine serves one model (a few names at most)
 MAX_PARALLEL = 64  # engines asked at once; more wait their turn, within the same overall deadline

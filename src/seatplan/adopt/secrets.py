@@ -1,15 +1,12 @@
-"""What adopt treats as a secret, and URLs without their credentials.
+"""What adopt treats as a secret.
 
 Pure. A value whose name or shape says secret is never written, printed or stored by value: the fleet file
 gets a reference (``{from_host_env: NAME}``, ``documents.fleet.EnvReference``) and a comment saying where the
 value was and what to export on the GPU host. A URL's user and password are dropped before the URL goes
-anywhere (a warning, ``--json``, the fleet file).
+anywhere (a warning, ``--json``, the fleet file) by ``seatplan.secrets.without_credentials``, the one rule.
 """
 
 from __future__ import annotations
-
-import re
-from urllib.parse import urlsplit, urlunsplit
 
 # vLLM flags whose value is a secret, and the variable vLLM (or the Hub client) reads instead
 # (vLLM 0.32 vllm/entrypoints/serve/middleware/register.py:33 `args.api_key or [envs.VLLM_API_KEY]`: the variable
@@ -17,13 +14,3 @@ from urllib.parse import urlsplit, urlunsplit
 # seatplan.secrets.looks_secret / secret_shaped, the one rule the fleet loader's warning follows too.
 SECRET_FLAGS = {"--api-key": "VLLM_API_KEY", "--hf-token": "HF_TOKEN"}
 
-
-def without_credentials(url: str) -> str:
-    """``http://user:pw@host/x`` → ``http://host/x``; anything that is no URL comes back unchanged."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return re.sub(r"//[^/@]*@", "//", url)
-    if parts.username is None and parts.password is None and "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]))

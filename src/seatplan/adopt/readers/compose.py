@@ -10,6 +10,7 @@ not read: an error says so and how to adopt what compose runs (``docker compose 
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from seatplan.adopt.readers.commands import engine_words, split_command
 from seatplan.adopt.readers.compose_ports import PortMapping, published_port, read_ports
 from seatplan.adopt.readers.dotenv import read_env_text
 from seatplan.adopt.readers.healthcheck import healthcheck_url
-from seatplan.adopt.readers.text import GPU_KEYS, child, gpu_list, line_of, read_text, read_yaml
+from seatplan.adopt.readers.text import GPU_KEYS, child, env_file_refusal, gpu_list, line_of, read_text, read_yaml
 from seatplan.adopt.readers.vllm_config import spliced
 from seatplan.errors import SeatplanError
 from seatplan.units import whole_number
@@ -76,6 +77,10 @@ def _dotenv(path: Path, warnings: list[str]) -> dict[str, str]:
     """The ``.env`` beside the compose file, which compose reads for interpolation (the shell's environment, which
     also counts for compose, is not this machine's: adopt leaves it out)."""
     beside = path.parent / ".env"
+    refused = env_file_refusal(beside) if os.path.lexists(beside) else None
+    if refused:
+        warnings.append(f"{beside} {refused}: refused, not read (its variables are not known)")
+        return {}
     if not beside.is_file():
         return {}
     read = read_env_text(read_text(beside, ".env file", "give a readable .env beside the compose file"), str(beside))
@@ -206,6 +211,13 @@ def _service_env(service: dict, where: str, path: Path) -> tuple[dict[str, str],
         if not isinstance(named, str) or not named:
             raise SeatplanError("env_file names no file", where=where, fix="write env_file: as a path or a list of paths")
         file = path.parent / named
+        refused = env_file_refusal(file) if os.path.lexists(file) else None
+        if refused:
+            warnings.append(f"{where}: env_file {named[:80]!r}: {file} {refused}: refused, not read (its variables are not known)")
+            continue
+        if file.is_file() and not file.resolve().is_relative_to(path.parent.resolve()):
+            warnings.append(f"{where}: env_file {named[:80]!r} is outside the compose file's folder ({file.resolve()}): read as compose "
+                            "would, but check that it is the engine's own file")
         if not file.is_file():
             if required:
                 warnings.append(f"{where}: env_file {named[:80]!r} is not beside the compose file: its variables are not known "

@@ -51,7 +51,9 @@ def read_env_text(text: str, source: str) -> EnvText:
         key, equals, rest = stripped.partition("=")
         key = key.strip()
         if not equals or not KEY.fullmatch(key):
-            found.problems.append(f"{source}:{number}: not a KEY=value line ({stripped[:40]!r}): left out")
+            # the line itself is not shown: a file named by mistake (/etc/shadow) must not be printed line by line
+            found.problems.append(f"{source}:{number}: not a KEY=value line (expected KEY=value, export KEY=value, "
+                                  "or a # comment): left out")
             continue
         value, why = _value(rest.lstrip())
         if why:

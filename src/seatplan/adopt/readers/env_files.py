@@ -13,7 +13,7 @@ from pathlib import Path
 from seatplan.adopt.evidence import Launch
 from seatplan.adopt.readers.commands import engine_words, referenced, shell_expanded, split_command
 from seatplan.adopt.readers.dotenv import EnvText, read_env_text
-from seatplan.adopt.readers.text import GPU_KEYS, gpu_list, read_text
+from seatplan.adopt.readers.text import GPU_KEYS, env_file_refusal, gpu_list, read_text
 from seatplan.adopt.readers.vllm_config import spliced
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import split_shell_line
@@ -72,21 +72,31 @@ def _starts_vllm(value: str, values: dict[str, str]) -> bool:
         return False
 
 
-def env_file_paths(directory: Path) -> list[Path]:
+def env_file_paths(directory: Path, refused: list[str] | None = None) -> list[Path]:
+    """The directory's ``*.env`` files adopt reads; one that is no regular file (a FIFO, a device, a folder) or
+    leads into /proc, /sys or /dev is left out with a warning in ``refused``."""
     if not directory.is_dir():
         raise SeatplanError("not a directory", where=str(directory), fix="give the directory holding the engines' .env files")
-    paths = sorted(path for path in directory.iterdir() if path.suffix == ".env" and path.is_file())
-    if len(paths) > MAX_ENV_FILES:
+    named = sorted(path for path in directory.iterdir() if path.suffix == ".env")
+    if len(named) > MAX_ENV_FILES:
         raise SeatplanError(f"more than {MAX_ENV_FILES} .env files", where=str(directory), fix="give the directory of the engines' env files")
+    paths = []
+    for path in named:
+        why = env_file_refusal(path)
+        if why:
+            if refused is not None:
+                refused.append(f"{path} {why}: skipped, not read")
+        elif path.is_file():
+            paths.append(path)
     return paths
 
 
 def read_env_dir(directory: Path, read_by_units: set[Path], units_found: bool) -> tuple[list[Launch], list[str]]:
     """The directory's env files that start an engine, but those a unit reads (read through the unit instead); and a
     warning for each other env file (it may hold half a command a unit not given builds)."""
-    paths = [path for path in env_file_paths(directory) if path.resolve() not in read_by_units]
-    launches: list[Launch] = []
     warnings: list[str] = []
+    paths = [path for path in env_file_paths(directory, warnings) if path.resolve() not in read_by_units]
+    launches: list[Launch] = []
     for path in paths:
         launch = read_env_file(path)
         if launch is not None:

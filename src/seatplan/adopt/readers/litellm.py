@@ -11,8 +11,8 @@ from typing import Any
 
 from seatplan.adopt.evidence import Route
 from seatplan.adopt.readers.text import child, line_of, read_yaml
-from seatplan.adopt.secrets import without_credentials
 from seatplan.errors import SeatplanError
+from seatplan.secrets import without_credentials
 
 
 def read_litellm_config(path: Path) -> list[Route]:

@@ -25,7 +25,7 @@ from seatplan.adopt.evidence import Launch
 from seatplan.adopt.readers.commands import docker_run, engine_words, referenced
 from seatplan.adopt.readers.compose_ports import published_port, read_ports
 from seatplan.adopt.readers.dotenv import read_env_text
-from seatplan.adopt.readers.text import GPU_KEYS, gpu_list, read_text
+from seatplan.adopt.readers.text import GPU_KEYS, env_file_refusal, gpu_list, read_text
 from seatplan.adopt.readers.vllm_config import spliced
 from seatplan.errors import SeatplanError
 
@@ -141,7 +141,18 @@ def _environment(unit: Unit, unit_name: str, instance: str, look_in: list[Path],
     for number, value in unit.service.get("EnvironmentFile", []):
         optional = value.startswith("-")
         named = specifiers(value.removeprefix("-").strip(), unit_name, instance)
-        found = next((candidate for candidate in [Path(named), *(directory / Path(named).name for directory in look_in)] if candidate.is_file()), None)
+        found, refused = None, ""
+        for candidate in [Path(named), *(directory / Path(named).name for directory in look_in)]:
+            refused = env_file_refusal(candidate) or ""
+            if refused:
+                warnings.append(f"{number}: EnvironmentFile={named[:120]}: {candidate} {refused}: refused, not read "
+                                "(its variables are not known; copy the GPU host's env file beside the unit)")
+                break
+            if candidate.is_file():
+                found = candidate
+                break
+        if refused:
+            continue
         if found is None:
             if not optional:
                 warnings.append(f"{number}: EnvironmentFile={named} is not here nor beside the unit or in an --env-dir: "

@@ -6,6 +6,7 @@ error names the file and line.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,32 @@ import yaml
 
 from seatplan.documents.yaml_lines import read_yaml_node
 from seatplan.errors import SeatplanError
-from seatplan.fileio import read_bounded_bytes
+from seatplan.fileio import read_bounded_bytes, special_kind
 
 MAX_FILE_BYTES = 1 << 20  # a LiteLLM config, a compose file, a unit or an env file is a few kilobytes
 GPU_KEYS = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+# The kernel's trees: a file there is the running process's or the kernel's (/proc/self/environ is adopt's own
+# environment, not what systemd or compose would read on the GPU host), never an operator's env file.
+KERNEL_TREES = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def env_file_refusal(path: Path) -> str | None:
+    """Why ``path`` is not read as an env file (``EnvironmentFile=``, ``env_file:``, an ``--env-dir`` file, the
+    ``.env`` beside a compose file), worded to follow its name; None when it is a regular file outside the
+    kernel's trees, or missing (the caller says so in its own words). A symlink is judged by where it leads too."""
+    try:
+        seen = [Path(os.path.abspath(path)), path.resolve()]
+    except (OSError, RuntimeError):  # a symlink loop
+        return "is a symlink that leads nowhere"
+    for candidate in seen:
+        tree = next((tree for tree in KERNEL_TREES if candidate == tree or tree in candidate.parents), None)
+        if tree is not None:
+            return f"is under {tree}, the kernel's files, not an env file"
+    try:
+        kind = special_kind(path.stat().st_mode)
+    except (OSError, ValueError):
+        return None
+    return None if kind is None else f"is {kind}, not a regular file"
 
 
 def read_text(path: Path, what: str, fix: str) -> str:

@@ -24,27 +24,38 @@ MAX_SECRET_FILE_BYTES = 64 << 10
 PARTIAL_MIN_CHARS = 8
 _ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # What says "secret" in an environment variable, the one rule adopt (which writes a reference instead) and the fleet
-# loader's warning (docs/fleet.md, "Secrets") follow: its name (*KEY*, *TOKEN*, *SECRET*, *PASSWORD*: HF_TOKEN,
-# VLLM_API_KEY, DB_PASSWORD, AWS_SECRET_ACCESS_KEY) or its value's shape, whatever its name (a Hugging Face token, an
-# OpenAI-style key, a GitHub or Slack token, a URL with a password).
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-_SECRET_VALUE = re.compile(r"^(hf_[A-Za-z0-9]{6,}|sk-[A-Za-z0-9_-]{6,}|ghp_[A-Za-z0-9]{8,}|xox[abp]-[A-Za-z0-9-]{8,}"
-                           r"|[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]*@.*)$")
+# loader's warning (docs/fleet.md, "Secrets") follow: its name (*PASS*, *PWD*, *SECRET*, *TOKEN*, *KEY*,
+# *CREDENTIAL*, *PRIVATE*, an AUTH word, a *_DSN or connection string: HF_TOKEN, VLLM_API_KEY, PGPASS, PGPASSWORD,
+# MYSQL_PWD, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AZURE_CLIENT_SECRET, GOOGLE_APPLICATION_CREDENTIALS,
+# AZURE_STORAGE_CONNECTION_STRING, SENTRY_DSN) or its value's shape, whatever its name (a Hugging Face token, an
+# OpenAI-style key, a GitHub, Slack, AWS or Google key, a JWT, a PEM block, a URL with a password: DATABASE_URL,
+# REDIS_URL or MONGODB_URI carrying one).
+_SECRET_NAME = re.compile(r"PASS|PWD|SECRET|TOKEN|KEY|CREDENTIAL|PRIVATE|(?:^|_)AUTH(?:$|_)|AUTHORIZATION|(?:^|_)DSN$"
+                          r"|CONNECTION_STRING", re.IGNORECASE)
+# The shell's own working folders, which *PWD* would otherwise take for MYSQL_PWD's kind.
+_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+_SECRET_VALUE = re.compile(r"^(hf_[A-Za-z0-9]{6,}|sk-[A-Za-z0-9_-]{6,}|ghp_[A-Za-z0-9]{8,}|github_pat_[A-Za-z0-9_]{8,}"
+                           r"|xox[abp]-[A-Za-z0-9-]{8,}|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,}"
+                           r"|eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"  # a JWT: base64url header.payload.signature
+                           r"|[a-z][a-z0-9+.-]*://[^/@\s:]*:[^/@\s]*@.*)$", re.DOTALL)
+# A PEM block anywhere in a value (a key pasted into a multi-line variable), BEGIN line or body.
+_PEM = re.compile(r"-----BEGIN [A-Z0-9 ]*(?:PRIVATE KEY|CERTIFICATE|KEY)[A-Z0-9 ]*-----")
 # A name that says token but a value that is a switch or a small count is a setting, not a credential
 # (HF_HUB_DISABLE_TOKEN=1, MAX_TOKENS=4096); longer digit strings may be keys and stay secret.
 _SETTING_VALUE = re.compile(r"^(\d{1,6}|true|false|yes|no|on|off)?$", re.IGNORECASE)
 
 
 def secret_shaped(word: str) -> bool:
-    """A word shaped like a credential whatever names it (``hf_…``, ``sk-…``, a URL with a password)."""
-    return bool(_SECRET_VALUE.match(word.strip()))
+    """A word shaped like a credential whatever names it (``hf_…``, ``sk-…``, a JWT, a PEM block, a URL with a password)."""
+    return bool(_SECRET_VALUE.match(word.strip()) or _PEM.search(word))
 
 
 def looks_secret(name: str, value: str) -> bool:
     """Whether an environment variable given by value is a credential: the one rule of seatplan's."""
     if secret_shaped(value):
         return True
-    return bool(_SECRET_NAME.search(name)) and not _SETTING_VALUE.match(value.strip())
+    return (bool(_SECRET_NAME.search(name)) and name.upper() not in _NOT_SECRET_NAMES
+            and not _SETTING_VALUE.match(value.strip()))
 
 
 def check_environment_name(name: str, where: str) -> None:

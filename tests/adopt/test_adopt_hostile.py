@@ -427,8 +427,9 @@ def test_a_foreign_file_named_as_env_file_is_never_echoed(tmp_path, capsys, monk
     given = rng.choice([str(outside / "shadow"), "../etc/shadow"])
     done = adopt(folder, capsys, monkeypatch, "--compose", compose(folder, engine(tail=f"    env_file: [{given}]\n")))
     assert done.code == 0, done.err
+    read_as = folder / given  # as compose joins it (an absolute path stays itself)
     for number in range(1, len(lines) + 1):
-        assert f"{outside / 'shadow'}:{number}: not a KEY=value line" in done.err.replace("\n", " ")
+        assert f"{read_as}:{number}: not a KEY=value line" in done.err.replace("\n", " ")
     assert "$6$" not in done.out + done.err + done.text and ":20228:" not in done.out + done.err + done.text
     assert "is outside the compose file's folder" in done.err and "shadow" in done.err
 
@@ -468,3 +469,31 @@ def test_an_env_dir_entry_that_is_no_regular_file_is_named_in_a_warning(tmp_path
     assert f"{folder / 'pipe.env'} is a FIFO (named pipe), not a regular file: skipped" in said
     assert f"{folder / 'folder.env'} is a folder, not a regular file: skipped" in said
     assert f"{folder / 'dev.env'} is under /dev" in said
+
+
+@pytest.mark.parametrize("name", ["PGPASS", "MYSQL_PWD", "AWS_SESSION_TOKEN", "PEM", "JWT"])
+@pytest.mark.parametrize("through", ["EnvironmentFile=", "env_file:"])
+def test_a_secret_of_any_name_or_shape_is_referenced_never_copied(tmp_path, capsys, monkeypatch, name, through):
+    """Issue 48: PGPASS and MYSQL_PWD read through EnvironmentFile= or env_file: were copied by value into the fleet
+    (and from there the plan and the rendered env files). Now a reference, and a warning naming the line."""
+    value = {"PEM": "-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\\n-----END PRIVATE KEY-----",
+             "JWT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJzZWF0cGxhbiJ9.Zm9vYmFyYmF6cXV4"}.get(name, "Hunter2-" + name.lower() + "-9f3a")
+    key = {"PEM": "TLS_MATERIAL", "JWT": "GATEWAY_HEADER"}.get(name, name)
+    env_text = f"# the engine's\nOMP_NUM_THREADS=8\n{key}=\"{value}\"\n"
+    if through == "EnvironmentFile=":
+        units = tmp_path / "units"
+        units.mkdir()
+        (units / "a.env").write_text(env_text)
+        (units / "vllm-a.service").write_text("[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=0\nEnvironmentFile=/etc/vllm/a.env\n"
+                                              "ExecStart=/usr/bin/vllm serve /m --port 8006\n")
+        done, seat, file = adopt(tmp_path, capsys, monkeypatch, "--systemd", f"box={units}"), "vllm-a", units / "a.env"
+    else:
+        (tmp_path / "a.env").write_text(env_text)
+        done, seat, file = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, engine(tail="    env_file: [a.env]\n"))), "qwen", tmp_path / "a.env"
+    assert done.code == 0, done.err
+    assert done.seat(seat)["env"] == {"OMP_NUM_THREADS": "8", key: {"from_host_env": key}}
+    shown = value.replace("\\n", "\n")
+    for piece in (value, shown, "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC", "Hunter2", "Zm9vYmFyYmF6cXV4"):
+        assert piece not in done.out + done.err + done.text
+    said = done.err.replace("\n", " ")
+    assert f"{file}:3: {key} holds a secret" in said or f"{file}:3 (env_file): {key} holds a secret" in said, done.err

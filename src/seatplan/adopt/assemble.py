@@ -428,6 +428,8 @@ def _env(seat: _Seat, warnings: list[str]) -> Tree:
         elif looks_secret(key, value):
             env[key] = Noted({"from_host_env": key}, f"a secret, in {where}: not copied; export {key} on the GPU host "
                              "(or keep it in an env_files file there)")
+            warnings.append(f"{where}: {key} holds a secret (by its name or its value's shape): written as {key}: "
+                            f"{{from_host_env: {key}}}, not copied; export {key} on the GPU host before apply")
         elif seat_value_problem("env", {key: value}, engine="vllm") is not None:
             warnings.append(f"{where}: {key[:40]!r} is left out: an env file cannot carry its value (a quote or control character)")
         else:

@@ -130,13 +130,14 @@ def usage_command(
     resolved = resolve_source(source)
     require_records(resolved)
     rule = default_runaway_rule(runaway_tokens)
-    # None: the API reader's own default (usage.api.API_TIMEOUT_S), its one owner
-    timeout = {} if timeout_s is None else {"timeout_s": timeout_s}
+    from seatplan.usage.api import API_TIMEOUT_S  # the API reader's own default, its one owner
+
+    timeout = API_TIMEOUT_S if timeout_s is None else timeout_s
     with progress("reading the spend logs", enabled=not as_json):
         window, anchor = anchor_days(window, days, until, resolved,
                                      lambda: summarize_usage(resolved, Window(), seat_map, rule, key_env=key_env, key_file=key_file,
-                                                                     **timeout))
-        report = summarize_usage(resolved, window, seat_map, rule, key_env=key_env, key_file=key_file, **timeout)
+                                                                     timeout_s=timeout))
+        report = summarize_usage(resolved, window, seat_map, rule, key_env=key_env, key_file=key_file, timeout_s=timeout)
     report.window.days_counted_back_from = anchor
     require_calls(report)
     if output is not None:

@@ -67,6 +67,27 @@ seats:
 ([render.md](render.md): the env file's `SEATPLAN_ENV_FROM_HOST` and `SEATPLAN_ENV_FILES`).
 """
 
+EXTRA_ARGS = """## extra_args
+
+Every flag vLLM 0.32's server takes is classed by one table, `src/seatplan/engine/flag_memory.py`, by what it does
+to the GPU memory the plan sizes: it changes it and seatplan models it (`--block-size`, prefix caching,
+`--max-num-batched-tokens`, `--attention-backend`, YaRN's `--hf-overrides`, `--speculative-config`, `--enable-lora` and
+its slot flags, `--quantization fp8`, `--cpu-offload-gb`); it changes it and seatplan does not model it (expert, pipeline
+and context parallelism, KV connectors, CUDA graph sizes …); or it does not change it (server, API, logging, tokenizer,
+host-side caches). A seat whose `extra_args` hold a flag
+of the second class is refused at that flag's line, with the fix: the seat's key that models it (`--max-model-len` →
+`max_model_len`, `--enforce-eager` → `enforce_eager`, `--device-ids` → `pin`), or, for an engine the operator has
+measured, `engine: fixed` with its `memory_cap_bytes`. A value that leaves the memory as vLLM's default does is
+no refusal (`--load-format safetensors`, `-O2`, `--no-enable-expert-parallel`):
+
+```
+error: fleet.yaml:14: seats[0] (chat): extra_args --enable-expert-parallel: experts' weights per rank under expert parallelism; seatplan does not model it, so a plan would carry a figure known to be wrong
+fix: drop it from extra_args, or, to run it anyway, make the seat `engine: fixed` with the `memory_cap_bytes` you measured per GPU (docs/fleet.md)
+```
+
+`tests/engine/test_flag_memory.py` walks vLLM's own parser: a flag a newer vLLM adds fails it until it is classed.
+"""
+
 OUTRO = """## What the plan does with it
 
 For each vLLM seat: the context (`max_model_len`), the KV bytes, the output cap, the footprint at
@@ -81,6 +102,8 @@ SECTIONS = (  # (heading, JSON path of the object's schema, prefix of its keys)
     ("`hosts`", ("$defs", "HostSpec"), ""),
     ("`hosts[].gpus`", ("$defs", "GpuSpec"), "gpus[]."),
     ("`seats`", ("$defs", "SeatSpec"), ""),
+    ("`seats[].speculative`", ("$defs", "SpeculativeSpec"), "speculative."),
+    ("`seats[].lora`", ("$defs", "LoraSpec"), "lora."),
     ("`policy`", ("$defs", "Policy"), ""),
 )
 
@@ -158,6 +181,7 @@ def render() -> str:
                  f"{layout['description'][0].upper()}{layout['description'][1:]}: `seat name: GPU` (or a list of GPUs, "
                  "one per tensor-parallel rank). Among layouts with the same worst-case spare the plan picks the one "
                  "with fewer moves.\n")
+    parts.append(EXTRA_ARGS)
     parts.append(SECRETS)
     parts.append(OUTRO)
     return "\n".join(parts)

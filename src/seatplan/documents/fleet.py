@@ -179,6 +179,50 @@ class HostSpec(_Strict):
         return self.address or self.name
 
 
+class SpeculativeSpec(_Strict):
+    """A seat's speculative decoding, as vLLM's `--speculative-config` takes it (the plan writes that flag)."""
+
+    method: Literal["draft_model", "eagle", "eagle3", "mtp", "ngram", "ngram_gpu", "suffix"] | None = Field(
+        None, description="vLLM's method; unset: vLLM's inference (`ngram` for the model `ngram`, else a draft model)")
+    model: str | None = Field(None, description="the draft model or EAGLE head: a directory (relative to the fleet file) or "
+                              "Hugging Face id, read like `model`; none for ngram, suffix and mtp")
+    model_path_on_host: str | None = Field(None, description="what the engine is given as the draft on the GPU host, when it differs from `model`")
+    num_speculative_tokens: int = Field(ge=1, description="tokens proposed per step")
+    draft_tensor_parallel_size: int | None = Field(None, ge=1, description="1 or the seat's tensor_parallel_size (vLLM's default)")
+
+    @field_validator("model", "model_path_on_host")
+    @classmethod
+    def _words(cls, value: str | None) -> str | None:
+        if value is not None:
+            no_single_quote(repr(value), value)
+        return value
+
+
+class LoraAdapter(_Strict):
+    """One adapter the engine serves (`--lora-modules NAME=PATH`)."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]*$", description="the name clients ask for")
+    path: str = Field(min_length=1, description="the adapter's directory on the GPU host (or a Hugging Face id)")
+
+    @field_validator("path")
+    @classmethod
+    def _words(cls, value: str) -> str:
+        no_single_quote(repr(value), value)
+        return value
+
+
+class LoraSpec(_Strict):
+    """A seat's LoRA adapters (`--enable-lora`): vLLM allocates `max_loras` slots of `max_lora_rank` on the GPU at load,
+    for every module it wraps, whatever adapters are loaded."""
+
+    max_loras: int = Field(1, ge=1, description="adapters on the GPU at once (`--max-loras`, vLLM's default 1)")
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = Field(16, description="`--max-lora-rank`: the ranks vLLM 0.32 takes (vllm/config/lora.py:26), default 16")
+    max_cpu_loras: int | None = Field(None, ge=1, description="`--max-cpu-loras`: adapters cached in host memory (not the GPU's)")
+    adapters: list[LoraAdapter] = Field(default_factory=list, description="adapters to serve from the start (`--lora-modules`)")
+    target_modules: list[str] | None = Field(None, description="`--lora-target-modules`; unset: every module vLLM wraps")
+    lora_dtype: str = Field("auto", description="`--lora-dtype`; auto: the model's dtype")
+
+
 class SeatSpec(_Strict):
     """One engine ("seat"): a vLLM server, or a fixed non-vLLM process with a known memory cap."""
 
@@ -238,7 +282,12 @@ class SeatSpec(_Strict):
         None, pattern=r"^https?://[^\s'\"`$\\]+$",
         description="a fixed seat's health URL: the engines booted after it wait until it answers 200",
     )
-    extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given")
+    lora: LoraSpec | None = Field(None, description="LoRA adapters (`--enable-lora`): their GPU slots are counted in the seat's weights")
+    speculative: SpeculativeSpec | None = Field(None, description="speculative decoding (`--speculative-config`): a draft model's "
+                                                "weights and KV layers are counted with the seat's; ngram and suffix add none")
+    extra_args: list[str] = Field(default_factory=list, description="extra vLLM arguments, appended as given; a flag that changes the "
+                                  "memory and that seatplan does not model (`--enable-expert-parallel`, `--pipeline-parallel-size`, `--kv-transfer-config` …) "
+                                  "is refused at its line with its fix (docs/fleet.md, \"extra_args\")")
     env: dict[str, EnvValue] = Field(default_factory=dict, description="extra environment for the engine (the plan sets CUDA_VISIBLE_DEVICES); "
                                      "keys are POSIX names, values hold no single quote or control character; a secret is given by "
                                      "reference, `{from_host_env: NAME}`, never by value (docs/fleet.md, \"Secrets\")")

@@ -8,22 +8,25 @@ layout are the same wherever a seat's facts are loaded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from seatplan.documents.fleet import Device, Fleet, SeatSpec
-from seatplan.documents.fleet_file import eligible_gpus
+from seatplan.documents.fleet_file import eligible_gpus, resolve_model
 from seatplan.documents.plan import PlannedVllmSeat
+from seatplan.engine.flag_memory import refused_flags
 from seatplan.engine.parse import int_flag, parse_args, yarn_override_factor
 from seatplan.errors import SeatplanError
-from seatplan.facts.models import EngineSettings
+from seatplan.facts.models import NO_DRAFT_METHODS, EngineSettings, LoraSettings, SpeculativeSettings, speculative_method
 from seatplan.units import GiB
 
 __all__ = ["BatchDefaults", "EngineHost", "EngineLimits", "batch_limits", "engine_settings", "planned_engine_settings", "server_batch_defaults",
-           "usable_gpus"]
+           "speculative_config", "usable_gpus", "with_draft_located"]
 
 # vLLM's API-server batch defaults by GPU memory (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults):
 # 8192 tokens and 1024 sequences from 70 GiB (H100/H200 class), else 2048 and 256.
@@ -98,11 +101,42 @@ def usable_gpus(fleet: Fleet, seat: SeatSpec) -> list[tuple[str, int]]:
 
 
 def engine_settings(seat: SeatSpec, host: EngineHost, version: str) -> EngineSettings:
-    """The settings a fleet seat's engine starts with on this host at this vLLM version."""
+    """The settings a fleet seat's engine starts with on this host at this vLLM version. A flag of extra_args that
+    changes the memory and is not modelled (``engine.flag_memory``) is refused here too, for every stage that sizes
+    a fleet seat (``seatplan plan`` names its line first)."""
+    refused = refused_flags(seat.extra_args)
+    if refused:
+        raise SeatplanError(f"seat {seat.name}: {refused[0].message}", where=f"seat {seat.name}, extra_args {refused[0].flag}",
+                            fix=refused[0].fix)
     tokens = batch_limits(seat.max_num_seqs, seat.max_num_batched_tokens, host.gpu_total_bytes).max_num_batched_tokens
-    return _settings(tensor_parallel_size=seat.tensor_parallel_size, dtype=seat.dtype, kv_cache_dtype=seat.kv_cache_dtype,
-                     device=host.device, version=version, max_num_batched_tokens=tokens, extra_args=seat.extra_args,
-                     hf_overrides=None)
+    settings = _settings(tensor_parallel_size=seat.tensor_parallel_size, dtype=seat.dtype, kv_cache_dtype=seat.kv_cache_dtype,
+                         device=host.device, version=version, max_num_batched_tokens=tokens, extra_args=seat.extra_args,
+                         hf_overrides=None)
+    if seat.lora is not None:
+        if settings.lora is not None:
+            raise SeatplanError(f"seat {seat.name} gives LoRA twice: the `lora` key and --enable-lora in extra_args",
+                                where=f"seat {seat.name}, lora", fix="keep one: the `lora` key (the plan writes the flags)")
+        lora = seat.lora
+        settings = settings.model_copy(update={"lora": LoraSettings(
+            max_loras=lora.max_loras, max_lora_rank=lora.max_lora_rank, max_cpu_loras=lora.max_cpu_loras,
+            target_modules=tuple(lora.target_modules) if lora.target_modules else None, lora_dtype=lora.lora_dtype)})
+    if seat.speculative is None:
+        return settings
+    if settings.speculative is not None:
+        raise SeatplanError(f"seat {seat.name} gives speculative decoding twice: the `speculative` key and --speculative-config in extra_args",
+                            where=f"seat {seat.name}, speculative", fix="keep one: the `speculative` key (the plan writes the flag)")
+    spec = seat.speculative
+    return settings.model_copy(update={"speculative": SpeculativeSettings(
+        method=speculative_method(spec.method, spec.model), model=spec.model, num_speculative_tokens=spec.num_speculative_tokens,
+        draft_tensor_parallel_size=spec.draft_tensor_parallel_size)})
+
+
+def with_draft_located(settings: EngineSettings, base_dir: Path) -> EngineSettings:
+    """The settings with a speculative draft read like the seat's model: a directory relative to the fleet file, or a Hub id."""
+    draft = settings.speculative
+    if draft is None or not draft.model or draft.method in NO_DRAFT_METHODS:
+        return settings
+    return settings.model_copy(update={"speculative": draft.model_copy(update={"model": resolve_model(draft.model, base_dir)})})
 
 
 def planned_engine_settings(seat: PlannedVllmSeat, version: str) -> EngineSettings | None:
@@ -127,6 +161,74 @@ _SWITCH_FLAGS = {
 }
 
 
+# The flags of vLLM's features that _settings reads besides the KV-layout ones above (issue 47): speculative decoding,
+# LoRA's slots (max_cpu_loras is host memory, read for the record), online quantization and weight offload.
+FEATURE_FLAGS = frozenset({"--speculative-config", "--enable-lora", "--max-loras", "--max-lora-rank", "--lora-target-modules",
+                           "--lora-dtype", "--fully-sharded-loras", "--quantization", "--cpu-offload-gb"})
+
+# --speculative-config keys that change a draft's memory and that seatplan does not model
+_UNMODELLED_SPECULATIVE_KEYS = {"quantization": "the draft's own quantization", "enable_multimodal_draft": "a multimodal draft"}
+
+
+def speculative_config(text: str) -> SpeculativeSettings:
+    """``--speculative-config JSON`` as vLLM reads it (a JSON object: vllm/engine/arg_utils.py takes it as the
+    ``SpeculativeConfig`` fields), the fields that change the memory; a key that changes it and is not modelled is refused."""
+    fix = 'write it as one JSON object, e.g. {"method": "draft_model", "model": "DIR", "num_speculative_tokens": 2}, or use the seat\'s `speculative` key'
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    if not isinstance(document, dict):
+        raise SeatplanError(f"--speculative-config {text[:80]!r} is no JSON object", where="extra_args --speculative-config", fix=fix)
+    for key, why in _UNMODELLED_SPECULATIVE_KEYS.items():
+        if document.get(key):
+            raise SeatplanError(f"--speculative-config {key}: {why} changes the memory, and seatplan does not model it",
+                                where=f"extra_args --speculative-config {key}", fix="drop the key, or run the seat as `engine: fixed` with "
+                                "the memory_cap_bytes you measured")
+    method, model = document.get("method"), document.get("model")
+    tokens = document.get("num_speculative_tokens")
+    draft_tp = document.get("draft_tensor_parallel_size")
+    try:
+        return SpeculativeSettings(method=speculative_method(method if isinstance(method, str) else None, model if isinstance(model, str) else None),
+                                   model=model, num_speculative_tokens=tokens if tokens is not None else 1, draft_tensor_parallel_size=draft_tp)
+    except ValidationError as problem:
+        first = problem.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise SeatplanError(f"--speculative-config {field}: {first['msg'].lower()}", where=f"extra_args --speculative-config {field}", fix=fix) from None
+
+
+def _offload_bytes(text: str) -> int:
+    """``--cpu-offload-gb`` (a float of GiB) as the bytes vLLM offloads at most (vllm/model_executor/offloader/base.py:174)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1 << 20:
+        raise SeatplanError(f"--cpu-offload-gb {text[:40]!r} is no size in GiB", where="extra_args --cpu-offload-gb",
+                            fix="give the GiB of weights to keep in host memory, e.g. --cpu-offload-gb 4")
+    return int(value * 1024**3)
+
+
+def _lora_of_flags(flags: Mapping[str, str | None]) -> LoraSettings:
+    """``--enable-lora`` and the flags beside it (each only counts with it: vLLM builds no LoRA config without)."""
+    fields: dict[str, Any] = {}
+    for flag, field in (("--max-loras", "max_loras"), ("--max-lora-rank", "max_lora_rank"), ("--max-cpu-loras", "max_cpu_loras")):
+        value = int_flag(flags, flag)
+        if value is not None:
+            fields[field] = value
+    if flags.get("--lora-target-modules"):
+        fields["target_modules"] = tuple((flags["--lora-target-modules"] or "").split())
+    if flags.get("--lora-dtype"):
+        fields["lora_dtype"] = flags["--lora-dtype"]
+    fields["fully_sharded"] = "--fully-sharded-loras" in flags
+    try:
+        return LoraSettings(**fields)
+    except ValidationError as problem:
+        first = problem.errors()[0]
+        raise SeatplanError(f"the LoRA setting {first['loc'][0]} {first['msg'].lower()}", where=f"extra_args --{str(first['loc'][0]).replace('_', '-')}",
+                            fix="fix the flag in the seat's extra_args (or use the seat's `lora` key)") from None
+
+
 def _settings(*, tensor_parallel_size: int, dtype: str, kv_cache_dtype: str, device: Device, version: str,
               max_num_batched_tokens: int, extra_args: Sequence[str], hf_overrides: Mapping[str, Any] | None) -> EngineSettings:
     fields: dict[str, Any] = {"tensor_parallel_size": tensor_parallel_size, "dtype": dtype, "kv_cache_dtype": kv_cache_dtype,
@@ -139,6 +241,14 @@ def _settings(*, tensor_parallel_size: int, dtype: str, kv_cache_dtype: str, dev
             fields[field] = value
     fields.update({field: flags[flag] for flag, field in _TEXT_FLAGS.items() if flags.get(flag)})
     fields.update({field: value for flag, (field, value) in _SWITCH_FLAGS.items() if flag in flags})
+    if flags.get("--speculative-config"):
+        fields["speculative"] = speculative_config(flags["--speculative-config"] or "")
+    if "--enable-lora" in flags:
+        fields["lora"] = _lora_of_flags(flags)
+    if flags.get("--quantization"):
+        fields["quantization"] = flags["--quantization"]
+    if flags.get("--cpu-offload-gb"):
+        fields["cpu_offload_bytes"] = _offload_bytes(flags["--cpu-offload-gb"] or "")
     yarn_factor = yarn_override_factor(hf_overrides if hf_overrides is not None else flags.get("--hf-overrides"))
     if yarn_factor is not None:
         fields.update(enable_yarn=True, yarn_factor=yarn_factor)

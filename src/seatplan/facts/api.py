@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from seatplan.errors import SeatplanError
-from seatplan.facts import architecture, context, hub_record, kv_cache, reader, weights
+from seatplan.facts import architecture, context, hub_record, kv_cache, lora, reader, speculative, weights
 from seatplan.facts import layout as kv_layout
-from seatplan.facts.models import EngineSettings, ModelFacts, ModelShape, YarnOption
+from seatplan.facts.models import EngineSettings, LoraFacts, ModelFacts, ModelShape, SpeculativeFacts, YarnOption
+from seatplan.facts.settings import MTP_METHOD
 from seatplan.hub_names import parse_hub_id
 from seatplan.units import MAX_PLAUSIBLE_BYTES
 
@@ -184,10 +185,30 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
     dtype_name, dtype_bytes = resolve_model_dtype(settings.dtype, layout.config_dtype, quant, source)
     kv_name, kv_bytes = resolve_kv_dtype(settings.kv_cache_dtype, dtype_name, dtype_bytes, quant)
     specs, notes = kv_layout.build_specs(layout, settings, kv_bytes, dtype_bytes)
+    draft = None
+    if settings.speculative is not None and specs:
+        # the draft's layers join the target's in one KV budget, grouped as vLLM groups them (facts.speculative)
+        if settings.speculative.method == MTP_METHOD:
+            draft = speculative.mtp_part(settings.speculative, layout, specs, model_dir, settings, dtype_bytes)
+        else:
+            draft = speculative.draft_part(settings.speculative, settings, specs[0].block_size, kv_bytes, dtype_bytes, locate)
+        specs = specs + draft.specs
+        notes = notes + draft.notes
     plan = kv_cache.group_layers(specs, settings)
     limits = context.context_limits(layout.text_config, settings.version, settings.enable_yarn, settings.yarn_factor,
                                     source)
-    weight_result = weights.weights(model_dir, layout, settings.tensor_parallel_size, dtype_bytes)
+    weight_result = _gpu_weights(weights.weights(model_dir, layout, settings.tensor_parallel_size, dtype_bytes), model_dir, layout,
+                                 settings, quant, dtype_bytes)
+    draft_weights = draft.weights_bytes if draft is not None else 0
+    shape = _shape(layout)
+    lora_facts = None
+    if settings.lora is not None:
+        lora_name, lora_bytes = (dtype_name, dtype_bytes) if settings.lora.lora_dtype == "auto" else resolve_model_dtype(
+            settings.lora.lora_dtype, None, None, "--lora-dtype")
+        slots = lora.lora_part(settings.lora, shape, settings.tensor_parallel_size, lora_bytes)
+        lora_facts = LoraFacts(max_loras=settings.lora.max_loras, max_lora_rank=settings.lora.max_lora_rank, lora_dtype=lora_name,
+                               modules=list(slots.modules), slot_bytes=slots.slot_bytes, per_module_bytes=slots.per_module_bytes)
+    lora_weights = lora_facts.slot_bytes if lora_facts is not None else 0
     facts = ModelFacts(
         model=str(model),
         model_dir=str(model_dir),
@@ -204,16 +225,21 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
         bytes_per_block=plan.bytes_per_block,
         layer_groups=plan.groups,
         padding_layers=plan.padding_layers,
-        weights_bytes=weight_result.per_rank_bytes,
+        weights_bytes=weight_result.per_rank_bytes + draft_weights + lora_weights,
         weights_total_bytes=weight_result.total_bytes,
-        weights_exact=weight_result.exact,
-        weights_source=weight_result.source,
+        weights_exact=weight_result.exact and (draft is None or draft.weights_exact),
+        weights_source=weight_result.source,  # the model's own; a draft's and LoRA's are in their parts
         weights_stored_bytes=weight_result.stored_per_rank_bytes,
         weights_rule=weight_result.rule,
         max_context_derived=limits.derived,
         max_context_default=limits.default,
         max_context_published=limits.published,
-        shape=_shape(layout),
+        shape=shape,
+        lora=lora_facts,
+        speculative=None if draft is None else SpeculativeFacts(
+            method=draft.method, model=draft.model, num_speculative_tokens=draft.num_speculative_tokens,
+            tensor_parallel_size=draft.tensor_parallel_size, num_layers=len(draft.specs), kv_bytes_per_token=draft.kv_bytes_per_token,
+            weights_bytes=draft.weights_bytes, weights_exact=draft.weights_exact, weights_source=draft.weights_source),
         generation_defaults=_generation_defaults(model_dir),
         notes=notes + plan.notes,
     )
@@ -229,6 +255,30 @@ def _compute(model: str | Path, model_dir: Path, config: dict[str, Any], source:
         )
         facts = facts.model_copy(update={"yarn": yarn})
     return facts
+
+
+def _gpu_weights(loaded: weights.WeightsResult, model_dir: Path, layout: architecture.ModelLayout, settings: EngineSettings,
+                 quant: dict[str, Any] | None, dtype_bytes: int) -> weights.WeightsResult:
+    """The weights one rank holds on the GPU under ``--quantization`` and ``--cpu-offload-gb`` (issue 47)."""
+    method = (settings.quantization or "").lower()
+    if method:
+        stored = str((quant or {}).get("quant_method", "")).lower()
+        if quant is None and method == "fp8":
+            loaded = weights.online_fp8(model_dir, layout, settings.tensor_parallel_size, loaded, dtype_bytes)
+        elif quant is None or not (method == stored or method.startswith(stored + "_") or method.removesuffix("_marlin") == stored):
+            raise SeatplanError(
+                f"--quantization {settings.quantization} on a checkpoint {'quantized with ' + stored if quant else 'that is not quantized'}: "
+                "seatplan models only fp8 of an unquantized checkpoint and the checkpoint's own method",
+                where="extra_args --quantization", fix="drop the flag, or run the seat as `engine: fixed` with the memory_cap_bytes you measured")
+    if settings.cpu_offload_bytes and settings.device == "cuda":
+        # vLLM moves whole parameters of the decoder layers to host memory, layer by layer, until the budget is reached
+        # (vllm/model_executor/offloader/uva.py:74-121): at least the budget leaves the GPU, at most one parameter more.
+        # On a CPU engine the parameters are in host memory already (uva.py:81-82): nothing moves.
+        on_gpu = max(0, loaded.per_rank_bytes - settings.cpu_offload_bytes)
+        loaded = weights.WeightsResult(loaded.total_bytes, on_gpu, False, loaded.source, loaded.stored_per_rank_bytes,
+                                       f"{loaded.rule}; --cpu-offload-gb keeps {settings.cpu_offload_bytes:,} B of it in host memory "
+                                       "(at least that much leaves the GPU, at most one parameter more)")
+    return loaded
 
 
 def model_files_sha256(model_dir: str | Path) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from seatplan.clihelp import WIDE, add_command
-from seatplan.numeric_options import count_option, size_option, tokens_option
+from seatplan.numeric_options import count_option, number_option, size_option, tokens_option
 from seatplan.versions import DEFAULT_VLLM_VERSION
 
 
@@ -45,6 +45,16 @@ def model_command(
                                            help="cpu only: AMX CPU (MLA block 128) or not (16); default: this machine."),
     cpu_avx512_bf16: bool | None = typer.Option(None, "--cpu-avx512-bf16/--no-cpu-avx512-bf16",
                                                 help="cpu only: AVX512-BF16 CPU (SSM state in float32) or not; default: this machine."),
+    speculative: str | None = typer.Option(None, "--speculative", metavar="DRAFT",
+                                           help="Speculative decoding: a draft model (directory or ORG/NAME), or ngram."),
+    speculative_method: str | None = typer.Option(None, "--speculative-method",
+                                                  help="draft_model, eagle, eagle3, ngram, suffix (default: vLLM's inference)."),
+    num_speculative_tokens: int = typer.Option(2, "--num-speculative-tokens", parser=count_option("--num-speculative-tokens", maximum=64, example="2"),
+                                               help="Tokens the speculator proposes per step."),
+    lora: str | None = typer.Option(None, "--lora", metavar="RANKxN", help="LoRA slots: max_lora_rank x max_loras, e.g. 64x4."),
+    quantization: str | None = typer.Option(None, "--quantization", help="As vLLM's flag; fp8 of a 16-bit checkpoint quantizes online."),
+    cpu_offload_gb: float = typer.Option(0.0, "--cpu-offload-gb", parser=number_option("--cpu-offload-gb", minimum=0.0, maximum=1 << 20, example="4"),
+                                         help="As vLLM's flag: GiB of weights kept in host memory."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document on stdout."),
     wide: bool = WIDE,
 ) -> None:
@@ -61,6 +71,8 @@ def model_command(
         async_scheduling=async_scheduling, enable_yarn=enable_yarn, max_model_len=length, cpu_amx=cpu_amx,
         cpu_avx512_bf16=cpu_avx512_bf16,
         attention_backend=attention_backend,
+        speculative=_speculative(speculative, speculative_method, num_speculative_tokens),
+        lora=_lora(lora), quantization=quantization, cpu_offload_bytes=int(cpu_offload_gb * 1024**3),
     )
     from seatplan.facts.api import load_model_facts
     from seatplan.facts.document import model_document
@@ -81,6 +93,35 @@ OPTION_NAMES = {
     "tensor_parallel_size": "--tp", "block_size": "--block-size", "vllm_version": "--vllm-version",
     "max_num_batched_tokens": "--max-num-batched-tokens", "max_model_len": "--max-model-len",
 }
+
+
+def _speculative(draft: str | None, method: str | None, tokens: int):
+    """``--speculative DRAFT`` (and its method and tokens) as the settings' speculative config; None without one."""
+    from seatplan.facts.models import SpeculativeSettings, speculative_method
+
+    if draft is None and method is None:
+        return None
+    model = None if draft in (None, "ngram") else draft
+    return SpeculativeSettings(method=speculative_method(method, draft), model=model, num_speculative_tokens=tokens)
+
+
+def _lora(text: str | None):
+    """``--lora RANKxN`` (``64x4``, ``64×4``) as the settings' LoRA slots; None without it."""
+    from seatplan.errors import SeatplanError
+    from seatplan.facts.models import LoraSettings
+    from seatplan.units import whole_number
+
+    if text is None:
+        return None
+    rank, _, count = text.replace("×", "x").lower().partition("x")
+    rank_value, count_value = whole_number(rank, minimum=1, maximum=512), whole_number(count, minimum=1, maximum=1024)
+    if rank_value is None or count_value is None:
+        raise SeatplanError(f"--lora {text!r} is not RANKxN", where="--lora", fix="give the LoRA rank and the slots, e.g. --lora 64x4")
+    try:
+        return LoraSettings(max_lora_rank=rank_value, max_loras=count_value)
+    except ValueError:
+        raise SeatplanError(f"--lora {text!r}: rank {rank_value} is none vLLM takes", where="--lora",
+                            fix="use a rank of 1, 8, 16, 32, 64, 128, 256, 320 or 512") from None
 
 
 def _settings(**values):

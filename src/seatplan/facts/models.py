@@ -14,10 +14,11 @@ from pydantic import BaseModel
 from seatplan.facts import kv_cache
 from seatplan.facts.kv_cache import KvCapacity
 from seatplan.facts.kv_specs import LayerGroup
-from seatplan.facts.settings import EngineSettings, parse_vllm_version
+from seatplan.facts.settings import NO_DRAFT_METHODS, EngineSettings, LoraSettings, SpeculativeSettings, parse_vllm_version, speculative_method
 
 # The facts stage's public documents (with facts.api): other stages import these names from here.
-__all__ = ["EngineSettings", "KvCapacity", "LayerGroup", "ModelFacts", "ModelShape", "YarnOption", "parse_vllm_version"]
+__all__ = ["NO_DRAFT_METHODS", "EngineSettings", "KvCapacity", "LayerGroup", "LoraFacts", "LoraSettings", "ModelFacts", "ModelShape",
+           "SpeculativeFacts", "SpeculativeSettings", "YarnOption", "parse_vllm_version", "speculative_method"]
 
 
 class YarnOption(BaseModel):
@@ -50,6 +51,31 @@ class ModelShape(BaseModel):
     active_params: int
 
 
+class SpeculativeFacts(BaseModel):
+    """What speculative decoding adds per GPU (``facts.speculative``): the draft's layers, KV and weights."""
+
+    method: str
+    model: str | None = None
+    num_speculative_tokens: int
+    tensor_parallel_size: int = 1
+    num_layers: int = 0  # the draft's KV layers, joined to the target's in the KV cache groups
+    kv_bytes_per_token: int = 0
+    weights_bytes: int = 0  # per rank, as loaded; already inside ModelFacts.weights_bytes
+    weights_exact: bool = True
+    weights_source: str = ""
+
+
+class LoraFacts(BaseModel):
+    """The LoRA slots vLLM allocates per GPU at load (``facts.lora``), already inside ``ModelFacts.weights_bytes``."""
+
+    max_loras: int
+    max_lora_rank: int
+    lora_dtype: str
+    modules: list[str]
+    slot_bytes: int
+    per_module_bytes: dict[str, int]
+
+
 class ModelFacts(BaseModel):
     """Everything seatplan knows about one model under one set of engine settings (per GPU)."""
 
@@ -68,7 +94,7 @@ class ModelFacts(BaseModel):
     bytes_per_block: int
     layer_groups: list[LayerGroup]
     padding_layers: int = 0
-    weights_bytes: int  # per rank, as loaded (weights_rule says how)
+    weights_bytes: int  # per rank, as loaded (weights_rule says how); a speculative draft's and LoRA's slots included
     weights_total_bytes: int
     weights_exact: bool
     weights_source: str
@@ -78,6 +104,8 @@ class ModelFacts(BaseModel):
     max_context_default: int
     max_context_published: int | None
     yarn: YarnOption | None = None
+    speculative: SpeculativeFacts | None = None
+    lora: LoraFacts | None = None
     shape: ModelShape
     generation_defaults: dict[str, Any] = {}
     notes: list[str] = []

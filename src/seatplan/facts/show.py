@@ -61,6 +61,17 @@ def print_breakdown(facts: ModelFacts, document: dict[str, Any], wide: bool = Fa
     rows.append(("weights per GPU", f"{human_bytes(facts.weights_bytes)} as loaded ({escape(facts.weights_rule)}); "
                  f"{human_bytes(facts.weights_stored_bytes or facts.weights_bytes)} as stored ({escape(source)}); "
                  f"{facts.shape.total_params / 1e9:.2f}B params, {facts.shape.active_params / 1e9:.2f}B active"))
+    if facts.speculative is not None:
+        draft = facts.speculative
+        rows.append((f"speculative ({draft.method})",
+                     f"{escape(draft.model or 'no draft model')}: {draft.num_layers} layer(s) joining the KV groups, "
+                     f"{draft.kv_bytes_per_token:,} of the {facts.kv_bytes_per_token:,} B of KV per token; "
+                     f"{human_bytes(draft.weights_bytes)} of draft weights per GPU (TP {draft.tensor_parallel_size}), "
+                     f"{draft.num_speculative_tokens} token(s) a step"))
+    if facts.lora is not None:
+        lora = facts.lora
+        rows.append(("LoRA slots", f"{human_bytes(lora.slot_bytes)} per GPU: {lora.max_loras} × rank {lora.max_lora_rank} "
+                     f"({lora.lora_dtype}) over {', '.join(lora.modules)}; inside the weights above"))
     published = f"{facts.max_context_published:,}" if facts.max_context_published else "unknown"
     rows.append(("context", f"derived {facts.max_context_derived:,}, default {facts.max_context_default:,}, published {published}"))
     if facts.yarn:

@@ -183,15 +183,43 @@ def _safetensors_files(model_dir: Path) -> tuple[list[Path], dict[str, Any] | No
     return (files if all(path.exists() for path in files) else []), None, None
 
 
+def mtp_layer_count(layout: ModelLayout) -> int:
+    """The MTP layers a checkpoint carries after its decoder layers (``num_nextn_predict_layers``, vLLM's key)."""
+    return count_field(layout.text_config, ("num_nextn_predict_layers",), layout.source)
+
+
+def is_mtp_tensor(name: str, layout: ModelLayout) -> bool:
+    """A tensor of an MTP layer, which the main model skips as it loads (vLLM 0.32 vllm/model_executor/models/utils.py:575-601,
+    ``get_spec_layer_idx_from_weight_name``: ``model.layers.{num_hidden_layers + i}.``; Qwen3-Next's ``mtp.``, qwen3_next.py:823)."""
+    if name.startswith("mtp."):
+        return True
+    count = mtp_layer_count(layout)
+    if not count:
+        return False
+    base = count_field(layout.text_config, ("num_hidden_layers",), layout.source)
+    prefixes = tuple(f"{root}layers.{base + i}." for i in range(count) for root in ("model.", "", "model.language_model."))
+    return name.startswith(prefixes)
+
+
 def weights(model_dir: Path, layout: ModelLayout, tp: int, model_dtype_bytes: int,
-            mxfp4_backend: str = DEFAULT_MXFP4_BACKEND) -> WeightsResult:
+            mxfp4_backend: str = DEFAULT_MXFP4_BACKEND, mtp: bool = False) -> WeightsResult:
+    """The weights one rank holds: the main model's (its MTP layers left out, as vLLM's loader skips them), or with
+    ``mtp`` those MTP layers only (what the MTP speculator loads)."""
     files, index, index_path = _safetensors_files(model_dir)
     if files:
-        tensors = [tensor for path in files for tensor in read_safetensors_header(path)]
+        tensors = [tensor for path in files for tensor in read_safetensors_header(path) if is_mtp_tensor(tensor.name, layout) == mtp]
+        if mtp and not tensors:
+            files = []  # the checkpoint's headers name no MTP tensor: estimate them below
+    if mtp and not files:
+        per_layer = estimate_weights(layout, tp, model_dtype_bytes).per_rank_bytes / max(1, len(layout.layers))
+        count = mtp_layer_count(layout)
+        return WeightsResult(math.ceil(per_layer * count), math.ceil(per_layer * count), False,
+                             f"estimated: {count} MTP layer(s) at the decoder's average layer", math.ceil(per_layer * count))
+    if files:
         total = sum(tensor.nbytes for tensor in tensors)
         per_rank = round(sum(tensor_bytes_on_rank(tensor, layout, tp) for tensor in tensors))
-        return as_loaded(WeightsResult(total, per_rank, True, f"safetensors headers ({len(files)} files)", per_rank),
-                         layout, tp, mxfp4_backend)
+        result = WeightsResult(total, per_rank, True, f"safetensors headers ({len(files)} files)" + (", MTP layers" if mtp else ""), per_rank)
+        return result if mtp else as_loaded(result, layout, tp, mxfp4_backend)
     estimate = estimate_weights(layout, tp, model_dtype_bytes)
     total_size = (index or {}).get("metadata", {}).get("total_size") if isinstance((index or {}).get("metadata"), dict) else None
     if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size > MAX_PLAUSIBLE_BYTES:
@@ -416,3 +444,36 @@ def parameter_totals(layout: ModelLayout) -> tuple[int, int]:
     total = (counts.embedding + counts.lm_head + counts.linear + counts.experts + counts.kv_proj
              + counts.replicated + counts.vision)
     return total, total - counts.experts + counts.active_experts
+
+
+# --quantization fp8 on a checkpoint that is not quantized: vLLM quantizes each linear layer's weight to fp8 as it
+# loads it (vllm/model_executor/layers/quantization/fp8.py, the online Fp8LinearMethod/Fp8MoEMethod: one byte per
+# value and one float32 scale per checkpoint tensor); embeddings, the LM head, norms and MoE routers (built without a
+# quant config) keep the model dtype.
+FP8_KEPT_MARKERS = ("embed", "lm_head", "norm", "router", "mlp.gate.", "shared_expert_gate", "visual", "vision")
+
+
+def _online_fp8_tensor(tensor: TensorInfo) -> bool:
+    name = tensor.name.lower()
+    return (len(tensor.shape) >= 2 and name.endswith("weight") and tensor.dtype in ("BF16", "F16", "F32")
+            and not any(marker in name for marker in FP8_KEPT_MARKERS))
+
+
+def online_fp8(model_dir: Path, layout: ModelLayout, tp: int, stored: WeightsResult, model_dtype_bytes: int) -> WeightsResult:
+    """The weights one rank holds under ``--quantization fp8`` of an unquantized checkpoint."""
+    files, _, _ = _safetensors_files(model_dir)
+    if files:
+        tensors = [tensor for path in files for tensor in read_safetensors_header(path)]
+        per_rank = 0.0
+        for tensor in tensors:
+            share = tensor_bytes_on_rank(tensor, layout, tp)
+            per_rank += share / DTYPE_BYTES[tensor.dtype] + 4 if _online_fp8_tensor(tensor) else share
+        return WeightsResult(stored.total_bytes, round(per_rank), stored.exact, stored.source, stored.stored_per_rank_bytes,
+                             "online fp8 (--quantization fp8): linear weights one byte per value and a float32 scale each; "
+                             "embeddings, LM head, norms and routers in the model dtype")
+    counts = count_params(layout)
+    quantizable = (counts.linear + counts.experts) / tp + counts.kv_proj * (max(1, layout.num_kv_heads // tp) / layout.num_kv_heads
+                                                                               if layout.num_kv_heads else 1 / tp)
+    saved = quantizable * (model_dtype_bytes - 1)
+    return WeightsResult(stored.total_bytes, math.ceil(stored.per_rank_bytes - saved), False, stored.source, stored.stored_per_rank_bytes,
+                         "online fp8 (--quantization fp8), estimated from config.json: linear weights one byte per value")

@@ -3,10 +3,11 @@ runner-ups, the frontier and, when nothing fits, why."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from typing import Any
 
-from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec
+from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
 from seatplan.documents.launch import ByUtilisation, KvSizing, Pinned, Utilisation, VllmLaunch, model_and_revision
 from seatplan.documents.plan import (
@@ -25,6 +26,7 @@ from seatplan.documents.plan import (
     ShortSeat,
 )
 from seatplan.engine.command import engine_command, unsupported_flags
+from seatplan.facts.models import NO_DRAFT_METHODS, speculative_method
 from seatplan.plan import utilisation
 from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label
 from seatplan.plan.size_seat import GpuKey, SizedSeat
@@ -81,8 +83,40 @@ def vllm_launch(seat: SizedSeat, chosen: utilisation.UtilisationChoice) -> VllmL
         tensor_parallel_size=spec.tensor_parallel_size, max_model_len=seat.max_model_len, kv=kv,
         max_num_seqs=seat.limits.max_num_seqs, max_num_batched_tokens=seat.limits.max_num_batched_tokens,
         dtype=spec.dtype, kv_cache_dtype=spec.kv_cache_dtype, enforce_eager=spec.enforce_eager, max_new_tokens=seat.max_new_tokens,
-        hf_overrides=seat.hf_overrides, extra_args=list(spec.extra_args),
+        hf_overrides=seat.hf_overrides, extra_args=lora_args(spec) + speculative_args(spec) + list(spec.extra_args),
     )
+
+
+def lora_args(spec: SeatSpec) -> list[str]:
+    """The seat's ``lora`` key as vLLM's flags."""
+    lora = spec.lora
+    if lora is None:
+        return []
+    args = ["--enable-lora", "--max-loras", str(lora.max_loras), "--max-lora-rank", str(lora.max_lora_rank)]
+    if lora.max_cpu_loras is not None:
+        args += ["--max-cpu-loras", str(lora.max_cpu_loras)]
+    if lora.target_modules:
+        args += ["--lora-target-modules", *lora.target_modules]
+    if lora.lora_dtype != "auto":
+        args += ["--lora-dtype", lora.lora_dtype]
+    if lora.adapters:
+        args += ["--lora-modules", *(f"{adapter.name}={adapter.path}" for adapter in lora.adapters)]
+    return args
+
+
+def speculative_args(spec: SeatSpec) -> list[str]:
+    """The seat's ``speculative`` key as vLLM's ``--speculative-config`` (its method spelled out as seatplan read it)."""
+    speculative = spec.speculative
+    if speculative is None:
+        return []
+    model = speculative.model_path_on_host or speculative.model
+    config: dict[str, object] = {"method": speculative_method(speculative.method, model)}
+    if model and config["method"] not in NO_DRAFT_METHODS:
+        config["model"] = model
+    config["num_speculative_tokens"] = speculative.num_speculative_tokens
+    if speculative.draft_tensor_parallel_size is not None:
+        config["draft_tensor_parallel_size"] = speculative.draft_tensor_parallel_size
+    return ["--speculative-config", json.dumps(config)]
 
 
 def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSeat], result: PlacementResult, inputs: PlanInputs) -> Plan:

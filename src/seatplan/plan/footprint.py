@@ -10,7 +10,7 @@ replace the estimated parts; a ``fixed`` seat costs its declared cap.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
@@ -69,6 +69,9 @@ class Weights:
     bytes_per_gpu: int
     exact: bool
     source: str
+    inputs: dict[str, int | float | str | bool | None] = field(default_factory=dict)  # its parts (a draft, LoRA slots …)
+    draft_bytes: int = 0  # of which a speculative draft's weights
+    lora_bytes: int = 0  # of which LoRA's slots
 
 
 @dataclass(frozen=True)
@@ -245,8 +248,10 @@ def vllm_footprint(
             name="weights",
             bytes=weights.bytes_per_gpu,
             basis="exact" if weights.exact else "estimate",
-            inputs={"tensor_parallel_size": tensor_parallel_size, "source": weights.source},
-            note="per GPU, " + weights.source,
+            inputs={"tensor_parallel_size": tensor_parallel_size, "source": weights.source} | weights.inputs,
+            note="per GPU, " + weights.source + "".join(
+                f"; with {what} ({human_bytes(size)})" for size, what in
+                ((weights.draft_bytes, "the speculative draft's weights"), (weights.lora_bytes, "the LoRA slots")) if size),
         )
     )
     parts.append(activation_part(shape, limits, tensor_parallel_size, profile))

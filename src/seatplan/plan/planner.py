@@ -21,6 +21,7 @@ from seatplan.documents.plan import (
 )
 from seatplan.documents.usage import UsageReport, usage_of_seat
 from seatplan.engine.change import seat_change
+from seatplan.engine.flag_memory import refused_flags
 from seatplan.errors import SeatplanError
 from seatplan.plan import footprint as fp
 from seatplan.plan import observed_check
@@ -47,6 +48,7 @@ def build_plan(
     current: CurrentLayout | None = None,
 ) -> Plan:
     require_ports(loaded)
+    require_modelled_flags(loaded)
     require_cuda_sizes(loaded)
     fleet, corrected = with_gpu_corrections(with_current(loaded.fleet, current), observed)
     gpus = gpu_table(fleet)
@@ -127,6 +129,24 @@ def secret_value_warnings(loaded: LoadedFleet) -> list[str]:
                                 f"given by value; give it by reference, `{key}: {{from_host_env: {key}}}` (set on the GPU host), or in a root-only "
                                 "file listed in the seat's env_files (docs/fleet.md, \"Secrets\")")
     return warnings
+
+
+def require_modelled_flags(loaded: LoadedFleet) -> None:
+    """Refuse a vLLM seat whose extra_args hold a flag that changes the memory and that seatplan does not model
+    (``engine.flag_memory``, issue 47): a plan would carry a figure known to be wrong. Every such flag is named at
+    its line, the first with its fix."""
+    found = [(position, seat, refused) for position, seat in enumerate(loaded.fleet.seats) if seat.engine == "vllm"
+             for refused in refused_flags(seat.extra_args)]
+    if not found:
+        return
+
+    def where(position: int, position_in_args: int | None) -> str:
+        return loaded.where(("seats", position, "extra_args") + ((position_in_args,) if position_in_args is not None else ()))
+
+    position, seat, first = found[0]
+    others = "".join(f"\n  {where(other_position, other.position)}: seats[{other_position}] ({other_seat.name}): {other.message} "
+                     f"(fix: {other.fix})" for other_position, other_seat, other in found[1:])
+    raise SeatplanError(f"seats[{position}] ({seat.name}): {first.message}{others}", where=where(position, first.position), fix=first.fix)
 
 
 def require_cuda_sizes(loaded: LoadedFleet) -> None:

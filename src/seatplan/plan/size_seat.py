@@ -13,7 +13,7 @@ from seatplan.documents.fleet_file import allowed_gpus, resolve_model
 from seatplan.documents.observed import ObservedFootprints, ObservedSeat
 from seatplan.documents.plan import ExplanationLine, KvReplayReading, Lever, SeatObservation
 from seatplan.documents.usage import UsageReport, usage_of_seat
-from seatplan.engine.settings import EngineHost, EngineLimits, batch_limits, engine_settings, usable_gpus
+from seatplan.engine.settings import EngineHost, EngineLimits, batch_limits, engine_settings, usable_gpus, with_draft_located
 from seatplan.errors import SeatplanError
 from seatplan.facts.api import load_model_facts, model_files_sha256
 from seatplan.facts.models import EngineSettings, ModelFacts
@@ -97,7 +97,7 @@ def size_seat(
     seat_device(fleet, usable, seat)  # refuses a seat that could land on both kinds of host
     host = EngineHost.of(fleet, usable)
     limits = batch_limits(seat.max_num_seqs, seat.max_num_batched_tokens, host.gpu_total_bytes)
-    settings = engine_settings(seat, host, fleet.policy.vllm_version)
+    settings = with_draft_located(engine_settings(seat, host, fleet.policy.vllm_version), base_dir)
     assert seat.model is not None  # fleet checks guarantee it
     facts = facts_loader(resolve_model(seat.model, base_dir), settings)
 
@@ -136,7 +136,7 @@ def size_seat(
         sized.hf_overrides = sizing.yarn_overrides(context.yarn, fleet.policy.vllm_version)
         if context.yarn.needs_long_max_model_len_env:
             sized.extra_env["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
-    sized.lines += context.lines + kv.lines + cap.lines + inflight_lines + replay.lines + [footprint_line, batch_limits_line(limits)]
+    sized.lines += feature_lines(facts) + context.lines + kv.lines + cap.lines + inflight_lines + replay.lines + [footprint_line, batch_limits_line(limits)]
     sized.warnings += context.warnings + kv.warnings + cap.warnings + inflight_warnings + replay.warnings
     return sized
 
@@ -175,7 +175,9 @@ def seat_footprint(
     profile = fp.load_overhead_model().profile_for(version)
     estimate = fp.vllm_footprint(
         shape=facts.shape,
-        weights=fp.Weights(facts.weights_bytes, facts.weights_exact, facts.weights_source),
+        weights=fp.Weights(facts.weights_bytes, facts.weights_exact, facts.weights_source, weights_inputs(facts),
+                           draft_bytes=facts.speculative.weights_bytes if facts.speculative else 0,
+                           lora_bytes=facts.lora.slot_bytes if facts.lora else 0),
         tensor_parallel_size=seat.tensor_parallel_size,
         kv_cache_memory_bytes=kv_cache_memory_bytes,
         limits=limits,
@@ -224,6 +226,47 @@ def seat_observation(estimate: fp.SeatFootprint, seen: ObservedSeat | None, deri
     return SeatObservation(use="derived" if derived else "observed", estimated_bytes=estimate.footprint_bytes, observed_bytes=seen.footprint_bytes,
                            observed_kv_bytes=seen.kv_cache_memory_bytes, source=seen.source,
                            observed_at=seen.observed_at.isoformat() if seen.observed_at else None, at_plateau=seen.at_plateau)
+
+
+def weights_inputs(facts: ModelFacts) -> dict[str, int | float | str | bool | None]:
+    """The parts of the weights on each GPU beside the model's own (issue 47): a speculative draft's, the LoRA slots."""
+    inputs: dict[str, int | float | str | bool | None] = {}
+    draft, lora = facts.speculative, facts.lora
+    extra = (draft.weights_bytes if draft is not None else 0) + (lora.slot_bytes if lora is not None else 0)
+    if extra:
+        inputs["model_weights_bytes"] = facts.weights_bytes - extra
+    if draft is not None and draft.weights_bytes:
+        inputs |= {"draft_model": draft.model, "draft_weights_bytes": draft.weights_bytes, "draft_tensor_parallel_size": draft.tensor_parallel_size}
+    if lora is not None:
+        inputs |= {"lora_slot_bytes": lora.slot_bytes, "max_loras": lora.max_loras, "max_lora_rank": lora.max_lora_rank}
+    return inputs
+
+
+def feature_lines(facts: ModelFacts) -> list[ExplanationLine]:
+    """What the seat's vLLM features add to its memory, with their inputs (issue 47)."""
+    lines = []
+    draft = facts.speculative
+    if draft is not None:
+        share = f"{draft.kv_bytes_per_token:,} of {facts.kv_bytes_per_token:,} B of KV per token" if draft.num_layers else "no KV layers"
+        lines.append(ExplanationLine(
+            rule="speculative decoding",
+            inputs={"method": draft.method, "draft_model": draft.model, "num_speculative_tokens": draft.num_speculative_tokens,
+                    "draft_layers": draft.num_layers, "draft_kv_bytes_per_token": draft.kv_bytes_per_token,
+                    "draft_weights_bytes": draft.weights_bytes, "draft_tensor_parallel_size": draft.tensor_parallel_size},
+            result=f"{draft.method}: {draft.num_layers} draft layer(s) join the KV cache groups ({share}); "
+                   f"{human_bytes(draft.weights_bytes)} of draft weights per GPU",
+            note="vLLM groups the draft's attention layers with the target's in one KV budget (facts.speculative)",
+        ))
+    lora = facts.lora
+    if lora is not None:
+        lines.append(ExplanationLine(
+            rule="LoRA slots",
+            inputs={"max_loras": lora.max_loras, "max_lora_rank": lora.max_lora_rank, "lora_dtype": lora.lora_dtype,
+                    "modules": ", ".join(lora.modules)} | {f"{name}_bytes": size for name, size in lora.per_module_bytes.items()},
+            result=f"{human_bytes(lora.slot_bytes)} per GPU of LoRA A/B stacks ({lora.max_loras} × rank {lora.max_lora_rank}), in the weights part",
+            note="vLLM allocates them at load for every module it wraps, whatever adapters are loaded (facts.lora)",
+        ))
+    return lines
 
 
 def batch_limits_line(limits: EngineLimits) -> ExplanationLine:

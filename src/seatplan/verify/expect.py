@@ -17,7 +17,7 @@ from pathlib import Path
 from seatplan.documents.fleet_file import resolve_model
 from seatplan.documents.plan import Plan, PlannedVllmSeat
 from seatplan.engine.endpoint import base_url
-from seatplan.engine.settings import planned_engine_settings
+from seatplan.engine.settings import planned_engine_settings, with_draft_located
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
 
@@ -82,7 +82,7 @@ def seat_facts(seat: PlannedVllmSeat, version: str, fleet_dir: Path, facts_loade
     if settings is None:
         raise SeatplanError(f"seat {seat.name} has no vLLM engine settings in the plan", where=f"seat {seat.name}",
                             fix="re-plan it with `seatplan plan FLEET -o plan.json`")
-    return facts_loader(resolve_model(seat.model or "", fleet_dir), settings)
+    return facts_loader(resolve_model(seat.model or "", fleet_dir), with_draft_located(settings, fleet_dir))
 
 
 def expected_kv(seat: PlannedVllmSeat, kv_bytes: int, max_model_len: int, version: str, plan_version: str, fleet_dir: Path,

@@ -9,11 +9,13 @@ if [ ! -x .venv/bin/python ]; then
   step "creating the virtualenv .venv"
   "${PYTHON:-python3}" -m venv .venv
 fi
-if ! .venv/bin/python -c 'import seatplan' 2>/dev/null; then
-  step "installing seatplan and its dependencies into .venv (OR-Tools, DuckDB, plotly, ...; a minute or two)"
+# `.[apply]`: seatplan and the extra its `apply` declares (ansible-core, pyproject.toml), so apply runs after the demo
+if ! .venv/bin/python -c 'import seatplan' 2>/dev/null || [ ! -x .venv/bin/ansible-playbook ]; then
+  step "installing seatplan and its dependencies into .venv (OR-Tools, DuckDB, plotly, Ansible for apply, ...; a minute or two)"
   # pip's own lines (Collecting ..., Installing ...) are the progress; -q would hide them for the whole install.
-  .venv/bin/python -m pip install --progress-bar on -e . 2>&1 | grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR|error)' >&2 || true
-  .venv/bin/python -c 'import seatplan' || { step "the install failed; run: .venv/bin/python -m pip install -e ."; exit 1; }
+  .venv/bin/python -m pip install --progress-bar on -e '.[apply]' 2>&1 | grep --line-buffered -E '^(Collecting|Installing|Successfully|ERROR|error)' >&2 || true
+  .venv/bin/python -c 'import seatplan' && [ -x .venv/bin/ansible-playbook ] || {
+    step "the install failed; run: .venv/bin/python -m pip install -e '.[apply]'"; exit 1; }
 fi
 step "seatplan plan examples/demo/fleet.yaml -o plan.json $*"
 # exit 3 (the fleet does not fit) still ends with the next steps; any other failure stops here.

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -24,14 +25,15 @@ PIP_LINES = ["Collecting ortools>=9.10", "  Downloading ortools-9.14.6206-cp311-
 
 STAND_IN = """#!/bin/sh
 # A stand-in for the python of a fresh .venv: nothing may be downloaded here. `-m venv DIR` makes DIR a .venv whose
-# python is this file; `-m pip install` prints pip's kind of lines and marks seatplan installed; the rest runs the
+# python is this file; `-m pip install` prints pip's kind of lines, marks seatplan installed (keeping its arguments) and puts
+# the ansible-playbook of the `apply` extra in .venv/bin; the rest runs the
 # test's interpreter on this checkout's src.
 if [ "$1" = "-m" ] && [ "$2" = "venv" ]; then
   mkdir -p "$3/bin" && cp "$0" "$3/bin/python" && printf '#!/bin/sh\\nexec "%s" -m seatplan.cli "$@"\\n' "$REAL_PYTHON" > "$3/bin/seatplan"
   chmod +x "$3/bin/python" "$3/bin/seatplan"; exit 0
 fi
 if [ "$1" = "-m" ] && [ "$2" = "pip" ]; then
-  printf '%s\\n' {pip_lines}; touch "$INSTALLED_MARK"; exit 0
+  printf '%s\\n' {pip_lines}; printf '%s\\n' "$*" > "$INSTALLED_MARK"; printf '#!/bin/sh\\n' > .venv/bin/ansible-playbook; chmod +x .venv/bin/ansible-playbook; exit 0
 fi
 if [ "$1" = "-c" ] && [ ! -e "$INSTALLED_MARK" ]; then exit 1; fi  # `import seatplan` before the install
 exec "$REAL_PYTHON" "$@"
@@ -62,18 +64,24 @@ def test_demo_script_names_each_step_while_it_installs_then_plans(tmp_path: Path
     if state == "installed":
         subprocess.run([str(stand_in), "-m", "venv", str(tmp_path / ".venv")], check=True, env=environment, timeout=60)
         (tmp_path / "installed").touch()
+        (tmp_path / ".venv" / "bin" / "ansible-playbook").write_text("#!/bin/sh\n")  # the `apply` extra installed too
+        (tmp_path / ".venv" / "bin" / "ansible-playbook").chmod(0o755)
     done = subprocess.run(["bash", str(tmp_path / "scripts" / "demo.sh"), "--json"], cwd=tmp_path, env=environment,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     steps = [line for line in done.stderr.splitlines() if line.startswith("==> ")]
     if state == "fresh clone":
         assert steps == ["==> creating the virtualenv .venv",
-                         "==> installing seatplan and its dependencies into .venv (OR-Tools, DuckDB, plotly, ...; a minute or two)",
+                         "==> installing seatplan and its dependencies into .venv (OR-Tools, DuckDB, plotly, Ansible for apply, ...; a minute or two)",
                          "==> seatplan plan examples/demo/fleet.yaml -o plan.json --json"] + [step.replace("{root}", str(tmp_path)) for step in NEXT_STEPS]
         lines = done.stderr.splitlines()
         shown = [line for line in PIP_LINES if line in lines]
         assert shown == [line for line in PIP_LINES if not line.startswith(" ")]  # what pip collects, not its download bars
         assert lines.index(steps[1]) < lines.index(shown[0]) < lines.index(steps[2])
+        # issue 50: the install takes the `apply` extra, so the first `seatplan apply` finds ansible-playbook
+        assert (tmp_path / "installed").read_text().split()[-2:] == ["-e", ".[apply]"]
+        extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+        assert any(requirement.startswith("ansible-core") for requirement in extras["apply"])
     else:
         assert steps == ["==> seatplan plan examples/demo/fleet.yaml -o plan.json --json"] + [step.replace("{root}", str(tmp_path)) for step in NEXT_STEPS]
     assert '"worst_case_spare_bytes"' in done.stdout and done.stdout.lstrip().startswith("{")

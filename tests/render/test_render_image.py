@@ -64,3 +64,28 @@ def test_policy_image_in_the_fleet_reaches_the_plan(tmp_path, capsys, monkeypatc
     fleet.write_text(yaml.safe_dump(document))
     result = run_cli(capsys, monkeypatch, "plan", str(fleet), "--json")
     assert Plan.model_validate_json(result.stdout).image == "registry.local/vllm:pinned"
+
+
+def test_systemd_and_script_restarts_render_without_an_image(demo_plan, tmp_path, capsys, monkeypatch, rng):
+    """issue 50: `render --restart systemd` of a plan on a version without a known image stopped with "no known engine
+    image" until --image was given, though a systemd (or script) engine runs no image: only compose's files need one."""
+    unknown = [f"0.{minor}" for minor in range(max(OLDEST_MODELLED[1], 11), NEWEST_MODELLED[1] + 1) if (0, minor) not in IMAGE_TAGS]
+    plan = with_version(demo_plan, rng.choice(unknown))
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json())
+    script = tmp_path / "restart.sh"
+    for restart in (["--restart", "systemd"], ["--restart", "script", "--restart-script", str(script)]):
+        out = tmp_path / restart[1]
+        result = run_cli(capsys, monkeypatch, "render", str(path), "-o", str(out), *restart)
+        assert result.exit_code == 0, result.stderr
+        written = {file.relative_to(out).as_posix() for file in out.rglob("*") if file.is_file()}
+        assert {f"env/{seat.name}.env" for seat in plan.vllm_seats()} <= written and "ansible/playbook.yaml" in written
+        assert not any(name == "compose.yaml" or name.startswith("compose") for name in written), sorted(written)
+        assert f"compose.yaml not written: no known engine image for vLLM {plan.inputs.vllm_version}" in " ".join(result.stderr.split())
+        # with an image named, the cold-boot compose file is written as before
+        again = run_cli(capsys, monkeypatch, "render", str(path), "-o", str(out), *restart, "--image", "x/y:1")
+        assert again.exit_code == 0 and images({"compose.yaml": (out / "compose.yaml").read_text()}) == {"x/y:1"}
+        assert "compose.yaml not written" not in again.stderr
+    # compose restarts still need it, and the error says so
+    refused = run_cli(capsys, monkeypatch, "render", str(path), "-o", str(tmp_path / "compose"), "--restart", "compose")
+    assert refused.exit_code == 2 and "no known engine image" in refused.stderr

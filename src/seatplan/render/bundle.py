@@ -37,8 +37,11 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
     files: Files = {}
     if "env" in chosen or "ansible" in chosen:  # the playbook ships the env files
         files |= envs
-    if "compose" in chosen:
-        with_image = settings.model_copy(update={"image": engine_image(plan, settings)})
+    # An engine image is needed only where compose runs the engines: with --restart systemd or script, compose.yaml is
+    # no step's file, and it is written only when an image is known (issue 50: "no known engine image" stopped a
+    # systemd render of a vLLM 0.11 plan)
+    if "compose" in chosen and (image := engine_image(plan, settings) if settings.restart == "compose" else known_image(plan, settings)):
+        with_image = settings.model_copy(update={"image": image})
         files |= compose_files(engines, with_image, fixed) | seat_compose_files(engines, with_image)
     elif "ansible" in chosen and settings.restart == "compose" and (image := known_image(plan, settings)):
         files |= seat_compose_files(engines, settings.model_copy(update={"image": image}))  # what apply recreates each seat from
@@ -53,9 +56,14 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
     return files
 
 
-def render_warnings(plan: Plan, settings: RenderSettings) -> list[str]:
-    """What render says on stderr about what it wrote: engines open to the network without a key."""
-    return open_engine_warnings(plan_engines(plan, settings), settings)
+def render_warnings(plan: Plan, settings: RenderSettings, targets: Iterable[Target] = TARGETS) -> list[str]:
+    """What render says on stderr about what it wrote: engines open to the network without a key, and a compose.yaml
+    left out for want of an engine image (a systemd or script restart runs none)."""
+    warnings = open_engine_warnings(plan_engines(plan, settings), settings)
+    if "compose" in targets and settings.restart != "compose" and known_image(plan, settings) is None:
+        warnings.append(f"compose.yaml not written: no known engine image for vLLM {plan.inputs.vllm_version}, and --restart {settings.restart} "
+                        "runs none (pass --image IMAGE, or set policy.image in the fleet file, for a compose file to cold-boot from)")
+    return warnings
 
 
 def engine_image(plan: Plan, settings: RenderSettings) -> str:

@@ -142,8 +142,9 @@ def render_command(
                "prometheus_host": prometheus_host, "prometheus_url": prometheus_url, "prometheus_reload": prometheus_reload, "promtool": promtool}
     settings = build_settings(plan_file, launcher, bind_host, restart, restart_script, host_dir, image, gateway_key_env, engine_key_env, free_tolerance,
                               verify_gateway, rollout)
-    result = render_to(loaded, settings, targets_from(target), output)
-    warnings = render_warnings(loaded.plan, settings)
+    targets = targets_from(target)
+    result = render_to(loaded, settings, targets, output)
+    warnings = render_warnings(loaded.plan, settings, targets)
     for warning in warnings:
         error_console().print(f"[bold yellow]warning:[/] {warning}", markup=True, soft_wrap=True, highlight=False)
     if json_output:

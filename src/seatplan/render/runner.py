@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,7 +33,10 @@ def ansible_playbook() -> str:
     """``ansible-playbook`` on PATH, or beside this Python (a virtualenv's bin/)."""
     found = shutil.which("ansible-playbook") or shutil.which("ansible-playbook", path=str(Path(sys.executable).parent))
     if found is None:
-        raise SeatplanError("ansible-playbook is not installed", fix="pip install ansible-core (or your distribution's ansible package)")
+        # seatplan's own declared dependency (pyproject.toml's `apply` extra), installed beside this Python, where it is
+        # looked for above; scripts/demo.sh installs it in a checkout
+        raise SeatplanError("ansible-playbook is not installed", fix=f"install it beside seatplan: {shlex.quote(sys.executable)} -m pip install "
+                            "'ansible-core>=2.16' (seatplan's `apply` extra: pip install -e '.[apply]' in a checkout)")
     return found
 
 

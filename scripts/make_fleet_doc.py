@@ -105,6 +105,8 @@ SECTIONS = (  # (heading, JSON path of the object's schema, prefix of its keys)
     ("`seats[].speculative`", ("$defs", "SpeculativeSpec"), "speculative."),
     ("`seats[].lora`", ("$defs", "LoraSpec"), "lora."),
     ("`policy`", ("$defs", "Policy"), ""),
+    ("`seats[].gateway_reaches`", ("$defs", "GatewayService"), "gateway_reaches."),
+    ("`gateway`", ("$defs", "Gateway"), ""),
 )
 
 

@@ -313,8 +313,8 @@ def test_a_hand_written_deployment_adopts_fact_by_fact_and_replans_to_0_moves(dr
         expected_env = {"HF_HOME": "/data/hf", **{key: {"from_host_env": key} for key in seat.secrets}}
         if seat.style in ("unit", "shell"):
             expected_env["PYTHONUNBUFFERED"] = "1"  # the unit's Environment=
-        if seat.api_key:
-            expected_env["VLLM_API_KEY"] = {"from_host_env": "VLLM_API_KEY"}
+        if seat.api_key:  # the engine's key and the gateway's api_key for it are one reference: the gateway's (issue 44)
+            expected_env["VLLM_API_KEY"] = {"from_host_env": "VLLM_KEY"}
         assert got.get("env") == expected_env, (seat.style, text)
         started = got.get("started_by")
         if seat.style == "compose":

@@ -145,8 +145,8 @@ def test_env_file_interpolation_and_secrets_of_a_compose_service(tmp_path, capsy
     seat = done.seat("qwen")
     assert seat["served_model_name"] == "qwen3"
     assert seat["env"] == {"HF_TOKEN": {"from_host_env": "HF_TOKEN"}, "HF_HOME": "/data/hf", "OPENAI_BASE": {"from_host_env": "OPENAI_BASE"},
-                           "DB_URL": {"from_host_env": "DB_URL"}, "LOG_LEVEL": "info", "VLLM_API_KEY": {"from_host_env": "VLLM_API_KEY"}}
-    assert "export VLLM_API_KEY on the GPU host" in done.err
+                           "DB_URL": {"from_host_env": "DB_URL"}, "LOG_LEVEL": "info", "VLLM_API_KEY": {"from_host_env": "LOCAL_KEY"}}
+    assert "export LOCAL_KEY on the GPU host" in done.err  # the variable the command line names (issue 44): one reference
 
 
 def test_a_required_env_file_missing_is_a_warning_naming_it(tmp_path, capsys, monkeypatch):

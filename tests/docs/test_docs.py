@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from kits.paths import REPO_ROOT
-from seatplan.documents.fleet import Fleet, GpuSpec, Policy, SeatSpec
+from seatplan.documents.fleet import Fleet, Gateway, GatewayService, GpuSpec, Policy, SeatSpec
 
 
 def test_fleet_reference_is_up_to_date():
@@ -18,6 +18,6 @@ def test_fleet_reference_is_up_to_date():
 
 def test_fleet_reference_names_every_key():
     text = (REPO_ROOT / "docs" / "fleet.md").read_text()
-    for model, prefix in ((SeatSpec, ""), (Policy, ""), (GpuSpec, "gpus[]."), (Fleet, "")):
+    for model, prefix in ((SeatSpec, ""), (Policy, ""), (GpuSpec, "gpus[]."), (Fleet, ""), (GatewayService, "gateway_reaches."), (Gateway, "")):
         for name in model.model_fields:
             assert f"`{prefix}{name}`" in text, name

@@ -3,10 +3,11 @@ takes an API key, the real LiteLLM proxy in front of it, the real ansible-playbo
 
 - the first rollout writes the gateway's config, restarts the gateway on it and sends a one-token completion for
   the served model through it, with the master key read from the environment and never printed;
-- a config that points the gateway at the wrong key variable (its completions fail with 401) is put back: the
-  previous config is restored, the gateway restarted on it, and apply stops naming the smoke step;
-- a good change (a new output cap: engine and config both change) is rolled back to its tag: the engine's env
-  file and the gateway's config come back, and a completion through the gateway passes again.
+- a config that routes the gateway where the engine does not listen (the fleet's gateway_reaches: 127.0.0.2, the engine
+  bound to 127.0.0.1; its completions fail) is put back: the previous config is restored, the gateway restarted on it,
+  and apply stops naming the smoke step;
+- a good change (a new output cap: the engine restarts, the gateway's entry keeps its own max_tokens, none) is rolled
+  back to its tag: the engine's env file comes back, and a completion through the gateway passes again.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def test_apply_rolls_out_the_gateway_smoke_tests_it_puts_a_broken_config_back_an
     require(litellm_installed(), f"the LiteLLM proxy in {litellm_venv()} (SEATPLAN_LITELLM_VENV)")
     for name, value in {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "LITELLM_MASTER_KEY": MASTER_KEY,
                         # the engine reads VLLM_API_KEY from the environment it is started in; the gateway reads ENGINE_KEY
-                        "VLLM_API_KEY": ENGINE_KEY, "ENGINE_KEY": ENGINE_KEY, "WRONG_KEY": "not-the-engine-key"}.items():
+                        "VLLM_API_KEY": ENGINE_KEY, "ENGINE_KEY": ENGINE_KEY}.items():
         monkeypatch.setenv(name, value)
     model = tiny_model_dir(QWEN3_DENSE, vllm_python_path)
     seats = {"tiny-qwen": (model, free_port())}
@@ -104,23 +105,28 @@ def test_apply_rolls_out_the_gateway_smoke_tests_it_puts_a_broken_config_back_an
         assert restarts.read_text().splitlines() == ["restart"] and not list(config.parent.glob("*.bak-*"))
         assert completion(gateway_url, "tiny-qwen").status_code == 200
 
-        # 2. the gateway pointed at the wrong key variable: its completion is refused (401), so the config is put
-        #    back, the gateway restarted on it, and apply stops naming the step; the engine was not touched
-        render(plan, "WRONG_KEY")
+        # 2. the gateway routed where the engine does not listen (gateway_reaches 127.0.0.2, the engine bound to
+        #    127.0.0.1): its completion fails, so the config is put back, the gateway restarted on it, and apply stops
+        #    naming the smoke step; the engine was not touched
+        fleet = tmp_path / "fleet.yaml"
+        elsewhere = tmp_path / "fleet-elsewhere.yaml"
+        elsewhere.write_text(fleet.read_text().replace("    address: 127.0.0.1\n", "    address: 127.0.0.1\n    gateway_reaches: 127.0.0.2\n"))
+        render(build_plan_file(elsewhere, tmp_path / "plan-elsewhere.json"), "ENGINE_KEY")
+        assert "http://127.0.0.2:" in (tmp_path / "rendered" / "litellm" / "config.yaml").read_text()
         engine_pid = (tmp_path / "state" / "tiny-qwen.pid").read_text()
-        code, output = apply(plan, "wrongkey")
+        code, output = apply(tmp_path / "plan-elsewhere.json", "elsewhere")
         assert code == 1 and "seatplan-gateway-failed: the step 'gateway: one-token completion for" in output, output[-5000:]
         assert config.read_text() == first_config
         assert restarts.read_text().splitlines() == ["restart"] * 3  # onto the new config, then back onto the old one
         assert (tmp_path / "state" / "tiny-qwen.pid").read_text() == engine_pid
         assert completion(gateway_url, "tiny-qwen").status_code == 200
 
-        # 3. a good change (a new output cap: the engine and the gateway's config), then rolled back to its tag
+        # 3. a good change (a new output cap: the engine restarts; the gateway's entry keeps its own keys), rolled back
         capped = build_plan_file(cpu_fleet(tmp_path, seats, kv="192MiB", caps={"tiny-qwen": 8}, name="fleet2.yaml"), tmp_path / "plan2.json")
         render(capped, "ENGINE_KEY")
         code, output = apply(capped, "cap8")
         assert code == 0, output[-5000:]
-        assert config.read_text() != first_config and "max_tokens: 8" in config.read_text()
+        assert config.read_text() == first_config  # the entry's own keys (no max_tokens) are the operator's: the engine caps
         code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "cap8", "--inventory",
                                       str(localhost_inventory(tmp_path)), "-e", "seatplan_run_verify=false", "--json")
         assert code == 0, (json.loads(out)["output"] if out else err)[-5000:]

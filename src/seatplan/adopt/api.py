@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,11 +15,13 @@ from seatplan.adopt.engines import checked_base_url, probe_engines
 from seatplan.adopt.evidence import EngineSeen, Route
 from seatplan.adopt.observed import observe
 from seatplan.adopt.readers import read_launches
+from seatplan.adopt.readers.compose_gateway import read_gateway_container
 from seatplan.adopt.readers.litellm import read_litellm_config
 from seatplan.adopt.readers.nvidia_smi import read_apps_file, smi_readings
 from seatplan.adopt.readers.processes import ProcessTable, read_proc, read_ps_file
+from seatplan.adopt.readers.text import host_and_path
 from seatplan.adopt.writer import fleet_text
-from seatplan.documents.fleet import HostSpec, SeatSpec
+from seatplan.documents.fleet import HOST_PATH_PATTERN, HostSpec, SeatSpec
 from seatplan.documents.fleet_file import TODO, format_path, parse_fleet, todo_problems
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.errors import SeatplanError
@@ -68,8 +71,17 @@ def adopt_sources(sources: Sources, display: str) -> Result:
     launches, read_warnings = read_launches(sources.env_dirs, sources.composes, sources.systemd_dirs)
     readings = smi_readings(sources.nvidia_smi, sources.gpus_from_host, sources.timeout_s)
     apps = [app for path in sources.compute_apps for app in read_apps_file(path)] if sources.compute_apps else None
-    adopted = adopt(readings, launches, _engines(sources, routes), routes, apps)
+    containers = [found for spec in sources.composes if (found := read_gateway_container(host_and_path(spec)[1])) is not None]
+    adopted = adopt(readings, launches, _engines(sources, routes), routes, apps, containers[0] if containers else None)
     adopted.warnings[:0] = read_warnings
+    config = str(sources.litellm_config.resolve()) if sources.litellm_config is not None else None
+    if config is not None and re.fullmatch(HOST_PATH_PATTERN, config):
+        # render keeps all of it but the seats' routes (docs/render.md); the path as adopt was given it, made absolute
+        adopted.tree["gateway"] = {"config": Noted(config, "--litellm-config: the gateway's config (right where adopt runs on the gateway "
+                                                   "host, else correct it)")}
+    elif config is not None:
+        adopted.warnings.append(f"--litellm-config: its path {config[:120]!r} is no path a fleet file holds (letters, digits, ._/@+-): "
+                                "gateway.config is left out; give render --gateway-config PATH")
     check_names(adopted.tree)
     text = fleet_text(adopted.tree)
     tables: list[ProcessTable] = [read_ps_file(spec) for spec in sources.processes] + ([read_proc()] if sources.processes_from_host else [])

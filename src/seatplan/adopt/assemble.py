@@ -17,6 +17,8 @@ from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
 from seatplan.adopt.fleet_rules import seat_value_problem
 from seatplan.adopt.memory import Share, compare, seat_share
+from seatplan.adopt.readers.compose_gateway import GatewayContainer
+from seatplan.adopt.secrets import SECRET_FLAGS
 from seatplan.documents.fleet_file import TODO
 from seatplan.encode import name_problem
 from seatplan.engine.endpoint import DEFAULT_PORT
@@ -73,6 +75,11 @@ class _Seat:
     host: str | None = None
     host_note: str = ""
     address: str | None = None
+    # how the gateway reaches the engine, read off its route's api_base: a name for the whole host
+    # (host.docker.internal, localhost) or the compose service and container port
+    gateway_reach: str | None = None
+    gateway_service: dict[str, Any] | None = None
+    gateway_note: str = ""
 
 
 def _url_host_port(url: str | None) -> tuple[str | None, int | None]:
@@ -140,15 +147,28 @@ def engine_seat_name(served: str, source: str) -> tuple[str, str]:
     return served, source
 
 
+def _by_served(seats: list[_Seat], served: str, route: Route) -> _Seat | None:
+    """The seat a file starts serving ``served``; of replicas serving one name, the one on the route's port (else the
+    first without a route yet), so each replica keeps its own route and key."""
+    candidates = [seat for seat in seats if seat.launch is not None and _served(seat.launch, seat.args) == served]
+    if len(candidates) <= 1:
+        return candidates[0] if candidates else None
+    _, port = _url_host_port(route.base_url)
+    on_port = [seat for seat in candidates if port is not None and port in (seat.args.values.get("port"), seat.launch.published_port if seat.launch else None)]
+    return (on_port or [seat for seat in candidates if not seat.routes] or candidates)[0]
+
+
 def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[EngineSeen], warnings: list[str]) -> None:
     for route in routes:
+        if route.hosted:
+            continue  # the provider's own API (no api_base): no engine of this fleet, and render keeps the entry as it is
         served = route.backend_name or route.model_name
         if route.had_credentials:
             warnings.append(f"{route.source}: {route.model_name}: its api_base carries a user or password: left out of everything adopt "
                             "prints and writes (the engine is asked without it)")
         owner = next((seat for seat in seats if seat.engine is not None and seat.engine.base_url == route.base_url
                       and seat.card is not None and seat.card.get("id") == served), None)
-        owner = owner or next((seat for seat in seats if seat.launch is not None and _served(seat.launch, seat.args) == served), None)
+        owner = owner or _by_served(seats, served, route)
         owner = owner or next((seat for seat in seats if seat.launch is None and seat.engine is None and seat.routes
                                and (seat.routes[0].backend_name or seat.routes[0].model_name) == served), None)
         if owner is None:
@@ -162,22 +182,56 @@ def _attach_routes(seats: list[_Seat], routes: list[Route], engines: list[Engine
             owner = _Seat(name=name, name_note=note, launch=None, engine=None, card=None, routes=[], args=SeatArgs())
             seats.append(owner)
         owner.routes.append(route)
-        if route.model_name != served:
-            warnings.append(f"{route.source}: the gateway calls {served!r} {route.model_name!r}; seatplan's gateway config names a seat "
-                            "by its served name, so clients would have to ask for the served name after render")
 
 
 # ----------------------------------------------------------------------------- hosts
 
 
+ENGINE_KEY_VARIABLE = SECRET_FLAGS["--api-key"]  # what vLLM reads its key from
 # Names a gateway in a container reaches engines by that name no host: Docker's name for the host it runs on, and the
 # compose services of the files read (resolved on the compose network)
 DOCKER_HOST_NAMES = ("host.docker.internal", "gateway.docker.internal")
 
 
-def place_hosts(seats: list[_Seat], readings: list[GpuReading], warnings: list[str]) -> None:
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def gateway_reaches(seat: _Seat, services: set[str | None], container: GatewayContainer | None, warnings: list[str]) -> None:
+    """How the gateway reaches the seat's engine, from its route's api_base and the gateway's compose service: Docker's
+    name for the host (``host.docker.internal``: what compose maps to host-gateway, where the host's published ports
+    and the engines seatplan starts answer), a compose service on the gateway's network and its container port (where
+    the host is not mapped), or localhost (the gateway on the host's network: ``network_mode: host``, or no container)."""
+    route = next((route for route in seat.routes if route.base_url), None)
+    if route is None:
+        return
+    host, port = _url_host_port(route.base_url)
+    note = f"{route.source}: the gateway's api_base {route.base_url}"
+    if host in services and host is not None:
+        if container is not None and container.host_gateway:
+            seat.gateway_reach = "host.docker.internal"
+            seat.gateway_note = (f"{note} names the compose service; {container.source}: the gateway maps host.docker.internal to "
+                                 "host-gateway, where the engine's published port answers (and the engine seatplan starts)")
+        else:
+            seat.gateway_service, seat.gateway_note = {"service": host, "port": port}, note + " (a compose service on the gateway's network)"
+    elif host in DOCKER_HOST_NAMES:
+        seat.gateway_reach, seat.gateway_note = host, note
+        if container is not None and not container.host_gateway and not container.host_network:
+            warnings.append(f"{route.source}: the gateway reaches {route.model_name} at {host}, but {container.source} maps no "
+                            "host.docker.internal (extra_hosts: [\"host.docker.internal:host-gateway\"]): on Linux that name resolves nowhere")
+    elif host in LOOPBACK_NAMES:
+        if container is not None and not container.host_network:
+            seat.gateway_reach = TODO
+            seat.gateway_note = (f"{note}: the gateway runs in a container ({container.source}), where {host} is the container itself: "
+                                 "every route through it fails; write host.docker.internal (with extra_hosts host-gateway) or the host's address")
+            warnings.append(f"{route.source}: {route.model_name}: {seat.gateway_note}: gateway_reaches is TODO")
+        else:  # as written: 127.0.0.1 stays 127.0.0.1
+            seat.gateway_reach, seat.gateway_note = host, note + " (the gateway on the host's network)"
+
+
+def place_hosts(seats: list[_Seat], readings: list[GpuReading], warnings: list[str], container: GatewayContainer | None = None) -> None:
     services = {seat.launch.started_by.get("compose_service") for seat in seats if seat.launch and seat.launch.started_by}
     for seat in seats:
+        gateway_reaches(seat, services, container, warnings)
         launch = seat.launch
         url = seat.engine.base_url if seat.engine else (seat.routes[0].base_url if seat.routes else None)
         url_host, _ = _url_host_port(url or (launch.health_url if launch else None))
@@ -328,6 +382,8 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
     if env:
         tree["env"] = env
     tree |= _started_by(seat, warnings)
+    if seat.gateway_service is not None:
+        tree["gateway_reaches"] = Noted(seat.gateway_service, seat.gateway_note)
     return held_to_the_loader(tree, seat.name, "vllm", warnings)
 
 
@@ -416,9 +472,23 @@ def _kv_pin(seat: _Seat, warnings: list[str]) -> Noted:
     return Noted(TODO, "unknown: no vllm:cache_config_info and no --kv-cache-memory-bytes")
 
 
+def _key_reference(seat: _Seat, variable: str) -> tuple[str, str]:
+    """The one variable the engine's key (``VLLM_API_KEY``) and the gateway's ``api_key: os.environ/NAME`` for it are
+    read from, and why: the variable the command line names (``--api-key ${VLLM_LOCAL_KEY}``), else the one the
+    gateway sends the key from, else the variable vLLM reads itself."""
+    written = seat.launch.secret_refs.get(variable) if seat.launch else None
+    if written is not None:
+        return written, f"the command line takes it from ${{{written}}}"
+    sent = next((route.key_env for route in seat.routes if route.key_env), None) if variable == ENGINE_KEY_VARIABLE else None
+    if sent is not None:
+        return sent, f"the gateway sends the engine's key from {sent} ({seat.routes[0].source}): one variable for both"
+    return variable, f"vLLM reads {variable} in its place"
+
+
 def _env(seat: _Seat, warnings: list[str]) -> Tree:
     """The engine's environment; a secret (by name or shape, ``secrets``) as a reference to the GPU host's environment,
-    never its value, and a flag's secret (``--api-key``) as the variable vLLM reads in its place."""
+    never its value, and a flag's secret (``--api-key``) as the variable vLLM reads in its place, from the one variable
+    the engine and the gateway share (``_key_reference``)."""
     env: Tree = {}
     launch = seat.launch
     for key, value in sorted((launch.env if launch else {}).items()):
@@ -426,7 +496,8 @@ def _env(seat: _Seat, warnings: list[str]) -> Tree:
         if seat_value_problem("env", {key: "x"}, engine="vllm") is not None:  # the loader's own rule for an env name
             warnings.append(f"{where}: {key[:40]!r} is left out: an env file cannot carry that name")
         elif looks_secret(key, value):
-            env[key] = Noted({"from_host_env": key}, f"a secret, in {where}: not copied; export {key} on the GPU host "
+            reference, _ = _key_reference(seat, key) if key == ENGINE_KEY_VARIABLE else (key, "")
+            env[key] = Noted({"from_host_env": reference}, f"a secret, in {where}: not copied; export {reference} on the GPU host "
                              "(or keep it in an env_files file there)")
             warnings.append(f"{where}: {key} holds a secret (by its name or its value's shape): written as {key}: "
                             f"{{from_host_env: {key}}}, not copied; export {key} on the GPU host before apply")
@@ -435,11 +506,12 @@ def _env(seat: _Seat, warnings: list[str]) -> Tree:
         else:
             env[key] = Noted(value, where)
     for variable, flag in seat.args.secrets.items():
+        reference, why = _key_reference(seat, variable)
         if variable not in env:
-            env[variable] = Noted({"from_host_env": variable}, f"{launch.source if launch else ''}: {flag} on its command line, a secret: "
-                                  f"not copied; vLLM reads {variable} in its place: export {variable} on the GPU host")
+            env[variable] = Noted({"from_host_env": reference}, f"{launch.source if launch else ''}: {flag} on its command line, a secret: "
+                                  f"not copied; {why}: export {reference} on the GPU host")
         warnings.append(f"seat {seat.name}: {launch.source if launch else ''}: {flag} holds a secret: written as {variable}: "
-                        f"{{from_host_env: {variable}}}; export {variable} on the GPU host before apply")
+                        f"{{from_host_env: {reference}}}; export {reference} on the GPU host before apply")
     return env
 
 
@@ -461,6 +533,14 @@ def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout:
     addresses = {seat.address for seat in on_host if seat.address}
     if len(addresses) == 1:
         tree["address"] = Noted(addresses.pop(), "the engines' URL")
+    # where the gateway reaches the host at its address anyway, there is nothing to say
+    reaches = {seat.gateway_reach for seat in on_host if seat.gateway_reach and seat.gateway_service is None} - {tree.get("address", Noted(name, "")).value, name}
+    if len(reaches) == 1:
+        reach = reaches.pop()
+        tree["gateway_reaches"] = Noted(reach, next(seat.gateway_note for seat in on_host if seat.gateway_reach == reach))
+    elif reaches:
+        warnings.append(f"host {name}: the gateway reaches its engines at {', '.join(sorted(reaches))}: gateway_reaches is left out "
+                        "(a host has one; give the others a seat's gateway_reaches: {service: NAME, port: PORT})")
     if readings:
         held = {index for seat in on_host for index in _indices(layout.get(seat.name))}
         tree["gpus"] = [_gpu_tree(reading, name, reading.index not in held, warnings, (shares or {}).get((name, reading.index), []))
@@ -545,7 +625,8 @@ def _check_unique(seats: list[_Seat]) -> None:
 
 
 def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[EngineSeen], routes: list[Route],
-          apps: list[ComputeApp] | None = None) -> Adopted:
+          apps: list[ComputeApp] | None = None, container: GatewayContainer | None = None) -> Adopted:
+    """``container``: the gateway's own compose service, where a compose file given runs it (how it reaches the engines)."""
     warnings: list[str] = []
     engine_seats = collect_seats([launch for launch in launches if not launch.fixed], engines, routes, warnings)
     fixed = [_Seat(name=launch.seat or TODO, name_note=launch.source, launch=launch, engine=None, card=None, routes=[], args=SeatArgs())
@@ -555,7 +636,7 @@ def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[Engi
         raise SeatplanError("found no engine to adopt" + "".join(f"\n  {warning}" for warning in warnings), where="adopt",
                             fix="check that the engines run and answer /v1/models, or give their --env-dir or --compose files")
     _check_unique(seats)
-    place_hosts(seats, readings, warnings)
+    place_hosts(seats, readings, warnings, container)
     hosts = _host_order(seats, readings)
     by_host = assign_readings(readings, hosts)
     layout = {seat.name: seat_gpus(seat, by_host.get(seat.host or TODO, []), warnings) for seat in seats}

@@ -60,6 +60,8 @@ class Launch:
     env_notes: dict[str, str] = field(default_factory=dict)  # env key → the file it came from, where not ``source``
     warnings: list[str] = field(default_factory=list)  # what the reader left out or could not tell, each located
     config_note: str = ""  # the vLLM --config file read into args, where there was one
+    # a secret flag's value named by a variable as written (`--api-key ${VLLM_LOCAL_KEY}`): the variable vLLM reads → that one
+    secret_refs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,8 @@ class Route:
     max_tokens: int | None
     source: str  # FILE:LINE
     had_credentials: bool = False  # api_base carried a user or password, dropped before anything printed or stored it
+    key_env: str | None = None  # api_key: os.environ/NAME: the variable the gateway sends the engine's key from
+    hosted: bool = False  # no api_base at all: the provider's own API (openai/gpt-4o), no engine of this fleet
 
 
 @dataclass

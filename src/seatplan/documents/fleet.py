@@ -144,6 +144,21 @@ class StartedBy(_Strict):
         return "compose" if self.compose_file is not None else "command"
 
 
+class GatewayService(_Strict):
+    """The seat's engine as the gateway's container reaches it on their compose network: by service name and the
+    port vLLM listens on inside the container."""
+
+    service: str = Field(pattern=COMPOSE_SERVICE_PATTERN, description="the compose service that runs the engine, on the gateway's network")
+    port: int | None = Field(None, ge=1, le=65535, description="the container port vLLM listens on (default: the seat's `port`)")
+
+
+class Gateway(_Strict):
+    """The LiteLLM gateway in front of the seats, as it runs (written by `seatplan adopt`)."""
+
+    config: str | None = Field(None, pattern=HOST_PATH_PATTERN, description="its config file on the gateway host (absolute path): "
+                               "render reads it where it runs there and keeps all of it but the seats' routes (docs/render.md)")
+
+
 class HostSpec(_Strict):
     name: str = Field(min_length=1, description="host name, a DNS name (letters, digits, `-`, `_` in dot-separated labels); "
                       "GPU references elsewhere are HOST:INDEX, or just INDEX when there is one host")
@@ -160,13 +175,16 @@ class HostSpec(_Strict):
     address: str | None = Field(None, description="how engines on the host are reached (default: `name`): an IPv4 or IPv6 "
                                 "address (`fd00::5`, bracketed in URLs) or a host name; health checks, "
                                 "LiteLLM's `api_base`, Prometheus' `instance`, `seatplan verify` ([render.md](render.md))")
+    gateway_reaches: str | None = Field(None, description="how the LiteLLM gateway reaches the host's engines, where not at `address`: "
+                                        "`host.docker.internal` (the gateway in a container, compose `extra_hosts: host.docker.internal:host-gateway`), "
+                                        "`localhost` (the gateway on the host's own network), or another address or name")
 
     @field_validator("name")
     @classmethod
     def _host_name(cls, value: str) -> str:
         return checked_name("host name", value)
 
-    @field_validator("address")
+    @field_validator("address", "gateway_reaches")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
         problem = address_problem(value) if value is not None else None
@@ -296,6 +314,8 @@ class SeatSpec(_Strict):
         "reads at start: secrets stay on the host; render writes `EnvironmentFile=` / compose `env_file:`")
     started_by: StartedBy | None = Field(None, description="how the engine is started today outside seatplan (written by "
                                          "`seatplan adopt`): the first apply stops it before starting seatplan's engine")
+    gateway_reaches: GatewayService | None = Field(None, description="the gateway reaches this engine as a compose service on its "
+                                                   "network (`{service: vllm-qwen, port: 8000}`), not at its host's address")
 
     @field_validator("name")
     @classmethod
@@ -432,3 +452,4 @@ class Fleet(_Strict):
     current_layout: dict[str, GpuRef | list[GpuRef]] = Field(
         default_factory=dict, description="where each seat runs now (seat name → GPU or GPUs)"
     )
+    gateway: Gateway | None = Field(None, description="the LiteLLM gateway as it runs: where its config is")

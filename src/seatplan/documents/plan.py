@@ -94,6 +94,9 @@ class PlannedSeatBase(BaseModel):
     warnings: list[str]
     host: str | None = None
     address: str | None = Field(None, description="where the engine is reached (the host's address or name)")
+    # the fleet's gateway_reaches: where the gateway reaches the engine, where not at address:port (None: there)
+    gateway_address: str | None = Field(None, description="the host's or the seat's gateway_reaches: host.docker.internal, a compose service, localhost")
+    gateway_port: int | None = Field(None, description="the container port the gateway reaches a compose service at (None: the seat's port)")
     device: Device = "cuda"
     # secrets by reference (docs/fleet.md, "Secrets"): names only, never values
     env_from_host: dict[str, str] = Field(default_factory=dict, description="the engine's variable → the host variable holding its value")
@@ -390,6 +393,7 @@ class Plan(BaseModel):
     solve_seconds: float
     moves: int | None
     image: str | None = Field(None, description="the fleet's policy.image: the engine image render pins compose to")
+    gateway_config: str | None = Field(None, description="the fleet's gateway.config: the gateway's config render keeps all of but the seats' routes")
     # with `plan --current`: the seats whose engine this plan (re)starts (new, moved, or another command line)
     restarts: list[str] | None = None
     runner_ups: list[RunnerUp]

@@ -510,9 +510,10 @@ def rollback_plays(steps: list[dict]) -> list[dict]:
 
 
 def ansible_files(plan: Plan, engines: list[Engine], files: Files, settings: RenderSettings, fixed: list[FixedSeat] | None = None,
-                  gateway_texts: tuple[str, str] = ("", "")) -> Files:
+                  gateway_texts: tuple[str, str, str | None] = ("", "", None)) -> Files:
     """``files``: what the other builders rendered (the env files, and the seats' compose files in compose mode);
-    ``gateway_texts``: the rendered LiteLLM config and alert rules, which the gateway plays put in place after the engines."""
+    ``gateway_texts``: the rendered LiteLLM config and alert rules, which the gateway plays put in place after the engines,
+    and the live gateway config render merged the seats' routes into (None: none was read)."""
     fixed = fixed or []
     header = HEADER
     steps = rollout_steps(plan, engines)

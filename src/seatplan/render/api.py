@@ -12,8 +12,10 @@ from typing import TextIO
 from seatplan.documents.io import read_plan
 from seatplan.documents.plan import FLEET_CURRENT_LAYOUT, Plan
 from seatplan.errors import SeatplanError
+from seatplan.fileio import read_bounded_bytes
 from seatplan.render.bundle import MANIFEST, manifest, render_files
 from seatplan.render.diff import DiffReport, diff_trees
+from seatplan.render.gateway_config import LiveConfig
 from seatplan.render.runner import PlaybookRun, playbook_command, run_playbook
 from seatplan.render.settings import TARGETS, RenderSettings, Target
 from seatplan.render.targets import Files
@@ -43,17 +45,40 @@ def targets_from(names: Iterable[str]) -> list[Target]:
     return chosen or list(TARGETS)
 
 
-def rendered(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Target] = TARGETS) -> Files:
-    """The plan's files; a problem names the plan file and the seat."""
+MAX_GATEWAY_CONFIG_BYTES = 1 << 20  # a LiteLLM config is a few kilobytes; a long model_list a few hundred
+
+
+def live_gateway_config(settings: RenderSettings, plan: Plan) -> LiveConfig | None:
+    """The gateway's config as it runs, where render runs beside it (``--gateway-config PATH``, else the fleet's
+    ``gateway.config``, names a file here): the rendered config keeps all of it but the seats' routes. None where there
+    is none here (render writes its own, and apply refuses to replace a live one render did not read)."""
+    named = settings.gateway_config or plan.gateway_config
+    if named is None:
+        return None
+    path = Path(named)
+    if not path.exists():
+        return None
+    fix = "give --gateway-config the gateway's config.yaml (readable where render runs)"
+    data = read_bounded_bytes(path, "LiteLLM config", fix, MAX_GATEWAY_CONFIG_BYTES)
     try:
-        return render_files(loaded.plan, settings, targets)
+        return LiveConfig(display=str(path), text=data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SeatplanError("the LiteLLM config is not UTF-8 text", where=str(path), fix=fix) from None
+
+
+def rendered(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Target] = TARGETS, live: LiveConfig | None = None) -> Files:
+    """The plan's files; a problem names the plan file and the seat (one in the live gateway config names its own)."""
+    try:
+        return render_files(loaded.plan, settings, targets, live)
     except SeatplanError as problem:
+        if live is not None and problem.where and problem.where.startswith(live.display):
+            raise
         where = f"{loaded.path} ({problem.where})" if problem.where else str(loaded.path)
         raise SeatplanError(problem.message, where=where, fix=problem.fix) from None
 
 
 def render_to(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Target], directory: Path) -> WriteResult:
-    files = rendered(loaded, settings, targets)
+    files = rendered(loaded, settings, targets, live_gateway_config(settings, loaded.plan))
     return write_render(directory, files, targets, manifest(loaded.text, settings, files))
 
 
@@ -72,8 +97,9 @@ def diff_against(loaded: LoadedPlan, against: Path, settings: RenderSettings | N
             # manifest are someone else's, and every line of the diff would be noise.
             raise SeatplanError(f"the directory holds files but no {MANIFEST}, so seatplan did not render it", where=str(against),
                                 fix="pass the directory `seatplan render -o DIR` wrote, or an older plan.json")
-        new = rendered(loaded, settings, rendered_targets(old))
-        report = diff_trees(only_owned(old, new), new, str(against))
+        live = live_gateway_config(settings, loaded.plan)
+        new = rendered(loaded, settings, rendered_targets(old), live)
+        report = diff_trees(only_owned(old, new), new, str(against), live)
         report.warnings += blind_to_rollout(loaded, against, changed=report.changed)
         return report
     if not against.is_file():

@@ -12,8 +12,19 @@ from seatplan.documents.plan import Plan
 from seatplan.errors import SeatplanError
 from seatplan.render.ansible import ansible_files
 from seatplan.render.engines import fixed_seats, plan_engines
+from seatplan.render.gateway_config import LiveConfig
 from seatplan.render.settings import TARGETS, RenderSettings, Target
-from seatplan.render.targets import Files, compose_files, env_files, litellm_config, open_engine_warnings, prometheus_rules, seat_compose_files
+from seatplan.render.targets import (
+    Files,
+    compose_files,
+    env_files,
+    gateway_merge,
+    litellm_config,
+    open_engine_warnings,
+    prometheus_rules,
+    seat_compose_files,
+    unreachable_route_warnings,
+)
 from seatplan.versions import image_for, try_release
 
 MANIFEST = "seatplan-render.json"
@@ -28,8 +39,9 @@ class RenderManifest(BaseModel):
     files: dict[str, str]
 
 
-def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target] = TARGETS) -> Files:
-    """Every file of the targets, keyed by its path under the output directory (errors before any file)."""
+def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target] = TARGETS, live: LiveConfig | None = None) -> Files:
+    """Every file of the targets, keyed by its path under the output directory (errors before any file); ``live``: the
+    gateway's config as it runs, which the LiteLLM config keeps all of but the seats' routes."""
     chosen = set(targets)
     engines = plan_engines(plan, settings)
     fixed = fixed_seats(plan)
@@ -45,9 +57,9 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
         files |= compose_files(engines, with_image, fixed) | seat_compose_files(engines, with_image)
     elif "ansible" in chosen and settings.restart == "compose" and (image := known_image(plan, settings)):
         files |= seat_compose_files(engines, settings.model_copy(update={"image": image}))  # what apply recreates each seat from
-    gateway, rules = litellm_config(engines, settings), prometheus_rules(plan, engines, settings)
+    gateway, rules = litellm_config(engines, settings, live), prometheus_rules(plan, engines, settings)
     if "ansible" in chosen:
-        gateway_texts = (gateway["litellm/config.yaml"], rules["prometheus/seatplan.rules.yaml"])
+        gateway_texts = (gateway["litellm/config.yaml"], rules["prometheus/seatplan.rules.yaml"], live.text if live is not None else None)
         files |= ansible_files(plan, engines, files, settings, fixed, gateway_texts)
     if "litellm" in chosen:
         files |= gateway
@@ -56,10 +68,13 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
     return files
 
 
-def render_warnings(plan: Plan, settings: RenderSettings, targets: Iterable[Target] = TARGETS) -> list[str]:
-    """What render says on stderr about what it wrote: engines open to the network without a key, and a compose.yaml
-    left out for want of an engine image (a systemd or script restart runs none)."""
-    warnings = open_engine_warnings(plan_engines(plan, settings), settings)
+def render_warnings(plan: Plan, settings: RenderSettings, targets: Iterable[Target] = TARGETS, live: LiveConfig | None = None) -> list[str]:
+    """What render says on stderr about what it wrote: engines open to the network without a key, engines bound where
+    the gateway does not reach them, a live gateway config whose comments could not be kept, and a compose.yaml left
+    out for want of an engine image (a systemd or script restart runs none)."""
+    engines = plan_engines(plan, settings)
+    merged = gateway_merge(engines, settings, live)
+    warnings = open_engine_warnings(engines, settings) + unreachable_route_warnings(engines, settings) + (merged.warnings if merged is not None else [])
     if "compose" in targets and settings.restart != "compose" and known_image(plan, settings) is None:
         warnings.append(f"compose.yaml not written: no known engine image for vLLM {plan.inputs.vllm_version}, and --restart {settings.restart} "
                         "runs none (pass --image IMAGE, or set policy.image in the fleet file, for a compose file to cold-boot from)")

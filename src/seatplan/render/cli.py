@@ -37,8 +37,8 @@ FREE_TOLERANCE = typer.Option("1GiB", "--free-tolerance", parser=size_option("--
 VERIFY_GATEWAY = typer.Option(None, "--gateway-url", "--verify-gateway",
                               help="the LiteLLM gateway's URL: apply's smoke completions and the closing `seatplan verify` go through it")
 GATEWAY_CONFIG = typer.Option(None, "--gateway-config", metavar="PATH",
-                              help="the LiteLLM config's path on the gateway host: apply puts the rendered one there (backed up), "
-                              "restarts the gateway and smoke-tests every served model")
+                              help="the LiteLLM config's path on the gateway host: where it exists where render runs, the rendered one keeps "
+                              "all of it but the seats' routes; apply puts it there (backed up), restarts the gateway and smoke-tests every served model")
 GATEWAY_HOST = typer.Option("localhost", "--gateway-host", metavar="HOST", help="the inventory host that runs the gateway (default: the controller)")
 GATEWAY_RESTART = typer.Option("systemctl restart litellm", "--gateway-restart", metavar="COMMAND", help="the shell line that restarts the gateway there")
 PROMETHEUS_RULES = typer.Option(None, "--prometheus-rules", metavar="PATH",
@@ -134,7 +134,7 @@ def render_command(
 ) -> None:
     """Write env files, compose.yaml, the Ansible playbook, the LiteLLM config and Prometheus rules for a plan."""
     from seatplan.output import error_console
-    from seatplan.render.api import load_plan, render_to, targets_from
+    from seatplan.render.api import live_gateway_config, load_plan, render_to, targets_from
     from seatplan.render.bundle import render_warnings
 
     loaded = load_plan(plan_file)
@@ -144,7 +144,7 @@ def render_command(
                               verify_gateway, rollout)
     targets = targets_from(target)
     result = render_to(loaded, settings, targets, output)
-    warnings = render_warnings(loaded.plan, settings, targets)
+    warnings = render_warnings(loaded.plan, settings, targets, live_gateway_config(settings, loaded.plan))
     for warning in warnings:
         error_console().print(f"[bold yellow]warning:[/] {warning}", markup=True, soft_wrap=True, highlight=False)
     if json_output:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Literal
 
+import yaml
 from pydantic import BaseModel, Field
 
 from seatplan.engine.change import seat_change
@@ -12,6 +13,7 @@ from seatplan.engine.launch import seat_launch_from_env
 from seatplan.engine.parse import parse_env
 from seatplan.errors import SeatplanError
 from seatplan.render.bundle import MANIFEST
+from seatplan.render.gateway_config import PROVIDER, PROVIDER_WHY, LiveConfig
 from seatplan.render.targets import Files
 
 Status = Literal["new", "removed", "changed", "unchanged"]
@@ -25,6 +27,10 @@ class Change(BaseModel):
     what: str
     old: str | None
     new: str | None
+
+
+class RouteChange(Change):
+    why: str | None = None  # a changed provider prefix says why
 
 
 class SeatDiff(BaseModel):
@@ -42,12 +48,35 @@ class FileDiff(BaseModel):
     diff: str = ""
 
 
+class RouteDiff(BaseModel):
+    """One ``model_list`` entry of the gateway's config, the rendered one against the one it replaces."""
+
+    model_name: str
+    model: str  # litellm_params.model as rendered (as it was, for a removed entry)
+    status: Literal["added", "removed", "changed", "unchanged"]
+    changes: list[RouteChange] = Field(default_factory=list)
+    kept: list[str] = Field(default_factory=list, description="the entry's own keys, as they were (model_info, litellm_params.rpm...)")
+
+
+class GatewayDiff(BaseModel):
+    against: str  # the live config render read, or the earlier render's litellm/config.yaml
+    routes: list[RouteDiff]
+    sections_kept: list[str]
+    sections_removed: list[str] = Field(default_factory=list)
+    sections_added: list[str] = Field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(route.status != "unchanged" for route in self.routes) or bool(self.sections_removed or self.sections_added)
+
+
 class DiffReport(BaseModel):
     against: str
     changed: bool
     seats: list[SeatDiff]
     files: list[FileDiff]
     warnings: list[str] = Field(default_factory=list)
+    gateway: GatewayDiff | None = None
 
 
 def env_changes(old_text: str, new_text: str) -> tuple[list[Change], bool]:
@@ -109,7 +138,93 @@ def own_files(seat: str) -> dict[str, str]:
     return {"its compose service (compose-seats/)": f"compose-seats/{seat}.yaml", "its systemd drop-in": f"systemd/seatplan-vllm@{seat}.service.d/seatplan.conf"}
 
 
-def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
+GATEWAY_CONFIG = "litellm/config.yaml"
+OWNED_ROUTE_KEYS = ("api_base", "api_key")  # with the provider prefix: what seatplan sets in a seat's entry (render/gateway_config.py)
+
+
+def _entries(text: str) -> tuple[dict, list[dict]]:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {}, []
+    if not isinstance(document, dict):
+        return {}, []
+    entries = document.get("model_list")
+    return document, [entry for entry in entries if isinstance(entry, dict)] if isinstance(entries, list) else []
+
+
+def _params(entry: dict) -> dict:
+    given = entry.get("litellm_params")
+    return given if isinstance(given, dict) else {}
+
+
+def _route_key(entry: dict) -> tuple[str, str]:
+    """An entry by the name clients ask for and what it routes to, its provider prefix aside (a changed prefix is a
+    change of the same entry)."""
+    model = str(_params(entry).get("model", ""))
+    return str(entry.get("model_name")), model.split("/", 1)[1] if "/" in model else model
+
+
+def _kept(old: dict, new: dict) -> list[str]:
+    old_params, new_params = _params(old), _params(new)
+    kept = [key for key in old if key not in ("model_name", "litellm_params") and new.get(key) == old[key]]
+    return kept + [f"litellm_params.{key}" for key in old_params if key not in ("model", *OWNED_ROUTE_KEYS) and new_params.get(key) == old_params[key]]
+
+
+def _route_changes(old: dict, new: dict) -> list[RouteChange]:
+    old_params, new_params = _params(old), _params(new)
+    changes = []
+    old_provider = str(old_params.get("model", "")).split("/", 1)[0]
+    new_provider = str(new_params.get("model", "")).split("/", 1)[0]
+    if old_provider != new_provider:
+        changes.append(RouteChange(what="provider", old=f"{old_provider}/", new=f"{new_provider}/", why=PROVIDER_WHY if new_provider == PROVIDER else None))
+    for key in OWNED_ROUTE_KEYS:
+        if old_params.get(key) != new_params.get(key):
+            changes.append(RouteChange(what=key, old=_shown(old_params.get(key)), new=_shown(new_params.get(key))))
+    for key in sorted((set(old) | set(new)) - {"model_name", "litellm_params"}):
+        if old.get(key) != new.get(key):
+            changes.append(RouteChange(what=key, old=None, new=None))
+    for key in sorted((set(old_params) | set(new_params)) - {"model", *OWNED_ROUTE_KEYS}):
+        if old_params.get(key) != new_params.get(key):
+            changes.append(RouteChange(what=f"litellm_params.{key}", old=_shown(old_params.get(key)), new=_shown(new_params.get(key))))
+    return changes
+
+
+def _shown(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def gateway_diff(old_text: str | None, new_text: str, against: str) -> GatewayDiff:
+    """Entry by entry, what the rendered gateway config changes against the one it replaces (None: there was none)."""
+    old_document, old_entries = _entries(old_text or "")
+    new_document, new_entries = _entries(new_text)
+    unmatched = list(old_entries)
+    routes = []
+    for entry in new_entries:
+        key = _route_key(entry)
+        before = next((item for item in unmatched if _route_key(item) == key), None)
+        model = str(_params(entry).get("model", ""))
+        if before is None:
+            api_base = _params(entry).get("api_base")
+            routes.append(RouteDiff(model_name=str(entry.get("model_name")), model=model, status="added",
+                                    changes=[RouteChange(what="api_base", old=None, new=_shown(api_base))]))
+            continue
+        unmatched.remove(before)
+        changes = _route_changes(before, entry)
+        routes.append(RouteDiff(model_name=str(entry.get("model_name")), model=model, status="changed" if changes else "unchanged", changes=changes,
+                                kept=_kept(before, entry)))
+    routes += [RouteDiff(model_name=str(entry.get("model_name")), model=str(_params(entry).get("model", "")), status="removed")
+               for entry in unmatched]
+    old_sections = [key for key in old_document if key != "model_list"]
+    new_sections = [key for key in new_document if key != "model_list"]
+    return GatewayDiff(against=against, routes=routes, sections_kept=[key for key in old_sections if key in new_sections],
+                       sections_removed=[key for key in old_sections if key not in new_sections],
+                       sections_added=[key for key in new_sections if key not in old_sections])
+
+
+def diff_trees(old: Files, new: Files, against: str, live: LiveConfig | None = None) -> DiffReport:
+    """``live``: the gateway's config as it runs, which the gateway's entries are compared with (else the earlier
+    render's)."""
     seat_paths = sorted(path for path in set(old) | set(new) if path.startswith(ENV_PREFIX) and path.endswith(".env"))
     seats = []
     for path in seat_paths:
@@ -128,5 +243,10 @@ def diff_trees(old: Files, new: Files, against: str) -> DiffReport:
         status = status_of(old.get(path), new.get(path))
         text = "" if status == "unchanged" else unified(old.get(path) or "", new.get(path) or "", path)
         files.append(FileDiff(path=path, status=status, diff=text))
-    changed = any(seat.status != "unchanged" for seat in seats) or any(item.status != "unchanged" for item in files if not item.path.startswith(ROLLOUT_PREFIX))
-    return DiffReport(against=against, changed=changed, seats=seats, files=files)
+    gateway = None
+    if GATEWAY_CONFIG in new:
+        old_text, old_where = (live.text, live.display) if live is not None else (old.get(GATEWAY_CONFIG), f"{against}/{GATEWAY_CONFIG}")
+        gateway = gateway_diff(old_text, new[GATEWAY_CONFIG], old_where)
+    changed = (any(seat.status != "unchanged" for seat in seats) or any(item.status != "unchanged" for item in files if not item.path.startswith(ROLLOUT_PREFIX))
+               or (gateway is not None and gateway.changed))
+    return DiffReport(against=against, changed=changed, seats=seats, files=files, gateway=gateway)

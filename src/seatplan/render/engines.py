@@ -33,6 +33,9 @@ class Engine:
     boot_args: list[str]
     # --bind: the one address it listens on (None: every interface)
     bind_host: str | None = None
+    # the fleet's gateway_reaches: where the gateway reaches it (None: at address and port)
+    gateway_address: str | None = None
+    gateway_port: int | None = None
 
     @property
     def name(self) -> str:
@@ -46,6 +49,12 @@ class Engine:
     @property
     def base_url(self) -> str:
         return base_url(self.address, self.port)
+
+    @property
+    def gateway_base_url(self) -> str:
+        """The engine as the gateway reaches it (its LiteLLM ``api_base`` without ``/v1``): the fleet's gateway_reaches
+        (host.docker.internal, a compose service and its container port, localhost), else its address."""
+        return base_url(self.gateway_address or self.address, self.gateway_port or self.port)
 
     @property
     def health_url(self) -> str:
@@ -112,12 +121,26 @@ def check_names(seat: PlannedSeat, host: str) -> None:
         raise SeatplanError(problem, where=f"{where}, address", fix="give the host's IP address or DNS name in the fleet file and re-plan")
 
 
+# vLLM takes its API key from --api-key or this variable (vllm/entrypoints/openai/cli_args.py, `api_key`, and
+# api_server.py's `args.api_key or envs.VLLM_API_KEY`): given by reference it stays off the command line.
+ENGINE_KEY_VARIABLE = "VLLM_API_KEY"
+
+
+def keyed(seat: PlannedVllmSeat, engine_key_env: str | None) -> PlannedVllmSeat:
+    """``--engine-key-env NAME``: an engine without a key of its own reads it from NAME, the one reference the gateway's
+    ``api_key: os.environ/NAME`` names too (an engine key and the gateway's key for it are one variable)."""
+    if engine_key_env is None or ENGINE_KEY_VARIABLE in seat.env or ENGINE_KEY_VARIABLE in seat.env_from_host:
+        return seat
+    return seat.model_copy(update={"env_from_host": {**seat.env_from_host, ENGINE_KEY_VARIABLE: engine_key_env}})
+
+
 def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
     """Every placed vLLM seat, in boot order; a plan that cannot be delivered is an error naming the seat."""
     if plan.worst_case_spare_bytes is None:
         raise SeatplanError("the plan places no seats (it did not fit)", fix="fix the fleet until `seatplan plan` finds a layout, then render that plan")
     engines = []
-    for seat in sorted(plan.vllm_seats(), key=lambda seat: seat.boot_order):
+    for planned in sorted(plan.vllm_seats(), key=lambda seat: seat.boot_order):
+        seat = keyed(planned, settings.engine_key_env)
         if not seat.gpus or seat.launch is None:
             raise SeatplanError(
                 f"seat {seat.name} has no placement or engine settings", where=f"seat {seat.name}", fix="re-plan with this seatplan (`seatplan plan FLEET -o plan.json`)"
@@ -135,7 +158,7 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
         check_flags(seat.name, restart_args, plan.inputs.vllm_version)
         boot_args = engine_command(seat.launch, settings.launcher)  # in a container the engine listens on every interface
         engines.append(Engine(seat=seat, host=host, address=seat.address or host, port=seat.port, restart_args=restart_args, boot_args=boot_args,
-                              bind_host=settings.bind_host))
+                              bind_host=settings.bind_host, gateway_address=seat.gateway_address, gateway_port=seat.gateway_port))
     taken: dict[tuple[str, int], str] = {}
     for engine in engines:
         other = taken.setdefault((engine.host, engine.port), engine.name)

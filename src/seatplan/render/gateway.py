@@ -34,11 +34,13 @@ ALERTS_FAILED = "seatplan-alerts-failed"
 BACKUP = "{{ seatplan_date }}-{{ seatplan_tag }}"
 
 
-def gateway_variables(engines: list[Engine], settings: RenderSettings, gateway_text: str, rules_text: str) -> dict:
-    """The variables of the gateway and alert plays (in vars.yaml beside the engines' ones)."""
+def gateway_variables(engines: list[Engine], settings: RenderSettings, gateway_text: str, rules_text: str, live_text: str | None = None) -> dict:
+    """The variables of the gateway and alert plays (in vars.yaml beside the engines' ones); ``live_text``: the gateway
+    config render merged the seats' routes into (None: render read none, and wrote seatplan's own)."""
     return {
         "seatplan_gateway_rollout": settings.gateway_config is not None,
         "seatplan_gateway_sha1": hashlib.sha1(gateway_text.encode("utf-8")).hexdigest(),
+        "seatplan_gateway_live_sha1": hashlib.sha1(live_text.encode("utf-8")).hexdigest() if live_text is not None else "",
         "seatplan_rules_sha1": hashlib.sha1(rules_text.encode("utf-8")).hexdigest(),
         "seatplan_gateway_config": Unsafe(settings.gateway_config or ""),
         "seatplan_gateway_restart_command": Unsafe(settings.gateway_restart),
@@ -115,12 +117,26 @@ GATEWAY_SHA1 = "seatplan_gateway_sha1"
 RULES_SHA1 = "seatplan_rules_sha1"
 
 
+def live_config_check_task() -> dict:
+    """The rendered config keeps all of the live one but the seats' routes: refuse to replace a live config that is not
+    the one render read (edited since, or render ran where the file is not), whose other sections would be lost."""
+    return {
+        "name": "gateway: the live config is the one render read",
+        "ansible.builtin.fail": {"msg": GATEWAY_FAILED + ": the step 'gateway: the live config is the one render read' failed on {{ inventory_hostname }}: "
+                                 "{{ seatplan_gateway_config }} is not the file render merged the seats' routes into (it changed since, or render ran "
+                                 "where it is not), and replacing it would drop its own sections and entries; nothing was changed: render again "
+                                 "where the file is (seatplan render --gateway-config PATH reads it)"},
+        "when": "seatplan_gateway_live.stat.exists and seatplan_gateway_live.stat.checksum not in [seatplan_gateway_sha1, seatplan_gateway_live_sha1]",
+    }
+
+
 def gateway_tasks() -> list[dict]:
     restore = _restore("seatplan_gateway_config", "seatplan_gateway_live", GATEWAY_SHA1, "gateway")
+    backup = _backup("seatplan_gateway_config", "seatplan_gateway_live", GATEWAY_SHA1)
     return [{
         "name": "the LiteLLM gateway",
         "when": "seatplan_gateway_rollout | bool",
-        "block": _backup("seatplan_gateway_config", "seatplan_gateway_live", GATEWAY_SHA1) + [
+        "block": [backup[0], live_config_check_task(), *backup[1:],
             {
                 "name": "gateway: write the config",
                 "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/litellm/config.yaml", "dest": "{{ seatplan_gateway_config }}", "mode": "0640"},

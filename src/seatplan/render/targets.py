@@ -6,6 +6,7 @@ stamps, so rendering an unchanged plan gives byte-identical files (and apply res
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 
 from seatplan import versions
@@ -14,7 +15,8 @@ from seatplan.documents.plan import Plan, PlannedSeat
 from seatplan.encode import check_name, compose_literal, dump_yaml, env_assignment, go_template_text, promql_string
 from seatplan.engine.command import COMMAND_KEY, ENV_FILES_KEY, FROM_HOST_KEY, HEALTH_URL_KEY, SEAT_KEY, shell_line
 from seatplan.engine.endpoint import listens_everywhere, published_port
-from seatplan.render.engines import Engine, FixedSeat
+from seatplan.render.engines import ENGINE_KEY_VARIABLE, Engine, FixedSeat
+from seatplan.render.gateway_config import GatewayMerge, LiveConfig, SeatRoute, merge_config, own_config
 from seatplan.render.settings import RenderSettings
 from seatplan.units import MiB, human_bytes
 
@@ -205,14 +207,10 @@ def compose_files(engines: list[Engine], settings: RenderSettings, fixed: list[F
 
 # ----------------------------------------------------------------------------- LiteLLM
 
-# vLLM takes its API key from --api-key or this variable (vllm/entrypoints/openai/cli_args.py, `api_key`, and
-# api_server.py's `args.api_key or envs.VLLM_API_KEY`): given by reference it stays off the command line.
-ENGINE_KEY_VARIABLE = "VLLM_API_KEY"
-
-
 def engine_key_variable(engine: Engine, settings: RenderSettings) -> str | None:
-    """The variable that holds the engine's key where the gateway runs: the seat's own reference, else --engine-key-env."""
-    return engine.seat.env_from_host.get(ENGINE_KEY_VARIABLE) or settings.engine_key_env
+    """The variable that holds the engine's key, for the engine and the gateway alike: the seat's own reference (or
+    --engine-key-env's, render/engines.py ``keyed``)."""
+    return engine.seat.env_from_host.get(ENGINE_KEY_VARIABLE)
 
 
 def open_engine_warnings(engines: list[Engine], settings: RenderSettings) -> list[str]:
@@ -227,18 +225,47 @@ def open_engine_warnings(engines: list[Engine], settings: RenderSettings) -> lis
 
 
 
-def litellm_config(engines: list[Engine], settings: RenderSettings) -> Files:
-    entries = []
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return address == "localhost"
+
+
+def unreachable_route_warnings(engines: list[Engine], settings: RenderSettings) -> list[str]:
+    """An engine bound to the loopback interface only (--bind 127.0.0.1) answers no gateway that reaches it elsewhere
+    (host.docker.internal is the Docker bridge's address on the host, a compose service a container's own)."""
+    unreachable = [f"{engine.name} ({engine.gateway_base_url})" for engine in engines
+                   if settings.bind_host is not None and _loopback(settings.bind_host) and not _loopback(engine.gateway_address or engine.address)]
+    if not unreachable:
+        return []
+    return [f"engines {', '.join(unreachable)}: --bind {settings.bind_host} keeps them on the loopback interface, where the gateway does not "
+            "reach them (every route through it would fail): bind them to the address the gateway reaches (the Docker bridge's for "
+            "host.docker.internal) or to every interface with an API key"]
+
+
+def seat_routes(engines: list[Engine], settings: RenderSettings) -> list[SeatRoute]:
+    """What the plan decides for each engine's route through the gateway (render/gateway_config.py keeps the rest)."""
+    routes = []
     for engine in engines:
-        params: dict = {"model": f"hosted_vllm/{engine.seat.served_model_name}", "api_base": f"{engine.base_url}/v1"}
-        if engine.seat.max_new_tokens is not None:
-            params["max_tokens"] = engine.seat.max_new_tokens
         key_variable = engine_key_variable(engine, settings)
-        if key_variable is not None:
-            params["api_key"] = f"os.environ/{key_variable}"
-        entries.append({"model_name": engine.seat.served_model_name, "litellm_params": params})
-    document = {"model_list": entries, "general_settings": {"master_key": f"os.environ/{settings.gateway_key_env}"}}
-    return {"litellm/config.yaml": HEADER + "# keys are read from the environment, never written here\n" + dump_yaml(document)}
+        routes.append(SeatRoute(seat=engine.name, served=engine.seat.served_model_name, api_base=f"{engine.gateway_base_url}/v1",
+                                api_key=f"os.environ/{key_variable}" if key_variable is not None else None,
+                                max_tokens=engine.seat.max_new_tokens, port=engine.port))
+    return routes
+
+
+def gateway_merge(engines: list[Engine], settings: RenderSettings, live: LiveConfig | None) -> GatewayMerge | None:
+    """The live gateway config with the seats' routes changed; None where render was given none."""
+    return merge_config(live.text, live.display, seat_routes(engines, settings)) if live is not None else None
+
+
+def litellm_config(engines: list[Engine], settings: RenderSettings, live: LiveConfig | None = None) -> Files:
+    """The gateway's config: the live one (``--gateway-config`` where render runs) with only the seats' routes changed,
+    else seatplan's own (the routes and the master key's reference)."""
+    merged = gateway_merge(engines, settings, live)
+    text = merged.text if merged is not None else own_config(seat_routes(engines, settings), settings.gateway_key_env, HEADER)
+    return {"litellm/config.yaml": text}
 
 
 # ----------------------------------------------------------------------------- Prometheus

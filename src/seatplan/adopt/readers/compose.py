@@ -23,6 +23,7 @@ from seatplan.adopt.readers.dotenv import read_env_text
 from seatplan.adopt.readers.healthcheck import healthcheck_url
 from seatplan.adopt.readers.text import GPU_KEYS, child, env_file_refusal, gpu_list, line_of, read_text, read_yaml
 from seatplan.adopt.readers.vllm_config import spliced
+from seatplan.adopt.secrets import secret_references
 from seatplan.errors import SeatplanError
 from seatplan.units import whole_number
 
@@ -180,11 +181,17 @@ def _compose_launch(name: str, service: dict, raw: dict, where: str, path: Path)
     launch = Launch(source=where, seat=name, args=args, env={key: value for key, value in env.items() if key not in GPU_KEYS},
                     env_notes=notes, warnings=warnings, **_started(path, name, where))
     launch.args, launch.config_note = spliced(launch.args, path.parent, where)
+    launch.secret_refs = secret_references(" ".join(_raw_words(raw.get("entrypoint")) + _raw_words(raw.get("command"))))
     named = _service_gpus(service, env, where)
     if named is not None:
         (launch.gpus, launch.gpus_source), launch.device = named, "cuda"
     launch.published_port, launch.port_unknown = published_port(read_ports(service.get("ports"), where), launch.args, where)
     return launch
+
+
+def _raw_words(value: Any) -> list[str]:
+    """A command as written (before compose fills its variables in), as words to look for a secret's variable in."""
+    return [str(item) for item in value] if isinstance(value, list) else [value] if isinstance(value, str) else []
 
 
 def _started(path: Path, name: str, where: str) -> dict[str, Any]:

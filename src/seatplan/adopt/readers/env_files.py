@@ -15,6 +15,7 @@ from seatplan.adopt.readers.commands import engine_words, referenced, shell_expa
 from seatplan.adopt.readers.dotenv import EnvText, read_env_text
 from seatplan.adopt.readers.text import GPU_KEYS, env_file_refusal, gpu_list, read_text
 from seatplan.adopt.readers.vllm_config import spliced
+from seatplan.adopt.secrets import secret_references
 from seatplan.engine.command import COMMAND_KEY
 from seatplan.engine.parse import split_shell_line
 from seatplan.errors import SeatplanError
@@ -49,6 +50,8 @@ def read_env_file(path: Path) -> Launch | None:
                          and (command_key == COMMAND_KEY or key not in referenced(values[command_key]))},
                     health_url=values.get("SEATPLAN_HEALTH_URL"), warnings=list(env.problems), started_note=NOT_STARTED)
     launch.args, launch.config_note = spliced(launch.args, path.parent, str(path))
+    if command_key != COMMAND_KEY:
+        launch.secret_refs = secret_references(" ".join(values.values()))
     for key in GPU_KEYS:
         if key in values:
             launch.gpus, launch.gpus_source = gpu_list(values[key]), f"{path}: {key}"

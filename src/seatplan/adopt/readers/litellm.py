@@ -34,7 +34,9 @@ def read_litellm_config(path: Path) -> list[Route]:
         plain = api_base if isinstance(api_base, str) and api_base.startswith(("http://", "https://")) else None
         base_url = without_credentials(plain).rstrip("/").removesuffix("/v1") if plain is not None else None
         max_tokens = params.get("max_tokens")
+        api_key = params.get("api_key")
+        key_env = api_key.removeprefix("os.environ/") if isinstance(api_key, str) and api_key.startswith("os.environ/") else None
         routes.append(Route(model_name=entry["model_name"], backend_name=backend, base_url=base_url,
                             max_tokens=max_tokens if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) else None, source=where,
-                            had_credentials=plain is not None and without_credentials(plain) != plain))
+                            had_credentials=plain is not None and without_credentials(plain) != plain, key_env=key_env, hosted=isinstance(given, dict) and "api_base" not in given))
     return routes

@@ -27,6 +27,7 @@ from seatplan.adopt.readers.compose_ports import published_port, read_ports
 from seatplan.adopt.readers.dotenv import read_env_text
 from seatplan.adopt.readers.text import GPU_KEYS, env_file_refusal, gpu_list, read_text
 from seatplan.adopt.readers.vllm_config import spliced
+from seatplan.adopt.secrets import secret_references
 from seatplan.errors import SeatplanError
 
 MAX_UNITS = 1000
@@ -194,6 +195,7 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
                         env_notes={key: notes[key] for key in env}, warnings=warnings,
                         started_by={"systemd_unit": unit_name}, started_note=f"{where}: the unit that runs it")
         launch.args, launch.config_note = spliced(launch.args, unit.path.parent, where)
+        launch.secret_refs = secret_references(value)
         if run is not None:
             launch.published_port, launch.port_unknown = published_port(read_ports(run.ports, where), launch.args, where)
             if run.gpus is not None:

@@ -8,6 +8,8 @@ be tested in seconds.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -29,6 +31,13 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     known, _ = parser.parse_known_args()
+    # SEATPLAN_TEST_EXIT=N (from the seat's env file): write N numbered lines to stderr and exit 3 before listening,
+    # as an engine that dies at start does (the tests of apply's health check read its log's last lines back)
+    lines = int(os.environ.get("SEATPLAN_TEST_EXIT", "-1"))
+    if lines >= 0:
+        for number in range(1, lines + 1):
+            print(f"fake engine log line {number}", file=sys.stderr)
+        sys.exit(3)
     time.sleep(STARTUP_DELAY_S)
     ThreadingHTTPServer((known.host, known.port), Health).serve_forever()
 

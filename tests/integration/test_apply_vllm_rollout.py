@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.ansible]
 
 KV = "192MiB"
 # each real start on two shared cores takes a minute or two; the broken one waits out the whole of it
-HEALTH = ("-e", "seatplan_health_retries=120", "-e", "seatplan_health_delay_s=2")
+HEALTH = ("-e", "seatplan_health_timeout_s=240")
 
 
 def served(port: int, name: str) -> tuple[int, dict[str, str]]:

@@ -91,8 +91,8 @@ def restart_script(directory: Path) -> Path:
 
     It records each start in ``starts.log`` with the /health answer of every engine it started before (and each
     stop as ``SEAT stop``), so a test can see that an engine started only after the one before it was healthy. A
-    seat whose env file sets ``SEATPLAN_TEST_BROKEN`` starts a process that never answers /health: the tests' way
-    to make a step fail its health check.
+    seat whose env file sets ``SEATPLAN_TEST_BROKEN`` starts, through the launcher, a process that never listens: the
+    tests' way to make a step fail its health check.
     """
     state = directory / "state"
     state.mkdir(parents=True, exist_ok=True)
@@ -122,11 +122,13 @@ def restart_script(directory: Path) -> Path:
         echo "$seat start$others" >> "$state/starts.log"
         set -a; . "$env_file"; set +a
         echo "$SEATPLAN_HEALTH_URL" > "$state/$seat.url"
+        launcher="$(dirname "$(dirname "$env_file")")/bin/seatplan-engine.sh"
         if [ -n "${{SEATPLAN_TEST_BROKEN:-}}" ]; then
-          setsid sleep 3600 > "$state/$seat.log" 2>&1 < /dev/null &
-        else
-          setsid "$(dirname "$(dirname "$env_file")")/bin/seatplan-engine.sh" "$env_file" > "$state/$seat.log" 2>&1 < /dev/null &
+          # through the launcher (it records the PID apply's health check follows), with a command that never listens
+          grep -v '^SEATPLAN_COMMAND=' "$env_file" > "$state/$seat.broken.env"; echo "SEATPLAN_COMMAND='sleep 3600'" >> "$state/$seat.broken.env"
+          env_file="$state/$seat.broken.env"
         fi
+        setsid "$launcher" "$env_file" > "$state/$seat.log" 2>&1 < /dev/null &
         echo $! > "$state/$seat.pid"
         """))
     script.chmod(0o755)

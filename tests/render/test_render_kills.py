@@ -159,7 +159,7 @@ ROLLBACK_KILLS = max(3, KILLS // 5)  # each one is a whole ansible-playbook run
 def test_rollback_killed_at_random_points_leaves_each_env_file_old_or_new(tmp_path, capsys, monkeypatch):
     """Rollback puts a tagged backup back with Ansible's copy on the host; killed (with its ansible-playbook) at
     random points, the host's env file is whole: the rolled-out one or the backup. Engines are not restarted
-    (``seatplan_restart_command=true``): the stand-ins started by the first apply keep answering /health."""
+    (the restart command only hands back the PID record): the stand-ins started by the first apply keep answering /health."""
     require(ansible_installed(), "ansible-playbook (pip install ansible-core)")
     seats = {name: (QWEN3_8B, free_port()) for name in ("alpha", "beta")}
     plan = build_plan_file(cpu_fleet(tmp_path, seats, kv="256MiB", total="64GiB"), tmp_path / "plan.json")
@@ -169,7 +169,11 @@ def test_rollback_killed_at_random_points_leaves_each_env_file_old_or_new(tmp_pa
         assert run_seatplan(capsys, monkeypatch, *render_args(tmp_path, plan, fake_launcher()))[0] == 0
         assert run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, "first"))[0] == 0
         old = env_file.read_bytes()
-        no_restart = ("-e", "seatplan_restart_command=true")
+        # a "restart" that keeps the running engine: it hands back the PID record apply set aside for the new one
+        keep = tmp_path / "keep.sh"
+        keep.write_text(f'#!/bin/sh\nfor f in {tmp_path}/host/run/*.pid.before; do [ -e "$f" ] && mv -f "$f" "${{f%.before}}"; done; exit 0\n')
+        keep.chmod(0o755)
+        no_restart = ("-e", f"seatplan_restart_command={keep}")
         code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "two", *no_restart, "--fleet", str(tmp_path / "fleet2.yaml")))
         assert code == 0, out + err
         new = env_file.read_bytes()

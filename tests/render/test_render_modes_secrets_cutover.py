@@ -46,7 +46,7 @@ from seatplan.render.diff import diff_trees
 from seatplan.render.settings import RenderSettings
 
 SECRET = "hf_seatplanSecretValue0123456789abcdef"  # only ever in the environment
-FAST_HEALTH = ("-e", "seatplan_health_retries=20", "-e", "seatplan_health_delay_s=1")
+FAST_HEALTH = ("-e", "seatplan_health_timeout_s=20")
 
 
 def standin_docker(directory: Path) -> Path:
@@ -58,14 +58,33 @@ def standin_docker(directory: Path) -> Path:
         #!{sys.executable}
         # A stand-in for the Docker CLI (no Docker engine on the test machine): logs argv, runs a service's
         # entrypoint + command from its compose file as a process, as `docker compose up` would in a container.
+        # What apply's health check asks (`compose ps -q -a SEAT`, `inspect ID`, `compose logs SEAT`) is answered from the
+        # process it runs: its PID stands for the container id, and the container "exits" when the process does.
         import json, os, signal, subprocess, sys, yaml
         state = {str(directory / "docker-state")!r}
         os.makedirs(state, exist_ok=True)
         args = sys.argv[1:]
-        with open(os.path.join(state, "calls.log"), "a") as log:
+        reading = "ps" in args or "logs" in args or args[:1] == ["inspect"]
+        with open(os.path.join(state, "reads.log" if reading else "calls.log"), "a") as log:
             log.write(json.dumps(args) + "\\n")
         seat = args[-1]
         pid_file = os.path.join(state, seat + ".pid")
+        if args[:1] == ["inspect"]:
+            pid = int(seat.removeprefix("c"))
+            try:
+                exited = open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+            except OSError:
+                exited = True
+            print(f"{{0 if exited else pid}} {{'exited' if exited else 'running'}}")
+            sys.exit(0)
+        if "ps" in args:
+            if os.path.exists(pid_file):
+                print("c" + open(pid_file).read().strip())
+            sys.exit(0)
+        if "logs" in args:
+            if os.path.exists(pid_file + ".log"):
+                sys.stdout.write(open(pid_file + ".log").read())
+            sys.exit(0)
         if os.path.exists(pid_file):
             try:
                 os.killpg(int(open(pid_file).read()), signal.SIGKILL)
@@ -75,8 +94,8 @@ def standin_docker(directory: Path) -> Path:
         if "up" in args:
             service = yaml.safe_load(open(args[args.index("-f") + 1]))["services"][seat]
             words = [word.replace("$$", "$") for word in service["entrypoint"] + service["command"]]
-            process = subprocess.Popen(words, start_new_session=True, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            log = open(pid_file + ".log", "w")
+            process = subprocess.Popen(words, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             open(pid_file, "w").write(str(process.pid))
         """))
     script.chmod(0o755)

@@ -35,7 +35,7 @@ from seatplan.render.engines import plan_engines
 from seatplan.render.settings import RenderSettings
 
 pytestmark = pytest.mark.ansible
-FAST_HEALTH = ("-e", "seatplan_health_retries=20", "-e", "seatplan_health_delay_s=1")
+FAST_HEALTH = ("-e", "seatplan_health_timeout_s=20")
 MOVE_STEPS = [("stop", "beta", ["cpu-box:1"]), ("start", "beta", ["cpu-box:0"]), ("restart", "alpha", ["cpu-box:0"])]
 
 

@@ -16,10 +16,12 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import shlex
+from pathlib import Path
 
 from seatplan.documents.fleet import StartedBy
 from seatplan.documents.plan import Plan
 from seatplan.encode import TAG, Unsafe, ansible_unsafe, check_name, dump_yaml, systemd_path
+from seatplan.render import hostcheck
 from seatplan.render.engines import Engine, FixedSeat
 from seatplan.render.gateway import gateway_files, gateway_variables
 from seatplan.render.settings import RenderSettings
@@ -53,6 +55,10 @@ STEP_FAILED = "seatplan-step-failed"
 # the file is new with this tag (new), that the seat was stopped (stopped), that the engine started outside seatplan
 # was stopped for seatplan's (cutover). Rollback reads them back.
 MARKS = ("bak", "new", "stopped", "cutover")
+# The host-side check of who holds a seat's port and whether the engine a step started is the one answering /health
+# (render/hostcheck.py, standard library only), copied to each host beside the launcher.
+HEALTH_CHECK = "bin/seatplan-health.py"
+HOSTCHECK_TEXT = Path(hostcheck.__file__).read_text(encoding="utf-8")
 
 
 def is_loopback(address: str) -> bool:
@@ -104,7 +110,7 @@ def cutover(started_by: StartedBy | None) -> dict | None:
 def seat_info(engine: Engine, files: Files) -> dict:
     """What the steps need of a seat in the plan: its host, health URL, the checksum of each of its files, the cut-over."""
     sums = {kind: sha1(files[path]) for kind, path in seat_file_paths(engine.name).items() if path in files}
-    return {"name": engine.name, "host": engine.host, "health_url": engine.health_url, "sha1": sums, "cutover": cutover(engine.seat.started_by)}
+    return {"name": engine.name, "host": engine.host, "port": engine.port, "health_url": engine.health_url, "sha1": sums, "cutover": cutover(engine.seat.started_by)}
 
 
 def seat_file_paths(seat: str) -> dict[str, str]:
@@ -138,6 +144,10 @@ def rollout_steps(plan: Plan, engines: list[Engine]) -> list[dict]:
         raw = [(step.action, step.seat, list(step.gpus)) for step in plan.rollout.steps
                # fixed seats are not seatplan's to start; a start of a seat the plan does not run as an engine cannot be
                if step.action == "stop" or step.seat in by_name]
+        # every other engine gets a step too, after the rollout's, host by host in boot order: it restarts only when it
+        # is not running as its files say (reconcile: killed, crashed, replaced by hand) or is cut over from started_by
+        started = {seat for action, seat, _ in raw if action != "stop"}
+        raw += [("restart", engine.name, list(engine.seat.gpus)) for engine in sorted(engines, key=lambda engine: engine.host) if engine.name not in started]
     steps = []
     for number, (action, seat, gpus) in enumerate(raw, 1):
         check_name("seat name", seat, f"rollout step {number}")
@@ -155,7 +165,7 @@ def variables(engines: list[Engine], files: Files, settings: RenderSettings, ste
     seats = {host: [seat_entry(engine, files[f"env/{engine.name}.env"]) for engine in engines if engine.host == host] for host in hosts}
     info = {engine.name: seat_info(engine, files) for engine in engines}
     # each step carries its seat (a list, not a map keyed by seat: a diff of vars.yaml then never shows a neighbour's name)
-    steps = [step | {"info": info.get(step["seat"], {"name": step["seat"], "host": None, "health_url": "", "sha1": {}, "cutover": None})} for step in steps]
+    steps = [step | {"info": info.get(step["seat"], {"name": step["seat"], "host": None, "port": 0, "health_url": "", "sha1": {}, "cutover": None})} for step in steps]
     return {
         "seatplan_host_dir": Unsafe(settings.host_dir),
         "seatplan_render_dir": "{{ playbook_dir }}/..",
@@ -166,6 +176,8 @@ def variables(engines: list[Engine], files: Files, settings: RenderSettings, ste
         "seatplan_restart_command": RESTART_COMMANDS[settings.restart],
         "seatplan_stop_command": STOP_COMMANDS[settings.restart],
         "seatplan_health_retries": max(1, settings.health_timeout_s // HEALTH_POLL_S),
+        # one deadline for each engine a step starts (render --health-timeout / apply --health-timeout)
+        "seatplan_health_timeout_s": settings.health_timeout_s,
         "seatplan_health_delay_s": HEALTH_POLL_S,
         "seatplan_run_verify": True,
         "seatplan_verify_command": Unsafe(verify_command(settings)),
@@ -207,9 +219,34 @@ def shell(name: str, command: str, when: str, **more: object) -> dict:
     return {"name": name, "ansible.builtin.shell": command, "when": f"({when}) and {NOT_CHECK}", **more}
 
 
+def host_check(command: str, *more: str) -> list[str]:
+    """The argv of the host-side check (HEALTH_CHECK) for the step's seat, run with the host's Python."""
+    return ["{{ ansible_python_interpreter | default('python3') }}", "{{ seatplan_host_dir }}/" + HEALTH_CHECK, command, "--seat", "{{ seat.name }}",
+            "--port", "{{ seat.port }}", "--host-dir", "{{ seatplan_host_dir }}", "--mode", "{{ seatplan_restart }}", *more]
+
+
 def health_wait(name: str, when: str, **more: object) -> dict:
-    return url_wait_task(name, "{{ seat.health_url }}", "seatplan_health", delay="{{ seatplan_health_delay_s }}",
-                         when=f"({when}) and {NOT_CHECK}", **more)
+    """Wait for the engine this step started: it must own the port's listening socket and answer /health 200 within
+    ``seatplan_health_timeout_s``; one that exits fails at once with its log's last lines (render/hostcheck.py)."""
+    argv = host_check("wait", "--url", "{{ seat.health_url }}", "--timeout-s", "{{ seatplan_health_timeout_s }}")
+    return {"name": name, "ansible.builtin.command": {"argv": argv}, "register": "seatplan_health", "changed_when": False,
+            "when": f"({when}) and {NOT_CHECK}", **more}
+
+
+def port_check() -> dict:
+    """Before a step touches anything: the seat's port is free, or held by its own engine or the one it cuts over
+    from (the cut-over's stop comes later in the step); else the step fails here, naming the holder."""
+    cuts = "'yes' if (seat.cutover is not none and not seatplan_before.results[0].stat.exists) else 'no'"
+    return {"name": "{{ seat.name }}: who holds port {{ seat.port }}", "ansible.builtin.command": {"argv": host_check("before", "--cutover", "{{ " + cuts + " }}")},
+            "register": "seatplan_port", "changed_when": False, "when": NOT_CHECK}
+
+
+def forget_pid(when: str) -> dict:
+    """The launcher writes the PID it runs as to HOST_DIR/run/SEAT.pid; the one there before the start is the old
+    engine's, kept as SEAT.pid.before, so that only the engine the restart command starts is waited for."""
+    pid = "{{ seatplan_host_dir }}/run/{{ seat.name }}.pid"
+    return {"name": "{{ seat.name }}: set aside the PID of the engine before", "ansible.builtin.command": {"argv": ["mv", "-f", pid, pid + ".before"], "removes": pid},
+            "when": f"({when}) and {NOT_CHECK}"}
 
 
 def daemon_reload(when: str, **more: object) -> dict:
@@ -218,10 +255,12 @@ def daemon_reload(when: str, **more: object) -> dict:
 
 
 def step_failed(what: str) -> dict:
-    """The rescue's last task: the rollout stops here, naming the step (``seatplan apply`` reads the message)."""
+    """The rescue's last task: the rollout stops here, naming the step (``seatplan apply`` reads the message). A failed
+    host check's stderr (the reason, then the engine's last log lines) is kept whole, line by line."""
+    reason = ("{{ (ansible_failed_result.stderr | default('') | trim | truncate(12000)) if (ansible_failed_result.stderr | default('') | trim) "
+              "else (ansible_failed_result.msg | default('') | regex_replace('\\\\s+', ' ') | truncate(300)) }}")
     return {"name": "{{ step.label }} failed", "ansible.builtin.fail": {
-        "msg": STEP_FAILED + ": {{ step.label }} failed at '{{ ansible_failed_task.name | default('?') }}': "
-        "{{ ansible_failed_result.msg | default('') | regex_replace('\\\\s+', ' ') | truncate(300) }}; " + what}}
+        "msg": STEP_FAILED + ": {{ step.label }} failed at '{{ ansible_failed_task.name | default('?') }}': " + reason + "\n" + what}}
 
 
 def start_step_tasks() -> list[dict]:
@@ -229,7 +268,11 @@ def start_step_tasks() -> list[dict]:
     seatplan, (re)start, wait for /health. A failure puts back what the step changed, restarts what ran, and stops."""
     changed = "item.stat.exists and item.stat.checksum != (seat.sha1[item.item.kind] | default(''))"
     existed = "seatplan_before.results[0].stat.exists"
-    restarts = "seatplan_written is changed or seat.name in (seatplan_stopped | default([])) or seatplan_cut is changed"
+    # reconcile: an engine that is not running, or not from the files on the host, is started whatever changed
+    # (the port check's verdict); `apply --restart SEAT` names seats restarted on purpose
+    restarts = ("seatplan_written is changed or seat.name in (seatplan_stopped | default([])) or seatplan_cut is changed"
+                " or not ((seatplan_port.stdout | default('{}', true) | from_json).as_planned | default(true))"
+                " or seat.name in (seatplan_force_restart | default('') | string).split(',')")
     block = [
         {"name": "{{ seat.name }}: dated backup of each file it replaces", "loop": "{{ seatplan_before.results }}", "loop_control": {"label": "{{ item.item.dest }}"},
          "ansible.builtin.copy": {"src": "{{ item.stat.path }}", "dest": mark("{{ item.stat.path }}", "bak"), "remote_src": True, "mode": "preserve"},
@@ -246,6 +289,7 @@ def start_step_tasks() -> list[dict]:
          "when": f"seat.cutover is not none and not {existed} and {NOT_CHECK}"},
         {"name": "{{ seat.name }}: mark the cut-over", "ansible.builtin.copy": {"content": "{{ seat.cutover.kind }}\n", "dest": mark(ENV, "cutover"), "mode": "0644"},
          "when": "seatplan_cut is changed"},
+        forget_pid(restarts),
         shell("{{ seat.name }}: {{ step.action }}", "{{ seatplan_restart_command }}", restarts, register="seatplan_started"),
         health_wait("{{ seat.name }}: wait for /health before the next step", "seatplan_started is changed"),
         {"name": "{{ seat.name }}: running again", "ansible.builtin.set_fact": {"seatplan_stopped": "{{ seatplan_stopped | default([]) | difference([seat.name]) }}"}},
@@ -260,6 +304,7 @@ def start_step_tasks() -> list[dict]:
         daemon_reload("true", ignore_errors=True),
         {"name": "{{ seat.name }}: start the engine it cut over from again", "ansible.builtin.command": {"argv": "{{ seat.cutover.start }}"},
          "when": f"seatplan_cut is defined and seatplan_cut is changed and {CAN_START} and {NOT_CHECK}", "ignore_errors": True},
+        forget_pid(f"{existed} and seatplan_put_back is changed and seat.name not in (seatplan_stopped | default([]))"),
         shell("{{ seat.name }}: restart it from the files put back", "{{ seatplan_restart_command }}",
               f"{existed} and seatplan_put_back is changed and seat.name not in (seatplan_stopped | default([]))", register="seatplan_restored", ignore_errors=True),
         health_wait("{{ seat.name }}: wait for /health of what ran", "seatplan_restored is changed and seatplan_restored is succeeded", ignore_errors=True),
@@ -269,6 +314,7 @@ def start_step_tasks() -> list[dict]:
     return [
         {"name": "{{ seat.name }}: its files now on the host", "loop": "{{ seatplan_files }}", "loop_control": {"label": "{{ item.dest }}"},
          "ansible.builtin.stat": {"path": "{{ item.dest }}", "checksum_algorithm": "sha1"}, "register": "seatplan_before"},
+        {"name": "{{ step.label }}: the port", "block": [port_check()], "rescue": [step_failed("nothing was changed or stopped")]},
         {"name": "{{ step.label }}", "block": block, "rescue": rescue},
     ]
 
@@ -281,6 +327,7 @@ def stop_step_tasks() -> list[dict]:
     done = f"{stays} and seatplan_env_now.stat.exists and seatplan_env_now.stat.checksum == seat.sha1.env"
     block = [
         shell("{{ seat.name }}: stop", "{{ seatplan_stop_command }}", "not seatplan_done", register="seatplan_stop_run"),
+        forget_pid("not seatplan_done"),
         {"name": "{{ seat.name }}: mark it stopped", "ansible.builtin.copy": {"content": "", "dest": mark(ENV, "stopped"), "mode": "0644"}, "when": "not seatplan_done"},
         {"name": "{{ seat.name }}: stopped until its start", "ansible.builtin.set_fact": {"seatplan_stopped": "{{ (seatplan_stopped | default([])) + [seat.name] }}"},
          "when": "not seatplan_done"},
@@ -337,6 +384,7 @@ def undo_start_tasks() -> list[dict]:
         {"name": "{{ seat.name }}: and their marks", "loop": "{{ seatplan_new.results | map(attribute='files') | flatten | map(attribute='path') | list }}",
          "ansible.builtin.file": {"path": "{{ item }}", "state": "absent"}},
         daemon_reload("seatplan_put_back is changed or seatplan_added"),
+        forget_pid("step.action == 'restart' and seatplan_put_back is changed and not seatplan_added"),
         shell("{{ seat.name }}: restart from the files put back", "{{ seatplan_restart_command }}",
               "step.action == 'restart' and seatplan_put_back is changed and not seatplan_added", register="seatplan_started"),
         health_wait("{{ seat.name }}: wait for /health before the next seat", "seatplan_started is changed"),
@@ -359,6 +407,7 @@ def undo_stop_tasks() -> list[dict]:
          "ansible.builtin.copy": {"src": "{{ (item.files | sort(attribute='mtime') | last).path }}", "dest": "{{ item.item.dest }}", "remote_src": True, "mode": "preserve"},
          "when": "seatplan_stops.results[0].matched > 0 and item.matched > 0 and not seatplan_now.results[ansible_loop.index0].stat.exists"},
         daemon_reload("seatplan_stops.results[0].matched > 0"),
+        forget_pid("seatplan_stops.results[0].matched > 0"),
         shell("{{ seat.name }}: start it again", "{{ seatplan_restart_command }}", "seatplan_stops.results[0].matched > 0", register="seatplan_started"),
         health_wait("{{ seat.name }}: wait for /health before the next seat", "seatplan_started is changed"),
         {"name": "{{ seat.name }}: the stop is undone", "loop": "{{ seatplan_stops.results[0].files | map(attribute='path') | list }}",
@@ -392,10 +441,12 @@ def rollback_check_tasks() -> list[dict]:
 def prepare_tasks() -> list[dict]:
     """The directories, the engine launcher and the systemd unit the restart command uses."""
     return [
-        {"name": "seatplan directories", "loop": ["env", "compose", "bin"],
+        {"name": "seatplan directories", "loop": ["env", "compose", "bin", "run"],
          "ansible.builtin.file": {"path": "{{ seatplan_host_dir }}/{{ item }}", "state": "directory", "mode": "0755"}},
         {"name": "the engine launcher",
          "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/" + ENGINE_LAUNCHER, "dest": "{{ seatplan_host_dir }}/" + ENGINE_LAUNCHER, "mode": "0755"}},
+        {"name": "the engines' health check",
+         "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/" + HEALTH_CHECK, "dest": "{{ seatplan_host_dir }}/" + HEALTH_CHECK, "mode": "0755"}},
         {
             "name": "systemd unit",
             "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/systemd/" + SYSTEMD_UNIT, "dest": SYSTEMD_DIR + "/" + SYSTEMD_UNIT, "mode": "0644"},
@@ -526,6 +577,7 @@ def ansible_files(plan: Plan, engines: list[Engine], files: Files, settings: Ren
     out |= {path: header + dump_yaml(plays) for path, plays in gateway_files(settings).items()}
     out |= {
         ENGINE_LAUNCHER: LAUNCHER_SCRIPT,
+        HEALTH_CHECK: HOSTCHECK_TEXT,
         "ansible/inventory.yaml": header + dump_yaml(inventory(engines)),
         "ansible/vars.yaml": header + dump_yaml(values),
         "ansible/playbook.yaml": header + dump_yaml(apply_plays(steps, settings, fixed)),

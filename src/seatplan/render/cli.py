@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from seatplan.clihelp import add_command
-from seatplan.numeric_options import size_option
+from seatplan.numeric_options import count_option, size_option
 
 if TYPE_CHECKING:
     from seatplan.documents.plan import Plan
@@ -49,6 +49,11 @@ PROMETHEUS_URL = typer.Option(None, "--prometheus-url", metavar="URL",
 PROMETHEUS_RELOAD = typer.Option(None, "--prometheus-reload", metavar="COMMAND", help="a shell line that reloads Prometheus instead of POST /-/reload")
 PROMTOOL = typer.Option("promtool", "--promtool", metavar="PATH", help="promtool on the Prometheus host")
 JSON_OUTPUT = typer.Option(False, "--json", help="print one JSON document")
+HEALTH_TIMEOUT_PARSER = count_option("--health-timeout", maximum=7 * 24 * 3600, example="900")  # a week: beyond it, a slip of the unit
+HEALTH_TIMEOUT_DIR_HELP_SUFFIX = "; default: DIR's render setting (900)"
+HEALTH_TIMEOUT_HELP = ("seconds each step waits for the engine it started to own its port and answer /health 200 "
+                       "(an engine that exits fails the step at once)")
+HEALTH_TIMEOUT_DIR_HELP = HEALTH_TIMEOUT_HELP + HEALTH_TIMEOUT_DIR_HELP_SUFFIX
 
 
 def register(app: typer.Typer) -> None:
@@ -71,6 +76,7 @@ def build_settings(
     free_tolerance_bytes: int,
     verify_gateway: str | None,
     rollout: dict[str, str | None] | None = None,
+    health_timeout_s: int = 900,
 ) -> RenderSettings:
     """``rollout``: the gateway and alert settings (RenderSettings' gateway_* and prometheus_* fields) as given."""
     from pydantic import ValidationError
@@ -102,6 +108,7 @@ def build_settings(
             free_tolerance_bytes=free_tolerance_bytes,
             seatplan_command=shlex.join([sys.executable, "-m", "seatplan.cli"]),
             verify_gateway=verify_gateway,
+            health_timeout_s=health_timeout_s,
             **{key: value for key, value in (rollout or {}).items() if value is not None},
         )
     except ValidationError as error:
@@ -130,6 +137,7 @@ def render_command(
     prometheus_url: str | None = PROMETHEUS_URL,
     prometheus_reload: str | None = PROMETHEUS_RELOAD,
     promtool: str = PROMTOOL,
+    health_timeout: int = typer.Option(900, "--health-timeout", parser=HEALTH_TIMEOUT_PARSER, metavar="SECONDS", help=HEALTH_TIMEOUT_HELP),
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Write env files, compose.yaml, the Ansible playbook, the LiteLLM config and Prometheus rules for a plan."""
@@ -141,7 +149,7 @@ def render_command(
     rollout = {"gateway_config": gateway_config, "gateway_host": gateway_host, "gateway_restart": gateway_restart, "prometheus_rules": prometheus_rules,
                "prometheus_host": prometheus_host, "prometheus_url": prometheus_url, "prometheus_reload": prometheus_reload, "promtool": promtool}
     settings = build_settings(plan_file, launcher, bind_host, restart, restart_script, host_dir, image, gateway_key_env, engine_key_env, free_tolerance,
-                              verify_gateway, rollout)
+                              verify_gateway, rollout, health_timeout)
     targets = targets_from(target)
     result = render_to(loaded, settings, targets, output)
     warnings = render_warnings(loaded.plan, settings, targets, live_gateway_config(settings, loaded.plan))
@@ -205,6 +213,8 @@ def apply_command(
     force: bool = typer.Option(False, "--force", help="apply even a plan whose inputs changed, that no longer fits, or that names other hosts (says what it overrode)"),
     no_gateway: bool = typer.Option(False, "--no-gateway", help="leave the gateway's config, restart and smoke test out of this rollout"),
     no_alerts: bool = typer.Option(False, "--no-alerts", help="leave the Prometheus alert rules out of this rollout"),
+    health_timeout: int | None = typer.Option(None, "--health-timeout", parser=HEALTH_TIMEOUT_PARSER, metavar="SECONDS", help=HEALTH_TIMEOUT_DIR_HELP),
+    restart_seats: list[str] = typer.Option([], "--restart", metavar="SEAT", help="restart this seat's engine even if nothing about it changed; repeatable"),
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Render PLAN again into DIR, then roll it out with ansible-playbook: changed seats only, one engine at a time, then verify."""
@@ -223,10 +233,27 @@ def apply_command(
         error_console().print(f"[bold yellow]warning:[/] {warning}", markup=True, soft_wrap=True, highlight=False)
     # `seatplan render` chose the launcher, restart command and the rest; apply keeps them
     settings = (settings_of(directory) or RenderSettings()).model_copy(update={"plan_path": str(plan_file.resolve())})
+    if health_timeout is not None:
+        settings = settings.model_copy(update={"health_timeout_s": health_timeout})
+    extra = [*extra, *left_out(no_gateway, no_alerts), *forced_restarts(loaded.plan, settings, restart_seats)]
     render_to(loaded, settings, list(TARGETS), directory)
-    extra = [*extra, *left_out(no_gateway, no_alerts)]
     run = apply(directory, inventory, tag=tag, check=check, extra=extra, echo=None if json_output else sys.stdout)
     finish(run, json_output, overridden)
+
+
+def forced_restarts(plan: Plan, settings: RenderSettings, seats: list[str]) -> list[str]:
+    """``apply --restart SEAT``: the playbook's list of seats restarted on purpose (each an engine of the plan)."""
+    from seatplan.errors import SeatplanError
+    from seatplan.render.engines import plan_engines
+
+    if not seats:
+        return []
+    engines = [engine.name for engine in plan_engines(plan, settings)]
+    unknown = [seat for seat in seats if seat not in engines]
+    if unknown:
+        raise SeatplanError(f"--restart {', '.join(unknown)}: not an engine of the plan (its engines: {', '.join(engines) or 'none'})", where="--restart",
+                            fix="name a vLLM seat the plan places")
+    return [f"seatplan_force_restart={','.join(seats)}"]
 
 
 def left_out(no_gateway: bool, no_alerts: bool) -> list[str]:
@@ -258,6 +285,7 @@ def rollback_command(
     extra: list[str] = typer.Option([], "-e", "--extra-vars", metavar="<KEY=VALUE>", help="KEY=VALUE passed to ansible-playbook; repeatable"),
     no_gateway: bool = typer.Option(False, "--no-gateway", help="leave the gateway's config as it is"),
     no_alerts: bool = typer.Option(False, "--no-alerts", help="leave the Prometheus alert rules as they are"),
+    health_timeout: int | None = typer.Option(None, "--health-timeout", parser=HEALTH_TIMEOUT_PARSER, metavar="SECONDS", help=HEALTH_TIMEOUT_DIR_HELP),
     json_output: bool = JSON_OUTPUT,
 ) -> None:
     """Put the env files backed up under TAG back, restarting each changed engine one at a time."""
@@ -270,7 +298,7 @@ def rollback_command(
     if not directory.is_dir():
         raise SeatplanError("is a file, not a directory" if directory.exists() else "no such directory", where=str(directory),
                             fix="pass the directory `seatplan render -o DIR` or `seatplan apply -o DIR` wrote")
-    extra = [*extra, *left_out(no_gateway, no_alerts)]
+    extra = [*extra, *left_out(no_gateway, no_alerts), *([f"seatplan_health_timeout_s={health_timeout}"] if health_timeout is not None else [])]
     run = rollback(directory, inventory or directory / "ansible" / "inventory.yaml", tag=to, check=check, extra=extra, echo=None if json_output else sys.stdout)
     refused = missing_backups(run, to) if run.returncode != 0 else None
     if refused is not None:

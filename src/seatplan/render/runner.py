@@ -89,4 +89,10 @@ def missing_backups(run: PlaybookRun, tag: str) -> SeatplanError | None:
 def failed_step(run: PlaybookRun) -> tuple[str, str] | None:
     """The rollout step a failed apply stopped at, and the playbook's account of it (what failed, what was put back)."""
     found = STEP_FAILED_OUTPUT.search(run.output)
-    return (found.group(1), found.group(2).replace('\\"', '"').replace("\\'", "'")) if found else None
+    if found is None:
+        return None
+    try:  # the default callback prints msg as a JSON string: newlines (the engine's log lines) come as \n
+        account = json.loads(f'"{found.group(2)}"')
+    except ValueError:
+        account = found.group(2).replace('\\"', '"')
+    return found.group(1), str(account).replace("\\'", "'")

@@ -45,6 +45,13 @@ for pair in ${SEATPLAN_ENV_FROM_HOST:-}; do
     eval "export $name=\"\${$source}\""
   fi
 done
+# The PID the engine runs as (exec keeps it) and the file its stderr goes to, for apply's health check
+# (bin/seatplan-health.py): /health counts only from this process, and its log is shown when it exits.
+run_dir="$(dirname "$0")/../run"
+if [ -n "${SEATPLAN_SEAT:-}" ] && mkdir -p "$run_dir" 2>/dev/null; then
+  log=$(readlink "/proc/$$/fd/2" 2>/dev/null || true)  # read before any redirection of this shell's own
+  printf '%s\n%s\n' "$$" "$log" > "$run_dir/$SEATPLAN_SEAT.pid.new" && mv -f "$run_dir/$SEATPLAN_SEAT.pid.new" "$run_dir/$SEATPLAN_SEAT.pid" || true
+fi
 eval "exec $SEATPLAN_COMMAND"
 """
 

@@ -4,6 +4,11 @@ At the end of the session no file a test left and no captured output may carry a
 (``kits.leaks.TEST_SECRETS``); the fuzz runs' reliability figures are printed under the summary. A test that
 draws at random takes the ``rng`` fixture: a fresh seed each run, printed when the test fails, and
 ``SEATPLAN_TEST_SEED=N`` replays that draw.
+
+Under pytest-xdist each worker runs the session fixtures and tallies its own figures; the workers hand their tally to
+the controller (``workeroutput``), which prints the sum. ``SEATPLAN_TALLY_CARRY=FILE`` carries the figures from one
+pytest run to the next (``scripts/test.sh`` runs the suite as two: the xdist part, then the real-engine part), so the
+last run prints the whole tally. Every test under ``tests/integration/`` is marked ``integration``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import os
 import random
 import sys
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -25,6 +31,19 @@ from kits.paths import FORMAT_FIXTURES, MODEL_FIXTURES
 
 # Captured output of a test phase that carried a test secret (pytest_runtest_logreport), reported at the session's end.
 _leaks: list[str] = []
+# How many of _leaks the session fixture has reported: a leak in a phase after its teardown (the last test's own
+# teardown, or a report a worker forwards to the xdist controller) is reported by pytest_sessionfinish instead.
+_leaks_reported = 0
+# The reliability figures xdist workers handed back (pytest_testnodedown), summed on the controller.
+_worker_tally: Counter[tuple[str, str]] = Counter()
+INTEGRATION = Path(__file__).parent / "integration"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``-m integration``: the tests under tests/integration/ (real engines, LiteLLM), which scripts/test.sh runs apart."""
+    for item in items:
+        if item.path.is_relative_to(INTEGRATION):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture
@@ -74,7 +93,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def no_secret_in_any_artefact(tmp_path_factory: pytest.TempPathFactory):
     """At the end of the session: every file any test left under the session's temporary directory (reports, plans,
     logs, rendered files, databases) and all captured output are free of the test secrets."""
+    global _leaks_reported
     yield
+    _leaks_reported = len(_leaks)
     leaks = files_holding_secrets(tmp_path_factory.getbasetemp()) + _leaks
     tally = sys.modules.get("kits.fuzz_targets")
     if tally is not None:
@@ -83,14 +104,58 @@ def no_secret_in_any_artefact(tmp_path_factory: pytest.TempPathFactory):
         pytest.fail("test secrets found in artefacts:\n" + "\n".join(leaks), pytrace=False)
 
 
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _own_tally() -> Counter[tuple[str, str]]:
+    targets = sys.modules.get("kits.fuzz_targets")
+    return Counter(targets.TALLY) if targets is not None else Counter()
+
+
+@pytest.hookimpl(trylast=True)  # after the runner's teardown of the session fixtures (a run stopped by -x tears them down here)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A worker hands its figures to the controller; the process that reports fails the run on a leak found after
+    the session fixture's scan."""
+    if _is_worker(session.config):
+        session.config.workeroutput["seatplan_tally"] = [[reader, outcome, count] for (reader, outcome), count in _own_tally().items()]  # type: ignore[attr-defined]
+        return
+    if len(_leaks) > _leaks_reported:
+        session.config.stash[_LATE_LEAKS] = _leaks[_leaks_reported:]
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_LATE_LEAKS = pytest.StashKey[list[str]]()
+
+
+def pytest_testnodedown(node, error) -> None:
+    """On the xdist controller: add up what each worker tallied (a worker that crashed hands back nothing)."""
+    for reader, outcome, count in getattr(node, "workeroutput", {}).get("seatplan_tally", []):
+        _worker_tally[(reader, outcome)] += count
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """The reliability figures of this run (docs/reliability.md): inputs per reader and how each ended."""
-    targets = sys.modules.get("kits.fuzz_targets")
-    if targets is None or not targets.TALLY:
+    if _is_worker(config):
+        return
+    late = config.stash.get(_LATE_LEAKS, [])
+    if late:
+        terminalreporter.section("test secrets found in captured output")
+        for line in late:
+            terminalreporter.write_line(line)
+    tally = _own_tally()
+    tally.update(_worker_tally)  # update, not +: a figure of 0 (no secret found) is a figure to print
+    carry = os.environ.get("SEATPLAN_TALLY_CARRY")
+    if carry and Path(carry).is_file() and Path(carry).stat().st_size:
+        for reader, outcome, count in json.loads(Path(carry).read_text()):
+            tally[(reader, outcome)] += count
+    if carry:
+        Path(carry).write_text(json.dumps([[reader, outcome, count] for (reader, outcome), count in sorted(tally.items())]) + "\n")
+    if not tally:
         return
     terminalreporter.section("reliability figures")
     by_reader: dict[str, dict[str, int]] = {}
-    for (reader, outcome), count in sorted(targets.TALLY.items()):
+    for (reader, outcome), count in sorted(tally.items()):
         by_reader.setdefault(reader, {})[outcome] = count
     for reader, outcomes in by_reader.items():
         terminalreporter.write_line(f"{reader:40} " + ", ".join(f"{outcome} {count:,}" for outcome, count in outcomes.items()))

@@ -39,6 +39,11 @@ from kits.leaks import TEST_SECRETS
 KEY = TEST_SECRETS[1]
 PASSWORD = TEST_SECRETS[0]
 TIMEOUT_S = 2
+# The families that send forever and end only by the deadline (a drip every 0.02 s, so a per-read timeout would
+# never fire): a deadline of 0.5 s is 25 drips, and each run waits it out rather than TIMEOUT_S. The 300 MB and endless
+# bodies keep TIMEOUT_S, so that their size cap, not the deadline, ends them.
+ENDLESS_FAMILIES_TIMEOUT_S = 0.5
+ENDLESS_FAMILIES = ("header-drip", "body-drip", "102-flood")
 # A run's whole memory: the interpreter, seatplan's imports (DuckDB, numpy) and at most one capped answer (the
 # spend API's page cap, 256 MiB, is the largest); a 300 MB body or an endless one read whole would pass it.
 PEAK_RSS_BYTES = 900 << 20
@@ -54,23 +59,23 @@ FAMILIES: dict[str, Write] = {
 }
 
 
-def diagnose_prometheus(url: str, tmp_path: Path) -> list[str]:
+def diagnose_prometheus(url: str, tmp_path: Path, timeout_s: float = TIMEOUT_S) -> list[str]:
     # the password in the URL is sent to this server (basic auth) and must never be printed
     address = url.replace("http://", f"http://seatplan:{PASSWORD}@")
-    return ["diagnose", "--prometheus", address, "--since", "1h", "--timeout", str(TIMEOUT_S), "--json"]
+    return ["diagnose", "--prometheus", address, "--since", "1h", "--timeout", str(timeout_s), "--json"]
 
 
-def diagnose_vllm_metrics(url: str, tmp_path: Path) -> list[str]:
+def diagnose_vllm_metrics(url: str, tmp_path: Path, timeout_s: float = TIMEOUT_S) -> list[str]:
     return ["diagnose", "--vllm-metrics", url.replace("http://", f"http://seatplan:{PASSWORD}@") + "/metrics",
-            "--timeout", str(TIMEOUT_S), "--json"]
+            "--timeout", str(timeout_s), "--json"]
 
 
-def usage_from(url: str, tmp_path: Path) -> list[str]:
-    return ["usage", "--from", url, "--days", "1", "--timeout", str(TIMEOUT_S), "--json"]
+def usage_from(url: str, tmp_path: Path, timeout_s: float = TIMEOUT_S) -> list[str]:
+    return ["usage", "--from", url, "--days", "1", "--timeout", str(timeout_s), "--json"]
 
 
-def adopt_engine(url: str, tmp_path: Path) -> list[str]:
-    return ["adopt", "--engine", url, "--timeout", str(TIMEOUT_S), "-o", str(tmp_path / "fleet.yaml")]
+def adopt_engine(url: str, tmp_path: Path, timeout_s: float = TIMEOUT_S) -> list[str]:
+    return ["adopt", "--engine", url, "--timeout", str(timeout_s), "-o", str(tmp_path / "fleet.yaml")]
 
 
 COMMANDS = {"diagnose-prometheus": diagnose_prometheus, "diagnose-vllm-metrics": diagnose_vllm_metrics,
@@ -91,8 +96,9 @@ def assert_ended_with_a_located_error(done: Measured) -> None:
 @pytest.mark.parametrize("command", COMMANDS)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_hostile_server_ends_the_command_with_a_located_error(family, command, tmp_path):
+    timeout_s = ENDLESS_FAMILIES_TIMEOUT_S if family in ENDLESS_FAMILIES else TIMEOUT_S
     with HostileServer(everywhere(FAMILIES[family])) as server:
-        done = run_measured(*COMMANDS[command](server.url, tmp_path), env=ENV)
+        done = run_measured(*COMMANDS[command](server.url, tmp_path, timeout_s), env=ENV)
     assert_ended_with_a_located_error(done)
     assert not (tmp_path / "fleet.yaml").exists()
 

@@ -16,22 +16,32 @@ bounds (the plateau time: within one record of them, the target's own resolution
 the creep and the plateau time in every draw, and the flagged shares below ceilings measured at this seed
 (docs/diagnose.md); the worst cases are printed. A second test does the same for FRESH_DRAWS histories on a
 seed drawn each run (``SEATPLAN_TEST_SEED`` replays one).
+
+The 200 draws run as CHUNKS tests that pytest-xdist workers share (one test took 5 minutes on a worker, the run's
+longest): each chunk draws the same sequence from SEED, passing over the draws before its own (a draw and the
+records it makes consume the generator as in one test), and asserts every target on its own draws. Each writes
+what the shares need to the session's directory; the chunk that finds all of them there asserts the shares of the
+whole sweep, as the single test did.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kits.random_hub import Draw, draw, write_hub
+from kits.random_hub import Draw, draw, records, write_hub
 from seatplan.observe.averaged import Analysis
 from seatplan.observe.detect import DetectSettings, GpuSeries, analyse
 from seatplan.observe.sources.beszel import read_beszel
 
 DRAWS = 200
 SEED = 2026
+CHUNKS = 4  # tests of DRAWS // CHUNKS draws each; a chunk passes over the draws before its own (0.06 s of CPU each)
 PLATEAU_MIB = 40.0
 CREEP_SHARE = 0.10
 # The operator's --min-creep-mib for this sweep: the smallest drawn rise (286 MiB) may be only partly seen yet.
@@ -130,51 +140,95 @@ def outcome(number: int, one: Draw, series: GpuSeries) -> Outcome:
                    bounds_physical(analysis))
 
 
-def share(outcomes: list[Outcome], good) -> float:
+def share(outcomes: list, good) -> float:
     return sum(bool(good(o)) for o in outcomes) / max(len(outcomes), 1)
 
 
-@pytest.mark.slow
-def test_creep_and_plateau_over_random_histories(tmp_path):
+def sweep_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """This session's directory for the chunks' results: under xdist each worker's base directory sits in the
+    session's own, which all workers share."""
+    base = tmp_path_factory.getbasetemp()
+    directory = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "diagnose-sweep"
+    directory.mkdir(exist_ok=True)
+    return directory
+
+
+def chunk_outcomes(chunk: int, tmp_path: Path) -> list[Outcome]:
     rng = np.random.default_rng(SEED)
+    size = DRAWS // CHUNKS
     outcomes = []
-    for number in range(DRAWS):
+    for number in range((chunk + 1) * size):
         one = draw(rng)
+        if number < chunk * size:
+            records(one, rng)  # what write_hub draws for this hub, so that the next draw is the same one
+            continue
         series = read_beszel(write_hub(tmp_path / f"hub-{number}.db", one, rng))[0]
         outcomes.append(outcome(number, one, series))
-    logged = [o for o in outcomes if o.one.boot_line]
-    blind = [o for o in outcomes if not o.one.boot_line]
-    timed = [o for o in outcomes if o.time_error_records is not None]
-    print()
-    print("worst plateau:", max(outcomes, key=lambda o: abs(o.plateau_error_mib)).describe())
-    print("worst creep with the boot line:", max(logged, key=lambda o: o.creep_error).describe())
-    print("worst creep without it:", max(blind, key=lambda o: o.creep_error).describe())
-    print("worst creep not flagged:", max([o for o in outcomes if not o.rise_flagged], key=lambda o: o.creep_error).describe())
-    print("worst plateau time:", max(timed, key=lambda o: abs(o.time_error_records or 0.0)).describe())
-    print("worst plateau time not flagged:", max([o for o in timed if not o.time_flagged], key=lambda o: abs(o.time_error_records or 0.0)).describe())
-    within = [share(logged, lambda o: o.creep_error <= CREEP_SHARE), share(blind, lambda o: o.creep_error <= CREEP_SHARE),
-              share(timed, lambda o: abs(o.time_error_records or 0.0) <= 1.0)]
-    flagged = [share(logged, lambda o: o.rise_flagged), share(blind, lambda o: o.rise_flagged), share(timed, lambda o: o.time_flagged)]
-    covered = share([o for o in outcomes if o.rise_bounds_mib], lambda o: o.rise_bounds_mib[0] <= o.true_rise_mib <= o.rise_bounds_mib[1])
-    print(f"creep within 10 %: {within[0]:.0%} of {len(logged)} with the boot line, {within[1]:.0%} of {len(blind)} without;"
-          f" plateau time within one record: {within[2]:.0%} of {len(timed)}")
-    print(f"flagged not determinable: creep {flagged[0]:.0%} with the boot line, {flagged[1]:.0%} without; plateau time {flagged[2]:.0%};"
-          f" true rise inside the stated bounds: {covered:.0%}")
-    misses = [o.describe() for o in timed if not o.time_ok]
-    print("plateau time misses:", misses)
+    return outcomes
 
-    assert len(outcomes) == DRAWS and len(logged) > DRAWS // 3 and len(blind) > DRAWS // 3
+
+def summary(o: Outcome) -> dict:
+    """What the shares of the whole sweep need of one draw, as JSON."""
+    covered = None if o.rise_bounds_mib is None else o.rise_bounds_mib[0] <= o.true_rise_mib <= o.rise_bounds_mib[1]
+    return {"number": o.number, "boot_line": o.one.boot_line, "creep_error": o.creep_error, "rise_flagged": o.rise_flagged,
+            "plateau_error_mib": o.plateau_error_mib, "time_error_records": o.time_error_records, "time_flagged": o.time_flagged,
+            "covered": covered, "describe": o.describe()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_creep_and_plateau_over_random_histories(chunk, tmp_path, tmp_path_factory):
+    outcomes = chunk_outcomes(chunk, tmp_path)
+    directory = sweep_directory(tmp_path_factory)
+    staging = directory / f".chunk-{chunk}.json"
+    staging.write_text(json.dumps([summary(o) for o in outcomes]))
+    staging.rename(directory / f"chunk-{chunk}.json")
+
+    assert len(outcomes) == DRAWS // CHUNKS
     # The target, met in every draw: the plateau the plan check acts on.
     assert all(o.plateau_ok for o in outcomes), [o.describe() for o in outcomes if not o.plateau_ok]
     # Every creep within 10 %, or flagged as not determinable with the true rise inside its stated bounds.
     assert all(o.creep_ok for o in outcomes), [o.describe() for o in outcomes if not o.creep_ok]
     # Every plateau time within one record, or flagged with the truth inside its bounds (within one record of them).
+    misses = [o.describe() for o in outcomes if o.time_error_records is not None and not o.time_ok]
     assert not misses, misses
-    # Flagging is no way out: the shares flagged stay below what this seed measured (with a margin).
-    assert flagged[0] <= FLAGGED_LOGGED_CEILING and flagged[1] <= FLAGGED_BLIND_CEILING and flagged[2] <= FLAGGED_TIME_CEILING, flagged
     # Every plateau carries its ± MiB.
     assert all(o.uncertainty_mib > 0 for o in outcomes)
     assert all(o.bounds_physical for o in outcomes), [o.describe() for o in outcomes if not o.bounds_physical]
+
+    # The last chunk to finish (each writes its results before it looks) holds the whole sweep to its shares.
+    done = sorted(directory.glob("chunk-*.json"))
+    if len(done) < CHUNKS:
+        print(f"chunk {chunk}: {len(done)} of {CHUNKS} chunks done; the last one checks the shares of the whole sweep")
+        return
+    whole = [entry for path in done for entry in json.loads(path.read_text())]
+    assert sorted(entry["number"] for entry in whole) == list(range(DRAWS))
+    assert_sweep_shares(whole)
+
+
+def assert_sweep_shares(whole: list[dict]) -> None:
+    logged = [o for o in whole if o["boot_line"]]
+    blind = [o for o in whole if not o["boot_line"]]
+    timed = [o for o in whole if o["time_error_records"] is not None]
+    print()
+    print("worst plateau:", max(whole, key=lambda o: abs(o["plateau_error_mib"]))["describe"])
+    print("worst creep with the boot line:", max(logged, key=lambda o: o["creep_error"])["describe"])
+    print("worst creep without it:", max(blind, key=lambda o: o["creep_error"])["describe"])
+    print("worst creep not flagged:", max([o for o in whole if not o["rise_flagged"]], key=lambda o: o["creep_error"])["describe"])
+    print("worst plateau time:", max(timed, key=lambda o: abs(o["time_error_records"]))["describe"])
+    print("worst plateau time not flagged:", max([o for o in timed if not o["time_flagged"]], key=lambda o: abs(o["time_error_records"]))["describe"])
+    within = [share(logged, lambda o: o["creep_error"] <= CREEP_SHARE), share(blind, lambda o: o["creep_error"] <= CREEP_SHARE),
+              share(timed, lambda o: abs(o["time_error_records"]) <= 1.0)]
+    flagged = [share(logged, lambda o: o["rise_flagged"]), share(blind, lambda o: o["rise_flagged"]), share(timed, lambda o: o["time_flagged"])]
+    covered = share([o for o in whole if o["covered"] is not None], lambda o: o["covered"])
+    print(f"creep within 10 %: {within[0]:.0%} of {len(logged)} with the boot line, {within[1]:.0%} of {len(blind)} without;"
+          f" plateau time within one record: {within[2]:.0%} of {len(timed)}")
+    print(f"flagged not determinable: creep {flagged[0]:.0%} with the boot line, {flagged[1]:.0%} without; plateau time {flagged[2]:.0%};"
+          f" true rise inside the stated bounds: {covered:.0%}")
+
+    assert len(logged) > DRAWS // 3 and len(blind) > DRAWS // 3
+    # Flagging is no way out: the shares flagged stay below what this seed measured (with a margin).
+    assert flagged[0] <= FLAGGED_LOGGED_CEILING and flagged[1] <= FLAGGED_BLIND_CEILING and flagged[2] <= FLAGGED_TIME_CEILING, flagged
 
 
 @pytest.mark.slow  # over 10 s on the 2-core machine: the full run, not the fast loop

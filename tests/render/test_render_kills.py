@@ -43,13 +43,23 @@ def render_command(plan: Path, directory: Path) -> list[str]:
 
 def killed_after(command: list[str], delay_s: float) -> bool:
     """Run ``command``, SIGKILL it (its whole process group) after ``delay_s``; True if it was still running then."""
+    return run_or_kill(command, delay_s, check=False) is None
+
+
+def run_or_kill(command: list[str], delay_s: float, *, check: bool = True) -> float | None:
+    """Run ``command`` and SIGKILL it (its whole process group) after ``delay_s``: None if it was still running then,
+    else how long it took (it ended before its kill, and must have succeeded: a quick failure is no run to time)."""
+    started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    time.sleep(delay_s)
-    alive = process.poll() is None
-    if alive:
+    try:
+        process.wait(timeout=delay_s)
+    except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    return alive
+        process.wait()
+        return None
+    if check and process.returncode != 0:
+        raise subprocess.CalledProcessError(process.returncode, command)
+    return time.monotonic() - started
 
 
 def timed(command: list[str]) -> float:
@@ -184,7 +194,11 @@ def test_rollback_killed_at_random_points_leaves_each_env_file_old_or_new(tmp_pa
         rng, killed = random.Random(SEED), 0
         for _ in range(ROLLBACK_KILLS):
             env_file.write_bytes(new)  # as the rollout left it
-            killed += killed_after(rollback, rng.uniform(0.3, 1.0) * duration_s)
+            ended_s = run_or_kill(rollback, rng.uniform(0.3, 1.0) * duration_s)
+            killed += ended_s is None
+            # a rollback that ended before its kill says the machine got quicker (the first one timed may have shared
+            # the CPUs with other tests' work): later delays are drawn within the run just seen
+            duration_s = duration_s if ended_s is None else ended_s
             assert env_file.read_bytes() in (old, new), f"half-written env file (seed {SEED})"
         TALLY[("kills during rollback", "killed while running")] += killed
         print(f"rollback: {killed} of {ROLLBACK_KILLS} kills landed while it ran (seed {SEED})")

@@ -82,6 +82,9 @@ BEHAVIOURS: tuple[Behaviour, ...] = (
        "--kv-cache-memory-bytes pins the KV cache in bytes; memory profiling does not size it",
        "no such flag: the KV size is what --gpu-memory-utilization leaves after profiling, so it moves with "
        "whatever else is on the GPU at boot", "VLLM.md §3"),
+    _B("utilisation_budget_per_engine", "memory", (0, 9, 1), None,
+       "--gpu-memory-utilization is the engine's own budget: its KV cache is the request less what it allocates itself",
+       "the fraction caps the whole GPU: every other process's memory on it comes off the engine's KV cache", "VLLM.md §3"),
     _B("hybrid_kv_cache_manager", "kv", (0, 9, 1), None,
        "the hybrid KV cache manager groups layers by kind: sliding-window layers keep only their window",
        "every layer keeps blocks for the whole context (sliding windows cost full attention)", "VLLM.md §2.1"),

@@ -207,12 +207,12 @@ def _stop(process: subprocess.Popen) -> None:
     process.wait(timeout=STOP_GRACE_S)
 
 
-def _probe_completion_tokens(client: httpx.Client, config: EngineConfig) -> int | None:
-    """Generate a few tokens the way ``config.probe`` says; the count of tokens generated."""
-    if config.probe == "none":
+def _probe_completion_tokens(client: httpx.Client, served_model_name: str, probe: str) -> int | None:
+    """Generate a few tokens the way ``probe`` says; the count of tokens generated."""
+    if probe == "none":
         return None
-    common = {"model": config.served_model_name, "max_tokens": PROBE_MAX_TOKENS, "temperature": 0}
-    if config.probe == "chat":
+    common = {"model": served_model_name, "max_tokens": PROBE_MAX_TOKENS, "temperature": 0}
+    if probe == "chat":
         path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": PROBE_PROMPT}]}
     else:
         path, body = "/v1/completions", {"prompt": PROBE_PROMPT}
@@ -220,32 +220,41 @@ def _probe_completion_tokens(client: httpx.Client, config: EngineConfig) -> int 
     return int(reply.json()["usage"]["completion_tokens"])
 
 
-def _served_max_model_len(models_document: dict, config: EngineConfig) -> int:
+def _served_max_model_len(models_document: dict, served_model_name: str) -> int:
     for card in models_document["data"]:
-        if card["id"] == config.served_model_name:
+        if card["id"] == served_model_name:
             return int(card["max_model_len"])
-    raise EngineBootError(f"/v1/models does not list {config.served_model_name}: {models_document}")
+    raise EngineBootError(f"/v1/models does not list {served_model_name}: {models_document}")
 
 
-def boot_engine(
-    vllm_python_path: Path,
-    config: EngineConfig,
-    log_dir: Path,
-    health_timeout_s: float = HEALTH_TIMEOUT_S,
-) -> BootResult:
-    """Start the engine for ``config``, collect what it reports, stop it (always)."""
+@dataclass(frozen=True)
+class Served:
+    """What a started server reported before it was stopped."""
+
+    cache_config_labels: dict[str, str]
+    served_max_model_len: int
+    version: str
+    probe_completion_tokens: int | None
+    boot_seconds: float
+    log_path: Path
+    log_text: str = field(repr=False)
+    metrics_text: str = field(repr=False)
+
+
+def serve_once(command: list[str], port: int, served_model_name: str, name: str, log_dir: Path, *,
+               probe: str = "chat", env: dict[str, str] | None = None, health_timeout_s: float = HEALTH_TIMEOUT_S) -> Served:
+    """Run ``command`` (a vLLM server listening on 127.0.0.1:``port``), read what it reports, stop it (always).
+    ``env``: the environment it runs in (default: this process's, offline and without usage stats)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     # The engine logs into a file of this call's own; it replaces <name>.log only once the boot is
     # over, so two sessions booting the same plan into the shared cache never mix their logs.
-    live_log_path = log_dir / f".{config.name}.{os.getpid()}.log"
-    log_path = log_dir / f"{config.name}.log"
-    port = _free_loopback_port()
+    live_log_path = log_dir / f".{name}.{os.getpid()}.log"
+    log_path = log_dir / f"{name}.log"
     base_url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env = {**(os.environ if env is None else env), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     with live_log_path.open("w") as log_file:
         process = subprocess.Popen(
-            [str(vllm_python_path), *config.server_args(port)],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=env, start_new_session=True, preexec_fn=_die_with_parent,
         )
     client = httpx.Client(base_url=base_url, timeout=REQUEST_TIMEOUT_S, trust_env=False)
@@ -253,9 +262,9 @@ def boot_engine(
         boot_seconds = _wait_for_health(process, client, live_log_path, health_timeout_s)
         metrics_text = client.get("/metrics").raise_for_status().text
         labels = parse_cache_config_info(metrics_text)
-        served_max_model_len = _served_max_model_len(client.get("/v1/models").raise_for_status().json(), config)
+        served_max_model_len = _served_max_model_len(client.get("/v1/models").raise_for_status().json(), served_model_name)
         version = client.get("/version").raise_for_status().json()["version"]
-        probe_tokens = _probe_completion_tokens(client, config)
+        probe_tokens = _probe_completion_tokens(client, served_model_name, probe)
     except httpx.HTTPStatusError as problem:
         raise EngineBootError(
             f"vLLM answered {problem.request.url.path} with {problem.response.status_code}: "
@@ -268,18 +277,31 @@ def boot_engine(
         _stop(process)
         log_text = live_log_path.read_text(errors="replace")
         live_log_path.replace(log_path)
+    return Served(labels, served_max_model_len, version, probe_tokens, round(boot_seconds, 1), log_path, log_text, metrics_text)
+
+
+def boot_engine(
+    vllm_python_path: Path,
+    config: EngineConfig,
+    log_dir: Path,
+    health_timeout_s: float = HEALTH_TIMEOUT_S,
+) -> BootResult:
+    """Start the engine for ``config``, collect what it reports, stop it (always)."""
+    port = _free_loopback_port()
+    served = serve_once([str(vllm_python_path), *config.server_args(port)], port, config.served_model_name, config.name, log_dir,
+                        probe=config.probe, health_timeout_s=health_timeout_s)
     result = BootResult(
         config=config,
-        cache_config_labels=labels,
-        served_max_model_len=served_max_model_len,
-        version=version,
-        probe_completion_tokens=probe_tokens,
-        boot_seconds=round(boot_seconds, 1),
-        log_path=log_path,
-        log_text=log_text,
-        metrics_text=metrics_text,
+        cache_config_labels=served.cache_config_labels,
+        served_max_model_len=served.served_max_model_len,
+        version=served.version,
+        probe_completion_tokens=served.probe_completion_tokens,
+        boot_seconds=served.boot_seconds,
+        log_path=served.log_path,
+        log_text=served.log_text,
+        metrics_text=served.metrics_text,
     )
     # Several test sessions may boot the same plan into the shared cache: never a half-written file.
-    atomic_write_text(log_dir / f"{config.name}.metrics.prom", metrics_text, backup=False)
+    atomic_write_text(log_dir / f"{config.name}.metrics.prom", served.metrics_text, backup=False)
     atomic_write_text(log_dir / f"{config.name}.json", json.dumps(result.to_json(), indent=2) + "\n", backup=False)
     return result

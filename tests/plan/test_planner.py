@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 
 from kits.documents import command_of, model_usage, runaway, usage_report
-from kits.plan import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB, one_host, write_fleet
+from kits.plan import LLAMA_8B, PHI_35, QWEN3_8B, GiB, MiB, one_host, random_fleet, write_fleet
 from seatplan.documents.fleet_file import load_fleet
 from seatplan.documents.launch import ByUtilisation, Pinned
 from seatplan.documents.observed import ObservedFootprints
@@ -89,15 +90,73 @@ def test_utilisation_covers_what_the_engine_allocates_and_not_its_neighbours(sma
     assert b.utilisation.cold_boot == b.utilisation.rolling_restart == math.floor((74 * GiB - CONTEXT_BYTES) * 1000 / (80 * GiB)) / 1000
 
 
-def test_utilisation_before_0_10_2_still_sizes_by_the_highest_passing_value(tmp_path):
-    # before 0.10.2 there is no --kv-cache-memory-bytes: the value sizes the KV cache, so the old rule holds
+def test_utilisation_before_0_10_2_is_the_smallest_request_covering_what_the_engine_allocates(tmp_path):
+    # before 0.10.2 the value is the engine's budget (its KV cache gets what the request leaves): it covers what the
+    # engine allocates after the snapshot, without the boot margin, and is checked in both situations
     fleet = write_fleet(tmp_path, SMALL.replace("seats:", "policy: {vllm_version: '0.10'}\nseats:", 1))
     old = build_plan(load_fleet(fleet))
-    context = next(part.bytes for part in old.seat("llama-a").footprint_parts if part.name == "cuda_context")
-    for name, free in (("llama-a", 80 * GiB), ("llama-b", 74 * GiB)):  # (free − context − margin) / total, floored
-        assert old.seat(name).gpu_memory_utilization == math.floor((free - context - MARGIN_BYTES) * 1000 / (80 * GiB)) / 1000
-    utilisation = old.seat("llama-a").utilisation
-    assert utilisation is not None and utilisation.rolling_restart_headroom_bytes is None
+    for name, free in (("llama-a", 80 * GiB), ("llama-b", 74 * GiB)):
+        seat = vllm_seat(old, name)
+        context = next(part.bytes for part in seat.footprint_parts if part.name == "cuda_context")
+        allocated = sum(part.bytes for part in seat.footprint_parts if part.name not in ("cuda_context", "creep_allowance"))
+        expected = next(step / 1000 for step in range(1, 1001) if math.ceil(80 * GiB * step / 1000) >= allocated)
+        assert seat.gpu_memory_utilization == expected and isinstance(seat.launch.kv, ByUtilisation)
+        assert seat.utilisation.cold_boot_headroom_bytes == free - context - math.ceil(80 * GiB * expected)
+
+
+def test_before_0_9_1_a_seat_sharing_its_gpu_is_warned_its_kv_is_what_the_others_leave(tmp_path):
+    # 0.8 to 0.9.0.1 take every process's memory on the GPU off an engine's KV (VLLM.md §3): llama-b shares GPU 0
+    # with the speech seat, llama-a has GPU 1 alone; from 0.9.1 the budget is the engine's own
+    for version, warned in (("0.9", {"llama-b"}), ("0.8.5", {"llama-b"}), ("0.9.1", set()), ("0.10.1", set())):
+        plan = build_plan(load_fleet(write_fleet(tmp_path, SMALL.replace("seats:", f"policy: {{vllm_version: '{version}'}}\nseats:", 1), f"{version}.yaml")))
+        found = {warning.split(":")[0] for warning in plan.warnings if "off this engine's KV cache" in warning}
+        assert found == warned, version
+        assert all("GPU box:0" in warning for warning in plan.warnings if "off this engine's KV cache" in warning)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_engines_sized_by_utilisation_hold_the_footprints_the_placement_counted(tmp_path, seed):
+    """Random fleets on a release without --kv-cache-memory-bytes, every GPU booted in order and every engine
+    restarted beside its neighbours, each engine holding what vLLM gives it: its context and its whole request
+    (gpu_worker.py lines 740-744), its creep at plateau. An engine holds its footprint and the rounding to three
+    decimals; the free memory each start sees is the plan's less the neighbours' rounding; a start the plan passes
+    by more than that rounding passes. The rule before (the largest value that passes beside the neighbours'
+    footprints) handed the first engine on a GPU its neighbours' room."""
+    rng = random.Random(seed)
+    text = random_fleet(rng, tmp_path, current=False).read_text().replace("policy:\n", f"policy:\n  vllm_version: '{rng.choice(['0.9.1', '0.10', '0.10.1'])}'\n")
+    plan = build_plan(load_fleet(write_fleet(tmp_path, text, "old.yaml")))
+    if plan.worst_case_spare_bytes is None:
+        return  # nothing placed: nothing starts
+    gpus = {f"{gpu.host}:{gpu.index}": gpu for gpu in plan.gpus}
+    order = sorted((seat for seat in plan.seats if seat.gpus), key=lambda seat: seat.boot_order)
+
+    def held(seat, gpu) -> tuple[int, int]:  # (what it holds at plateau, its rounding beyond the footprint)
+        if not isinstance(seat, PlannedVllmSeat):
+            return seat.footprint_bytes, 0
+        outside = sum(part.bytes for part in seat.footprint_parts if part.name in ("cuda_context", "nccl_allreduce", "creep_allowance"))
+        requested = math.ceil(gpu.total_bytes * seat.gpu_memory_utilization)
+        return outside + requested, outside + requested - seat.footprint_bytes
+
+    checked = 0
+    for seat in order:
+        if not isinstance(seat, PlannedVllmSeat):
+            continue
+        own = sum(part.bytes for part in seat.footprint_parts if part.name in ("cuda_context", "nccl_allreduce"))
+        for label in seat.gpus:
+            gpu = gpus[label]
+            assert 0 <= held(seat, gpu)[1] <= math.ceil(gpu.total_bytes / 1000)
+            for situation, others in (("cold_boot", [other for other in order if other.boot_order < seat.boot_order]),
+                                      ("rolling_restart", [other for other in order if other.name != seat.name])):
+                here = [held(other, gpu) for other in others if label in other.gpus]
+                seen = gpu.total_bytes - gpu.reserved_bytes - sum(hold for hold, _ in here) - own
+                headroom = seen - math.ceil(gpu.total_bytes * seat.gpu_memory_utilization)
+                planned = getattr(seat.utilisation, f"{situation}_headroom_bytes")
+                if len(seat.gpus) == 1:  # a tensor-parallel seat's headroom is its tightest GPU's
+                    assert headroom == planned - sum(rounding for _, rounding in here), (seat.name, situation)
+                if planned >= sum(rounding for _, rounding in here):
+                    assert headroom >= 0, (seat.name, situation)
+                    checked += 1
+    assert checked or not plan.vllm_seats()
 
 
 def test_command_line_carries_every_pinned_number(small_plan):
@@ -309,3 +368,32 @@ def vllm_seat(plan: Plan, name: str) -> PlannedVllmSeat:
     seat = plan.seat(name)
     assert isinstance(seat, PlannedVllmSeat), name
     return seat
+
+
+def test_the_rollout_checks_the_utilisation_render_writes(tmp_path, rng):
+    """Each start of the rollout is checked with the --gpu-memory-utilization render writes for that seat (read back
+    from the rendered restart command), and asks ceil(total × it), with the KV pinned or sized by utilisation."""
+    checked = 0
+    for trial in range(16):
+        version = rng.choice(["0.9.1", "0.10.1", "0.10.2", "0.32"])
+        directory = tmp_path / str(trial)
+        directory.mkdir()
+        text = random_fleet(rng, directory).read_text().replace("policy:\n", f"policy:\n  vllm_version: '{version}'\n  image: vllm/vllm-openai:v{version}\n")
+        plan = build_plan(load_fleet(write_fleet(directory, text, "fleet-v.yaml")))
+        if plan.worst_case_spare_bytes is None or plan.rollout is None:
+            continue
+        written = {}
+        for engine in plan_engines(plan, RenderSettings(bind_host="127.0.0.2")):
+            for args in (engine.restart_args, engine.boot_args):
+                assert ("--kv-cache-memory-bytes" in args) == engine.launch.kv_pinned == (version in ("0.10.2", "0.32"))
+            written[engine.name] = float(engine.restart_args[engine.restart_args.index("--gpu-memory-utilization") + 1])
+            assert written[engine.name] == float(engine.boot_args[engine.boot_args.index("--gpu-memory-utilization") + 1])
+        for step in plan.rollout.steps:
+            for check in step.checks if step.action != "stop" else []:
+                if step.seat in written:
+                    assert check.gpu_memory_utilization == written[step.seat], step
+                    assert check.requested_bytes == math.ceil(check.total_bytes * written[step.seat])
+                    checked += 1
+                else:
+                    assert check.gpu_memory_utilization is None and isinstance(plan.seat(step.seat), PlannedFixedSeat)
+    assert checked

@@ -1,5 +1,5 @@
 """--gpu-memory-utilization in both start situations, worked by hand against vLLM's start-up check: the
-pre-0.10.2 rule (``choose``, the value sizes KV) and the pinned-KV rule (``choose_pinned``, issue 18).
+pre-0.10.2 rule (``choose``, the value sizes the engine's budget, KV included) and the pinned-KV rule (``choose_pinned``, issue 18).
 
 vLLM's check as VLLM.md §3 describes it (0.14+): ``requested = math.ceil(total × util)``; the engine
 refuses to start when the free memory it sees, after its own CUDA context, is below ``requested``.
@@ -28,53 +28,56 @@ def vllm_starts(free_before_engine_bytes: int, total_bytes: int, util: float, ow
 
 
 # One 100 GiB GPU with three seats booting in the order a (40 GiB at plateau), b (30), c (20); each holds
-# a 1 GiB CUDA context and allocates footprint − 1 GiB context − 0.5 GiB creep inside its budget.
-#   a: cold boot, nothing before it: 100 GiB free → (100 − 1 − 0.5) / 100 = 0.985
-#      restarted beside b and c at plateau: 100 − 50 = 50 GiB free → (50 − 1.5) / 100 = 0.485
-#      it allocates 38.5 GiB → needs 0.385 ≤ 0.485: 0.485 passes both.
-#   c: booted last, cold boot and restart see the same 30 GiB → 0.285; allocates 18.5 GiB → 0.185.
-def test_the_first_engine_gets_the_value_that_passes_when_it_restarts_beside_running_neighbours():
-    chosen = choose([GpuAtStart("h:0", TOTAL, 100 * GiB, 50 * GiB)], own_context_bytes=CONTEXT, inside_budget_bytes=38 * GiB + GiB // 2, margin_bytes=MARGIN)
-    assert (chosen.cold_boot, chosen.rolling_restart, chosen.needed, chosen.value) == (0.985, 0.485, 0.385, 0.485)
-    assert chosen.works_in_both and chosen.warning is None
-    # the old cold-boot-only value is refused at a rolling restart; the chosen one starts in both situations
-    assert not vllm_starts(50 * GiB, TOTAL, 0.985)
-    assert vllm_starts(50 * GiB, TOTAL, chosen.value) and vllm_starts(100 * GiB, TOTAL, chosen.value)
-    # and it is the highest such value: one step more no longer leaves the margin
-    assert math.ceil(TOTAL * (chosen.value + 0.001)) > 50 * GiB - CONTEXT - MARGIN
+# a 1 GiB CUDA context and allocates footprint − 1 GiB context − 0.5 GiB creep inside its budget. Before 0.10.2 the
+# value is the engine's budget: vLLM gives the KV cache what the request leaves (gpu_worker.py lines 740-744).
+#   the rule before: a takes the largest value passing beside b and c at plateau, (50 − 1 − 0.5) / 100 = 0.485;
+#      it then holds 1 + 48.5 GiB, and b, booted next at 0.285 of its own, sees 100 − 49.5 − 1 = 49.5 GiB: it starts,
+#      holds 29.5 GiB, and c sees 100 − 49.5 − 29.5 − 1 = 20 GiB against the 28.5 GiB its 0.285 asks: refused.
+#   now: each asks what it allocates, a 0.385 (38.5 GiB), b 0.285, c 0.185, and holds its footprint.
+def test_before_0_10_2_each_engine_asks_what_it_allocates_so_its_neighbours_still_start():
+    seats = {"a": 38 * GiB + GiB // 2, "b": 28 * GiB + GiB // 2, "c": 18 * GiB + GiB // 2}  # inside the budget
+    footprints = {name: inside + CONTEXT + GiB // 2 for name, inside in seats.items()}
+    values, booted = {}, 0
+    for name, inside in seats.items():  # boot order a, b, c
+        rolling_free = TOTAL - sum(footprint for other, footprint in footprints.items() if other != name)
+        chosen = choose([GpuAtStart("h:0", TOTAL, TOTAL - booted, rolling_free)], own_context_bytes=CONTEXT, inside_budget_bytes=inside)
+        assert chosen.value == chosen.needed == next(step / 1000 for step in range(1, 1001) if math.ceil(TOTAL * step / 1000) >= inside)
+        assert chosen.works_in_both and chosen.warning is None and chosen.inputs["margin_bytes"] == 0
+        assert chosen.cold_boot_headroom_bytes == TOTAL - booted - CONTEXT - requested_bytes(TOTAL, chosen.value)
+        assert chosen.rolling_restart_headroom_bytes == rolling_free - CONTEXT - requested_bytes(TOTAL, chosen.value)
+        values[name] = chosen.value
+        booted += footprints[name]
+    assert values == {"a": 0.385, "b": 0.285, "c": 0.185}
+    # booted in order, each engine holding its context and its whole request (+ creep), every start passes; so
+    # does each restart beside the other two
+    held = {name: CONTEXT + math.ceil(TOTAL * value) + GiB // 2 for name, value in values.items()}
+    assert all(vllm_starts(TOTAL - sum(held[other] for other in list(values)[:position]), TOTAL, values[name])
+               for position, name in enumerate(values))
+    assert all(vllm_starts(TOTAL - sum(held[other] for other in values if other != name), TOTAL, values[name]) for name in values)
+    # the rule before fails the last cold boot, as worked above
+    before = {"a": 0.485, "b": 0.285}
+    taken = sum(CONTEXT + math.ceil(TOTAL * value) + GiB // 2 for value in before.values())
+    assert not vllm_starts(TOTAL - taken, TOTAL, 0.285)
 
 
-def test_the_last_engine_sees_the_same_memory_in_both_situations():
-    chosen = choose([GpuAtStart("h:0", TOTAL, 30 * GiB, 30 * GiB)], own_context_bytes=CONTEXT, inside_budget_bytes=18 * GiB + GiB // 2, margin_bytes=MARGIN)
-    assert (chosen.cold_boot, chosen.rolling_restart, chosen.value) == (0.285, 0.285, 0.285) and chosen.works_in_both
+def test_before_0_10_2_a_start_vllm_refuses_is_a_plan_problem():
+    # 40.5 GiB free beside the neighbours at plateau, 38.5 GiB allocated: the 0.385 request and the 1 GiB context
+    # leave 40.5 − 1 − 38.5 = 1 GiB; with 39.4 GiB free (38.4 at the snapshot), vLLM refuses the restart
+    fits = choose([GpuAtStart("h:0", TOTAL, 100 * GiB, 40 * GiB + GiB // 2)], own_context_bytes=CONTEXT, inside_budget_bytes=38 * GiB + GiB // 2)
+    assert fits.works_in_both and fits.rolling_restart_headroom_bytes == 40 * GiB + GiB // 2 - CONTEXT - math.ceil(TOTAL * 0.385)
+    tight = choose([GpuAtStart("h:1", TOTAL, 100 * GiB, int(39.4 * GiB))], own_context_bytes=CONTEXT, inside_budget_bytes=38 * GiB + GiB // 2)
+    assert not tight.works_in_both and tight.warning.startswith("plan problem: vLLM refuses a restart beside its neighbours")
+    assert not vllm_starts(int(39.4 * GiB), TOTAL, tight.value) and vllm_starts(100 * GiB, TOTAL, tight.value)
 
 
-def test_where_no_value_covers_the_engine_in_both_it_says_so_and_takes_the_rolling_restart_value():
-    # a 100 GiB GPU nearly full: a 40, b 30, c 29.5 GiB; the margin is 2 GiB. Restarting a beside b and c:
-    # 100 − 59.5 = 40.5 GiB free → (40.5 − 1 − 2) / 100 = 0.375, below the 0.385 its 38.5 GiB need.
-    # Cold boot: (100 − 3) / 100 = 0.970. No value both passes the restart check and covers 0.385.
-    chosen = choose(
-        [GpuAtStart("h:0", TOTAL, 100 * GiB, 40 * GiB + GiB // 2)], own_context_bytes=CONTEXT, inside_budget_bytes=38 * GiB + GiB // 2, margin_bytes=2 * GiB
-    )
-    assert (chosen.cold_boot, chosen.rolling_restart, chosen.needed) == (0.970, 0.375, 0.385)
-    assert chosen.value == 0.375 and not chosen.works_in_both
-    assert "passes vLLM's start-up check when it restarts beside its neighbours" in chosen.warning
-    assert vllm_starts(40 * GiB + GiB // 2, TOTAL, chosen.value) and vllm_starts(100 * GiB, TOTAL, chosen.value)
-    assert not vllm_starts(40 * GiB + GiB // 2, TOTAL, chosen.needed + 0.02)
-
-
-def test_an_engine_that_cannot_restart_alone_is_named_and_gets_the_cold_boot_value():
-    chosen = choose([GpuAtStart("h:1", TOTAL, 60 * GiB, GiB)], own_context_bytes=CONTEXT, inside_budget_bytes=10 * GiB, margin_bytes=MARGIN)
-    assert chosen.rolling_restart == 0.0 and chosen.value == chosen.cold_boot == 0.585
-    assert "cannot restart alone" in chosen.warning and "h:1" in chosen.warning
-
-
-def test_tensor_parallel_seats_take_the_tightest_gpu_in_each_situation():
-    gpus = [GpuAtStart("h:0", TOTAL, 90 * GiB, 70 * GiB), GpuAtStart("h:1", TOTAL, 80 * GiB, 75 * GiB)]
-    chosen = choose(gpus, own_context_bytes=CONTEXT, inside_budget_bytes=20 * GiB, margin_bytes=MARGIN)
-    # cold: h:1 (80 − 1.5 → 0.785); restart: h:0 (70 − 1.5 → 0.685)
-    assert (chosen.cold_boot, chosen.rolling_restart, chosen.value) == (0.785, 0.685, 0.685)
-    assert chosen.inputs["gpu"] == "h:0"
+def test_tensor_parallel_seats_take_the_largest_need_and_the_tightest_gpu_in_each_situation():
+    gpus = [GpuAtStart("h:0", TOTAL, 90 * GiB, 70 * GiB), GpuAtStart("h:1", 80 * GiB, 80 * GiB, 75 * GiB)]
+    chosen = choose(gpus, own_context_bytes=CONTEXT, inside_budget_bytes=20 * GiB)
+    # 20 GiB of 80 GiB needs 0.250, of 100 GiB 0.200: the 0.250 covers it on both
+    assert chosen.value == 0.25 and all(math.ceil(gpu.total_bytes * chosen.value) >= 20 * GiB for gpu in gpus)
+    # the highest passing on every GPU: cold min(89/100, 79/80) = 0.890, restart min(69/100, 74/80) = 0.690
+    assert (chosen.cold_boot, chosen.rolling_restart) == (0.89, 0.69)
+    assert chosen.rolling_restart_headroom_bytes == min(70 * GiB - CONTEXT - math.ceil(TOTAL * 0.25), 75 * GiB - CONTEXT - math.ceil(80 * GiB * 0.25))
     assert all(vllm_starts(gpu.rolling_restart_free_bytes, gpu.total_bytes, chosen.value) for gpu in gpus)
 
 
@@ -119,8 +122,7 @@ def test_a_total_beyond_a_double_is_worked_exactly_and_raises_no_overflow():
     huge = 10**400
     assert requested_bytes(huge, 0.5) == huge // 2
     assert highest_passing(huge // 3, huge) == 0.333
-    chosen = choose([GpuAtStart("h:0", huge, huge, huge)], own_context_bytes=CONTEXT, inside_budget_bytes=GiB, margin_bytes=MARGIN)
-    assert chosen.value == 0.999
+    assert choose([GpuAtStart("h:0", huge, huge, huge)], own_context_bytes=CONTEXT, inside_budget_bytes=huge // 2).value == 0.5
     assert choose_pinned([GpuAtStart("h:0", huge, huge, huge)], own_context_bytes=CONTEXT, inside_budget_bytes=GiB, margin_bytes=MARGIN).value == 0.001
 
 

@@ -406,7 +406,9 @@ class Policy(_Strict):
         512 * MiB, description="per seat and GPU: growth after boot (fragmentation, caches) seen at plateau"
     )
     boot_margin_bytes: Bytes = Field(
-        512 * MiB, description="kept between the free memory an engine sees at boot and its utilisation budget"
+        512 * MiB, description="with the KV cache pinned (vLLM 0.10.2+), added to what an engine allocates in its "
+        "`--gpu-memory-utilization` request, so vLLM refuses a start that leaves less free (the margin and the rounding at most "
+        "1 GiB); unused before 0.10.2, where the request is the engine's budget"
     )
     vllm_version: str = Field(DEFAULT_VLLM_VERSION, description="the vLLM version the engines run (0.8 to 0.32): keys the estimates and flags")
     image: str | None = Field(

@@ -37,7 +37,8 @@ class Pinned(_Launch):
 
 class ByUtilisation(_Launch):
     """The KV cache sized by ``--gpu-memory-utilization`` (vLLM before 0.10.2 has no pin): vLLM gives the KV cache
-    what ``total × fraction`` leaves after its profile of the weights, activations and CUDA graphs."""
+    what ``ceil(total × fraction)`` leaves after its profile of the weights, activations and CUDA graphs (vLLM 0.32
+    ``vllm/v1/worker/gpu_worker.py`` lines 740-744), so the fraction is the engine's whole budget."""
 
     mode: Literal["utilisation"] = "utilisation"
     gpu_memory_utilization: float = Field(gt=0, description="--gpu-memory-utilization: sizes the KV cache")
@@ -78,13 +79,13 @@ class VllmLaunch(_Launch):
 
 class Utilisation(_Launch):
     """What the plan checked the launch's one utilisation against: the highest value that passes vLLM's start-up check
-    in each situation the engine starts in, and (KV pinned) the free memory each leaves at the snapshot beyond the
-    request (negative: vLLM refuses that start)."""
+    in each situation the engine starts in, and the free memory each leaves at the snapshot beyond the request
+    (negative: vLLM refuses that start)."""
 
     cold_boot: float = Field(description="the highest value that passes at a cold boot of the host, in boot order")
     rolling_restart: float = Field(description="the highest value that passes restarted alone beside its neighbours at plateau")
-    cold_boot_headroom_bytes: int | None = Field(None, description="KV pinned: free at the snapshot less the request, at a cold boot")
-    rolling_restart_headroom_bytes: int | None = Field(None, description="KV pinned: the same, restarted beside its neighbours")
+    cold_boot_headroom_bytes: int | None = Field(None, description="free at the snapshot less the request, at a cold boot (None: a seat sized by utilisation in an older plan)")
+    rolling_restart_headroom_bytes: int | None = Field(None, description="the same, restarted beside its neighbours")
 
 
 class FixedLaunch(_Launch):

@@ -7,6 +7,7 @@ import json
 from dataclasses import fields
 from typing import Any
 
+from seatplan import versions
 from seatplan.documents.fleet import Fleet, GpuSpec, HostSpec, SeatSpec
 from seatplan.documents.fleet_file import gpu_refs, resolve_gpu_ref
 from seatplan.documents.launch import ByUtilisation, KvSizing, Pinned, Utilisation, VllmLaunch, model_and_revision
@@ -62,12 +63,15 @@ def boot_sequence(sized: list[SizedSeat]) -> list[SizedSeat]:
 
 
 def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtStart], margin_bytes: int) -> utilisation.UtilisationChoice:
-    """``--gpu-memory-utilization``: from the seat alone where its KV cache is pinned (``kv_mode``), else the value that
-    passes a cold boot in boot order and a rolling restart (see :mod:`seatplan.plan.utilisation`)."""
+    """``--gpu-memory-utilization``, from the seat and its GPUs' totals alone: where its KV cache is pinned (``kv_mode``)
+    the smallest request covering what it allocates plus the boot margin, else (the value sizes the KV cache) the
+    smallest covering what it allocates; both checked at a cold boot in boot order and a rolling restart (see
+    :mod:`seatplan.plan.utilisation`)."""
     own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
     inside_budget = sum(part.bytes for part in seat.footprint.parts if part.name not in PRE_CHECK_PARTS and part.name != "creep_allowance")
-    choose = utilisation.choose if seat.kv_mode == "utilisation" else utilisation.choose_pinned
-    return choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
+    if seat.kv_mode == "utilisation":  # the request is the engine's budget: a margin would be KV the placement never counted
+        return utilisation.choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget)
+    return utilisation.choose_pinned(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)
 
 
 def vllm_launch(seat: SizedSeat, chosen: utilisation.UtilisationChoice) -> VllmLaunch:
@@ -190,6 +194,11 @@ def plan_seat(
                               cold_boot_headroom_bytes=chosen.cold_boot_headroom_bytes, rolling_restart_headroom_bytes=chosen.rolling_restart_headroom_bytes)
         lines.append(ExplanationLine(rule="gpu_memory_utilization", inputs=chosen.inputs, result=chosen.result, note=chosen.note))
         warnings += [f"{spec.name}: {chosen.warning}"] if chosen.warning else []
+        shared = [gpu.label for gpu in at_start if gpu.rolling_restart_free_bytes < gpu.total_bytes]  # reserved memory or other seats
+        if seat.kv_mode == "utilisation" and shared and not versions.has("utilisation_budget_per_engine", versions.modelled(fleet.policy.vllm_version)):
+            warnings.append(f"{spec.name}: vLLM {fleet.policy.vllm_version} takes every other process's memory on GPU {', '.join(shared)} off this "
+                            "engine's KV cache (a per-engine budget arrived in 0.9.1, VLLM.md §3): it gets less KV than planned, or none; "
+                            "run 0.9.1 or later (0.10.2 pins it), or give it a GPU of its own")
         launch = vllm_launch(seat, chosen)
         warnings += [f"{spec.name}: {missing}" for missing in unsupported_flags(engine_command(launch), fleet.policy.vllm_version)]
         env |= seat.extra_env

@@ -1,5 +1,5 @@
-"""``--gpu-memory-utilization``: from the seat alone where the KV cache is pinned, else the value that passes
-vLLM's start-up check in both situations an engine starts in.
+"""``--gpu-memory-utilization``: from the seat and its GPU's total alone, checked against vLLM's start-up check in
+both situations an engine starts in.
 
 vLLM 0.32 takes a memory snapshot in ``gpu_worker.init_device`` after the CUDA context and the
 distributed environment (NCCL) exist (``vllm/v1/worker/gpu_worker.py`` lines 505-536) and calls
@@ -13,8 +13,13 @@ the memory profile does not size anything, so that check is all the value does.
   total only, so a replan leaves it alone unless the seat changed, and vLLM refuses exactly the starts
   that would not fit (less the margin). The plan then checks it in both situations and shows the
   headroom each leaves; a seat that fails either is a plan problem.
-* **KV sized by utilisation** (before 0.10.2, :func:`choose`): the largest value that passes in both
-  situations, since that value sizes the KV cache.
+* **KV sized by utilisation** (before 0.10.2, :func:`choose`): the value sizes the engine's budget (the
+  KV cache gets what the request leaves after weights, activation and graphs), so the engine holds the
+  whole request at plateau. The value is the smallest whose request covers what the engine allocates,
+  with no margin: the footprint the placement counted, its KV the planned bytes and the rounding. (The
+  largest value that passes, the rule before, handed each engine what its neighbours' *footprints* left;
+  each engine then took its neighbours' room: three seats on one GPU, each refused by the one before.)
+  Checked in both situations like a pinned seat.
 
 The two situations: **cold boot** (the host boots its engines one at a time in boot order; the free
 memory is what the seats booted before it leave at plateau) and **rolling restart** (this engine alone
@@ -98,12 +103,32 @@ def margin_within_limit(margin_bytes: int, total_bytes: int) -> int:
 
 
 def choose_pinned(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_bytes: int, margin_bytes: int) -> UtilisationChoice:
-    """The value for an engine whose KV cache is pinned in bytes, on ``gpus`` (one per tensor-parallel rank).
+    """The value for an engine whose KV cache is pinned in bytes, on ``gpus`` (one per tensor-parallel rank): the
+    smallest whose request covers what it allocates after vLLM's snapshot plus the margin (cut to 1 GiB with the
+    rounding), so that vLLM refuses exactly the starts that would not fit.
 
     ``inside_budget_bytes`` is what it allocates after vLLM's snapshot; ``own_context_bytes`` what it holds
     before (CUDA context, NCCL), gone from the free memory the snapshot sees.
     """
     margins = {gpu.label: margin_within_limit(margin_bytes, gpu.total_bytes) for gpu in gpus}
+    return _covering(gpus, own_context_bytes, inside_budget_bytes, margins, kv_pinned=True)
+
+
+def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_bytes: int) -> UtilisationChoice:
+    """Before 0.10.2 (the value sizes the KV cache): the smallest value whose request covers what the engine allocates
+    after vLLM's snapshot, with no margin, on ``gpus`` (one per tensor-parallel rank; the largest GPU need decides).
+
+    vLLM gives the KV cache what the request leaves after the profile (vLLM 0.32 ``vllm/v1/worker/gpu_worker.py``
+    lines 740-744: ``available_kv_cache_memory_bytes = requested_memory − non_kv_cache_memory − …``; per engine since
+    0.9.1, VLLM.md §3), so the engine holds its own context plus the whole request at plateau. The request is the
+    footprint the placement counted (the planned KV and the rounding to three decimals, under ``total / 1000``,
+    which goes to the KV cache); a margin would be KV cache the placement never counted, taken from the neighbours.
+    """
+    return _covering(gpus, own_context_bytes, inside_budget_bytes, dict.fromkeys((gpu.label for gpu in gpus), 0), kv_pinned=False)
+
+
+def _covering(gpus: list[GpuAtStart], own_context_bytes: int, inside_budget_bytes: int, margins: dict[str, int], *,
+              kv_pinned: bool) -> UtilisationChoice:
     value = max(lowest_covering(inside_budget_bytes + margins[gpu.label], gpu.total_bytes) for gpu in gpus)
 
     def headroom(free_bytes: int, gpu: GpuAtStart) -> int:
@@ -134,11 +159,19 @@ def choose_pinned(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budg
         f"{human_bytes(rolling_gpu.rolling_restart_free_bytes)} free on GPU {rolling_gpu.label}, headroom {human_bytes(rolling_headroom)} "
         f"(each less {human_bytes(own_context_bytes)} own context taken before vLLM's snapshot; vLLM needs free ≥ ceil(total × util))"
     )
-    note = (
-        f"the smallest value whose request ({human_bytes(requested)}) covers the {human_bytes(inside_budget_bytes)} it allocates after "
-        f"vLLM's snapshot plus a {human_bytes(margins[rolling_gpu.label])} margin; with the KV cache pinned, vLLM uses it only in its "
-        f"start-up check. {situations}"
-    )
+    if kv_pinned:
+        note = (
+            f"the smallest value whose request ({human_bytes(requested)}) covers the {human_bytes(inside_budget_bytes)} it allocates after "
+            f"vLLM's snapshot plus a {human_bytes(margins[rolling_gpu.label])} margin; with the KV cache pinned, vLLM uses it only in its "
+            f"start-up check. {situations}"
+        )
+    else:
+        note = (
+            f"the smallest value whose request ({human_bytes(requested)}) covers the {human_bytes(inside_budget_bytes)} it allocates after "
+            f"vLLM's snapshot; with no --kv-cache-memory-bytes the request is the engine's budget and its KV cache gets what the "
+            f"weights, activation and graphs leave of it (the planned KV and {human_bytes(requested - inside_budget_bytes)} of rounding). "
+            f"{situations}"
+        )
     failing = [name for name, room in (("a cold boot in boot order", cold_headroom), ("a restart beside its neighbours", rolling_headroom)) if room < 0]
     warning = None
     if value > 1.0:
@@ -149,64 +182,4 @@ def choose_pinned(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budg
                    f"{human_bytes(requested)}, {human_bytes(short)} more than is free); give its GPU more room")
     return UtilisationChoice(
         value, cold, rolling, value, warning is None, cold_headroom, rolling_headroom, inputs, f"{value:.3f}", note, warning,
-    )
-
-
-def choose(gpus: list[GpuAtStart], *, own_context_bytes: int, inside_budget_bytes: int, margin_bytes: int) -> UtilisationChoice:
-    """Before 0.10.2 (the value sizes the KV cache): the largest that passes in both situations, on ``gpus``
-    (one per tensor-parallel rank; the tightest decides).
-
-    ``margin_bytes`` is kept between the free memory and the request, for what moves in the meantime.
-    """
-
-    def seen(free_bytes: int) -> int:
-        return free_bytes - own_context_bytes - margin_bytes
-
-    cold_gpu = min(gpus, key=lambda gpu: highest_passing(seen(gpu.cold_boot_free_bytes), gpu.total_bytes))
-    rolling_gpu = min(gpus, key=lambda gpu: highest_passing(seen(gpu.rolling_restart_free_bytes), gpu.total_bytes))
-    cold = highest_passing(seen(cold_gpu.cold_boot_free_bytes), cold_gpu.total_bytes)
-    rolling = highest_passing(seen(rolling_gpu.rolling_restart_free_bytes), rolling_gpu.total_bytes)
-    needed = max(lowest_covering(inside_budget_bytes, gpu.total_bytes) for gpu in gpus)
-    both = min(cold, rolling)
-    inputs: dict[str, int | float | str] = {
-        "gpu": rolling_gpu.label,
-        "total_bytes": rolling_gpu.total_bytes,
-        "free_at_cold_boot_bytes": cold_gpu.cold_boot_free_bytes,
-        "free_at_rolling_restart_bytes": rolling_gpu.rolling_restart_free_bytes,
-        "own_context_bytes": own_context_bytes,
-        "margin_bytes": margin_bytes,
-        "inside_budget_bytes": inside_budget_bytes,
-        "cold_boot": cold,
-        "rolling_restart": rolling,
-        "needed": needed,
-    }
-    situations = (
-        f"cold boot in boot order: {human_bytes(cold_gpu.cold_boot_free_bytes)} free on GPU {cold_gpu.label} → up to {cold:.3f}; "
-        f"restarted alone beside its neighbours at plateau: {human_bytes(rolling_gpu.rolling_restart_free_bytes)} free on GPU "
-        f"{rolling_gpu.label} → up to {rolling:.3f} (each less {human_bytes(own_context_bytes)} own context and "
-        f"{human_bytes(margin_bytes)} margin; vLLM needs free ≥ ceil(total × util))"
-    )
-    if both >= needed:
-        return UtilisationChoice(
-            both, cold, rolling, needed, True, None, None, inputs, f"{both:.3f}",
-            f"passes vLLM's start-up check in both situations and covers the {human_bytes(inside_budget_bytes)} it allocates "
-            f"({needed:.3f}). {situations}",
-            None,
-        )
-    if rolling > 0:
-        return UtilisationChoice(
-            rolling, cold, rolling, needed, False, None, None, inputs, f"{rolling:.3f} (below the {needed:.3f} it allocates)",
-            f"no value passes both checks and covers the {human_bytes(inside_budget_bytes)} it allocates; the rolling-restart "
-            f"value is taken, since apply restarts engines one at a time. {situations}",
-            f"--gpu-memory-utilization {rolling:.3f} passes vLLM's start-up check when it restarts beside its "
-            f"neighbours, but its budget ({rolling:.3f}) is below the {needed:.3f} it allocates; with the KV cache pinned in bytes "
-            "vLLM does not check that, but the neighbours leave it little room",
-        )
-    value = max(cold, 0.001)
-    return UtilisationChoice(
-        value, cold, rolling, needed, False, None, None, inputs, f"{value:.3f} (cold boot only)",
-        f"its neighbours at plateau leave it too little memory to pass the start-up check at all; only a cold boot in "
-        f"boot order can start it. {situations}",
-        f"cannot restart alone: its neighbours on GPU {rolling_gpu.label} leave "
-        f"{human_bytes(rolling_gpu.rolling_restart_free_bytes)} free, less than its own context and margin; restart that GPU's seats together",
     )

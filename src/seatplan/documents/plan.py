@@ -6,6 +6,8 @@ a document of another kind is refused on read.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -27,12 +29,50 @@ class ExplanationLine(BaseModel):
     note: str = ""
 
 
+class PartKind(StrEnum):
+    """What a footprint part is, and when the engine holds it: before vLLM's start-up memory snapshot (its CUDA
+    context and NCCL buffers: vLLM 0.32 ``vllm/v1/worker/gpu_worker.py`` lines 505-536 take the snapshot after the
+    distributed environment exists), inside the ``--gpu-memory-utilization`` request (what it allocates after the
+    snapshot), or beside both (the creep that grows at plateau; a declared or observed whole)."""
+
+    CUDA_CONTEXT = "cuda_context"
+    NCCL_ALLREDUCE = "nccl_allreduce"
+    WEIGHTS = "weights"
+    ACTIVATION_PEAK = "activation_peak"
+    CUDA_GRAPHS = "cuda_graphs"
+    KV_CACHE = "kv_cache"
+    CREEP_ALLOWANCE = "creep_allowance"
+    DECLARED_CAP = "declared_cap"  # a fixed seat's memory_cap_bytes
+    OBSERVED_PLATEAU = "observed_plateau"  # diagnose's plateau, whole
+    OBSERVED_NON_KV = "observed_non_kv"  # diagnose's plateau less its KV cache
+
+    @property
+    def before_snapshot(self) -> bool:
+        """Held before vLLM's snapshot, so already gone from the free memory its start-up check sees."""
+        return self in (PartKind.CUDA_CONTEXT, PartKind.NCCL_ALLREDUCE)
+
+    @property
+    def inside_request(self) -> bool:
+        """Allocated after the snapshot, out of what ``--gpu-memory-utilization`` requests."""
+        return not self.before_snapshot and self is not PartKind.CREEP_ALLOWANCE
+
+
 class FootprintPart(BaseModel):
-    name: str
+    name: PartKind
     bytes: int
     basis: Basis
     inputs: dict[str, int | float | str | bool | None] = Field(default_factory=dict)
     note: str = ""
+
+
+def before_snapshot_bytes(parts: Iterable[FootprintPart]) -> int:
+    """What an engine holds before vLLM's snapshot (its own context): gone from the free memory the check sees."""
+    return sum(part.bytes for part in parts if part.name.before_snapshot)
+
+
+def inside_request_bytes(parts: Iterable[FootprintPart]) -> int:
+    """What an engine allocates after vLLM's snapshot: what its ``--gpu-memory-utilization`` request must cover."""
+    return sum(part.bytes for part in parts if part.name.inside_request)
 
 
 class Lever(BaseModel):

@@ -25,6 +25,8 @@ from seatplan.documents.plan import (
     PlannedVllmSeat,
     RunnerUp,
     ShortSeat,
+    before_snapshot_bytes,
+    inside_request_bytes,
 )
 from seatplan.engine.command import engine_command, unsupported_flags
 from seatplan.facts.models import NO_DRAFT_METHODS, speculative_method
@@ -32,10 +34,6 @@ from seatplan.plan import utilisation
 from seatplan.plan.placement import FrontierPoint, GpuSlot, Placement, PlacementResult, SeatDemand, gpu_label
 from seatplan.plan.size_seat import GpuKey, SizedSeat
 from seatplan.units import human_bytes
-
-# Parts the engine's own process holds before vLLM's start-up memory check runs.
-PRE_CHECK_PARTS = ("cuda_context", "nccl_allreduce")
-
 
 
 def gpu_slots(fleet: Fleet) -> list[GpuSlot]:
@@ -67,8 +65,7 @@ def choose_utilisation(seat: SizedSeat, gpus_at_start: list[utilisation.GpuAtSta
     the smallest request covering what it allocates plus the boot margin, else (the value sizes the KV cache) the
     smallest covering what it allocates; both checked at a cold boot in boot order and a rolling restart (see
     :mod:`seatplan.plan.utilisation`)."""
-    own_context = sum(part.bytes for part in seat.footprint.parts if part.name in PRE_CHECK_PARTS)
-    inside_budget = sum(part.bytes for part in seat.footprint.parts if part.name not in PRE_CHECK_PARTS and part.name != "creep_allowance")
+    own_context, inside_budget = before_snapshot_bytes(seat.footprint.parts), inside_request_bytes(seat.footprint.parts)
     if seat.kv_mode == "utilisation":  # the request is the engine's budget: a margin would be KV the placement never counted
         return utilisation.choose(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget)
     return utilisation.choose_pinned(gpus_at_start, own_context_bytes=own_context, inside_budget_bytes=inside_budget, margin_bytes=margin_bytes)

@@ -8,7 +8,7 @@ on that budget.
 from __future__ import annotations
 
 from seatplan.documents.fleet import Policy
-from seatplan.documents.plan import ExplanationLine, FitReport
+from seatplan.documents.plan import ExplanationLine, FitReport, PartKind
 from seatplan.facts.models import ModelFacts
 from seatplan.plan import footprint as fp
 from seatplan.units import human_bytes
@@ -48,7 +48,7 @@ def fit_model(
         profile=profile,
         vllm_version=policy.vllm_version,
     )
-    parts = [part for part in estimate.parts if part.name != "kv_cache"]
+    parts = [part for part in estimate.parts if part.name is not PartKind.KV_CACHE]
     non_kv = sum(part.bytes for part in parts)
     budget = max(0, gpu_memory_bytes - headroom_bytes - non_kv)
     upper = max(facts.max_context_derived, facts.max_context_published or 0)
@@ -108,7 +108,7 @@ def fit_shortfall(report: FitReport, tensor_parallel_size: int) -> str | None:
     when the KV cache gets room for at least one request of some length."""
     if report.largest_max_model_len > 0:
         return None
-    weights = sum(part.bytes for part in report.footprint_parts if part.name == "weights")
+    weights = sum(part.bytes for part in report.footprint_parts if part.name is PartKind.WEIGHTS)
     room = report.gpu_memory_bytes - report.headroom_bytes
     what = (f"the weights alone ({human_bytes(weights)} per GPU) exceed the {human_bytes(room)} this GPU gives the seat"
             if weights >= room else

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from seatplan import versions
 from seatplan.documents.fleet import KvPin, Policy
 from seatplan.documents.observed import ObservedSeat
-from seatplan.documents.plan import Basis, FootprintPart, Lever
+from seatplan.documents.plan import Basis, FootprintPart, Lever, PartKind
 from seatplan.engine.settings import EngineLimits
 from seatplan.facts.models import ModelShape
 from seatplan.units import GiB, human_bytes
@@ -126,7 +126,7 @@ def activation_part(shape: ModelShape, limits: EngineLimits, tensor_parallel_siz
     moe_bytes = profile.moe_activation_extra_gib * GiB if is_moe(shape) else 0.0
     driver = "sampler (max_num_seqs × vocab)" if sampler_bytes >= forward_bytes else "forward (max_num_batched_tokens × intermediate)"
     return FootprintPart(
-        name="activation_peak",
+        name=PartKind.ACTIVATION_PEAK,
         bytes=int(round(max(sampler_bytes, forward_bytes) + moe_bytes)),
         basis="estimate",
         inputs={
@@ -193,7 +193,7 @@ def levers(footprint: SeatFootprint, max_model_len: int | None, tensor_parallel_
     not halved again."""
     parts = {part.name: part for part in footprint.parts}
     found = [footprint.activation_lever] if footprint.activation_lever is not None else []
-    kv_part = parts.get("kv_cache")
+    kv_part = parts.get(PartKind.KV_CACHE)
     if kv is not None and (pinned := operator_lever(kv.pin)) is not None:
         found.insert(0, pinned)
     if kv is not None and kv_part is not None and kv_part.bytes > 0 and kv.pin.source == "rule":
@@ -202,7 +202,7 @@ def levers(footprint: SeatFootprint, max_model_len: int | None, tensor_parallel_
             found.append(Lever(change="kv_cache_dtype: fp8 (a 16-bit KV cache)", freed_bytes=halved))
         if max_model_len and max_model_len >= 2 and kv.full_attention_only:
             found.append(Lever(change=f"max_model_len: {max_model_len // 2} (half the context; full-attention layers)", freed_bytes=halved))
-    weights = parts.get("weights")
+    weights = parts.get(PartKind.WEIGHTS)
     if weights is not None and tensor_parallel_size == 1:
         found.append(Lever(change="tensor_parallel_size: 2 (weights split over two GPUs; adds NCCL buffers)", freed_bytes=weights.bytes // 2))
     return [lever for lever in found if lever.freed_bytes > 0]
@@ -224,7 +224,7 @@ def vllm_footprint(
     keyed = {"vllm_version": vllm_version, "profile": profile.name}
     parts = [
         FootprintPart(
-            name="cuda_context",
+            name=PartKind.CUDA_CONTEXT,
             bytes=_gib(profile.cuda_context_gib),
             basis="estimate",
             inputs=keyed | {"gib": profile.cuda_context_gib},
@@ -236,7 +236,7 @@ def vllm_footprint(
         extra_gib = profile.tensor_parallel_extra_gib[topology]
         parts.append(
             FootprintPart(
-                name="nccl_allreduce",
+                name=PartKind.NCCL_ALLREDUCE,
                 bytes=_gib(extra_gib),
                 basis="estimate",
                 inputs=keyed | {"tensor_parallel_size": tensor_parallel_size, "topology": topology, "gib": extra_gib},
@@ -245,7 +245,7 @@ def vllm_footprint(
         )
     parts.append(
         FootprintPart(
-            name="weights",
+            name=PartKind.WEIGHTS,
             bytes=weights.bytes_per_gpu,
             basis="exact" if weights.exact else "estimate",
             inputs={"tensor_parallel_size": tensor_parallel_size, "source": weights.source} | weights.inputs,
@@ -258,7 +258,7 @@ def vllm_footprint(
     graph_gib = 0.0 if enforce_eager else profile.cuda_graph_base_gib + profile.cuda_graph_per_layer_gib * shape.num_layers
     parts.append(
         FootprintPart(
-            name="cuda_graphs",
+            name=PartKind.CUDA_GRAPHS,
             bytes=_gib(graph_gib),
             basis="exact" if enforce_eager else "estimate",
             inputs={"num_layers": shape.num_layers, "enforce_eager": enforce_eager, "base_gib": profile.cuda_graph_base_gib, "per_layer_gib": profile.cuda_graph_per_layer_gib},
@@ -272,7 +272,7 @@ def vllm_footprint(
 
 def kv_part(kv_cache_memory_bytes: int) -> FootprintPart:
     return FootprintPart(
-        name="kv_cache",
+        name=PartKind.KV_CACHE,
         bytes=kv_cache_memory_bytes,
         basis="exact",
         inputs={"kv_cache_memory_bytes": kv_cache_memory_bytes},
@@ -282,7 +282,7 @@ def kv_part(kv_cache_memory_bytes: int) -> FootprintPart:
 
 def creep_part(creep_allowance_bytes: int) -> FootprintPart:
     return FootprintPart(
-        name="creep_allowance",
+        name=PartKind.CREEP_ALLOWANCE,
         bytes=creep_allowance_bytes,
         basis="policy",
         inputs={"creep_allowance_bytes": creep_allowance_bytes},
@@ -294,7 +294,7 @@ def fixed_footprint(memory_cap_bytes: int) -> SeatFootprint:
     return SeatFootprint(
         [
             FootprintPart(
-                name="declared_cap",
+                name=PartKind.DECLARED_CAP,
                 bytes=memory_cap_bytes,
                 basis="declared",
                 inputs={"memory_cap_bytes": memory_cap_bytes},
@@ -315,7 +315,7 @@ def observed_footprint(observed: ObservedSeat, kv_cache_memory_bytes: int | None
     """
     if kv_cache_memory_bytes is None:
         return SeatFootprint(
-            [FootprintPart(name="observed_plateau", bytes=observed.footprint_bytes, basis="observed", inputs=_observed_inputs(observed), note="observed plateau per GPU")]
+            [FootprintPart(name=PartKind.OBSERVED_PLATEAU, bytes=observed.footprint_bytes, basis="observed", inputs=_observed_inputs(observed), note="observed plateau per GPU")]
         )
     ran_with = observed_kv_bytes if observed_kv_bytes is not None else kv_cache_memory_bytes
     non_kv_bytes = max(0, observed.footprint_bytes - ran_with)
@@ -326,7 +326,7 @@ def observed_footprint(observed: ObservedSeat, kv_cache_memory_bytes: int | None
     return SeatFootprint(
         [
             FootprintPart(
-                name="observed_non_kv",
+                name=PartKind.OBSERVED_NON_KV,
                 bytes=non_kv_bytes,
                 basis="observed",
                 inputs=_observed_inputs(observed) | {"kv_cache_memory_bytes_observed_with": ran_with} | ({"derived": True} if derived else {}),

@@ -41,10 +41,10 @@ from seatplan.documents.plan import (
     RolloutFailure,
     RolloutStep,
     StartCheck,
+    before_snapshot_bytes,
     seat_launch,
 )
 from seatplan.engine.change import seat_change
-from seatplan.plan.assemble import PRE_CHECK_PARTS
 from seatplan.plan.current import CurrentLayout
 from seatplan.plan.placement import gpu_label
 from seatplan.plan.utilisation import requested_bytes
@@ -130,8 +130,7 @@ def engine_of(seat: PlannedSeat) -> Engine:
     """What a start is checked with: the one utilisation the seat's launch carries, the value render writes."""
     if not isinstance(seat, PlannedVllmSeat) or seat.launch is None:
         return Engine(seat.footprint_bytes, 0, None)  # a fixed seat: no vLLM start-up check
-    own = sum(part.bytes for part in seat.footprint_parts if part.name in PRE_CHECK_PARTS)
-    return Engine(seat.footprint_bytes, own, seat.launch.gpu_memory_utilization)
+    return Engine(seat.footprint_bytes, before_snapshot_bytes(seat.footprint_parts), seat.launch.gpu_memory_utilization)
 
 
 def rollout_problem(plan: Plan, running: Running) -> RolloutProblem:

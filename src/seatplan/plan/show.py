@@ -8,14 +8,15 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from seatplan.documents.plan import FitReport, Plan, PlannedFrontierPoint, PlannedSeat, PlannedVllmSeat, RunnerUp
+from seatplan.documents.plan import FitReport, PartKind, Plan, PlannedFrontierPoint, PlannedSeat, PlannedVllmSeat, RunnerUp
 from seatplan.engine.command import engine_command
 from seatplan.output import fit_table
 from seatplan.plan.rollout_show import print_rollout
 from seatplan.units import GiB, human_bytes
 
 RUNNER_UP_SEATS_SHOWN = 4  # seats a runner-up places elsewhere, named before "N more"
-PART_COLUMNS = ("cuda_context", "nccl_allreduce", "weights", "activation_peak", "cuda_graphs", "kv_cache", "creep_allowance", "observed_non_kv", "declared_cap")
+PART_COLUMNS = (PartKind.CUDA_CONTEXT, PartKind.NCCL_ALLREDUCE, PartKind.WEIGHTS, PartKind.ACTIVATION_PEAK, PartKind.CUDA_GRAPHS,
+                PartKind.KV_CACHE, PartKind.CREEP_ALLOWANCE, PartKind.OBSERVED_NON_KV, PartKind.DECLARED_CAP)
 # Columns left out first when a table does not fit the terminal (least important first); names and figures that
 # remain are never cut, and the caption names what was left out (output.fit_table). The footprint's parts add up
 # to its total, so none of them is dropped: the table stacks instead.

@@ -29,6 +29,12 @@ KvMode = Literal["rule", "operator", "utilisation"]
 FactsLoader = Callable[[str, EngineSettings], ModelFacts]
 
 
+def choose_kv_mode(kv_source: Literal["rule", "operator"], vllm_version: str) -> KvMode:
+    """How the seat's KV cache is sized: pinned in bytes (the rule's or the operator's) where the release has
+    ``--kv-cache-memory-bytes`` (the version table's ``kv_bytes_flag``, 0.10.2), else by ``--gpu-memory-utilization``.
+    The launch's ``kv`` (``Pinned`` or ``ByUtilisation``) is built from this and nothing else."""
+    return kv_source if versions.has("kv_bytes_flag", versions.modelled(vllm_version)) else "utilisation"
+
 
 @dataclass
 class SizedSeat:
@@ -127,7 +133,7 @@ def size_seat(
         raise_kv_bytes=context.raise_kv_bytes,
         kv_replay=replay.reading,
         levers=fp.levers(footprint, context.max_model_len, seat.tensor_parallel_size, kv_lever_terms(seat, facts, context.max_model_len, kv.pin)),
-        kv_mode=kv.source if versions.has("kv_bytes_flag", versions.modelled(fleet.policy.vllm_version)) else "utilisation",
+        kv_mode=choose_kv_mode(kv.source, fleet.policy.vllm_version),
         estimate=estimate,
         observation=(seat_observation(estimate, seen, derived_because(seen, kv.kv_cache_memory_bytes, context.max_model_len) if seen else "")
                      if observed is not None else None),

@@ -197,7 +197,7 @@ def _memory_panel(figure: go.Figure, plan: Plan, seats_by_gpu: dict[str, list[st
                                 orientation="h", width=BAR_WIDTH, y=gpus, x=[value / GiB for value in reserved], base=[0] * len(gpus),
                                 marker=dict(color=RESERVED_COLOUR),
                                 hovertemplate="%{y}: %{x:.2f} GiB reserved for other processes<extra></extra>"), row=1, col=column)
-    spare = [gpu.total_bytes - gpu.reserved_bytes - used[label] for gpu, label in zip(plan.gpus, gpus)]
+    spare = [gpu.spare_bytes for gpu in plan.gpus]  # the plan's figure (plan.assemble.plan_gpu), not worked again
     # A keep-clear GPU with no seat is not spare for the plan: it is drawn as kept clear (grey, hatched), never as
     # "spare 95.59 GiB" that a reader would count on.
     open_gpus = [index for index, gpu in enumerate(plan.gpus) if not (gpu.keep_clear and used[gpus[index]] == 0)]

@@ -268,3 +268,57 @@ def test_the_operators_box_keeps_todays_layout_from_what_it_shows_and_warns_wher
         if gap >= 2**30 and gap > 0.10 * max(estimate, gpu["used_bytes"]):
             should.add(gpu["index"])
     assert warned == should == {0, 2, 3}, plan["warnings"]
+
+
+SERVER = """
+import socket, subprocess, sys, time
+server = socket.socket()
+server.bind(("127.0.0.1", int(sys.argv[1])))
+server.listen()
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def test_on_the_gpu_host_adopt_asks_nvidia_smi_for_its_processes_and_ties_them_through_proc(tmp_path: Path, capsys, monkeypatch):
+    """``--gpus-from-host --processes-from-host``: nvidia-smi's two queries run here (a STAND-IN nvidia-smi: no GPU on
+    this machine, as tests/adopt/test_adopt_gpus_from_host.py says) and each listed PID, a real child process of a real
+    server listening on a seat's port here, is tied to that seat through /proc. Both seats are on GPU 0, so titles
+    cannot tell them apart."""
+    env_dir = tmp_path / "env"
+    env_dir.mkdir()
+    servers, children, ports = [], {}, {}
+    try:
+        for name in ("a", "b"):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                ports[name] = probe.getsockname()[1]
+            servers.append(subprocess.Popen([sys.executable, "-c", SERVER, str(ports[name])], stdout=subprocess.PIPE, text=True))
+            assert servers[-1].stdout is not None
+            children[name] = int(servers[-1].stdout.readline())
+            (env_dir / f"{name}.env").write_text(f"CUDA_VISIBLE_DEVICES=0\nVLLM_LINE=\"vllm serve {MODELS / 'Qwen--Qwen3-0.6B'} --served-model-name {name} "
+                                                 f"--port {ports[name]} --kv-cache-memory-bytes 1073741824\"\n")
+        used = {"a": 3001, "b": 5002}
+        apps = "gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n" + "".join(f"{uuid(0)}, {children[name]}, VLLM::EngineCore, {used[name]} MiB\n" for name in used)
+        gpus = smi_csv(1, {0: sum(used.values())})
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        program = bin_dir / "nvidia-smi"
+        program.write_text(f"#!/bin/sh\ncase \"$1\" in\n  --query-compute-apps=*) cat <<'EOF'\n{apps}EOF\n;;\n  *) cat <<'EOF'\n{gpus}EOF\n;;\nesac\n")
+        program.chmod(0o755)
+        observed_path = tmp_path / "observed.json"
+        done = run_cli(capsys, monkeypatch, "adopt", "--env-dir", str(env_dir), "--gpus-from-host", "--processes-from-host", "-o", str(tmp_path / "fleet.yaml"),
+                       "--observed", str(observed_path), env={"PATH": f"{bin_dir}:{os.environ['PATH']}"})
+        assert done.exit_code == 0, done.stdout + done.stderr
+        seats = json.loads(observed_path.read_text())["seats"]
+        assert sorted(seats) == sorted(used), done.stdout + done.stderr + (tmp_path / "fleet.yaml").read_text()
+        for name in used:
+            assert seats[name]["footprint_bytes"] == used[name] * MiB
+            assert f"pid {children[name]} through its ancestor pid {servers[list(used).index(name)].pid} listens on port {ports[name]}" in seats[name]["source"]
+    finally:
+        for pid in [*children.values(), *(server.pid for server in servers)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for server in servers:
+            server.wait(timeout=30)

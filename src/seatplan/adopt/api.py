@@ -17,7 +17,7 @@ from seatplan.adopt.observed import observe
 from seatplan.adopt.readers import read_launches
 from seatplan.adopt.readers.compose_gateway import read_gateway_container
 from seatplan.adopt.readers.litellm import read_litellm_config
-from seatplan.adopt.readers.nvidia_smi import read_apps_file, smi_readings
+from seatplan.adopt.readers.nvidia_smi import read_apps_file, run_compute_apps, smi_readings
 from seatplan.adopt.readers.processes import ProcessTable, read_proc, read_ps_file
 from seatplan.adopt.readers.text import host_and_path
 from seatplan.adopt.writer import fleet_text
@@ -71,6 +71,8 @@ def adopt_sources(sources: Sources, display: str) -> Result:
     launches, read_warnings = read_launches(sources.env_dirs, sources.composes, sources.systemd_dirs)
     readings = smi_readings(sources.nvidia_smi, sources.gpus_from_host, sources.timeout_s)
     apps = [app for path in sources.compute_apps for app in read_apps_file(path)] if sources.compute_apps else None
+    if apps is None and sources.gpus_from_host and sources.processes_from_host:
+        apps = run_compute_apps(sources.timeout_s)  # on the GPU host: its processes, to tie to the seats through /proc
     containers = [found for spec in sources.composes if (found := read_gateway_container(host_and_path(spec)[1])) is not None]
     adopted = adopt(readings, launches, _engines(sources, routes), routes, apps, containers[0] if containers else None)
     adopted.warnings[:0] = read_warnings

@@ -48,7 +48,7 @@ Tree = dict[str, Any]  # key → Noted | Tree | list[Tree]
 class SeatPlace:
     """Where an adopted seat runs and how its processes can be told (``adopt/observed.py`` ties PIDs to seats with it)."""
 
-    host: str | None
+    host: str  # TODO where no source names it (the fleet file then asks for it); its GPUs are read under the same key
     gpus: list[int]  # its GPUs' indices on that host ([] where current_layout is TODO)
     ports: frozenset[int]  # the ports its engine is reached on and listens on (a container's own port beside the published one)
     engine: str  # "vllm" or "fixed"
@@ -654,7 +654,7 @@ def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[Engi
         "seats": seat_trees,
         "current_layout": {seat.name: _layout_ref(layout[seat.name], seat.host, many) for seat in seats},
     }
-    places = {seat.name: SeatPlace(seat.host, _indices(layout[seat.name]), _seat_ports(seat), "fixed" if seat.launch and seat.launch.fixed else "vllm")
+    places = {seat.name: SeatPlace(seat.host or TODO, _indices(layout[seat.name]), _seat_ports(seat), "fixed" if seat.launch and seat.launch.fixed else "vllm")
               for seat in seats}
     readings_by_gpu = {(host, reading.index): reading for host, listed in by_host.items() for reading in listed}
     return Adopted(tree=tree, warnings=warnings, places=places, readings=readings_by_gpu)

@@ -101,10 +101,11 @@ def _seat_int(adopted: Adopted, seat: str, key: str) -> int | None:
 
 
 def gpu_corrections(adopted: Adopted, held: dict[tuple[str, str, int], list[tuple[ComputeApp, Tie]]],
-                    observed: set[str]) -> list[GpuCorrection]:
+                    observed: set[str], many_hosts: bool) -> list[GpuCorrection]:
     """Memory a GPU holds beyond what its adopted seats were seen (or declared) to hold, where every one of them is
     known: a process no file adopts (a notebook, a tool), which plan then reserves on that GPU rather than hands out.
-    Under ``UNACCOUNTED_MIB`` it is left alone (an idle CUDA context takes a few hundred MiB)."""
+    Under ``UNACCOUNTED_MIB`` it is left alone (an idle CUDA context takes a few hundred MiB). On a box of one host the
+    correction names no host (the host may still be TODO in the fleet file, and is filled in before plan reads it)."""
     corrections = []
     for (host, index), reading in sorted(adopted.readings.items()):
         if reading.used_mib is None:
@@ -117,7 +118,7 @@ def gpu_corrections(adopted: Adopted, held: dict[tuple[str, str, int], list[tupl
         accounted_mib = sum(app.used_mib or 0 for name in vllm for app, _ in held.get((name, host, index), [])) + sum(cap or 0 for cap in caps) // MiB
         extra_mib = reading.used_mib - accounted_mib
         if extra_mib > UNACCOUNTED_MIB:
-            corrections.append(GpuCorrection(host=host, index=index, extra_bytes=extra_mib * MiB, seats=here,
+            corrections.append(GpuCorrection(host=host if many_hosts else None, index=index, extra_bytes=extra_mib * MiB, seats=here,
                                              source=f"adopt: {reading.source}: memory.used {reading.used_mib} MiB, the seats adopted here "
                                                     f"account for {accounted_mib} MiB"))
     return corrections
@@ -145,7 +146,7 @@ def observe(adopted: Adopted, apps: list[ComputeApp] | None, tables: list[Proces
             held.setdefault((tie.seat, host, index), []).append((app, tie))
     seats: dict[str, ObservedSeat] = {}
     for name, place in adopted.places.items():
-        if place.engine != "vllm" or place.host is None or not place.gpus:
+        if place.engine != "vllm" or not place.gpus:
             continue
         per_gpu = {index: held.get((name, place.host, index), []) for index in place.gpus}
         if not any(per_gpu.values()):
@@ -175,5 +176,5 @@ def observe(adopted: Adopted, apps: list[ComputeApp] | None, tables: list[Proces
     gpus = [ObservedGpu(host=host if len(hosts) > 1 else None, index=index, used_bytes=reading.used_mib * MiB,
                         source=f"{reading.source}: memory.used {reading.used_mib} MiB", observed_at=time_of(reading.source))
             for (host, index), reading in sorted(adopted.readings.items()) if reading.used_mib is not None]
-    return ObservedFootprints(generated_at=now, seats=seats, gpus_used=gpus, gpu_corrections=gpu_corrections(adopted, held, set(seats)),
+    return ObservedFootprints(generated_at=now, seats=seats, gpus_used=gpus, gpu_corrections=gpu_corrections(adopted, held, set(seats), len(hosts) > 1),
                               source="adopt"), warnings

@@ -98,7 +98,28 @@ def read_apps_file(path: Path) -> list[ComputeApp]:
 def run_smi(timeout_s: float) -> list[GpuReading]:
     """nvidia-smi on this host (``--gpus-from-host``), given ``timeout_s`` to answer (a hung driver hangs it)."""
     command = ["nvidia-smi", f"--query-gpu={SMI_QUERY}", "--format=csv"]
-    saved = f"or pass --nvidia-smi CSV saved on the GPU host (nvidia-smi --query-gpu={SMI_QUERY} --format=csv > gpus.csv)"
+    text = _run_nvidia_smi(command, timeout_s, f"nvidia-smi --query-gpu={SMI_QUERY} --format=csv > gpus.csv", "--nvidia-smi CSV")
+    try:
+        return read_smi_csv(text, "nvidia-smi on this host", None)
+    except SeatplanError as problem:
+        raise SeatplanError(f"nvidia-smi's output: {problem.message}", where=f"--gpus-from-host ({problem.where})",
+                            fix=f"check what `{' '.join(command)}` prints here, or pass --nvidia-smi CSV saved on the GPU host") from None
+
+
+def run_compute_apps(timeout_s: float) -> list[ComputeApp]:
+    """nvidia-smi's processes on this host (``--gpus-from-host`` with ``--processes-from-host``), under the same deadline."""
+    command = ["nvidia-smi", f"--query-compute-apps={APPS_QUERY}", "--format=csv"]
+    text = _run_nvidia_smi(command, timeout_s, f"nvidia-smi --query-compute-apps={APPS_QUERY} --format=csv > apps.csv", "--compute-apps CSV")
+    try:
+        return read_compute_apps(text, "nvidia-smi --query-compute-apps on this host")
+    except SeatplanError as problem:
+        raise SeatplanError(f"nvidia-smi's output: {problem.message}", where=f"--gpus-from-host ({problem.where})",
+                            fix=f"check what `{' '.join(command)}` prints here, or pass --compute-apps CSV saved on the GPU host") from None
+
+
+def _run_nvidia_smi(command: list[str], timeout_s: float, save: str, option: str) -> str:
+    """What ``command`` prints here within ``timeout_s`` (a hung driver hangs nvidia-smi), as text."""
+    saved = f"or pass {option} saved on the GPU host ({save})"
     try:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as problem:
@@ -118,15 +139,10 @@ def run_smi(timeout_s: float) -> list[GpuReading]:
         raise SeatplanError(f"nvidia-smi exited with status {process.returncode}: {said[:300] or 'no message'}", where="--gpus-from-host",
                             fix=f"check the NVIDIA driver, {saved}")
     try:
-        text = stdout[:MAX_FILE_BYTES].decode("utf-8")
+        return stdout[:MAX_FILE_BYTES].decode("utf-8")
     except UnicodeDecodeError as problem:
         raise SeatplanError(f"nvidia-smi's output is not UTF-8 text ({problem.reason})", where="--gpus-from-host",
                             fix=f"check what nvidia-smi prints here, {saved}") from None
-    try:
-        return read_smi_csv(text, "nvidia-smi on this host", None)
-    except SeatplanError as problem:
-        raise SeatplanError(f"nvidia-smi's output: {problem.message}", where=f"--gpus-from-host ({problem.where})",
-                            fix=f"check what `{' '.join(command)}` prints here, {saved}") from None
 
 
 def smi_readings(specs: list[str], from_host: bool, timeout_s: float) -> list[GpuReading]:

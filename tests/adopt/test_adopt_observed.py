@@ -1,6 +1,6 @@
 """``seatplan adopt --observed``: what the adopted box shows each seat and GPU holding (issue 46).
 
-nvidia-smi's compute-apps rows are tied to seats through the GPU host's process table (``ps -eo pid,ppid,args``
+nvidia-smi's compute-apps rows are tied to seats through the GPU host's process table (``ps -ww -eo pid,ppid,args``
 saved there, or ``/proc`` here) or, on a GPU with one vLLM seat, by vLLM's process titles; the observations
 document is what ``plan --observed`` reads. No GPU here: the nvidia-smi CSVs are written by the test in nvidia-smi's
 format (tests/fixtures/formats/FORMATS.md, "nvidia-smi"); the ``/proc`` test reads this machine's real processes.
@@ -183,7 +183,7 @@ def test_an_engine_sharing_its_gpu_without_a_process_table_keeps_its_estimate_an
 def test_a_process_listing_that_is_not_ps_output_is_refused_naming_its_line(text: str, said: str):
     with pytest.raises(SeatplanError) as caught:
         read_ps_text(text, "ps.txt", None)
-    assert caught.value.where == said and "ps -eo pid,ppid,args" in (caught.value.fix or "")
+    assert caught.value.where == said and "ps -ww -eo pid,ppid,args" in (caught.value.fix or "")
 
 
 CHILD = """

@@ -1,7 +1,7 @@
 """``seatplan adopt --observed`` with real vLLM 0.32 CPU engines (issue 46): two engines started by hand from env
 files, both on "GPU 0", so vLLM's process titles (two ``VLLM::EngineCore``) cannot tell them apart and each process
 must be tied to its seat through the ports its API server listens on (``--processes-from-host``: this machine's
-``/proc``) or the port its command line names (``--processes``: ``ps -eo pid,ppid,args`` as saved on a GPU host).
+``/proc``) or the port its command line names (``--processes``: ``ps -ww -eo pid,ppid,args`` as saved on a GPU host).
 
 A stand-in where nothing real can run: there is no GPU here, so the test writes the nvidia-smi CSVs itself, in
 nvidia-smi's format, from the real processes: each ``VLLM::EngineCore`` (the processes nvidia-smi lists, the ones
@@ -131,7 +131,7 @@ def test_engines_sharing_a_gpu_are_told_apart_by_their_ports_and_planned_from_wh
     work, handmade, ports, servers = box
     held = write_smi(work, servers)
     listing = work / "ps.txt"
-    listing.write_text(subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True, timeout=60).stdout)
+    listing.write_text(subprocess.run(["ps", "-ww", "-eo", "pid,ppid,args"], capture_output=True, text=True, check=True, timeout=60).stdout)
     tie = ["--processes-from-host"] if table == "proc" else ["--processes", f"box={listing}"]
     fleet, observed = work / f"fleet-{table}.yaml", work / f"observed-{table}.json"
     adopted = seatplan("adopt", "--env-dir", f"box={handmade}", *[f"--engine=http://127.0.0.1:{port}" for port in ports.values()],
@@ -139,7 +139,9 @@ def test_engines_sharing_a_gpu_are_told_apart_by_their_ports_and_planned_from_wh
                        "-o", str(fleet), "--observed", str(observed), "--json")
     assert adopted.returncode == 0, adopted.stdout + adopted.stderr
     document = json.loads(observed.read_text())
-    assert sorted(document["seats"]) == sorted(SEATS), adopted.stdout
+    pids = {str(pid) for server in servers.values() for pid in descendants(server.process.pid)}
+    shown = "\n".join(line for line in listing.read_text().splitlines() if line.split()[0] in pids or line.split()[1] in pids)
+    assert sorted(document["seats"]) == sorted(SEATS), adopted.stdout + "\n" + shown + "\n" + (work / "apps.csv").read_text()
     for seat, (_, kv) in SEATS.items():
         seen = document["seats"][seat]
         assert seen["footprint_bytes"] == held[seat] * MiB, (seat, seen, held)

@@ -38,7 +38,7 @@ class Sources:
     gpus_from_host: bool = False
     compute_apps: list[Path] = field(default_factory=list)  # nvidia-smi --query-compute-apps CSVs: what fixed seats hold
     timeout_s: float = 10.0
-    processes: list[str] = field(default_factory=list)  # [HOST=]FILE of `ps -eo pid,ppid,args`: ties compute-apps PIDs to seats
+    processes: list[str] = field(default_factory=list)  # [HOST=]FILE of `ps -ww -eo pid,ppid,args`: ties compute-apps PIDs to seats
     processes_from_host: bool = False  # /proc here: the same, with the ports each process listens on
 
 

@@ -27,7 +27,7 @@ def adopt_command(
     compute_apps: list[Path] = typer.Option([], "--compute-apps", metavar="<CSV>", help="the CSV of nvidia-smi --query-compute-apps=pid,process_name,gpu_uuid,used_memory "
                                             "--format=csv: the memory a fixed seat (a GPU service that is not vLLM) holds; repeatable"),
     gpus_from_host: bool = typer.Option(False, "--gpus-from-host", help="run nvidia-smi here (the engines' only host)"),
-    processes: list[str] = typer.Option([], "--processes", metavar="<[HOST=]FILE>", help="the output of `ps -eo pid,ppid,args` on the GPU host: "
+    processes: list[str] = typer.Option([], "--processes", metavar="<[HOST=]FILE>", help="the output of `ps -ww -eo pid,ppid,args` on the GPU host: "
                                         "ties each compute-apps PID to the seat whose vLLM command line it runs under; repeatable"),
     processes_from_host: bool = typer.Option(False, "--processes-from-host", help="read this host's processes from /proc (the engines' only "
                                              "host): ties each compute-apps PID to the seat whose port it or its parent listens on"),

@@ -5,7 +5,7 @@ Two sources. On the GPU host itself (``--processes-from-host``), Linux's ``/proc
 fourth field is the parent, ``/proc/PID/cmdline`` the command line (NUL-separated), and a socket the process holds is a
 ``/proc/PID/fd/N`` link to ``socket:[INODE]``, listening where that inode is in state ``0A`` (TCP_LISTEN) in
 ``/proc/PID/net/tcp`` or ``tcp6`` (the process's own network namespace: a container's port 8000, not the host's 8006).
-Elsewhere (``--processes [HOST=]FILE``), the saved output of ``ps -eo pid,ppid,args`` on the GPU host: no ports, so a
+Elsewhere (``--processes [HOST=]FILE``), the saved output of ``ps -ww -eo pid,ppid,args`` on the GPU host: no ports, so a
 process is tied by its command line (``vllm serve … --port N``) instead.
 
 vLLM's API server is the process that listens; the memory is held by its children, ``VLLM::EngineCore`` and, with
@@ -25,7 +25,7 @@ from seatplan.adopt.readers.text import host_and_path, read_text
 from seatplan.errors import SeatplanError
 from seatplan.units import MAX_PID, strict_whole_number, whole_number
 
-PS_COMMAND = "ps -eo pid,ppid,args"
+PS_COMMAND = "ps -ww -eo pid,ppid,args"  # -ww: whole command lines (ps cuts them at COLUMNS, or 80, when not on a terminal)
 MAX_PROCESSES = 65536  # a bound on what one host's table is read into; pid_max defaults to 32768 (4194304 on 64-bit at most)
 MAX_ARGS_CHARS = 8192  # a command line is cut here: the flags that tie a process come well before
 TCP_LISTEN = "0A"  # include/net/tcp_states.h: TCP_LISTEN = 10
@@ -62,7 +62,7 @@ class ProcessTable:
 
 
 def read_ps_text(text: str, source: str, host: str | None) -> ProcessTable:
-    """``ps -eo pid,ppid,args`` (procps): a header ``PID PPID COMMAND``, then right-aligned numbers and the command line."""
+    """``ps -ww -eo pid,ppid,args`` (procps): a header ``PID PPID COMMAND``, then right-aligned numbers and the command line."""
     processes: dict[int, HostProcess] = {}
     fix = f"save `{PS_COMMAND}` run on the GPU host to a file and give that file"
     header_seen = False

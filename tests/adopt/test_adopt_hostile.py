@@ -497,3 +497,25 @@ def test_a_secret_of_any_name_or_shape_is_referenced_never_copied(tmp_path, caps
         assert piece not in done.out + done.err + done.text
     said = done.err.replace("\n", " ")
     assert f"{file}:3: {key} holds a secret" in said or f"{file}:3 (env_file): {key} holds a secret" in said, done.err
+
+
+@pytest.mark.parametrize(("command", "dotenv", "model"), [
+    ("${MODEL:-${DEFAULT_MODEL}}", "DEFAULT_MODEL=Qwen/Qwen3-8B\n", "Qwen/Qwen3-8B"),
+    ("${NAME:-${BASE}/q06}", "BASE=org\n", "org/q06"),
+    ("${MODEL}", "BASE=org\nMODEL=${BASE}/q06\n", "org/q06"),  # a .env value interpolated from the lines above
+    ("${MODEL}", "BASE=org\nMODEL='${BASE}/q06'\n", "${BASE}/q06"),  # single-quoted: literal
+    ("${MODEL:+Qwen/Qwen3-8B}", "MODEL=x\n", "Qwen/Qwen3-8B"),
+])
+def test_compose_interpolation_as_compose_does_it(tmp_path, capsys, monkeypatch, command, dotenv, model):
+    """Issue 48: nested defaults came out as '${DEFAULT_MODEL}' or '${BASE/q06}', a .env value stayed literal."""
+    services = engine().replace("command: [Qwen/Qwen3-8B,", f"command: ['{command}',")
+    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services, dotenv))
+    assert done.code == 0, done.err
+    assert done.seat("qwen")["model"] == model
+
+
+def test_a_required_variable_without_a_value_stops_adopt_as_it_stops_compose(tmp_path, capsys, monkeypatch):
+    services = engine().replace("command: [Qwen/Qwen3-8B,", "command: ['${MISSING:?set MISSING to the model}',")
+    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services))
+    assert done.code == 2
+    assert "required variable MISSING is missing a value: set MISSING to the model" in done.err.replace("\n", " ")

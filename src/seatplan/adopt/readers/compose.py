@@ -19,6 +19,7 @@ from seatplan.adopt.evidence import Launch
 from seatplan.adopt.fleet_rules import seat_value_problem
 from seatplan.adopt.readers.commands import engine_words, split_command
 from seatplan.adopt.readers.compose_ports import PortMapping, published_port, read_ports
+from seatplan.adopt.readers.compose_template import TemplateError, substitute
 from seatplan.adopt.readers.dotenv import read_env_text
 from seatplan.adopt.readers.healthcheck import healthcheck_url
 from seatplan.adopt.readers.text import GPU_KEYS, child, env_file_refusal, gpu_list, line_of, read_text, read_yaml
@@ -69,14 +70,10 @@ def read_compose(path: Path) -> tuple[list[Launch], list[str]]:
     return launches + (_not_managed(path, host) if host else []), warnings
 
 
-# Compose's interpolation (the Compose Specification, "Interpolation"): $$ is a $, ${VAR}, $VAR, and the modifiers
-# :- - :? ? :+ + on an unset (or, with ":", empty) variable.
-_VARIABLE = re.compile(r"\$(?:\$|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<word>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
-
-
 def _dotenv(path: Path, warnings: list[str]) -> dict[str, str]:
     """The ``.env`` beside the compose file, which compose reads for interpolation (the shell's environment, which
-    also counts for compose, is not this machine's: adopt leaves it out)."""
+    also counts for compose, is not this machine's: adopt leaves it out). Its values are interpolated as compose's
+    dotenv reader does, each from the lines above it (``MODEL=${BASE}/q06``); a single-quoted one stays literal."""
     beside = path.parent / ".env"
     refused = env_file_refusal(beside) if os.path.lexists(beside) else None
     if refused:
@@ -86,12 +83,17 @@ def _dotenv(path: Path, warnings: list[str]) -> dict[str, str]:
         return {}
     read = read_env_text(read_text(beside, ".env file", "give a readable .env beside the compose file"), str(beside))
     warnings += read.problems
-    return read.values
+    values: dict[str, str] = {}
+    for key, value in read.values.items():
+        where = f"{beside}:{read.lines[key]}"
+        values[key] = value if key in read.literal else _substituted(value, values, where, warnings, "the lines above it")
+    return values
 
 
 def interpolated(value: Any, env: dict[str, str], where: str, warnings: list[str]) -> Any:
+    """Every string of a service with compose's interpolation applied (``compose_template``)."""
     if isinstance(value, str):
-        return _VARIABLE.sub(lambda match: _fill(match, env, where, warnings), value)
+        return _substituted(value, env, where, warnings, "the .env beside the compose file")
     if isinstance(value, list):
         return [interpolated(item, env, where, warnings) for item in value]
     if isinstance(value, dict):
@@ -99,21 +101,19 @@ def interpolated(value: Any, env: dict[str, str], where: str, warnings: list[str
     return value
 
 
-def _fill(match: re.Match[str], env: dict[str, str], where: str, warnings: list[str]) -> str:
-    if match[0] == "$$":
-        return "$"
-    name = match["braced"] or match["bare"]
-    value, op, word = env.get(name), match["op"], match["word"] or ""
-    unset = value is None or (op is not None and op.startswith(":") and value == "")
-    if op in (":-", "-"):
-        return word if unset else str(value)
-    if op in (":+", "+"):
-        return "" if unset else word
-    if unset:
-        said = f" ({word[:80]})" if op in (":?", "?") and word else ""
-        warnings.append(f"{where}: ${{{name}}} is not set in the .env beside the compose file{said}: read as empty, as compose would")
-        return ""
-    return str(value)
+def _substituted(text: str, env: dict[str, str], where: str, warnings: list[str], source: str) -> str:
+    said: set[str] = set()
+
+    def unset(name: str) -> None:
+        if name not in said:
+            said.add(name)
+            warnings.append(f"{where}: ${{{name}}} is not set in {source}: read as empty, as compose would")
+
+    try:
+        return substitute(text, env, unset)
+    except TemplateError as problem:
+        raise SeatplanError(f"compose stops here: {problem}", where=where,
+                            fix=f"set the variable in {source} (adopt reads no shell environment), or correct the template") from None
 
 
 def _rendered_compose_host(path: Path) -> str | None:

@@ -19,6 +19,7 @@ _ESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\", "$": "$", "`": "`"}
 class EnvText:
     values: dict[str, str] = field(default_factory=dict)
     lines: dict[str, int] = field(default_factory=dict)  # key → the line it was set on (the last one wins)
+    literal: set[str] = field(default_factory=set)  # keys whose value was single-quoted (compose interpolates no such value)
     problems: list[str] = field(default_factory=list)
 
 
@@ -60,6 +61,10 @@ def read_env_text(text: str, source: str) -> EnvText:
             found.problems.append(f"{source}:{number}: {key}: {why}: left out")
             continue
         found.values[key], found.lines[key] = value, number
+        if rest.lstrip().startswith("'"):
+            found.literal.add(key)
+        else:
+            found.literal.discard(key)
     return found
 
 

@@ -42,8 +42,18 @@ def try_release(text: str | None) -> Version | None:
         return None
 
 
+# A version as a fleet file or plan.json may carry it: release numbers, then PEP 440's pre/post/dev and local parts
+# (``0.29.1rc1.dev339+g1234``, ``0.10.2+cu128``); nothing else (a shell word, a space or a line break after the
+# numbers is no version, and would be carried into every document and image tag).
+_VERSION_TEXT = re.compile(r"v?\d{1,4}\.\d{1,4}(?:\.\d{1,4}){0,2}(?:[.-]?(?:a|b|rc|post|dev)\d{0,9})*"
+                           r"(?:\+[A-Za-z0-9]{1,64}(?:\.[A-Za-z0-9]{1,64}){0,8})?", re.ASCII)
+
+
 def modelled(text: str) -> Version:
-    """:func:`release` for a version seatplan's formulas cover (0.8 to 0.32); ValueError outside."""
+    """:func:`release` for a version seatplan's formulas cover (0.8 to 0.32), written as a version is
+    (:data:`_VERSION_TEXT`); ValueError otherwise."""
+    if not _VERSION_TEXT.fullmatch(str(text)):
+        raise ValueError(f"{str(text)[:60]!r} is not a vLLM version; write it as 0.32 or 0.10.2")
     version = release(text)
     if version[:2] < OLDEST_MODELLED or version[:2] > NEWEST_MODELLED:
         raise ValueError(f"vLLM version {text!r} is outside the range seatplan models (0.8 to 0.32)")

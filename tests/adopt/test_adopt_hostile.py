@@ -519,3 +519,32 @@ def test_a_required_variable_without_a_value_stops_adopt_as_it_stops_compose(tmp
     done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services))
     assert done.code == 2
     assert "required variable MISSING is missing a value: set MISSING to the model" in done.err.replace("\n", " ")
+
+
+def test_values_plan_would_refuse_are_written_as_todo_with_the_reason(tmp_path, capsys, monkeypatch):
+    """Issue 48: adopt wrote values that plan then refused (a GPU name with ESC, a 9,999,999 MiB GPU, a model that is
+    a flag), because a file with any TODO was never checked value by value."""
+    (tmp_path / "odd.csv").write_text(
+        "index, name, uuid, memory.total [MiB], memory.reserved [MiB], memory.used [MiB]\n"
+        "0, NVIDIA \x1b[31mH100, GPU-0aaaaaaa-1111-2222-3333-444444444440, 81559 MiB, 551 MiB, 1000 MiB\n"
+        "1, NVIDIA H100, GPU-1aaaaaaa-1111-2222-3333-444444444441, 9999999 MiB, 551 MiB, 1000 MiB\n")
+    services = engine().replace("command: [Qwen/Qwen3-8B,", "command: [--trust-remote-code, /m,")
+    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services), "--nvidia-smi", f"box={tmp_path / 'odd.csv'}",
+                 smi=False)
+    assert done.code == 0, done.err
+    gpus = done.data["hosts"][0]["gpus"]
+    assert gpus[0]["name"] == "TODO" and gpus[1]["total_bytes"] == "TODO", gpus
+    assert "\x1b" not in done.text and "9999999" not in yaml.safe_dump(done.data)
+    assert "written as TODO" in done.err or "no size a GPU has" in done.text
+    assert "no size a GPU has" in done.text
+
+
+def test_a_gpu_over_a_tebibyte_is_refused_unless_said(tmp_path, rng):
+    from seatplan.documents.fleet import MAX_GPU_BYTES, GpuSpec
+    from pydantic import ValidationError
+
+    size = rng.randint(MAX_GPU_BYTES + 1, 10**16)
+    with pytest.raises(ValidationError, match="more than any GPU has"):
+        GpuSpec(index=0, total_bytes=size)
+    assert GpuSpec(index=0, total_bytes=size, beyond_known_sizes=True).total_bytes == size
+    assert GpuSpec(index=0, total_bytes=rng.randint(0, MAX_GPU_BYTES)).total_bytes <= MAX_GPU_BYTES

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -21,10 +22,11 @@ from seatplan.adopt.readers.nvidia_smi import read_apps_file, run_compute_apps, 
 from seatplan.adopt.readers.processes import ProcessTable, read_proc, read_ps_file
 from seatplan.adopt.readers.text import host_and_path
 from seatplan.adopt.writer import fleet_text
-from seatplan.documents.fleet import HOST_PATH_PATTERN, HostSpec, SeatSpec
-from seatplan.documents.fleet_file import TODO, format_path, parse_fleet, todo_problems
+from seatplan.documents.fleet import HOST_PATH_PATTERN, Fleet, HostSpec, SeatSpec
+from seatplan.documents.fleet_file import TODO, control_problems, format_path, parse_fleet, todo_problems
 from seatplan.documents.observed import ObservedFootprints
 from seatplan.errors import SeatplanError
+from seatplan.output import printable
 
 
 @dataclass
@@ -85,6 +87,7 @@ def adopt_sources(sources: Sources, display: str) -> Result:
         adopted.warnings.append(f"--litellm-config: its path {config[:120]!r} is no path a fleet file holds (letters, digits, ._/@+-): "
                                 "gateway.config is left out; give render --gateway-config PATH")
     check_names(adopted.tree)
+    mark_refused(adopted)
     text = fleet_text(adopted.tree)
     tables: list[ProcessTable] = [read_ps_file(spec) for spec in sources.processes] + ([read_proc()] if sources.processes_from_host else [])
     observed, observed_warnings = observe(adopted, apps, tables, reading_time, datetime.now(UTC))
@@ -120,6 +123,49 @@ def _validated(model: type[HostSpec] | type[SeatSpec], data: dict, noted: Noted)
         raise SeatplanError(f"{model.__name__.removesuffix('Spec').lower()} name {str(noted.value)[:80]!r} read from {noted.note} "
                             f"is no name a fleet file takes: {message}", where=noted.note,
                             fix="rename it there (letters, digits, '.', '_', '-'), or adopt from the other sources") from None
+
+
+def mark_refused(adopted: Adopted) -> None:
+    """A value the fleet's own models refuse (a hostile address, a version that is no version, a model that is a
+    flag, a control character in a GPU name) becomes TODO with the reason and a warning: adopt never writes a value
+    plan would refuse, even in a file whose other TODOs keep plan from loading it yet."""
+    for _ in range(8):  # each round marks what the models refuse; a marked value cannot be refused again
+        data = yaml.safe_load(fleet_text(adopted.tree))
+        refused = [(problem.path, problem.message) for problem in control_problems(data)]
+        try:
+            Fleet.model_validate(data)
+        except ValidationError as error:
+            refused += [(tuple(item["loc"]), str(item["msg"])) for item in error.errors(include_url=False)]
+        todo = [problem.path for problem in todo_problems(data)]
+        marked = False
+        for path, message in refused:
+            if any(path[: len(known)] == known for known in todo):
+                continue  # the loader's "still TODO", not a value read
+            holder, key = _leaf(adopted.tree, path)
+            if holder is None:
+                continue
+            noted = holder[key]
+            reason = printable(message)[:200]
+            holder[key] = Noted(TODO, f"{noted.note}: not written, plan would refuse it ({reason})")
+            adopted.warnings.append(f"{format_path(path)}: what {noted.note} says is refused by the fleet's rules ({reason}): "
+                                    "written as TODO")
+            marked = True
+        if not marked:
+            return
+
+
+def _leaf(tree: Tree, path: tuple) -> tuple[Any, Any]:
+    """The container and key of the written value at (or above) ``path``; (None, None) where none was read."""
+    node: Any = tree
+    for part in path:
+        child = node[part] if isinstance(node, dict) and part in node else (
+            node[part] if isinstance(node, list) and isinstance(part, int) and part < len(node) else None)
+        if isinstance(child, Noted):
+            return (node, part) if child.value not in (TODO, None) else (None, None)
+        if child is None:
+            return None, None
+        node = child
+    return None, None
 
 
 def check_text(text: str, display: str) -> list[str]:

@@ -19,6 +19,7 @@ from seatplan.adopt.fleet_rules import seat_value_problem
 from seatplan.adopt.memory import Share, compare, seat_share
 from seatplan.adopt.readers.compose_gateway import GatewayContainer
 from seatplan.adopt.secrets import SECRET_FLAGS
+from seatplan.documents.fleet import MAX_GPU_BYTES
 from seatplan.documents.fleet_file import TODO
 from seatplan.encode import name_problem
 from seatplan.engine.endpoint import DEFAULT_PORT
@@ -586,7 +587,9 @@ def _gpu_values(reading: GpuReading) -> Tree:
     return {
         "index": Noted(reading.index, f"{reading.source}: {reading.uuid}"),
         "name": Noted(reading.name, reading.source),
-        "total_bytes": Noted(reading.cuda_total_bytes, total_note),
+        "total_bytes": Noted(reading.cuda_total_bytes, total_note) if 0 <= reading.cuda_total_bytes <= MAX_GPU_BYTES else
+        Noted(TODO, f"{reading.source}: memory.total {reading.total_mib} MiB is no size a GPU has (0 to {MAX_GPU_BYTES >> 40} TiB): "
+                    "not written; give the size CUDA reports"),
     }
 
 

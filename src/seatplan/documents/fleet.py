@@ -72,6 +72,10 @@ def checked_name(kind: str, value: str) -> str:
     return value
 
 
+# No GPU sold holds a tebibyte (the largest, 2026: under 300 GiB); past this a size is a typo or a hostile reading.
+MAX_GPU_BYTES = 1 << 40
+
+
 class GpuSpec(_Strict):
     """One GPU of a host."""
 
@@ -80,6 +84,17 @@ class GpuSpec(_Strict):
     total_bytes: Bytes = Field(description="total memory as CUDA reports it (e.g. 95.59GiB on a 96 GB card)")
     reserved_bytes: Bytes = Field(0, description="memory used by processes seatplan does not manage")
     keep_clear: bool = Field(False, description="this GPU must stay empty (nothing is placed on it)")
+    beyond_known_sizes: bool = Field(False, description=f"accept a total_bytes over {MAX_GPU_BYTES >> 40} TiB, more than any GPU "
+                                     "made has (a typo or a hostile nvidia-smi otherwise)")
+
+    @model_validator(mode="after")
+    def _known_size(self) -> GpuSpec:
+        if self.total_bytes > MAX_GPU_BYTES and not self.beyond_known_sizes:
+            raise FieldValueError(f"total_bytes {self.total_bytes:,} is over {MAX_GPU_BYTES >> 40} TiB, more than any GPU has "
+                                  "(the largest hold under 300 GiB)",
+                                  "write the size CUDA reports (nvidia-smi memory.total minus memory.reserved), or set "
+                                  "beyond_known_sizes: true on this GPU if it really has that much")
+        return self
 
 
 Device = Literal["cuda", "cpu"]

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from kits.cli import run_cli
 from seatplan.adopt.assemble import adopt as assemble_adopt
 from seatplan.adopt.evidence import EngineSeen
+from seatplan.documents.fleet import MAX_GPU_BYTES, GpuSpec
 
 SMI = "index, name, uuid, memory.total [MiB], memory.reserved [MiB], memory.used [MiB]\n" + "".join(
     f"{index}, NVIDIA H100 80GB HBM3, GPU-{index}aaaaaaa-1111-2222-3333-44444444444{index}, 81559 MiB, 551 MiB, 1000 MiB\n" for index in range(4))
@@ -540,11 +542,17 @@ def test_values_plan_would_refuse_are_written_as_todo_with_the_reason(tmp_path, 
 
 
 def test_a_gpu_over_a_tebibyte_is_refused_unless_said(tmp_path, rng):
-    from seatplan.documents.fleet import MAX_GPU_BYTES, GpuSpec
-    from pydantic import ValidationError
-
     size = rng.randint(MAX_GPU_BYTES + 1, 10**16)
     with pytest.raises(ValidationError, match="more than any GPU has"):
         GpuSpec(index=0, total_bytes=size)
     assert GpuSpec(index=0, total_bytes=size, beyond_known_sizes=True).total_bytes == size
     assert GpuSpec(index=0, total_bytes=rng.randint(0, MAX_GPU_BYTES)).total_bytes <= MAX_GPU_BYTES
+
+
+def test_a_port_vllm_refuses_is_todo_as_the_warning_says(tmp_path, capsys, monkeypatch):
+    """Issue 48: `--port abc` warned that a TODO fills the port, then wrote 8000 'no --port: vLLM's default'."""
+    services = engine().replace("command: [Qwen/Qwen3-8B,", "command: [Qwen/Qwen3-8B, --port, abc,")
+    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services))
+    assert done.code == 0, done.err
+    assert "(or a TODO) fills port" in done.err.replace("\n", " ")
+    assert done.seat("qwen")["port"] == "TODO" and "no --port" not in done.text

@@ -38,6 +38,7 @@ class SeatArgs:
     dropped: dict[str, str] = field(default_factory=dict)  # flag → its value, left to the plan or render
     problems: list[str] = field(default_factory=list)
     secrets: dict[str, str] = field(default_factory=dict)  # the variable vLLM reads → the flag whose value was a secret
+    refused: set[str] = field(default_factory=set)  # fleet keys whose flag holds a value vLLM refuses (no default stands in)
 
 
 def read_args(args: list[str]) -> SeatArgs:
@@ -92,6 +93,7 @@ def _whole(seat: SeatArgs, read: Any, flag: str) -> None:
         number = read.whole(flag)
     except ValueError as problem:
         seat.problems.append(f"{problem}: vLLM would refuse it; the engine's own answer (or a TODO) fills {INT_KEYS[flag]}")
+        seat.refused.add(INT_KEYS[flag])
         return
     if number is None or number < 0:  # --max-model-len -1 / auto: vLLM derives it, as an unset one
         return

@@ -356,7 +356,9 @@ def seat_tree(seat: _Seat, warnings: list[str]) -> Tree:
         tree["served_model_name"] = _served_name(seat, str(served), _served_note(seat, models_url), warnings)
     tree["port"] = _port(seat, warnings)
     length = _pick(seat, "max_model_len", _card_int(seat, "max_model_len"), f"{models_url} max_model_len", warnings)
-    if length is None and seat.launch is not None:
+    if length is None and "max_model_len" in seat.args.refused:
+        length = Noted(TODO, f"{seat.launch.source if seat.launch else ''}: its --max-model-len holds a value vLLM refuses")
+    elif length is None and seat.launch is not None:
         # the same rule on both sides: vLLM and the plan derive the context from the model's config when the flag is absent
         length = Noted(None, f"no --max-model-len in {seat.launch.source}: vLLM derives it from the model's config, and so does the plan")
     elif length is None:
@@ -446,6 +448,8 @@ def _port(seat: _Seat, warnings: list[str]) -> Noted:
         return Noted(launch.published_port, f"{launch.source}: ports (the host side)")
     if "port" in seat.args.values:
         return Noted(seat.args.values["port"], f"{launch.source if launch else ''}: --port")
+    if "port" in seat.args.refused and seat.engine is None:  # the warning said TODO: vLLM's default is not what runs
+        return Noted(TODO, f"{launch.source if launch else ''}: its --port holds a value vLLM refuses")
     url = seat.engine.base_url if seat.engine else seat.routes[0].base_url if seat.routes and launch is None else None
     _, url_port = _url_host_port(url)
     if url_port is not None:
@@ -595,6 +599,7 @@ def _gpu_values(reading: GpuReading) -> Tree:
 
 def policy_tree(engines: list[EngineSeen], warnings: list[str]) -> Tree:
     versions = {engine.version: engine for engine in engines if engine.version and try_release(engine.version)}
+    unread = [engine for engine in engines if engine.version and not try_release(engine.version)]
     unmodelled = sorted(version for version in versions if not _modelled(version))
     if unmodelled:
         warnings.append(f"vLLM {', '.join(unmodelled)} is outside the releases seatplan models: policy.vllm_version is TODO")
@@ -605,6 +610,10 @@ def policy_tree(engines: list[EngineSeen], warnings: list[str]) -> Tree:
     if versions:
         warnings.append(f"the engines run different vLLM versions ({', '.join(sorted(versions))}): policy.vllm_version is TODO")
         return {"vllm_version": Noted(TODO, f"the engines differ: {', '.join(sorted(versions))}")}
+    if unread:  # an engine answered, with no version in it: not "no engine answered"
+        said = ", ".join(f"{engine.base_url}/version" for engine in unread[:4])
+        warnings.append(f"{said} answered no version seatplan can read: policy.vllm_version is TODO")
+        return {"vllm_version": Noted(TODO, f"{said} answered no readable version")}
     warnings.append("no engine answered /version: policy.vllm_version is TODO")
     return {"vllm_version": Noted(TODO, "no engine answered /version")}
 

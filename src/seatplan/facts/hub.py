@@ -267,6 +267,10 @@ def _revision_names(api: HfApi, repo_id: str) -> list[str]:
 
 def _missing_revision(repo_id: str, revision: str, names: list[str]) -> SeatplanError:
     where = f"{endpoint()}/{repo_id}@{revision}"
+    if revision in names:  # listed, yet not resolved: saying "it has" the same name would contradict itself
+        return SeatplanError(f"the Hub lists {revision!r} among {repo_id}'s branches and tags, but answered that it has no such "
+                             "revision", where=where, fix="run it again; if the Hub (or the mirror HF_ENDPOINT names) keeps "
+                             f"answering so, pin a commit hash: {repo_id}@COMMIT")
     if names:
         return SeatplanError(f"{repo_id} has no revision {revision!r}; it has {', '.join(names)}", where=where,
                              fix=f"use one of its branches or tags, or a commit hash: {repo_id}@{names[0]}")

@@ -92,7 +92,9 @@ def gateway_health_task() -> dict:
 def gateway_smoke_task() -> dict:
     """One completion of one token per served model, through the gateway, with its master key (never logged)."""
     return {
-        "name": "gateway: one-token completion for {{ model }}",
+        # the name is templated before the loop defines `model` (Ansible: "'model' is undefined" on every apply):
+        # it names the play's list instead, which the failure message quotes
+        "name": "gateway: one-token completion for {{ seatplan_gateway_models | join(', ') }}",
         "ansible.builtin.uri": {
             "url": "{{ seatplan_gateway_url }}/v1/chat/completions",
             "method": "POST",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -100,9 +99,11 @@ def test_a_stray_answering_on_the_port_is_not_the_engine_the_step_started(tmp_pa
     assert code == 0 and document["healthy"] is True and document["pid"] == stray.pid, err
 
 
-@pytest.mark.parametrize("seed", [random.randrange(2**32) for _ in range(3)])
-def test_an_engine_that_exits_fails_at_once_with_the_last_40_lines_of_its_log(tmp_path, capsys, seed):
-    count = random.Random(seed).randrange(0, 200)
+# The draws come from the run's seed (the rng fixture), never from collection: xdist's workers must collect the same ids.
+@pytest.mark.parametrize("draw", range(3))
+def test_an_engine_that_exits_fails_at_once_with_the_last_40_lines_of_its_log(tmp_path, capsys, rng, draw):
+    count = rng.randrange(0, 200)
+    drawn = (draw, count)
     log = tmp_path / "gamma.log"
     with log.open("w") as out:
         dead = subprocess.Popen([sys.executable, "-c", f"import sys\nfor n in range(1, {count + 1}): print('line', n, file=sys.stderr)\nsys.exit(3)"],
@@ -112,7 +113,7 @@ def test_an_engine_that_exits_fails_at_once_with_the_last_40_lines_of_its_log(tm
     # a deadline the test could not wait out: only the exit can end the wait
     code, document, err = check(capsys, "wait", "--seat", "gamma", "--port", str(free_port()), "--host-dir", str(tmp_path), "--mode", "script",
                                 "--url", "http://127.0.0.1:9/health", "--timeout-s", "86400")
-    assert code == 1 and document["healthy"] is False, (seed, err)
+    assert code == 1 and document["healthy"] is False, (drawn, err)
     lines = err.splitlines()
     assert lines[0].startswith(f"seat gamma: its engine (PID {dead.pid}) exited ") and lines[0].endswith("before /health answered 200")
     assert lines[1] == f"--- the last {min(count, 40)} lines of {log} ---"

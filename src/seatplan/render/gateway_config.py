@@ -170,16 +170,19 @@ def read_live(text: str, display: str) -> tuple[dict, Any]:
     return data, node
 
 
+def new_entry(route: SeatRoute) -> dict:
+    """The model_list entry seatplan writes for a seat the gateway has no entry for, in its own config or a live one."""
+    params: dict = {"model": route.model, "api_base": route.api_base}
+    if route.max_tokens is not None:
+        params["max_tokens"] = route.max_tokens
+    if route.api_key is not None:
+        params["api_key"] = route.api_key
+    return {"model_name": route.served, "litellm_params": params}
+
+
 def own_config(routes: list[SeatRoute], master_key_env: str, header: str) -> str:
     """seatplan's own config, where no live one was given: the seats' routes and the master key's reference."""
-    entries = []
-    for route in routes:
-        params: dict = {"model": route.model, "api_base": route.api_base}
-        if route.max_tokens is not None:
-            params["max_tokens"] = route.max_tokens
-        if route.api_key is not None:
-            params["api_key"] = route.api_key
-        entries.append({"model_name": route.served, "litellm_params": params})
+    entries = [new_entry(route) for route in routes]
     document = {"model_list": entries, "general_settings": {"master_key": f"{ENVIRON}{master_key_env}"}}
     return header + "# keys are read from the environment, never written here\n" + dump_yaml(document)
 
@@ -249,12 +252,7 @@ def merge_config(live_text: str, display: str, routes: list[SeatRoute]) -> Gatew
     for route in routes:
         if route in routed:
             continue
-        params: dict = {"model": route.model, "api_base": route.api_base}
-        if route.api_key is not None:
-            params["api_key"] = route.api_key
-        if route.max_tokens is not None:
-            params["max_tokens"] = route.max_tokens
-        added.append({"model_name": route.served, "litellm_params": params})
+        added.append(new_entry(route))
         report.append(GatewayEntry(route.served, route.seat, "added", [EntryChange("api_base", None, route.api_base)]))
     if added:
         merged["model_list"] = entries + added
@@ -321,8 +319,13 @@ def _params_edits(text: str, params_node: Any, old: dict, new: dict) -> list[tup
     return edits
 
 
-def _appended(text: str, sequence: Any, added: list[dict]) -> tuple[int, str] | None:
-    """Where the new entries go (after the last entry's last line) and their text, in the sequence's indentation."""
+def _appended(text: str, key: Any, sequence: Any, added: list[dict]) -> tuple[int, int, str] | None:
+    """The edit that adds the new entries: after the last entry's last line, in the sequence's indentation; an empty
+    ``[]`` becomes a block list under its key."""
+    if sequence.flow_style and not sequence.value:
+        block = yaml.safe_dump(added, default_flow_style=False, sort_keys=False, width=1 << 30, allow_unicode=True)
+        indent = " " * (key.start_mark.column + 2)
+        return sequence.start_mark.index, sequence.end_mark.index, "\n" + "".join(indent + row for row in block.splitlines(True)).rstrip("\n")
     if sequence.flow_style or not sequence.value:
         return None
     last = sequence.value[-1]
@@ -334,7 +337,7 @@ def _appended(text: str, sequence: Any, added: list[dict]) -> tuple[int, str] | 
     block = yaml.safe_dump(added, default_flow_style=False, sort_keys=False, width=1 << 30, allow_unicode=True)
     indented = "".join(" " * dash + row for row in block.splitlines(True))
     at = _line_end(text, _last_leaf(last).end_mark.index)
-    return at, ("" if text[at - 1:at] in ("\n", "") else "\n") + indented
+    return at, at, ("" if text[at - 1:at] in ("\n", "") else "\n") + indented
 
 
 def _edit_text(text: str, root: Any, data: dict, merged: dict, added: list[dict]) -> str | None:
@@ -362,10 +365,10 @@ def _edit_text(text: str, root: Any, data: dict, merged: dict, added: list[dict]
                 return None
             edits.append((len(text), len(text), tail + block))
         else:
-            appended = _appended(text, model_list[1], added)
+            appended = _appended(text, model_list[0], model_list[1], added)
             if appended is None:
                 return None
-            edits.append((appended[0], appended[0], appended[1]))
+            edits.append(appended)
     result = text
     for start, end, replacement in sorted(edits, reverse=True):
         result = result[:start] + replacement + result[end:]

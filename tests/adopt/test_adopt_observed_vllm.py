@@ -18,19 +18,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
 from kits.parts import free_port, require
-from kits.serving_stack import Server, _start
+from kits.serving_stack import Server, start_from_env_file
 from kits.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
-from kits.vllm_engine import _wait_for_health, vllm_installed, vllm_python, vllm_venv
+from kits.vllm_engine import vllm_installed, vllm_python, vllm_venv
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]
 
 SEATS = {"dense": (QWEN3_DENSE, 48 * 2**20), "gemma": (GEMMA3_TEXT, 256 * 2**20)}  # seat → (tiny model, KV pin)
-ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 GPU_UUID = "GPU-5e1a0c2b-9d3f-4a7e-8b61-0c4d2e9f1a03"
 MiB = 2**20
 
@@ -45,19 +43,6 @@ def env_file(seat: str, model_dir: Path, port: int) -> str:
                f"--port={port} --dtype bfloat16 --max-model-len 1024 --kv-cache-memory-bytes {kv} --enforce-eager --max-num-seqs 4 "
                "--max-num-batched-tokens 1024")
     return f"# {seat}: started by hand\nCUDA_VISIBLE_DEVICES=0\nVLLM_LINE=\"{command}\"\n"
-
-
-def start(env_path: Path, port: int, log_dir: Path) -> Server:
-    log_path = log_dir / f"{env_path.stem}.log"
-    process = _start(["bash", "-c", 'set -a; . "$0"; set +a; eval "exec $VLLM_LINE"', str(env_path)], ENGINE_ENV, log_path)
-    server = Server(env_path.stem, process, f"http://127.0.0.1:{port}", log_path)
-    with httpx.Client(base_url=server.base_url, timeout=10.0, trust_env=False) as client:
-        try:
-            _wait_for_health(process, client, log_path, 900.0)
-        except Exception:
-            server.stop()
-            raise
-    return server
 
 
 def descendants(pid: int) -> list[int]:
@@ -98,7 +83,7 @@ def box(tmp_path_factory):
     servers: dict[str, Server] = {}
     try:
         for seat in SEATS:
-            servers[seat] = start(handmade / f"{seat}.env", ports[seat], work)
+            servers[seat] = start_from_env_file(handmade / f"{seat}.env", "VLLM_LINE", ports[seat], work)
         yield work, handmade, ports, servers
     finally:
         for server in servers.values():

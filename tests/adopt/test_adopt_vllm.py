@@ -24,14 +24,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
 from kits.parts import free_port, require
-from kits.serving_stack import Server, _start, litellm_installed, litellm_venv, start_litellm
+from kits.serving_stack import litellm_installed, litellm_venv, start_from_env_file, start_litellm
 from kits.tiny_models import GEMMA3_TEXT, QWEN3_DENSE, tiny_model_dir
-from kits.vllm_engine import _wait_for_health, vllm_installed, vllm_python, vllm_venv
+from kits.vllm_engine import vllm_installed, vllm_python, vllm_venv
 from seatplan.documents.fleet_file import todo_problems
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(3000)]
@@ -41,7 +40,6 @@ SEATS = {  # seat → (tiny model, max_model_len, KV pin in bytes, output cap)
     "gemma": (GEMMA3_TEXT, 1024, 256 * 2**20, 16),
 }
 SERVED_AS_PATH = {"gemma"}  # started without --served-model-name: served under its --model path
-ENGINE_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 KEY_VARIABLE = "SEATPLAN_TEST_GATEWAY_KEY"
 # no 8-character run of it in a model path: verify hides such runs in what servers answer (secrets.scrub), names included
 GATEWAY_KEY = "sk-gw-7Q4dZ1xV9kR2mB6n"
@@ -61,21 +59,6 @@ def handwritten_env(seat: str, model_dir: Path, port: int) -> str:
                f"--max-model-len {length} --kv-cache-memory-bytes {kv} --enforce-eager --max-num-seqs 4 "
                f"--max-num-batched-tokens 1024 --override-generation-config '{{\\\"max_new_tokens\\\": {cap}}}'")
     return f"# {seat}: started by hand on the CPU box\nexport VLLM_LOGGING_LEVEL=INFO\nVLLM_LINE=\"{command}\"\n"
-
-
-def start_from_env_file(env_file: Path, variable: str, port: int, log_dir: Path) -> Server:
-    """Source the env file and exec the command it holds, as systemd or the restart script would."""
-    script = f'set -a; . "$0"; set +a; eval "exec ${variable}"'
-    log_path = log_dir / f"{env_file.stem}.log"
-    process = _start(["bash", "-c", script, str(env_file)], ENGINE_ENV, log_path)
-    server = Server(env_file.stem, process, f"http://127.0.0.1:{port}", log_path)
-    with httpx.Client(base_url=server.base_url, timeout=10.0, trust_env=False) as client:
-        try:
-            _wait_for_health(process, client, log_path, 900.0)
-        except Exception:
-            server.stop()
-            raise
-    return server
 
 
 def fill_todos(fleet: Path) -> str:

@@ -44,6 +44,10 @@ def engine_arguments(plan_args: list[str]) -> list[str]:
     return flags
 
 
+# What every engine a test starts runs with: no Hub, no usage reports.
+ENGINE_PROCESS_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
 @dataclass
 class Server:
     name: str
@@ -65,13 +69,28 @@ def start_engine(vllm_python: Path, name: str, plan_args: list[str], plan_env: d
                  log_dir: Path, health_timeout_s: float = 600.0) -> Server:
     """Start one engine exactly as the plan says (with its environment) and wait for ``/health``."""
     log_path = log_dir / f"{name}.log"
-    env = {**plan_env, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env = {**plan_env, **ENGINE_PROCESS_ENV}
     process = _start([str(vllm_python), *ENGINE_MODULE, *engine_arguments(plan_args)], env, log_path)
     server = Server(name, process, f"http://127.0.0.1:{port}", log_path)
     with httpx.Client(base_url=server.base_url, timeout=10.0, trust_env=False) as client:
         try:
             _wait_for_health(process, client, log_path, health_timeout_s)
         except EngineBootError:
+            server.stop()
+            raise
+    return server
+
+
+def start_from_env_file(env_file: Path, variable: str, port: int, log_dir: Path, health_timeout_s: float = 900.0) -> Server:
+    """Source the env file and exec the command its ``variable`` holds, as systemd or a restart script would."""
+    script = f'set -a; . "$0"; set +a; eval "exec ${variable}"'
+    log_path = log_dir / f"{env_file.stem}.log"
+    process = _start(["bash", "-c", script, str(env_file)], ENGINE_PROCESS_ENV, log_path)
+    server = Server(env_file.stem, process, f"http://127.0.0.1:{port}", log_path)
+    with httpx.Client(base_url=server.base_url, timeout=10.0, trust_env=False) as client:
+        try:
+            _wait_for_health(process, client, log_path, health_timeout_s)
+        except Exception:
             server.stop()
             raise
     return server

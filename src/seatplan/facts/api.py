@@ -118,24 +118,33 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
         return frozenset()
 
 
+# The CPU flags vLLM's CPU platform decides by: AMX tiles make it run MLA with AMX_MLA; AVX512-BF16 makes it keep
+# SSM state in float32.
+AMX_FLAG = "amx_tile"
+AVX512_BF16_FLAG = "avx512_bf16"
+
+
 def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this machine's CPU has AMX tiles (vLLM's CPU engine then runs MLA with AMX_MLA)."""
-    return "amx_tile" in cpu_flags(cpuinfo)
+    """Whether this machine's CPU has AMX tiles."""
+    return AMX_FLAG in cpu_flags(cpuinfo)
 
 
 def cpu_has_avx512_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether this machine's CPU has AVX512-BF16 (vLLM's CPU engine then keeps SSM state in float32)."""
-    return "avx512_bf16" in cpu_flags(cpuinfo)
+    """Whether this machine's CPU has AVX512-BF16."""
+    return AVX512_BF16_FLAG in cpu_flags(cpuinfo)
 
 
 def detect_cpu_features(settings: EngineSettings) -> EngineSettings:
     """The CPU features a CPU seat's settings leave open, read off the machine seatplan runs on."""
+    if settings.cpu_amx is not None and settings.cpu_avx512_bf16 is not None:
+        return settings
+    flags = cpu_flags()  # read once for both
     detected: dict[str, bool] = {}
     if settings.cpu_amx is None:
-        detected["cpu_amx"] = cpu_has_amx()
+        detected["cpu_amx"] = AMX_FLAG in flags
     if settings.cpu_avx512_bf16 is None:
-        detected["cpu_avx512_bf16"] = cpu_has_avx512_bf16()
-    return settings.model_copy(update=detected) if detected else settings
+        detected["cpu_avx512_bf16"] = AVX512_BF16_FLAG in flags
+    return settings.model_copy(update=detected)
 
 
 def locate(model: str | Path) -> Path:

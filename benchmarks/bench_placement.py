@@ -102,6 +102,17 @@ SHAPES = [
     Shape(8, 8, 200, 0.97),
     Shape(8, 8, 200, 1.00),  # nearly full: 97.6 % and 94.9 % once seat sizes are capped
 ]
+# Cluster scale (issue 49): 32 hosts of 8 GPUs (256), about 750 seats, from comfortably loaded to nearly full. Not in
+# SHAPES (this script runs every one of those with a MILP beside it): bench_fleet_speed.py runs them, as positions
+# len(SHAPES) onwards of ALL_SHAPES. Target: CLUSTER_SHARE of the bound in under FAST_WALL_S with `seatplan plan`'s defaults.
+CLUSTER_SHAPES = [
+    Shape(32, 8, 750, 0.90),
+    Shape(32, 8, 750, 0.95),
+    Shape(32, 8, 720, 0.85),
+    Shape(32, 8, 780, 0.97),
+]
+ALL_SHAPES = SHAPES + CLUSTER_SHAPES
+CLUSTER_SHARE = 0.99
 
 
 def generated_fleet(shape: Shape, seed: int) -> tuple[list[GpuSlot], list[SeatDemand]]:

@@ -88,6 +88,31 @@ fix: drop it from extra_args, or, to run it anyway, make the seat `engine: fixed
 `tests/engine/test_flag_memory.py` walks vLLM's own parser: a flag a newer vLLM adds fails it until it is classed.
 """
 
+STARTED_BY_FORMS = """Three forms, one example each (a seat's `started_by:` line; `seatplan adopt` writes the first two from the
+compose files and units it reads). The comment says what the cut-over runs, without a shell
+(`tests/docs/test_docs.py` holds each example to the fleet loader and to the commands the playbook runs):
+
+```yaml
+# first apply stops it: `docker compose -f /srv/llm/compose.yaml rm --stop --force qwen3-8b`; rollback starts it: `docker compose -f /srv/llm/compose.yaml up -d qwen3-8b`
+started_by: {compose_file: /srv/llm/compose.yaml, compose_service: qwen3-8b}
+```
+
+```yaml
+# first apply stops it: `systemctl disable --now coder.service`; rollback starts it: `systemctl enable --now coder.service`
+started_by: {systemd_unit: coder.service}
+```
+
+```yaml
+# first apply stops it: `/usr/local/bin/llmctl stop coder`; rollback starts it: `/usr/local/bin/llmctl start coder`
+started_by:
+  stop_command: [/usr/local/bin/llmctl, stop, coder]
+  start_command: [/usr/local/bin/llmctl, start, coder]
+```
+
+The first apply that writes the seat's env file stops that engine just before it starts seatplan's on the same GPUs
+and port; later applies find the env file there and cut over nothing ([render.md](render.md), "Cut-over").
+"""
+
 OUTRO = """## What the plan does with it
 
 For each vLLM seat: the context (`max_model_len`), the KV bytes, the output cap, the footprint at
@@ -104,10 +129,12 @@ SECTIONS = (  # (heading, JSON path of the object's schema, prefix of its keys)
     ("`seats`", ("$defs", "SeatSpec"), ""),
     ("`seats[].speculative`", ("$defs", "SpeculativeSpec"), "speculative."),
     ("`seats[].lora`", ("$defs", "LoraSpec"), "lora."),
+    ("`seats[].started_by`", ("$defs", "StartedBy"), "started_by."),
     ("`policy`", ("$defs", "Policy"), ""),
     ("`seats[].gateway_reaches`", ("$defs", "GatewayService"), "gateway_reaches."),
     ("`gateway`", ("$defs", "Gateway"), ""),
 )
+FORMS = {"`seats[].started_by`": STARTED_BY_FORMS}  # examples after a section's table
 
 
 def type_text(schema: dict[str, Any]) -> str:
@@ -177,7 +204,7 @@ def render() -> str:
         node = schema
         for key in path:
             node = node[key]
-        parts.append(section(heading, node, prefix))
+        parts.append(section(heading, node, prefix) + ("\n" + FORMS[heading] if heading in FORMS else ""))
     layout = schema["properties"]["current_layout"]
     parts.append("## `current_layout`\n\n"
                  f"{layout['description'][0].upper()}{layout['description'][1:]}: `seat name: GPU` (or a list of GPUs, "

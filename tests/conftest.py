@@ -13,7 +13,6 @@ last run prints the whole tally. Every test under ``tests/integration/`` is mark
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+import kits.tally
 from kits.cli import CliResult, run_cli
 from kits.leaks import TEST_SECRETS, files_holding_secrets
 from kits.night import NightDocuments, make_documents
@@ -146,21 +146,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     tally = _own_tally()
     tally.update(_worker_tally)  # update, not +: a figure of 0 (no secret found) is a figure to print
     carry = os.environ.get("SEATPLAN_TALLY_CARRY")
-    if carry and Path(carry).is_file() and Path(carry).stat().st_size:
-        for reader, outcome, count in json.loads(Path(carry).read_text()):
-            tally[(reader, outcome)] += count
     if carry:
-        Path(carry).write_text(json.dumps([[reader, outcome, count] for (reader, outcome), count in sorted(tally.items())]) + "\n")
+        tally.update(kits.tally.read(Path(carry)))
+        kits.tally.write(Path(carry), tally)
     if not tally:
         return
     terminalreporter.section("reliability figures")
-    by_reader: dict[str, dict[str, int]] = {}
-    for (reader, outcome), count in sorted(tally.items()):
-        by_reader.setdefault(reader, {})[outcome] = count
-    for reader, outcomes in by_reader.items():
-        terminalreporter.write_line(f"{reader:40} " + ", ".join(f"{outcome} {count:,}" for outcome, count in outcomes.items()))
-    if os.environ.get("SEATPLAN_RELIABILITY_JSON"):
-        Path(os.environ["SEATPLAN_RELIABILITY_JSON"]).write_text(json.dumps(by_reader, indent=2) + "\n")
+    for line in kits.tally.lines(tally):
+        terminalreporter.write_line(line)
+    kits.tally.keep_json(tally)
 
 
 @pytest.fixture(scope="session")

@@ -66,7 +66,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         'seatplan apply plan2.json --inventory rollout/ansible/inventory.yaml -o rollout --tag night2',
     ),
     'rollback': (
-        'seatplan rollback rollout --to night2',
+        'seatplan rollback rollout --to night1',
     ),
     'verify': (
         'seatplan verify plan.json --gateway http://127.0.0.1:14000 --key-env LITELLM_MASTER_KEY',

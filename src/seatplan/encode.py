@@ -8,6 +8,7 @@ consumer has no way to carry them. docs/reliability.md lists each consumer and i
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import re
@@ -149,11 +150,48 @@ def dump_yaml(document: object) -> str:
     return yaml.dump(document, Dumper=YamlDumper, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
 
 
+class BlockText(str):
+    """A file's text inside a YAML document (a ConfigMap's config.yaml), written as a ``|`` block a reader can read;
+    PyYAML falls back to a quoted scalar for text a block cannot hold (trailing spaces, a line break YAML misreads)."""
+
+
+def _represent_block(dumper: yaml.SafeDumper, text: BlockText) -> yaml.ScalarNode:
+    style = '"' if any(char in text for char in _LINE_BREAKS) else "|"
+    return dumper.represent_scalar("tag:yaml.org,2002:str", str(text), style=style)
+
+
+YamlDumper.add_representer(BlockText, _represent_block)
+
+
 # ----------------------------------------------------------------------------- Compose
 
 
 def compose_literal(text: str) -> str:
     """Compose interpolates ``$VAR``, ``${VAR}`` and ``${VAR:-x}`` everywhere in compose.yaml; ``$$`` is a literal ``$``."""
+    return text.replace("$", "$$")
+
+
+# ----------------------------------------------------------------------------- Kubernetes
+
+
+# Service names are DNS-1035 labels (a letter first); every object of a seat shares its Service's name.
+KUBERNETES_NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def kubernetes_name(seat: str) -> str:
+    """The seat's name as Kubernetes takes it: unchanged where it already is a DNS-1035 label, else lower-cased with
+    every other character a `-` and 8 hex digits of the name's SHA-256 added, so `Qwen.A` and `qwen-a` stay apart."""
+    if KUBERNETES_NAME.fullmatch(seat):
+        return seat
+    plain = re.sub(r"[^a-z0-9]+", "-", seat.lower()).strip("-") or "seat"
+    stem = plain if plain[0].isalpha() else f"s-{plain}"
+    return f"{stem[:53].rstrip('-')}-{hashlib.sha256(seat.encode('utf-8')).hexdigest()[:8]}"
+
+
+def kubernetes_literal(text: str) -> str:
+    """A container's command, args and env values expand ``$(VAR)``, and ``$$`` is one ``$`` (k8s.io/kubernetes
+    third_party/forked/golang/expansion/expand.go): every ``$`` doubled reads back as written."""
+    refuse_controls(text, "a value in a Kubernetes manifest", "remove the control character from the fleet file")
     return text.replace("$", "$$")
 
 

@@ -193,6 +193,41 @@ def behaviour_changes(old: Version, new: Version) -> list[Behaviour]:
     return [row for row in BEHAVIOURS if row.at(old) != row.at(new)]
 
 
+# ----------------------------------------------------------------------------- source lines cited
+
+@dataclass(frozen=True)
+class Citation:
+    """A place in vLLM's source that an explanation cites, by the releases whose source was read for it."""
+
+    key: str
+    what: str  # the behaviour, in words
+    name: str  # vLLM's own name for it
+    lines: dict[Version, str]  # release → FILE:LINES in that release's source
+
+    def at(self, text: str) -> str:
+        """``vLLM 0.11's start-up check (…)``: the plan's release (``text``) named, with its own source line where it
+        was read, else the line of the newest release read, said to be that release's (issue 50: a 0.11 plan named
+        "vLLM 0.32's request_memory")."""
+        version = release(text)
+        line = self.lines.get(version) or self.lines.get(version[:2])
+        if line is not None:
+            return f"vLLM {text}'s {self.what} ({self.name}, {line})"
+        newest = max(self.lines)
+        return f"vLLM {text}'s {self.what} (read in vLLM {show(newest)}'s source: {self.name}, {self.lines[newest]})"
+
+
+CITATIONS: tuple[Citation, ...] = (
+    # vLLM 0.32 vllm/v1/worker/utils.py:716-772: ceil(total × util) against the free memory of the start-up snapshot
+    Citation("request_memory", "start-up check", "request_memory", {(0, 32): "vllm/v1/worker/utils.py:716-772"}),
+)
+_CITATIONS = {citation.key: citation for citation in CITATIONS}
+
+
+def cite(key: str, version: str) -> str:
+    """How an explanation names the source of a behaviour for the plan's vLLM ``version`` (:meth:`Citation.at`)."""
+    return _CITATIONS[key].at(version)
+
+
 # ----------------------------------------------------------------------------- engine images
 
 # The vllm/vllm-openai image of each release whose tag is known; compose runs the one the plan's numbers are for.

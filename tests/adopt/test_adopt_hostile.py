@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,12 @@ import yaml
 from pydantic import ValidationError
 
 from kits.cli import run_cli
+from seatplan.adopt.api import mark_refused
 from seatplan.adopt.assemble import adopt as assemble_adopt
-from seatplan.adopt.evidence import EngineSeen
+from seatplan.adopt.engines import MAX_CARDS, probe_engine
+from seatplan.adopt.evidence import EngineSeen, Route
+from seatplan.adopt.readers.compose import read_compose
+from seatplan.adopt.writer import fleet_text
 from seatplan.documents.fleet import MAX_GPU_BYTES, GpuSpec
 
 SMI = "index, name, uuid, memory.total [MiB], memory.reserved [MiB], memory.used [MiB]\n" + "".join(
@@ -556,3 +562,131 @@ def test_a_port_vllm_refuses_is_todo_as_the_warning_says(tmp_path, capsys, monke
     assert done.code == 0, done.err
     assert "(or a TODO) fills port" in done.err.replace("\n", " ")
     assert done.seat("qwen")["port"] == "TODO" and "no --port" not in done.text
+
+
+SUBSTITUTED_FIELDS = {  # where a substitution lands → the fleet key that must be TODO, and the words it goes in
+    "model": ("model", "vllm serve {sub} --port 8006 --served-model-name qwen"),
+    "served_model_name": ("served_model_name", "vllm serve /m --port 8006 --served-model-name {sub}"),
+    "extra_args": ("extra_args", "vllm serve /m --port 8006 --served-model-name qwen --chat-template {sub}"),
+}
+
+
+def _substitution(rng, form: str) -> str:
+    program = rng.choice(["hostname", "cat /etc/vllm/template", "date +%s", "id -un", "printf x"])
+    inner = f"$({program})" if form == "dollar" else f"`{program}`"
+    return rng.choice(["", "/models/", "pre-"]) + inner + rng.choice(["", "/q06", ".jinja"])
+
+
+@pytest.mark.parametrize("form", ["dollar", "backtick"])
+@pytest.mark.parametrize("field", sorted(SUBSTITUTED_FIELDS))
+@pytest.mark.parametrize("through", ["systemd", "compose"])
+def test_a_command_substitution_in_a_shell_script_is_todo_never_carried(tmp_path, capsys, monkeypatch, rng, form, field, through):
+    """Issue 48: `--chat-template '`hostname`'` in an `sh -c` script was carried literally into extra_args (and so into
+    the rendered command), though the shell runs it at start and vLLM gets what it prints. `$(…)` and backticks alike:
+    the value is TODO with the reason, and nothing of the substitution reaches the fleet file as a value."""
+    key, words = SUBSTITUTED_FIELDS[field]
+    substitution = _substitution(rng, form)
+    script = "exec " + words.format(sub=substitution)
+    if through == "systemd":
+        units = tmp_path / "units"
+        units.mkdir()
+        (units / "qwen.service").write_text(f"[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=0\nExecStart=/bin/sh -c '{script}'\n")
+        done = adopt(tmp_path, capsys, monkeypatch, "--systemd", f"box={units}")
+    else:
+        services = f"""  qwen:
+    image: python:3.12
+    entrypoint: ["/bin/sh", "-c"]
+    command: [{json.dumps(script.replace("$", "$$"))}]
+    ports: ["8006:8006"]
+    deploy: {{resources: {{reservations: {{devices: [{{driver: nvidia, device_ids: ['0'], capabilities: [gpu]}}]}}}}}}
+"""
+        done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, services))
+    assert done.code == 0, done.err
+    seat = next(seat for seat in done.data["seats"] if seat.get("port") == 8006)
+    assert seat[key] == "TODO", (key, seat)
+    assert "holds a command substitution" in done.err.replace("\n", " ")
+    values = yaml.safe_dump(done.data)
+    assert "$(" not in values and "`" not in values, values
+
+
+def _engine_seen(rng, *, version: str = "0.32.0", host: str = "127.0.0.1") -> EngineSeen:
+    return EngineSeen(base_url=f"http://{host}:{rng.randint(1024, 65535)}", source="--engine",
+                      models=[{"id": "q", "root": "Qwen/Qwen3-8B", "max_model_len": 4096}], version=version)
+
+
+def test_an_engine_address_that_plan_refuses_is_todo(tmp_path, rng):
+    """Issue 48 item 8: `address: evil$(…` (the host of a gateway route's api_base, beside a compose file that names the
+    host) was written; now it is TODO with the fleet's own reason, and nothing of it is a value in the file."""
+    hostile = rng.choice([f"evil$(touch /tmp/{rng.randrange(10**6)})", "a;b", "evil`id`", "x y", "-oProxyCommand=sh"])
+    (tmp_path / "compose.yaml").write_text("services:\n" + engine(tail='    ports: ["8006:8000"]\n'))
+    launches, _ = read_compose(tmp_path / "compose.yaml")
+    for launch in launches:
+        launch.host, launch.host_note = "box", "--compose box="
+    route = Route(model_name="qwen", backend_name="Qwen/Qwen3-8B", base_url=f"http://{hostile}:8006", max_tokens=None, source="config.yaml:3")
+    adopted = assemble_adopt([], launches, [], [route])
+    mark_refused(adopted)
+    address = adopted.tree["hosts"][0].get("address")
+    assert address is None or address.value == "TODO", address
+    assert hostile not in yaml.safe_dump(yaml.safe_load(fleet_text(adopted.tree)))
+
+
+def test_an_engine_version_holding_a_newline_is_todo(rng):
+    """Issue 48 item 8: a /version answer `0.11.N\\nmalicious: true` reached policy.vllm_version; its warning now
+    quotes it on one line, saying it is no version."""
+    hostile = f"0.11.{rng.randrange(10)}\nmalicious: true"
+    adopted = assemble_adopt([], [], [_engine_seen(rng, version=hostile)], [])
+    version = adopted.tree["policy"]["vllm_version"]
+    assert version.value == "TODO" and "\n" not in version.note and "is not a vLLM version" in version.note, version
+    assert not any("\n" in warning for warning in adopted.warnings), adopted.warnings
+
+
+@pytest.mark.parametrize("dtype", ["fp8;rm -rf /", "fp8\x1b[31m", "fp8 fp16", "$(id)", "fp8'"])
+def test_a_kv_cache_dtype_plan_refuses_is_todo(tmp_path, capsys, monkeypatch, dtype):
+    """Issue 48 item 8: a hostile --kv-cache-dtype was written as the seat's kv_cache_dtype."""
+    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, engine(extra=f", --kv-cache-dtype, {json.dumps(dtype)}")))
+    assert done.code == 0, done.err
+    assert done.seat("qwen").get("kv_cache_dtype") == "TODO", done.seat("qwen")
+    assert "kv_cache_dtype is TODO" in done.err.replace("\n", " ")
+
+
+def test_a_negative_gpu_total_is_refused_by_line(tmp_path, capsys, monkeypatch, rng):
+    """Issue 48 item 8: a negative memory.total was written as the GPU's total_bytes."""
+    mib = rng.randint(1, 200_000)
+    (tmp_path / "given.csv").write_text(SMI.replace("81559 MiB", f"-{mib} MiB", 1))
+    done = adopt(tmp_path, capsys, monkeypatch, "--compose", compose(tmp_path, engine()), "--nvidia-smi", f"box={tmp_path / 'given.csv'}",
+                 smi=False)
+    if done.code == 0:
+        assert done.data["hosts"][0]["gpus"][0]["total_bytes"] == "TODO", done.data["hosts"][0]["gpus"][0]
+    else:
+        assert "given.csv:2" in done.err, done.err
+    assert f"-{mib}" not in done.text
+
+
+def test_an_engine_listing_more_models_than_adopt_reads_says_so(rng):
+    """Issue 48 item 8: an engine whose /v1/models listed thousands of models was cut to the first 64 without a word.
+    A stand-in engine on 127.0.0.1 (the point is the answer's length, which no real vLLM gives)."""
+    listed = rng.randint(MAX_CARDS + 1, 5000)
+    body = json.dumps({"data": [{"id": f"m{index}", "root": "/m", "max_model_len": 4096} for index in range(listed)]}).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            answer = body if self.path == "/v1/models" else b'{"version": "0.32.0"}'
+            self.send_response(200 if self.path in ("/v1/models", "/version") else 404)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        seen = probe_engine(f"http://127.0.0.1:{server.server_address[1]}", "--engine", 5.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(seen.models) == MAX_CARDS
+    adopted = assemble_adopt([], [], [seen], [])
+    assert any(f"lists {listed:,} models; adopt read the first {MAX_CARDS}" in warning for warning in adopted.warnings), adopted.warnings

@@ -43,7 +43,11 @@ SERVED_AS_PATH = {"gemma"}  # started without --served-model-name: served under 
 KEY_VARIABLE = "SEATPLAN_TEST_GATEWAY_KEY"
 # no 8-character run of it in a model path: verify hides such runs in what servers answer (secrets.scrub), names included
 GATEWAY_KEY = "sk-gw-7Q4dZ1xV9kR2mB6n"
-LAUNCHER = f"{vllm_python()} -m vllm.entrypoints.openai.api_server"
+
+
+def launcher() -> str:
+    """The engines' launcher, read when a test runs (the vLLM virtualenv may still be installing at collection)."""
+    return f"{vllm_python()} -m vllm.entrypoints.openai.api_server"
 
 
 def seatplan(*args: str) -> subprocess.CompletedProcess:
@@ -55,7 +59,7 @@ def handwritten_env(seat: str, model_dir: Path, port: int) -> str:
     """An operator's own env file: their variable names, their flag order, ``--flag=value`` and a bind address."""
     _, length, kv, cap = SEATS[seat]
     served = "" if seat in SERVED_AS_PATH else f"--served-model-name {seat} "
-    command = (f"{LAUNCHER} --model {model_dir} {served}--host 127.0.0.1 --port={port} --dtype bfloat16 "
+    command = (f"{launcher()} --model {model_dir} {served}--host 127.0.0.1 --port={port} --dtype bfloat16 "
                f"--max-model-len {length} --kv-cache-memory-bytes {kv} --enforce-eager --max-num-seqs 4 "
                f"--max-num-batched-tokens 1024 --override-generation-config '{{\\\"max_new_tokens\\\": {cap}}}'")
     return f"# {seat}: started by hand on the CPU box\nexport VLLM_LOGGING_LEVEL=INFO\nVLLM_LINE=\"{command}\"\n"
@@ -77,7 +81,7 @@ def plan_and_render(work: Path, fleet: Path, name: str) -> dict:
     planned = seatplan("plan", str(fleet), "-o", str(work / f"{name}.json"), "--json")
     assert planned.returncode == 0, planned.stdout + planned.stderr
     plan = json.loads((work / f"{name}.json").read_text())
-    rendered = seatplan("render", str(work / f"{name}.json"), "-o", str(work / f"{name}-rollout"), "--launcher", LAUNCHER,
+    rendered = seatplan("render", str(work / f"{name}.json"), "-o", str(work / f"{name}-rollout"), "--launcher", launcher(),
                         "--bind", "127.0.0.1")
     assert rendered.returncode == 0, rendered.stderr
     return plan

@@ -32,8 +32,8 @@ PARSE_ONLY = {
         "ansible-playbook reaches gpu-box over SSH (tests/render/test_render_apply_ansible.py applies to localhost)",
     "seatplan apply plan2.json --inventory rollout/ansible/inventory.yaml -o rollout --tag night2":
         "ansible-playbook reaches gpu-box over SSH (tests/render/test_render_apply_ansible.py applies to localhost)",
-    "seatplan rollback rollout --to night2":
-        "restores the backups an apply --tag night2 left on gpu-box (tests/render/test_render_apply_ansible.py rolls back on localhost)",
+    "seatplan rollback rollout --to night1":
+        "undoes the releases recorded on gpu-box after night1 (tests/render/test_render_release_records.py rolls back on localhost)",
     "seatplan verify plan.json --gateway http://127.0.0.1:14000 --key-env LITELLM_MASTER_KEY":
         "needs the engines and the gateway running (tests/integration/test_verify_real.py boots real ones)",
 }

@@ -92,9 +92,10 @@ def test_the_kv_pin_goes_from_the_fleet_file_through_one_launch_to_the_env_file(
     assert not [room for room in rendering.entries if room.startswith(("seatplan.documents.fleet", "seatplan.plan.", "seatplan.facts."))]
     # no room entered twice, but the codec's: each command written (plan's check; render's restart and cold boot,
     # and its one line), the flags checked (plan warns, render refuses), the launch's one utilisation read per command
-    # written, the line's characters checked and its env-file quoting
+    # written, the line's characters checked and its env-file quoting; and the env file's restart digest (the change
+    # model's reading of the launch: one command written and read back as vLLM reads it)
     twice = {room: count for room, count in Counter(planning.entries + rendering.entries).items() if count > 1}
-    assert twice == {"seatplan.engine.command": 6, "seatplan.engine.parse": 2, "seatplan.documents.launch": 3, "seatplan.encode": 2}, (
+    assert twice == {"seatplan.engine.command": 7, "seatplan.engine.parse": 3, "seatplan.documents.launch": 4, "seatplan.encode": 2}, (
         planning.entries, rendering.entries)
     assert planning.entries[2:] == ["seatplan.facts.models", "seatplan.facts.kv_cache", "seatplan.plan.footprint", "seatplan.engine.command",
                                     "seatplan.documents.launch", "seatplan.engine.command", "seatplan.engine.parse"]

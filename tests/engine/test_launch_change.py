@@ -13,7 +13,8 @@ import pytest
 
 from kits.launches import random_launch, random_seat_launch
 from seatplan.documents.launch import ByUtilisation, FixedLaunch, Pinned, SeatLaunch, VllmLaunch
-from seatplan.engine.change import seat_change
+from seatplan.encode import env_assignment
+from seatplan.engine.change import restart_digest, seat_change
 from seatplan.engine.command import COMMAND_KEY, DEFAULT_LAUNCHER, FROM_HOST_KEY, HEALTH_URL_KEY, MODULE_LAUNCHER, engine_command, shell_line
 from seatplan.engine.launch import launch_from_command, seat_launch_from_env
 from seatplan.engine.parse import parse_env, split_shell_line
@@ -176,3 +177,39 @@ def test_an_env_file_with_garbage_is_a_located_error_not_a_traceback(rng: random
             seat_launch_from_env(values)
         except SeatplanError as refused:
             assert refused.message and refused.fix
+
+
+def test_the_restart_digest_differs_exactly_when_the_change_model_restarts(rng: random.Random):
+    """engine.change.restart_digest carries the model to the host (apply's step compares the running engine's digest
+    with the planned file's): equal digests for every change that needs no restart, different ones for every other,
+    on each single mutation, random pairs of launches, environments and files, and spellings vLLM reads alike."""
+    for _ in range(60):
+        running = random_seat_launch(rng)
+        launch = running.launch
+        assert isinstance(launch, VllmLaunch)
+        for update, _, restarts in mutations(launch):
+            planned = running.model_copy(update={"launch": launch.model_copy(update=update)})
+            assert (restart_digest(running) != restart_digest(planned)) == restarts == seat_change(running, planned).restart, update
+        other = random_seat_launch(rng)
+        seeded = launch.model_copy(update={"extra_args": [*launch.extra_args, "--seed=7"]})
+        mixed = [other, running.model_copy(update={"env": other.env}), running.model_copy(update={"env_from_host": other.env_from_host}),
+                 running.model_copy(update={"env_files": other.env_files}), running.model_copy(update={"launch": seeded})]
+        for planned in mixed:
+            assert (restart_digest(running) != restart_digest(planned)) == seat_change(running, planned).restart
+        # as an env file carries it (any launcher, any --host): the same digest read back
+        line = shell_line(engine_command(launch, rng.choice(LAUNCHERS), bind_host=rng.choice(BINDS)))
+        back = seat_launch_from_env(parse_env(env_text(running, line)))
+        assert restart_digest(back) == restart_digest(running)
+    fixed = SeatLaunch(launch=FixedLaunch(image="nemo:1", command=["serve"], port=9000, health_url="http://h:9000/health"))
+    moved = fixed.model_copy(update={"launch": fixed.launch.model_copy(update={"health_url": "http://h:9000/ready"})})  # type: ignore[union-attr]
+    assert restart_digest(fixed) == restart_digest(moved) and restart_digest(SeatLaunch(launch=None)) is None
+
+
+def env_text(launch: SeatLaunch, command_line: str) -> str:
+    """An env file as render writes one for ``launch`` (its environment, references and files, then the command)."""
+    lines = [env_assignment(key, value) for key, value in sorted(launch.env.items())]
+    if launch.env_from_host:
+        lines.append(env_assignment(FROM_HOST_KEY, " ".join(f"{key}={source}" for key, source in sorted(launch.env_from_host.items()))))
+    if launch.env_files:
+        lines.append(env_assignment("SEATPLAN_ENV_FILES", " ".join(launch.env_files)))
+    return "\n".join([*lines, env_assignment(COMMAND_KEY, command_line)]) + "\n"

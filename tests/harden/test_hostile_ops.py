@@ -367,15 +367,17 @@ def test_a_tag_outside_the_safe_charset_is_refused_before_ansible_runs(work, tag
 
 
 @pytest.mark.ansible
-def test_rollback_to_a_tag_with_no_backups_exits_2_naming_the_tags_there(ansible):
+def test_rollback_to_a_tag_no_release_record_carries_exits_2_naming_the_tags_there(ansible):
     work = ansible
     outcome, plan = plan_from(work, fleet_text(port=free_port()))
     host_dir = work / "host"
     out = seatplan("render", str(plan), "-o", str(work / "rendered"), "--restart", "script", "--restart-script", "/bin/true", "--host-dir", str(host_dir))
     assert out.exit_code == 0, out.stderr
     (host_dir / "env").mkdir(parents=True)
+    (host_dir / "releases").mkdir(parents=True)
     (host_dir / "env" / "alpha.env").write_text("X=1\n")
-    (host_dir / "env" / "alpha.env.bak-20261201-before-cap").write_text("X=0\n")
+    record = host_dir / "releases" / "20261201T000000000000-before-cap.json"  # what an apply --tag before-cap records
+    record.write_text('{"release": "20261201T000000000000-before-cap", "tag": "before-cap", "landed": true, "steps": []}\n')
     inventory = localhost_inventory(work)
     rolled = seatplan("rollback", str(work / "rendered"), "--to", "nosuch", "--inventory", str(inventory), "--check", "--json")
     assert rolled.refused, rolled.stdout[-2000:] + rolled.stderr
@@ -383,7 +385,7 @@ def test_rollback_to_a_tag_with_no_backups_exits_2_naming_the_tags_there(ansible
     assert (host_dir / "env" / "alpha.env").read_text() == "X=1\n"
     empty = seatplan("rollback", str(work / "rendered"), "--to", "nosuch", "--inventory", str(inventory))
     assert empty.refused and "before-cap" in empty.stderr
-    (host_dir / "env" / "alpha.env.bak-20261201-before-cap").unlink()
+    record.unlink()
     none = seatplan("rollback", str(work / "rendered"), "--to", "nosuch", "--inventory", str(inventory), "--check")
     assert none.refused and "tags there: none" in none.stderr
 

@@ -1,13 +1,16 @@
 """The gateway rolled out by `seatplan apply`, end to end: a real vLLM CPU engine (tiny random-weight Qwen3) that
 takes an API key, the real LiteLLM proxy in front of it, the real ansible-playbook.
 
-- the first rollout writes the gateway's config, restarts the gateway on it and sends a one-token completion for
-  the served model through it, with the master key read from the environment and never printed;
+- the first rollout merges the operator's own config (sections seatplan does not own, a hosted model, the seat's
+  entry with its own extras and a stale route), writes it, restarts the gateway on it and sends a one-token completion
+  for the served model through it, with the master key read from the environment and never printed; the proxy's own
+  `/model/info` then shows the seat routed to its engine with every extra kept, and the hosted model kept (issue 44,
+  item 5);
 - a config that routes the gateway where the engine does not listen (the fleet's gateway_reaches: 127.0.0.2, the engine
   bound to 127.0.0.1; its completions fail) is put back: the previous config is restored, the gateway restarted on it,
   and apply stops naming the smoke step;
 - a good change (a new output cap: the engine restarts, the gateway's entry keeps its own max_tokens, none) is rolled
-  back to its tag: the engine's env file comes back, and a completion through the gateway passes again.
+  back to before its tag (`rollback --before cap8`): the engine's env file comes back, and a completion through the gateway passes again.
 """
 
 from __future__ import annotations
@@ -29,6 +32,32 @@ pytestmark = [pytest.mark.vllm, pytest.mark.ansible, pytest.mark.slow]
 
 MASTER_KEY = "sk-seatplan-gateway-e2e-4d1c7f09"
 ENGINE_KEY = "engine-key-7a3b91c2e05d"
+
+# The gateway's config as the operator runs it before seatplan: the seat's entry routes where the engine ran before
+OPERATOR_CONFIG = """\
+# the lab gateway, edited by hand
+model_list:
+  - model_name: tiny-qwen
+    litellm_params:
+      model: openai/tiny-qwen
+      api_base: http://127.0.0.1:9/v1  # where it ran before
+      api_key: os.environ/ENGINE_KEY
+      rpm: 30
+      timeout: 60
+      tags: [lab]
+    model_info:
+      id: tiny-qwen-operator
+  - model_name: hosted-mini  # not a seat
+    litellm_params:
+      model: openai/gpt-4o-mini
+      api_key: os.environ/OPENAI_API_KEY
+litellm_settings:
+  drop_params: true
+router_settings:
+  num_retries: 1
+general_settings:
+  master_key: os.environ/LITELLM_MASTER_KEY
+"""
 
 
 def gateway_restart_script(directory: Path, config: Path, port: int) -> Path:
@@ -71,7 +100,7 @@ def test_apply_rolls_out_the_gateway_smoke_tests_it_puts_a_broken_config_back_an
     require(litellm_installed(), f"the LiteLLM proxy in {litellm_venv()} (SEATPLAN_LITELLM_VENV)")
     for name, value in {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "LITELLM_MASTER_KEY": MASTER_KEY,
                         # the engine reads VLLM_API_KEY from the environment it is started in; the gateway reads ENGINE_KEY
-                        "VLLM_API_KEY": ENGINE_KEY, "ENGINE_KEY": ENGINE_KEY}.items():
+                        "VLLM_API_KEY": ENGINE_KEY, "ENGINE_KEY": ENGINE_KEY, "OPENAI_API_KEY": "sk-unused-hosted-0000"}.items():
         monkeypatch.setenv(name, value)
     model = tiny_model_dir(QWEN3_DENSE, vllm_python_path)
     seats = {"tiny-qwen": (model, free_port())}
@@ -81,6 +110,7 @@ def test_apply_rolls_out_the_gateway_smoke_tests_it_puts_a_broken_config_back_an
     gateway_url = f"http://127.0.0.1:{gateway_port}"
     config = tmp_path / "gateway" / "config.yaml"
     config.parent.mkdir()
+    config.write_text(OPERATOR_CONFIG)
     restart = gateway_restart_script(tmp_path, config, gateway_port)
 
     def render(plan_path: Path, key_variable: str) -> None:
@@ -102,8 +132,19 @@ def test_apply_rolls_out_the_gateway_smoke_tests_it_puts_a_broken_config_back_an
         assert "gateway: one-token completion" in output
         assert config.read_text() == (tmp_path / "rendered" / "litellm" / "config.yaml").read_text()
         first_config = config.read_text()
-        assert restarts.read_text().splitlines() == ["restart"] and not list(config.parent.glob("*.bak-*"))
+        assert restarts.read_text().splitlines() == ["restart"]
+        assert [backup.read_text() for backup in config.parent.glob("*.bak-*")] == [OPERATOR_CONFIG]  # the operator's, kept
         assert completion(gateway_url, "tiny-qwen").status_code == 200
+        assert "# the lab gateway, edited by hand" in first_config and MASTER_KEY not in first_config and ENGINE_KEY not in first_config
+        info = httpx.get(f"{gateway_url}/model/info", timeout=30, trust_env=False, headers={"Authorization": f"Bearer {MASTER_KEY}"})
+        by_name = {entry["model_name"]: entry for entry in info.raise_for_status().json()["data"]}
+        assert sorted(by_name) == ["hosted-mini", "tiny-qwen"]
+        seat = by_name["tiny-qwen"]
+        assert seat["litellm_params"]["api_base"] == f"http://127.0.0.1:{seats['tiny-qwen'][1]}/v1", seat
+        assert (seat["litellm_params"]["rpm"], seat["litellm_params"]["timeout"], seat["litellm_params"]["tags"]) == (30, 60, ["lab"])
+        assert seat["model_info"]["id"] == "tiny-qwen-operator"
+        assert by_name["hosted-mini"]["litellm_params"]["model"] == "openai/gpt-4o-mini"
+        assert ENGINE_KEY not in info.text and MASTER_KEY not in info.text
 
         # 2. the gateway routed where the engine does not listen (gateway_reaches 127.0.0.2, the engine bound to
         #    127.0.0.1): its completion fails, so the config is put back, the gateway restarted on it, and apply stops
@@ -127,7 +168,7 @@ def test_apply_rolls_out_the_gateway_smoke_tests_it_puts_a_broken_config_back_an
         code, output = apply(capped, "cap8")
         assert code == 0, output[-5000:]
         assert config.read_text() == first_config  # the entry's own keys (no max_tokens) are the operator's: the engine caps
-        code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "cap8", "--inventory",
+        code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--before", "cap8", "--inventory",
                                       str(localhost_inventory(tmp_path)), "-e", "seatplan_run_verify=false", "--json")
         assert code == 0, (json.loads(out)["output"] if out else err)[-5000:]
         assert config.read_text() == first_config

@@ -110,12 +110,12 @@ def test_rendered_playbook_rolls_out_two_cpu_engines_one_at_a_time(vllm_python_p
                            json={"model": "tiny-qwen", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 100, "ignore_eos": True})
         assert reply.raise_for_status().json()["usage"]["completion_tokens"] == 8  # the new cap is live (and a ceiling in 0.32)
 
-        # rollback to the tag: the old file is back and the engine restarted with it
-        code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "cap8", "--inventory", str(localhost_inventory(tmp_path)),
+        # rollback to the release before: the old file is back and the engine stopped, then started from it
+        code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "again", "--inventory", str(localhost_inventory(tmp_path)),
                                       "-e", f"seatplan_host_dir={tmp_path / 'host'}", "-e", "seatplan_run_verify=false", "--json")
         assert code == 0, out + err
         assert (host_env / "tiny-qwen.env").read_text() == before
-        assert starts.read_text().splitlines()[3:] == ["tiny-qwen start tiny-gemma=200"]
+        assert starts.read_text().splitlines()[3:] == ["tiny-qwen stop", "tiny-qwen start tiny-gemma=200"]
 
         # issue 18: tiny-qwen's context shrinks, replanned from what runs (the first plan, rolled back to):
         # diff shows only tiny-qwen and says apply restarts it; apply restarts only it; tiny-gemma keeps its PID
@@ -134,7 +134,7 @@ def test_rendered_playbook_rolls_out_two_cpu_engines_one_at_a_time(vllm_python_p
         gemma_env = (host_env / "tiny-gemma.env").read_bytes()
         code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, shorter, "ctx512"))
         assert code == 0, out + err
-        assert starts.read_text().splitlines()[4:] == ["tiny-qwen start tiny-gemma=200"]
+        assert starts.read_text().splitlines()[5:] == ["tiny-qwen start tiny-gemma=200"]
         assert (tmp_path / "state" / "tiny-gemma.pid").read_text() == pids["tiny-gemma"]
         assert (tmp_path / "state" / "tiny-qwen.pid").read_text() != pids["tiny-qwen"]
         assert (host_env / "tiny-gemma.env").read_bytes() == gemma_env  # byte for byte

@@ -3,17 +3,19 @@
 Two tiny random-weight models on a ``device: cpu`` host with two memory budgets, rolled out by the rendered
 playbook through the real ansible-playbook (restart: a script that starts each engine through the rendered launcher
 from its env file, tests/kits/rollout.py). The second plan moves beta from budget 1 to budget 0 and lowers alpha's
-output cap, with the steps stop beta, start beta on budget 0, restart alpha. Alpha's new setting is made never to
-answer /health (the test script starts a silent process for ``SEATPLAN_TEST_BROKEN``), so step 3 fails:
+output cap, with the steps stop beta, start beta on budget 0, restart alpha. Alpha's new setting is made to exit
+before it answers /health, as vLLM does on a setting it refuses (the test script starts a process that exits for
+``SEATPLAN_TEST_BROKEN=exit``), so step 3 fails as soon as apply sees the engine gone:
 
 - apply exits 1 naming step 3; beta runs on budget 0 (steps 1 and 2 held);
 - the failed step is undone: alpha's env file is the old one and the engine runs its old command (its process's
   argv is the old SEATPLAN_COMMAND, /v1/models and vllm:cache_config_info give the first plan's numbers);
-- ``seatplan rollback --to move`` undoes steps 2 and 1: beta back on budget 1 from its old file;
+- ``seatplan rollback --before move`` undoes steps 2 and 1: beta back on budget 1 from its old file;
 - ``seatplan verify`` passes against the first plan.
 
-The stand-in engine runs the same scenario in seconds (tests/render/test_render_rollout_steps.py); this test shows
-it with real engines, whose /health, numbers and argv are vLLM's own.
+The stand-in engine runs the same scenario in seconds (tests/render/test_render_rollout_steps.py), there with a
+start that never answers and waits out its health deadline; this test shows it with real engines, whose /health,
+numbers and argv are vLLM's own (a start that never answers would wait out the whole 240 s here).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from seatplan.engine.parse import parse_env, split_shell_line
 pytestmark = [pytest.mark.vllm, pytest.mark.ansible]
 
 KV = "192MiB"
-# each real start on two shared cores takes a minute or two; the broken one waits out the whole of it
+# each real start on two shared cores takes a minute or two
 HEALTH = ("-e", "seatplan_health_timeout_s=240")
 
 
@@ -58,7 +60,7 @@ def test_a_failed_step_is_undone_and_rollback_restores_what_ran(vllm_python_path
     common = {"kv": KV, "budgets": 2}
     first = build_plan_file(cpu_fleet(tmp_path, seats, pins={"alpha": 0, "beta": 1}, **common), tmp_path / "plan.json")  # type: ignore[arg-type]
     moved = with_rollout(build_plan_file(cpu_fleet(tmp_path, seats, pins={"alpha": 0, "beta": 0}, caps={"alpha": 8}, name="fleet2.yaml",
-                                                   envs={"alpha": {"SEATPLAN_TEST_BROKEN": "1"}}, **common), tmp_path / "plan2.json"),  # type: ignore[arg-type]
+                                                   envs={"alpha": {"SEATPLAN_TEST_BROKEN": "exit"}}, **common), tmp_path / "plan2.json"),  # type: ignore[arg-type]
                          [("stop", "beta", ["cpu-box:1"]), ("start", "beta", ["cpu-box:0"]), ("restart", "alpha", ["cpu-box:0"])])
     plan = {seat["name"]: seat for seat in json.loads(first.read_text())["seats"]}
     launcher = shlex.join([str(vllm_python_path), "-m", "vllm.entrypoints.openai.api_server"])
@@ -72,6 +74,7 @@ def test_a_failed_step_is_undone_and_rollback_restores_what_ran(vllm_python_path
         code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, moved, "move"), *HEALTH)
         document = json.loads(out)
         assert code == 1 and document["failed_step"] == "step 3/3 (restart alpha on cpu-box:0)", document["output"][-6000:]
+        assert "seat alpha: its engine" in document["output"] and "before /health answered 200" in document["output"], document["output"][-6000:]
         assert (state / "starts.log").read_text().splitlines()[2:] == ["beta stop", "beta start alpha=200", "alpha start beta=200", "alpha start beta=200"]
         assert "CPU budget 0" in (env / "beta.env").read_text()  # steps 1 and 2 held
         # step 3 undone: alpha's old file, and the engine runs its old command with the first plan's numbers
@@ -81,7 +84,7 @@ def test_a_failed_step_is_undone_and_rollback_restores_what_ran(vllm_python_path
         max_model_len, labels = served(plan["alpha"]["port"], "alpha")
         assert max_model_len == plan["alpha"]["max_model_len"] and int(labels["num_gpu_blocks"]) == plan["alpha"]["num_gpu_blocks"]
 
-        code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "move", "--inventory", str(localhost_inventory(tmp_path)),
+        code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--before", "move", "--inventory", str(localhost_inventory(tmp_path)),
                                       "-e", "seatplan_run_verify=false", *HEALTH, "--json")
         assert code == 0, json.loads(out)["output"][-6000:] if out else err
         assert (state / "starts.log").read_text().splitlines()[6:] == ["beta stop", "beta start alpha=200"]

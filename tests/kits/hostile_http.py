@@ -31,6 +31,12 @@ DRIP_PAUSE_S = 0.02
 HANG_LIMIT_S = 60.0
 
 
+class _Listener(socketserver.ThreadingTCPServer):
+    # socketserver's backlog is 5: forty clients connecting at once on a busy machine would see their SYNs dropped
+    # and retried a second later, past a 3 s deadline, and the test would blame the client for never asking.
+    request_queue_size = 128
+
+
 class HostileServer:
     """A TCP server on 127.0.0.1 that reads one HTTP request per connection and lets ``answer(path, socket,
     stop)`` write whatever bytes it likes back."""
@@ -64,7 +70,7 @@ class HostileServer:
                 except OSError:
                     pass  # the client gave up on the answer, as it should
 
-        self.tcp = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.tcp = _Listener(("127.0.0.1", 0), Handler)
         self.tcp.daemon_threads = True
         self.port = self.tcp.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"

@@ -24,6 +24,15 @@ def require(condition: bool, what: str) -> None:
     pytest.skip(message)
 
 
+def refuse_while_installing(what: str) -> None:
+    """``scripts/test.sh`` installs the vLLM and LiteLLM virtualenvs while the tests outside ``-m "vllm or
+    integration"`` run, and sets ``SEATPLAN_ENGINE_VENVS_PENDING`` for them: a test among those that reaches for one
+    would race the install (or pass only because an earlier run left it), so it fails whatever is installed."""
+    if os.environ.get("SEATPLAN_ENGINE_VENVS_PENDING"):
+        pytest.fail(f"this test needs {what}, which scripts/test.sh is still installing while the tests outside "
+                    '-m "vllm or integration" run: mark it @pytest.mark.vllm so that it runs after the install', pytrace=False)
+
+
 def require_binary(name: str, *candidates: str) -> str:
     """Path to an executable by name or one of ``candidates`` (globs allowed)."""
     found = shutil.which(name)

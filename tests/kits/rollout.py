@@ -10,8 +10,10 @@ import json
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from seatplan.errors import SeatplanError
 from seatplan.fileio import atomic_write_text
 from seatplan.plan.current import read_current
 from seatplan.plan.planner import build_plan
+from seatplan.render import hostcheck
 from seatplan.render.runner import ansible_playbook
 
 # A script, run as the stand-in engine process: it stays beside the integration tests.
@@ -80,6 +83,19 @@ def cpu_fleet(directory: Path, seats: dict[str, tuple[Path, int]], *, kv: str = 
     return path
 
 
+def serve_by_hand(port: int, started: list[subprocess.Popen]) -> subprocess.Popen:
+    """A stand-in engine on 127.0.0.1:PORT, started by hand (no seatplan launcher, no env file of seatplan's), once it listens."""
+    process = subprocess.Popen([sys.executable, str(FAKE_ENGINE), "--host", "127.0.0.1", "--port", str(port)], stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    started.append(process)
+    for _ in range(300):
+        if hostcheck.listening_inodes(port):
+            return process
+        assert process.poll() is None, "the stand-in engine exited"
+        time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
 def fake_launcher() -> str:
     """A stand-in engine for the fast Ansible tests (the real-vLLM end-to-end test uses the real one)."""
     return shlex.join([sys.executable, str(FAKE_ENGINE)])
@@ -92,7 +108,9 @@ def restart_script(directory: Path) -> Path:
     It records each start in ``starts.log`` with the /health answer of every engine it started before (and each
     stop as ``SEAT stop``), so a test can see that an engine started only after the one before it was healthy. A
     seat whose env file sets ``SEATPLAN_TEST_BROKEN`` starts, through the launcher, a process that never listens: the
-    tests' way to make a step fail its health check.
+    tests' way to make a step fail its health check. ``SEATPLAN_TEST_BROKEN=exit`` starts one that exits at once
+    instead, as vLLM does on a setting it refuses: the step fails when apply sees the engine gone, without waiting
+    out its health deadline (the real-engine rollout test, whose deadline is minutes).
     """
     state = directory / "state"
     state.mkdir(parents=True, exist_ok=True)
@@ -125,7 +143,8 @@ def restart_script(directory: Path) -> Path:
         launcher="$(dirname "$(dirname "$env_file")")/bin/seatplan-engine.sh"
         if [ -n "${{SEATPLAN_TEST_BROKEN:-}}" ]; then
           # through the launcher (it records the PID apply's health check follows), with a command that never listens
-          grep -v '^SEATPLAN_COMMAND=' "$env_file" > "$state/$seat.broken.env"; echo "SEATPLAN_COMMAND='sleep 3600'" >> "$state/$seat.broken.env"
+          broken="sleep 3600"; [ "$SEATPLAN_TEST_BROKEN" = exit ] && broken="false"
+          grep -v '^SEATPLAN_COMMAND=' "$env_file" > "$state/$seat.broken.env"; echo "SEATPLAN_COMMAND='$broken'" >> "$state/$seat.broken.env"
           env_file="$state/$seat.broken.env"
         fi
         setsid "$launcher" "$env_file" > "$state/$seat.log" 2>&1 < /dev/null &
@@ -133,6 +152,12 @@ def restart_script(directory: Path) -> Path:
         """))
     script.chmod(0o755)
     return script
+
+
+def starts(directory: Path) -> list[str]:
+    """What the restart script did, in order: ``SEAT start`` or ``SEAT stop`` per line of its starts.log (the
+    neighbours' /health answers it records left out)."""
+    return [" ".join(line.split()[:2]) for line in (directory / "state" / "starts.log").read_text().splitlines()]
 
 
 def stop_engines(directory: Path) -> None:

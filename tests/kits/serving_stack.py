@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from kits.parts import refuse_while_installing
 from kits.vllm_engine import EngineBootError, _die_with_parent, _log_tail, _stop, _wait_for_health, seatplan_cache_root
 
 LITELLM_VERSION = "1.108.7"
@@ -27,6 +28,7 @@ ENGINE_MODULE = ["-m", "vllm.entrypoints.openai.api_server"]
 
 
 def litellm_venv() -> Path:
+    refuse_while_installing("the LiteLLM virtualenv (SEATPLAN_LITELLM_VENV)")
     return Path(os.environ.get("SEATPLAN_LITELLM_VENV", seatplan_cache_root() / f"litellm-{LITELLM_VERSION}"))
 
 
@@ -111,9 +113,10 @@ def litellm_config(seats: list[dict], key_variable: str) -> dict:
     }
 
 
-def start_litellm(config: dict, port: int, env: dict[str, str], work_dir: Path) -> Server:
+def start_litellm(config: dict | str, port: int, env: dict[str, str], work_dir: Path) -> Server:
+    """The proxy on ``config``: a document, or a config file's text as it is (comments and all)."""
     config_path = work_dir / "litellm.yaml"
-    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    config_path.write_text(config if isinstance(config, str) else yaml.safe_dump(config, sort_keys=False))
     log_path = work_dir / "litellm.log"
     command = [str(litellm_venv() / "bin" / "litellm"), "--config", str(config_path), "--host", "127.0.0.1", "--port", str(port)]
     process = _start(command, {**env, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, log_path)

@@ -171,7 +171,12 @@ def tiny_model_dir(spec: TinyModelSpec, vllm_python: Path, cache_root: Path | No
                 f"{completed.stderr[-4000:]}"
             )
         shutil.move(str(spec_path), model_dir / "seatplan-tiny-spec.json")
-        model_dir.rename(target)
+        try:
+            model_dir.rename(target)
+        except OSError:
+            # another process (an xdist worker of the same run) built it meanwhile: its copy is as good
+            if not (target / "config.json").is_file():
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target

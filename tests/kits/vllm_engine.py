@@ -36,6 +36,7 @@ from typing import Literal
 
 import httpx
 
+from kits.parts import refuse_while_installing
 from seatplan.fileio import atomic_write_text
 
 VLLM_VERSION = "0.32.0"
@@ -62,6 +63,7 @@ def boot_log_dir() -> Path:
 
 
 def vllm_venv() -> Path:
+    refuse_while_installing("the vLLM virtualenv (SEATPLAN_VLLM_VENV)")
     return Path(os.environ.get("SEATPLAN_VLLM_VENV", seatplan_cache_root() / f"vllm-{VLLM_VERSION}"))
 
 

@@ -206,3 +206,75 @@ def test_a_runner_ups_start_moves_or_swaps_one_seat_apart_whenever_one_can(rng):
             assert not set.intersection(*(set(split[s]) for s in group))
         tried += 1
     assert tried >= 10
+
+
+def _spares(problem: Problem, assignment: tuple) -> list[int]:
+    return [capacity - load for capacity, load in zip(problem.capacity_bytes, problem.loads(assignment))]
+
+
+def test_a_descent_within_some_hosts_trades_only_among_them(rng):
+    """``improve(within=...)`` (a cluster's runner-ups, host by host) moves only seats on those hosts and only among their
+    GPUs, keeps every rule, never lowers the lowest spare there, and with every GPU given is the plain descent."""
+    checked = 0
+    for _ in range(30):
+        drawn = drawn_problem(rng)
+        if drawn is None:
+            continue
+        problem, start = drawn
+        hosts = sorted({host for host, _ in problem.gpu_keys})
+        chosen = set(rng.sample(hosts, rng.randint(1, len(hosts))))
+        within = [g for g, (host, _) in enumerate(problem.gpu_keys) if host in chosen]
+        found = local.improve(problem, start, deadline=float("inf"), within=within)
+        assert_keeps_every_rule(problem, found)
+        for before, after in zip(start, found):
+            if before != after:
+                assert set(before) | set(after) <= set(within)
+        open_within = [g for g in within if not problem.keep_clear[g]]
+        if open_within:
+            assert min(_spares(problem, found)[g] for g in open_within) >= min(_spares(problem, start)[g] for g in open_within)
+        everywhere = range(len(problem.gpu_keys))
+        assert local.improve(problem, start, deadline=float("inf"), within=everywhere) == local.improve(problem, start, deadline=float("inf"))
+        checked += 1
+    assert checked >= 10
+
+
+def test_on_a_cluster_the_search_stops_once_near_the_bound(rng, monkeypatch):
+    """Counted in rounds: on a cluster-sized fleet (more than local.CLUSTER_SEATS seats; lowered here so a small fleet
+    counts) a search whose first round ends within NEAR_BOUND_SHARE of the bound stops there; a smaller fleet, or a
+    cluster further from the bound, searches on as before."""
+    descents = []
+    descend = local._State.descend
+
+    def counted(state: local._State, deadline: float) -> None:
+        descents.append(1)
+        descend(state, deadline)
+
+    monkeypatch.setattr(local._State, "descend", counted)
+
+    def rounds(problem: Problem, target_bytes: int) -> int:
+        """Rounds run, up to two: a search that goes on past its first round is all the point needs (a full search
+        towards an unreachable target waits out its patience: minutes on a loaded worker)."""
+        descents.clear()
+        local.search(problem, deadline=float("inf"), target_bytes=target_bytes, max_rounds=2)
+        return len(descents)
+
+    checked = 0
+    for _ in range(40):
+        drawn = drawn_problem(rng)
+        if drawn is None or local.construct(drawn[0], None) is None:
+            continue
+        problem = drawn[0]
+        first = local.search(problem, deadline=float("inf"), max_rounds=1)
+        assert first is not None
+        worst = problem.worst_spare(problem.loads(first))
+        near = int(worst / (1 - rng.uniform(0.1, 0.9) * local.NEAR_BOUND_SHARE))
+        if worst < 1 << 20 or not worst < near or not local.near_bound(worst, near):
+            continue
+        seats = len(problem.seat_names)
+        monkeypatch.setattr(local, "CLUSTER_SEATS", seats - 1)
+        assert rounds(problem, near) == 1
+        assert rounds(problem, int(worst / (1 - rng.uniform(2, 10) * local.NEAR_BOUND_SHARE))) == 2
+        monkeypatch.setattr(local, "CLUSTER_SEATS", seats)
+        assert rounds(problem, near) == 2
+        checked += 1
+    assert checked >= 10

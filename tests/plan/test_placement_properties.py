@@ -351,11 +351,15 @@ def test_cp_sat_agrees_with_exhaustive_on_mid_size_fleets(seed):
     gpus, seats = mid_size_fleet(seed)
     exhaustive = place(gpus, seats, method="exhaustive", runner_ups=0)
     solver = place(gpus, seats, method="cp-sat", runner_ups=2, time_limit_s=20)
-    assert exhaustive.optimal and solver.optimal
+    assert exhaustive.optimal
     assert exhaustive.best is not None and solver.best is not None
     assert_valid(gpus, seats, solver.best)
     assert (solver.best.worst_case_spare_bytes, solver.best.moves) == (exhaustive.best.worst_case_spare_bytes, exhaustive.best.moves)
-    assert solver.bound_bytes == exhaustive.best.worst_case_spare_bytes
+    # The fleet path gives CP-SAT a share of wall time, so whether it also proves the layout within it depends on how
+    # busy the machine is (CI's two cores, shared with the engine tests, often leave it unproven); what it claims holds.
+    assert solver.bound_bytes is not None and solver.bound_bytes >= exhaustive.best.worst_case_spare_bytes
+    if solver.optimal:
+        assert solver.bound_bytes == exhaustive.best.worst_case_spare_bytes
     for alternative in solver.runner_ups:
         assert_valid(gpus, seats, alternative.placement)
         assert alternative.placement.worst_case_spare_bytes <= solver.best.worst_case_spare_bytes
@@ -479,3 +483,57 @@ def test_from_scratch_the_best_layouts_search_gets_three_quarters_of_the_limit(r
     assert solve.BEST_TIME_SHARE * solve.LOCAL_SEARCH_SHARE * time_limit_s < best_search_s
     assert best_search_s <= solve.BEST_TIME_SHARE_FROM_SCRATCH * solve.LOCAL_SEARCH_SHARE * time_limit_s
     assert solve._time_shares(True, True) == (solve.BEST_TIME_SHARE, solve.FRONTIER_TIME_SHARE)
+
+
+@pytest.mark.parametrize("meets_the_bound", [True, False])
+def test_on_a_cluster_near_the_bound_the_search_s_layout_stands_without_cp_sat(meets_the_bound, rng, monkeypatch):
+    """A cluster-sized fleet (local.CLUSTER_SEATS lowered so 30 seats count) whose search ends within NEAR_BOUND_SHARE
+    of the bound: no CP-SAT model, the search's first round is the layout, and it says optimal only where it meets the bound."""
+    _, _, problem, _ = twelve_gpus_and_their_plain_start(rng)
+    monkeypatch.setattr(local, "CLUSTER_SEATS", len(problem.seat_names) - 1)
+    first = local_search(problem, deadline=float("inf"), max_rounds=1)
+    assert first is not None
+    worst = problem.layout(first).worst_spare_bytes
+    bound_bytes = worst if meets_the_bound else int(worst / (1 - rng.uniform(0.1, 0.9) * local.NEAR_BOUND_SHARE))
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("CP-SAT ran")
+
+    monkeypatch.setattr(cpsat, "solve", no_model)
+    solved = solve.solve_fleet(problem, until=time.perf_counter() + 30, bound_bytes=bound_bytes)
+    assert solved.layout is not None and solved.layout.assignment == first
+    assert solved.bound_bytes == bound_bytes and solved.optimal == meets_the_bound
+
+
+def test_a_cluster_s_runner_ups_each_move_apart_on_at_most_two_hosts(rng, monkeypatch):
+    """On a cluster-sized fleet a runner-up is the layout before it with one seat of the bottleneck moved apart (alone or
+    swapped) and a descent on the hosts that touched: it differs from the layout before on two hosts at most, keeps
+    every rule and that pairing apart, and never beats the best."""
+    hosts, per_host = rng.randint(3, 5), rng.choice([4, 8])
+    gpus = [GpuSlot(host=f"n{h}", index=i, capacity_bytes=rng.choice([80, 94, 141]) * GiB, headroom_bytes=GiB // 2)
+            for h in range(hosts) for i in range(per_host)]
+    seats = [SeatDemand(name=f"s{n}", footprint_bytes=rng.randint(2 * GiB, 30 * GiB), gpu_count=rng.choice([1, 1, 1, 2]))
+             for n in range(rng.randint(hosts * per_host, hosts * per_host * 2))]
+    monkeypatch.setattr(local, "CLUSTER_SEATS", 1)
+    result = place(gpus, seats, method="cp-sat", time_limit_s=10, runner_ups=3)
+    if result.best is None:
+        return
+    assert_valid(gpus, seats, result.best)
+    before = result.best
+    for alternative in result.runner_ups:
+        after = alternative.placement
+        assert_valid(gpus, seats, after)
+        assert (-after.worst_case_spare_bytes, after.moves) >= (-result.best.worst_case_spare_bytes, result.best.moves)
+        changed = {host for name in after.assignment if sorted(after.assignment[name]) != sorted(before.assignment[name])
+                   for host, _ in (*after.assignment[name], *before.assignment[name])}
+        assert 1 <= len(changed) <= 2
+        # The pairing it splits up: the seats on the lowest-spare GPU holding two or more in the layout before it.
+        holding = {label: [name for name, where in before.assignment.items() if label in (f"{h}:{i}" for h, i in where)] for label in before.spare_bytes}
+        label = min((label for label in holding if len(holding[label]) >= 2), key=lambda label: (before.spare_bytes[label], gpu_ref(label)))
+        assert not set.intersection(*(set(map(tuple, after.assignment[name])) for name in holding[label]))
+        before = after
+
+
+def gpu_ref(label: str) -> tuple[str, int]:
+    host, index = label.rsplit(":", 1)
+    return host, int(index)

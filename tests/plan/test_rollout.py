@@ -262,6 +262,7 @@ def test_only_seats_that_change_appear_and_each_stops_and_starts_once(seats):
 
 
 @pytest.mark.slow  # over 10 s on the 2-core machine: the full run, not the fast loop
+@pytest.mark.vllm  # runs vLLM's own code in its virtualenv: after scripts/test.sh installs it
 def test_trades_chains_and_growth_replayed_against_vllms_own_request_memory(rng):
     """The random cases above (trades by construction), each start's snapshot fed to vLLM 0.32's ``request_memory``
     from the test vLLM virtualenv (tests/integration/vllm_request_memory.py): every one is accepted."""

@@ -94,9 +94,9 @@ def test_apply_checks_installs_and_reloads_the_rules_a_failed_reload_puts_them_b
     assert code == 0, json.loads(out)["output"][-3000:]
     assert rules.read_text() == second_rules
 
-    # 5. rollback to the tag of step 2: the rules of the first rollout are back, and loaded
+    # 5. rollback to before the release of step 2 (it and every later one undone): the rules of the first rollout are back, and loaded
     assert run_seatplan(capsys, monkeypatch, *render_args(tmp_path, plan2, fake_launcher()), *alert_flags)[0] == 0
-    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "kv512", "--inventory", str(localhost_inventory(tmp_path)),
+    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--before", "kv512", "--inventory", str(localhost_inventory(tmp_path)),
                                   "-e", "seatplan_run_verify=false", "--json")
     assert code == 0, json.loads(out)["output"][-3000:] if out else err
     assert rules.read_text() == first_rules and loaded_rules(url) == first_loaded

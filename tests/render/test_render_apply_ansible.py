@@ -43,8 +43,8 @@ def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(ro
     assert json.loads(out)["ok"] is True
     assert starts.read_text().splitlines() == ["alpha start", "beta start alpha=200"]
     today = datetime.now(UTC).strftime("%Y%m%d")
-    # each file new with the tag is marked so (rollback removes it); no backups: nothing was replaced
-    assert sorted(path.name for path in (host_dir / "env").iterdir()) == ["alpha.env", f"alpha.env.new-{today}-first", "beta.env", f"beta.env.new-{today}-first"]
+    # no backups: nothing was replaced (the release record on the host says the files are new)
+    assert sorted(path.name for path in (host_dir / "env").iterdir()) == ["alpha.env", "beta.env"]
 
     # 2. the same plan again: nothing changes on the host, nothing restarts
     code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, "again"))
@@ -71,12 +71,12 @@ def test_rollout_backs_up_restarts_changed_seats_one_at_a_time_and_rolls_back(ro
     assert starts.read_text().splitlines()[2:] == ["beta start alpha=200"]
     assert '"max_new_tokens\\": 32' in (host_dir / "env" / "beta.env").read_text()
 
-    # 5. rollback to the tag: the backup goes back and beta restarts once more
-    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "cap32", "--inventory", str(inventory),
+    # 5. rollback to the release before: cap32's backup goes back and beta stops, then starts from it
+    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "again", "--inventory", str(inventory),
                                   "-e", f"seatplan_host_dir={host_dir}", "-e", "seatplan_run_verify=false", "--json")
     assert code == 0, out + err
     assert (host_dir / "env" / "beta.env").read_text() == before
-    assert starts.read_text().splitlines()[3:] == ["beta start alpha=200"]
+    assert starts.read_text().splitlines()[3:] == ["beta stop", "beta start alpha=200"]
 
 
 @pytest.mark.slow  # over 10 s on the 2-core machine: the full run, not the fast loop

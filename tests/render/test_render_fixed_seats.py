@@ -49,9 +49,10 @@ def test_a_fixed_seat_with_an_image_is_rendered_first_and_the_engines_wait_for_i
     assert "not managed" not in files["compose.yaml"]
     assert load_ansible_yaml(files["ansible/vars.yaml"])["seatplan_fixed"] == {"gpu-box": [{"name": "speech", "health_url": health}]}
     plays = yaml.safe_load(files["ansible/playbook.yaml"])
-    # the wait is in the first play, which prepares each host; every engine's step is a play after it
-    assert "fixed seats: wait for their health URL before the engines" in [task["name"] for task in plays[0]["tasks"]]
-    assert [play["name"] for play in plays[1:] if play["name"].startswith("step ")] and all(play["name"].startswith("step ") for play in plays[1:-3])
+    # the wait is in the play that prepares each host (after the secrets check); every engine's step is a play after it
+    assert plays[0]["name"] == "seatplan apply: what runs, and every secret reference reaches its engine"
+    assert "fixed seats: wait for their health URL before the engines" in [task["name"] for task in plays[1]["tasks"]]
+    assert [play["name"] for play in plays[2:] if play["name"].startswith("step ")] and all(play["name"].startswith("step ") for play in plays[2:-4])
 
 
 def test_the_fleet_file_carries_image_command_and_health_url_into_the_plan_and_refuses_a_hostile_url(tmp_path, capsys, monkeypatch):

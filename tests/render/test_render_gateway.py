@@ -119,8 +119,9 @@ def test_the_playbook_rolls_out_the_gateway_and_the_alerts_after_the_engines(dem
                                 "--prometheus-url", "http://127.0.0.1:9090", "--bind", "127.0.0.1")
     assert code == 0, err
     playbook = load_ansible_yaml((out / "ansible" / "playbook.yaml").read_text())
-    # the engines' steps, the hosts' compose files, then the gateway and the alerts, then verify
-    assert [play.get("import_playbook") for play in playbook][-2:] == ["gateway.yaml", None]
+    # the engines' steps, the hosts' compose files, then the gateway and the alerts, the release recorded as landed, then verify
+    assert [play.get("import_playbook") for play in playbook][-3:] == ["gateway.yaml", None, None]
+    assert playbook[-2]["name"] == "seatplan apply: the release recorded on each host as landed"
     assert load_ansible_yaml((out / "ansible" / "rollback.yaml").read_text())[-1]["import_playbook"] == "gateway-rollback.yaml"
     plays = load_ansible_yaml((out / "ansible" / "gateway.yaml").read_text())
     assert [play["hosts"] for play in plays] == ["gw-box", "localhost"]

@@ -167,7 +167,8 @@ ROLLBACK_KILLS = max(3, KILLS // 5)  # each one is a whole ansible-playbook run
 
 @pytest.mark.ansible
 def test_rollback_killed_at_random_points_leaves_each_env_file_old_or_new(tmp_path, capsys, monkeypatch):
-    """Rollback puts a tagged backup back with Ansible's copy on the host; killed (with its ansible-playbook) at
+    """Rollback puts a backup its release record names back (bin/seatplan-release.py on the host: a copy beside the
+    file renamed over it); killed (with its ansible-playbook) at
     random points, the host's env file is whole: the rolled-out one or the backup. Engines are not restarted
     (the restart command only hands back the PID record): the stand-ins started by the first apply keep answering /health."""
     require(ansible_installed(), "ansible-playbook (pip install ansible-core)")
@@ -183,17 +184,20 @@ def test_rollback_killed_at_random_points_leaves_each_env_file_old_or_new(tmp_pa
         keep = tmp_path / "keep.sh"
         keep.write_text(f'#!/bin/sh\nfor f in {tmp_path}/host/run/*.pid.before; do [ -e "$f" ] && mv -f "$f" "${{f%.before}}"; done; exit 0\n')
         keep.chmod(0o755)
-        no_restart = ("-e", f"seatplan_restart_command={keep}")
+        # rollback runs the commands the release record kept: the apply's, so the apply is given the keeping one for both
+        no_restart = ("-e", f"seatplan_restart_command={keep}", "-e", f"seatplan_stop_command={keep}")
         code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, changed, "two", *no_restart, "--fleet", str(tmp_path / "fleet2.yaml")))
         assert code == 0, out + err
         new = env_file.read_bytes()
-        rollback = [sys.executable, "-m", "seatplan.cli", "rollback", str(tmp_path / "rendered"), "--to", "two", "--inventory",
+        rollback = [sys.executable, "-m", "seatplan.cli", "rollback", str(tmp_path / "rendered"), "--before", "two", "--inventory",
                     str(localhost_inventory(tmp_path)), "-e", "seatplan_run_verify=false", *no_restart]
         duration_s = timed(rollback)
         assert env_file.read_bytes() == old
         rng, killed = random.Random(SEED), 0
         for _ in range(ROLLBACK_KILLS):
-            env_file.write_bytes(new)  # as the rollout left it
+            env_file.write_bytes(new)  # as the rollout left it, and its release not yet undone
+            for undone in (tmp_path / "host" / "releases" / "undone").glob("*.json"):
+                undone.replace(tmp_path / "host" / "releases" / undone.name)
             ended_s = run_or_kill(rollback, rng.uniform(0.3, 1.0) * duration_s)
             killed += ended_s is None
             # a rollback that ended before its kill says the machine got quicker (the first one timed may have shared

@@ -157,7 +157,7 @@ def test_compose_mode_recreates_each_seat_from_its_own_file_and_rollback_puts_it
     assert (host / "compose" / "beta.yaml").read_text() == before  # CPU seats have no device ids: the file is the same,
     assert "CPU budget 0" in (host / "env" / "beta.env").read_text()  # the env file says where it runs now
 
-    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "move", "--inventory", str(localhost_inventory(tmp_path)),
+    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "first", "--inventory", str(localhost_inventory(tmp_path)),
                                   "-e", "seatplan_run_verify=false", *FAST_HEALTH, "--json")
     assert code == 0, out + err
     assert [json.loads(line)[-3:] for line in calls.read_text().splitlines()[4:]] == [
@@ -241,11 +241,13 @@ def test_the_first_apply_cuts_over_from_the_engine_started_outside_seatplan_and_
     assert code == 0, out + err
     assert record.read_text().split() == ["stopped"]
     assert (tmp_path / "state" / "starts.log").read_text().split() == ["alpha", "start"]  # after the stop
-    assert list((tmp_path / "host" / "env").glob("alpha.env.cutover-*-cut"))
+    # the release record says what the step stopped and how to start it again (rollback reads it)
+    (release,) = (tmp_path / "host" / "releases").glob("*-cut.json")
+    assert [step["cutover"] for step in json.loads(release.read_text())["steps"]] == [{"kind": "command", "stop": stop, "start": start}]
     # a second apply: seatplan runs the seat now, nothing to cut over
     code, out, err = run_seatplan(capsys, monkeypatch, *apply_args(tmp_path, plan, "again"), *FAST_HEALTH)
     assert code == 0 and record.read_text().split() == ["stopped"]
-    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "cut", "--inventory", str(localhost_inventory(tmp_path)),
+    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--before", "cut", "--inventory", str(localhost_inventory(tmp_path)),
                                   "-e", "seatplan_run_verify=false", *FAST_HEALTH, "--json")
     assert code == 0, out + err
     assert record.read_text().split() == ["stopped", "started"]

@@ -22,6 +22,7 @@ from kits.rollout import (
     kill_recorded_group,
     render_args,
     run_seatplan,
+    starts,
     stop_engines,
     with_rollout,
 )
@@ -37,9 +38,6 @@ def rollout(tmp_path):
     yield tmp_path
     stop_engines(tmp_path)
 
-
-def starts(tmp_path: Path) -> list[str]:
-    return [line.split()[0] + " " + line.split()[1] for line in (tmp_path / "state" / "starts.log").read_text().splitlines()]
 
 
 def engine_pid(tmp_path: Path, seat: str) -> int:

@@ -79,17 +79,17 @@ def test_apply_runs_the_steps_in_order_a_failed_step_is_undone_and_rollback_undo
     assert (env / "alpha.env").read_text() == before["alpha"]
     assert "CPU budget 0" in (env / "beta.env").read_text()
     today = datetime.now(UTC).strftime("%Y%m%d")
-    assert sorted(path.name for path in env.glob("*-move")) == [f"alpha.env.bak-{today}-move", f"beta.env.bak-{today}-move", f"beta.env.stopped-{today}-move"]
+    assert sorted(path.name for path in env.glob("*-move")) == [f"alpha.env.bak-{today}-move", f"beta.env.bak-{today}-move"]
 
     # rollback: the steps undone in reverse: beta stopped on budget 0, its file back, started on budget 1; alpha as it runs
-    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "move", "--inventory", str(localhost_inventory(tmp_path)),
+    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--before", "move", "--inventory", str(localhost_inventory(tmp_path)),
                                   "-e", "seatplan_run_verify=false", *FAST_HEALTH, "--json")
     assert code == 0, out + err
     assert log(tmp_path)[6:] == ["beta stop", "beta start alpha=200"]
     assert {seat: (env / f"{seat}.env").read_text() for seat in ("alpha", "beta")} == before
     assert not list(env.glob("*.stopped-*"))
-    # a second rollback to the same tag changes nothing
-    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--to", "move", "--inventory", str(localhost_inventory(tmp_path)),
+    # a second rollback to the same tag changes nothing (the release is set aside as undone)
+    code, out, err = run_seatplan(capsys, monkeypatch, "rollback", str(tmp_path / "rendered"), "--before", "move", "--inventory", str(localhost_inventory(tmp_path)),
                                   "-e", "seatplan_run_verify=false", *FAST_HEALTH, "--json")
     assert code == 0, out + err
     assert len(log(tmp_path)) == 8

@@ -15,13 +15,14 @@ import httpx2
 
 from seatplan.adopt.args import PLAN_OWNED, SeatArgs, read_args
 from seatplan.adopt.evidence import APPS_QUERY, ComputeApp, EngineSeen, GpuReading, Launch, Route
-from seatplan.adopt.fleet_rules import seat_value_problem
+from seatplan.adopt.fleet_rules import host_value_problem, seat_value_problem
 from seatplan.adopt.memory import Share, compare, seat_share
 from seatplan.adopt.readers.compose_gateway import GatewayContainer
 from seatplan.adopt.secrets import SECRET_FLAGS
 from seatplan.documents.fleet import MAX_GPU_BYTES
 from seatplan.documents.fleet_file import TODO
 from seatplan.encode import name_problem
+from seatplan.engine.command import DEFAULT_LAUNCHER
 from seatplan.engine.endpoint import DEFAULT_PORT
 from seatplan.errors import SeatplanError
 from seatplan.secrets import looks_secret
@@ -81,6 +82,7 @@ class _Seat:
     gateway_reach: str | None = None
     gateway_service: dict[str, Any] | None = None
     gateway_note: str = ""
+    address_note: str = ""
 
 
 def _url_host_port(url: str | None) -> tuple[str | None, int | None]:
@@ -132,7 +134,7 @@ def collect_seats(launches: list[Launch], engines: list[EngineSeen], routes: lis
             name, note = engine_seat_name(str(card.get("id")), f"GET {engine.base_url}/v1/models")
             seats.append(_Seat(name=name, name_note=note, launch=None, engine=engine, card=card, routes=[], args=SeatArgs()))
     for engine in engines:
-        if not engine.models:
+        if not engine.models or engine.problems:
             warnings.append(f"{engine.base_url} ({engine.source}): " + ("; ".join(engine.problems) or "serves no model"))
     _attach_routes(seats, routes, engines, warnings)
     return seats
@@ -234,16 +236,20 @@ def place_hosts(seats: list[_Seat], readings: list[GpuReading], warnings: list[s
     for seat in seats:
         gateway_reaches(seat, services, container, warnings)
         launch = seat.launch
-        url = seat.engine.base_url if seat.engine else (seat.routes[0].base_url if seat.routes else None)
-        url_host, _ = _url_host_port(url or (launch.health_url if launch else None))
+        url, url_from = (seat.engine.base_url, seat.engine.source) if seat.engine else (seat.routes[0].base_url, seat.routes[0].source) if seat.routes else (None, "")
+        if url is None and launch is not None and not launch.fixed and launch.health_url:
+            # seatplan's own env file names the URL apply waits on; a fixed seat's health URL is asked on the host
+            # itself (a compose healthcheck's loopback), so it says nothing of how the engines are reached (issue 50)
+            url, url_from = launch.health_url, f"{launch.source}: SEATPLAN_HEALTH_URL"
+        url_host, _ = _url_host_port(url)
         if url_host in DOCKER_HOST_NAMES or url_host in services:
             url_host = None  # the gateway's own view: it names no host
         if launch is not None and launch.host:
             seat.host, seat.host_note = launch.host, launch.host_note
             if url_host and url_host != launch.host:
-                seat.address = url_host
+                seat.address, seat.address_note = url_host, f"{url_from}: the host of {url}"
         elif url_host:
-            seat.host, seat.host_note = url_host, f"the host of {url or (launch.health_url if launch else '')}"
+            seat.host, seat.host_note = url_host, f"{url_from}: the host of {url}"
         elif _host_by_uuid(launch, readings):
             seat.host, seat.host_note = _host_by_uuid(launch, readings), f"{launch.gpus_source if launch else ''}: its GPU UUID in nvidia-smi"
         else:
@@ -409,18 +415,31 @@ def held_to_the_loader(tree: Tree, name: str, engine: str, warnings: list[str]) 
     for key, noted in list(tree.items()):
         if key == "name" or not isinstance(noted, Noted) or noted.value is None or noted.value == TODO:
             continue  # the name passes check_names; a comment or a TODO is no value
-        problem = seat_value_problem(key, noted.value, engine)
+        substituted = _substituted(noted.value)
+        problem = substituted or seat_value_problem(key, noted.value, engine)
         if problem is not None:
+            verdict = "adopt cannot carry it" if substituted else "the fleet file refuses it"
             fix = "correct it where it came from (the comment names it) and adopt again, or write the value by hand"
-            warnings.append(f"seat {name}: {key}: {noted.note}: the fleet file refuses it ({problem}): {key} is TODO; fix: {fix}")
-            tree[key] = Noted(TODO, f"{noted.note}: refused ({problem})")
+            warnings.append(f"seat {name}: {key}: {noted.note}: {verdict} ({problem}): {key} is TODO; fix: {fix}")
+            tree[key] = Noted(TODO, f"{noted.note}: {'not carried' if substituted else 'refused'} ({problem})")
     return tree
+
+
+def _substituted(value: Any) -> str | None:
+    """A command substitution (``$(…)``, backticks) left in a word: the shell that starts the engine runs it and passes
+    what it prints, which adopt cannot know; carried as written, the rendered engine would get other words."""
+    words = value if isinstance(value, list) else [value]
+    for word in words:
+        if isinstance(word, str) and ("$(" in word or "`" in word):
+            return (f"{word[:60]!r} holds a command substitution ($(…) or backticks) that the shell starting the engine runs; "
+                    "what it prints is not known here: write the value it gives")
+    return None
 
 
 def _served_name(seat: _Seat, served: str, note: str, warnings: list[str]) -> Noted:
     """The name clients ask for, as the fleet loader takes it; one it refuses (a relative path, a space) is TODO:
     any other name would change what every client of the engine asks for."""
-    problem = seat_value_problem("served_model_name", served, engine="vllm")
+    problem = _substituted(served) or seat_value_problem("served_model_name", served, engine="vllm")
     if problem is None:
         return Noted(served, note)
     fix = "start the engine with --served-model-name NAME (the name its clients ask for) and write NAME here"
@@ -524,7 +543,7 @@ def _env(seat: _Seat, warnings: list[str]) -> Tree:
 
 
 def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout: dict[str, Noted], warnings: list[str],
-              shares: dict[tuple[str, int], list[Share]] | None = None) -> Tree:
+              shares: dict[tuple[str, int], list[Share]] | None = None, apps: list[ComputeApp] | None = None) -> Tree:
     on_host = [seat for seat in seats if (seat.host or TODO) == name]
     tree: Tree = {"name": Noted(name, on_host[0].host_note if on_host else (readings[0].source if readings else "no evidence of a host"))}
     devices = {seat.launch.device for seat in on_host if seat.launch and seat.launch.device}
@@ -535,9 +554,10 @@ def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout:
         tree["device"] = Noted(device, next(seat.launch.source for seat in on_host if seat.launch and seat.launch.device == device))
     else:
         tree["device"] = Noted(TODO, "cuda or cpu: no nvidia-smi output for this host and no file tells")
-    addresses = {seat.address for seat in on_host if seat.address}
+    addresses = {seat.address: seat.address_note for seat in on_host if seat.address}
     if len(addresses) == 1:
-        tree["address"] = Noted(addresses.pop(), "the engines' URL")
+        (address, note), = addresses.items()
+        tree["address"] = Noted(address, note)
     # where the gateway reaches the host at its address anyway, there is nothing to say
     reaches = {seat.gateway_reach for seat in on_host if seat.gateway_reach and seat.gateway_service is None} - {tree.get("address", Noted(name, "")).value, name}
     if len(reaches) == 1:
@@ -546,9 +566,12 @@ def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout:
     elif reaches:
         warnings.append(f"host {name}: the gateway reaches its engines at {', '.join(sorted(reaches))}: gateway_reaches is left out "
                         "(a host has one; give the others a seat's gateway_reaches: {service: NAME, port: PORT})")
+    tree |= host_launch(name, [seat.launch for seat in on_host if seat.launch is not None and not seat.launch.fixed], warnings)
     if readings:
         held = {index for seat in on_host for index in _indices(layout.get(seat.name))}
+        every_seat_placed = all(_indices(layout.get(seat.name)) for seat in on_host)
         tree["gpus"] = [_gpu_tree(reading, name, reading.index not in held, warnings, (shares or {}).get((name, reading.index), []))
+                        | (_keep_clear_offer(reading, apps) if every_seat_placed and reading.index not in held else {})
                         for reading in sorted(readings, key=lambda reading: reading.index)]
         return tree
     indices = sorted({index for seat in on_host for index in _indices(layout.get(seat.name))})
@@ -558,6 +581,55 @@ def host_tree(name: str, readings: list[GpuReading], seats: list[_Seat], layout:
                         for index in indices]
     else:
         tree["gpus"] = Noted(TODO, "no nvidia-smi output and no file names a GPU: list them as {index: N, total_bytes: SIZE}")
+    return tree
+
+
+def host_launch(host: str, launches: list[Launch], warnings: list[str]) -> Tree:
+    """How the host starts vLLM today, for render's defaults (issue 50): the launcher its units and env files run
+    (``/opt/vllm/bin/vllm serve``; the default ``vllm serve`` is not written), the image its compose services run, and the
+    restart mode when every engine on it is started the same way. Where they differ, a comment names each, and render's
+    flag chooses."""
+    tree: Tree = {}
+    launchers: dict[tuple[str, ...], list[str]] = {}
+    for launch in launches:
+        if launch.launcher:
+            launchers.setdefault(tuple(launch.launcher), []).append(launch.launcher_note)
+    if len(launchers) == 1:
+        (words, notes), = launchers.items()
+        note = ", ".join(notes)
+        problem = host_value_problem("launcher", list(words))
+        if problem is not None:
+            warnings.append(f"host {host}: {note}: the launcher {' '.join(words)[:120]!r} is left out: {problem}")
+        elif list(words) != list(DEFAULT_LAUNCHER):
+            tree["launcher"] = Noted(list(words), note)
+    elif launchers:
+        tree["(launcher)"] = Noted(None, "; ".join(f"{', '.join(notes)}: {' '.join(words)[:80]}" for words, notes in launchers.items())
+                                   + ": render --launcher picks one")
+    images: dict[str, list[str]] = {}
+    for launch in launches:
+        if launch.engine_image:
+            images.setdefault(launch.engine_image, []).append(launch.engine_image_note)
+    if len(images) == 1:
+        (image, notes), = images.items()
+        note = ", ".join(notes)
+        problem = host_value_problem("image", image)
+        if problem is None:
+            tree["image"] = Noted(image, note)
+        else:
+            warnings.append(f"host {host}: {note}: the image {image[:120]!r} is left out: {problem}")
+    elif images:
+        tree["(image)"] = Noted(None, "; ".join(f"{', '.join(notes)}: {image}" for image, notes in images.items()) + ": render --image picks one")
+    kinds: dict[str, list[str]] = {}
+    for launch in launches:
+        if launch.started_by is not None:
+            kind = "systemd" if "systemd_unit" in launch.started_by else "compose" if "compose_file" in launch.started_by else ""
+            kinds.setdefault(kind, []).append(launch.seat or launch.source)
+    if len(kinds) == 1 and "" not in kinds and len(next(iter(kinds.values()))) == len(launches):
+        (kind, seats), = kinds.items()
+        tree["restart"] = Noted(kind, f"the started_by of {', '.join(seats)}")
+    elif len(kinds) > 1:
+        tree["(restart)"] = Noted(None, "; ".join(f"{', '.join(seats)} by {kind or 'a command'}" for kind, seats in kinds.items())
+                                  + " (their started_by): render --restart picks one, else compose")
     return tree
 
 
@@ -583,6 +655,23 @@ def _gpu_tree(reading: GpuReading, host: str, unheld: bool, warnings: list[str],
     return tree
 
 
+def _keep_clear_offer(reading: GpuReading, apps: list[ComputeApp] | None) -> Tree:
+    """A GPU that nothing adopt read runs on (no seat's files name it, nvidia-smi shows no memory in use past an idle
+    context, no compute process) is offered as ``keep_clear`` in a comment (issue 50): adopt cannot tell an operator's
+    spare kept clear from room to use, so it writes neither, and says what each source showed."""
+    used = reading.used_mib is not None and reading.used_mib > UNACCOUNTED_MIB
+    on_it = [app for app in apps or [] if app.gpu_uuid == reading.uuid]
+    if used or on_it:
+        return {}
+    shown = ["no adopted seat's files name it"]
+    if reading.used_mib is not None:
+        shown.append(f"{reading.source}: memory.used {reading.used_mib} MiB")
+    if apps is not None:
+        sources = sorted({app.source.rsplit(":", 1)[0] for app in apps})
+        shown.append(f"no process of {', '.join(sources) or '--compute-apps'} on it")
+    return {"(keep_clear)": Noted(None, f"true  # {'; '.join(shown)}: write it to keep this GPU clear, else the plan may place seats here")}
+
+
 def _gpu_values(reading: GpuReading) -> Tree:
     if reading.reserved_mib is None:
         total_note = f"{reading.source}: memory.total {reading.total_mib} MiB; no memory.reserved column, so this counts the driver's reserve"
@@ -600,10 +689,11 @@ def _gpu_values(reading: GpuReading) -> Tree:
 def policy_tree(engines: list[EngineSeen], warnings: list[str]) -> Tree:
     versions = {engine.version: engine for engine in engines if engine.version and try_release(engine.version)}
     unread = [engine for engine in engines if engine.version and not try_release(engine.version)]
-    unmodelled = sorted(version for version in versions if not _modelled(version))
+    unmodelled = {version: problem for version in sorted(versions) if (problem := _unmodelled(version)) is not None}
     if unmodelled:
-        warnings.append(f"vLLM {', '.join(unmodelled)} is outside the releases seatplan models: policy.vllm_version is TODO")
-        return {"vllm_version": Noted(TODO, f"{', '.join(unmodelled)} is not a release seatplan models (docs/verify.md)")}
+        said = "; ".join(f"{versions[version].base_url}/version: {problem}" for version, problem in unmodelled.items())
+        warnings.append(f"{said}: policy.vllm_version is TODO")
+        return {"vllm_version": Noted(TODO, f"{said} (docs/verify.md)")}
     if len(versions) == 1:
         version, engine = next(iter(versions.items()))
         return {"vllm_version": Noted(version, f"GET {engine.base_url}/version")}
@@ -618,12 +708,13 @@ def policy_tree(engines: list[EngineSeen], warnings: list[str]) -> Tree:
     return {"vllm_version": Noted(TODO, "no engine answered /version")}
 
 
-def _modelled(version: str) -> bool:
+def _unmodelled(version: str) -> str | None:
+    """Why seatplan cannot plan for this version (no version at all, or a release outside its formulas); None if it can."""
     try:
         modelled(version)
-    except (ValueError, SeatplanError):
-        return False
-    return True
+    except ValueError as problem:
+        return str(problem)
+    return None
 
 
 def _check_unique(seats: list[_Seat]) -> None:
@@ -661,7 +752,7 @@ def adopt(readings: list[GpuReading], launches: list[Launch], engines: list[Engi
         for index in _indices(layout[seat.name]):
             shares.setdefault((seat.host or TODO, index), []).append(seat_share(seat.name, values))
     tree: Tree = {
-        "hosts": [host_tree(name, by_host[name], seats, layout, warnings, shares) for name in by_host],
+        "hosts": [host_tree(name, by_host[name], seats, layout, warnings, shares, apps) for name in by_host],
         "policy": policy_tree(engines, warnings),
         "seats": seat_trees,
         "current_layout": {seat.name: _layout_ref(layout[seat.name], seat.host, many) for seat in seats},

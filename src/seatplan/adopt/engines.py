@@ -66,6 +66,9 @@ def probe_engine(base_url: str, source: str, timeout_s: float, until: float | No
             if not isinstance(cards, list):
                 raise ValueError("/v1/models has no data list")
             seen.models = [card for card in cards[:MAX_CARDS] if isinstance(card, dict)]
+            if len(cards) > MAX_CARDS:
+                seen.problems.append(f"/v1/models lists {len(cards):,} models; adopt read the first {MAX_CARDS} "
+                                     "(one engine serves one model under a few names)")
         except httpx2.TransportError as error:
             seen.problems.append(f"not reachable ({_short(error)})")
             return seen

@@ -62,6 +62,10 @@ class Launch:
     config_note: str = ""  # the vLLM --config file read into args, where there was one
     # a secret flag's value named by a variable as written (`--api-key ${VLLM_LOCAL_KEY}`): the variable vLLM reads → that one
     secret_refs: dict[str, str] = field(default_factory=dict)
+    launcher: list[str] | None = None  # the words before the engine's arguments, where it runs on the host (a unit, an env file)
+    launcher_note: str = ""
+    engine_image: str | None = None  # the image a compose service or `docker run` runs vLLM from
+    engine_image_note: str = ""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from seatplan.documents.fleet import SeatSpec
+from seatplan.documents.fleet import HostSpec, SeatSpec
 from seatplan.documents.fleet_file import control_problems
 
 
@@ -23,6 +23,18 @@ def seat_value_problem(key: str, value: Any, engine: str = "fixed") -> str | Non
         return controls[0].message
     try:
         SeatSpec.model_validate({"name": "adopted", "engine": engine, key: value})
+    except ValidationError as error:
+        return str(error.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
+    return None
+
+
+def host_value_problem(key: str, value: Any) -> str | None:
+    """Why the fleet loader would refuse ``value`` as ``hosts[].<key>``, or None if it takes it."""
+    controls = control_problems(value)
+    if controls:
+        return controls[0].message
+    try:
+        HostSpec.model_validate({"name": "adopted", "gpus": [{"index": 0, "total_bytes": 1}], key: value})
     except ValidationError as error:
         return str(error.errors(include_url=False)[0]["msg"]).removeprefix("Value error, ")
     return None

@@ -59,6 +59,8 @@ GpuRef = Annotated[
     ),
 ]
 
+_DTYPE_WORD = re.compile(r"[A-Za-z0-9_]{1,40}", re.ASCII)
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -72,6 +74,8 @@ def checked_name(kind: str, value: str) -> str:
     return value
 
 
+# nvidia-smi's `uuid` column: GPU- and hex groups (a MIG device's MIG-… is not a GPU seatplan places seats on)
+GPU_UUID_PATTERN = r"^GPU-[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$"
 # No GPU sold holds a tebibyte (the largest, 2026: under 300 GiB); past this a size is a typo or a hostile reading.
 MAX_GPU_BYTES = 1 << 40
 
@@ -86,6 +90,8 @@ class GpuSpec(_Strict):
     keep_clear: bool = Field(False, description="this GPU must stay empty (nothing is placed on it)")
     beyond_known_sizes: bool = Field(False, description=f"accept a total_bytes over {MAX_GPU_BYTES >> 40} TiB, more than any GPU "
                                      "made has (a typo or a hostile nvidia-smi otherwise)")
+    uuid: str | None = Field(None, pattern=GPU_UUID_PATTERN, description="the GPU's UUID as nvidia-smi prints it (`GPU-…`): the Kubernetes "
+                             "target's claims select the GPU by it ([kubernetes.md](kubernetes.md)); without it they select by index")
 
     @model_validator(mode="after")
     def _known_size(self) -> GpuSpec:
@@ -98,6 +104,7 @@ class GpuSpec(_Strict):
 
 
 Device = Literal["cuda", "cpu"]
+RestartKind = Literal["compose", "systemd", "script"]
 
 
 def no_single_quote(what: str, text: str) -> None:
@@ -193,11 +200,40 @@ class HostSpec(_Strict):
     gateway_reaches: str | None = Field(None, description="how the LiteLLM gateway reaches the host's engines, where not at `address`: "
                                         "`host.docker.internal` (the gateway in a container, compose `extra_hosts: host.docker.internal:host-gateway`), "
                                         "`localhost` (the gateway on the host's own network), or another address or name")
+    # How the host starts vLLM today (written by `seatplan adopt` from its units, env files and compose services), so the
+    # first render starts engines the way the box does; a render flag wins over each (issue 50).
+    launcher: list[str] = Field(
+        default_factory=list, description="the words before the model that start vLLM on the host, outside a container "
+        "(`[/opt/vllm/.venv/bin/vllm, serve]`, or `[PYTHON, -m, vllm.entrypoints.openai.api_server]`): the rendered env "
+        "files' command starts with them (systemd and script restarts); default `vllm serve`, `render --launcher` wins")
+    image: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$",
+        description="the engine image compose runs on the host (`vllm/vllm-openai:v0.11.0`); default `policy.image`, else "
+        "the version table's image of `policy.vllm_version`; `render --image` wins")
+    restart: RestartKind | None = Field(
+        None, description="how the host's engines are restarted: `compose`, `systemd` or `script`; render's `--restart` "
+        "when every engine host says the same (else `compose`), `render --restart` wins")
 
     @field_validator("name")
     @classmethod
     def _host_name(cls, value: str) -> str:
         return checked_name("host name", value)
+
+    @field_validator("launcher")
+    @classmethod
+    def _launcher(cls, value: list[str]) -> list[str]:
+        if not value:
+            return value
+        for word in value:
+            no_single_quote(repr(word), word)
+            if not word or any(char.isspace() for char in word):
+                raise FieldValueError(f"launcher word {word!r} is empty or holds a space", "give the launcher as words: [/opt/vllm/bin/vllm, serve]")
+        # what every reader of an engine command takes for vLLM's server (engine.parse.LAUNCHER_ENDS), so adopt, diff and
+        # `plan --current` read the rendered command back
+        if not (value[-1] == "serve" and value[-2:-1] and value[-2].rsplit("/", 1)[-1] == "vllm") and value[-2:] != ["-m", "vllm.entrypoints.openai.api_server"]:
+            raise FieldValueError(f"launcher {' '.join(value)!r} does not end in `vllm serve` or `-m vllm.entrypoints.openai.api_server`",
+                                  "give the words that start vLLM's server, up to the model: [/opt/vllm/bin/vllm, serve]")
+        return value
 
     @field_validator("address", "gateway_reaches")
     @classmethod
@@ -360,6 +396,16 @@ class SeatSpec(_Strict):
     def env_from_host(self) -> dict[str, str]:
         """The environment given by reference: the engine's variable → the host's variable that holds it."""
         return {key: value.from_host_env for key, value in self.env.items() if isinstance(value, EnvReference)}
+
+    @field_validator("dtype", "kv_cache_dtype")
+    @classmethod
+    def _dtype_word(cls, value: str) -> str:
+        # vLLM's dtype names are one word of letters, digits and '_' in every release (vLLM 0.32
+        # vllm/config/cache.py:39 CacheDType, vllm/config/model.py:99 ModelDType); a shape, not a list, so a
+        # release's new names pass and the plan's own dtype rule names the unknown ones.
+        if not _DTYPE_WORD.fullmatch(value):
+            raise ValueError(f"{value[:40]!r} is no dtype name: one word of letters, digits and '_' (auto, bfloat16, fp8, fp8_e4m3)")
+        return value
 
     @field_validator("model", "model_path_on_host", "extra_args")
     @classmethod

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from seatplan.documents.fleet import Device, StartedBy
+from seatplan.documents.fleet import Device, RestartKind, StartedBy
 from seatplan.documents.launch import FixedLaunch, Pinned, SeatLaunch, Utilisation, VllmLaunch, model_and_revision
 
 Basis = Literal["exact", "estimate", "observed", "declared", "policy"]
@@ -284,6 +284,15 @@ def upgraded_plan(data: dict[str, Any]) -> dict[str, Any]:
     return data | {"seats": [upgraded_seat(seat) for seat in data["seats"]], "version": PLAN_VERSION}
 
 
+class PlannedHost(BaseModel):
+    """How a host starts vLLM today, from the fleet file (``hosts[].launcher``, ``image``, ``restart``): render's
+    defaults for that host, each overridden by its flag."""
+
+    launcher: list[str] = Field(default_factory=list, description="the words before the model; empty: render's default")
+    image: str | None = Field(None, description="the engine image compose runs there; None: policy.image or the version's")
+    restart: RestartKind | None = Field(None, description="how its engines are restarted; None: render's default")
+
+
 class PlannedGpu(BaseModel):
     host: str
     index: int
@@ -295,6 +304,8 @@ class PlannedGpu(BaseModel):
     used_bytes: int
     spare_bytes: int
     headroom_bytes: int
+    # left out of plan.json when unknown, so plans of fleets without UUIDs stay byte for byte as they were
+    uuid: str | None = Field(None, exclude_if=lambda value: value is None, description="the fleet's GPU UUID (the Kubernetes claims select by it)")
 
 
 class RunnerUp(BaseModel):
@@ -434,6 +445,7 @@ class Plan(BaseModel):
     moves: int | None
     image: str | None = Field(None, description="the fleet's policy.image: the engine image render pins compose to")
     gateway_config: str | None = Field(None, description="the fleet's gateway.config: the gateway's config render keeps all of but the seats' routes")
+    hosts: dict[str, PlannedHost] = Field(default_factory=dict, description="each host that says how it starts vLLM (launcher, image, restart)")
     # with `plan --current`: the seats whose engine this plan (re)starts (new, moved, or another command line)
     restarts: list[str] | None = None
     runner_ups: list[RunnerUp]

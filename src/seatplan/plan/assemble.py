@@ -20,6 +20,7 @@ from seatplan.documents.plan import (
     PlannedFixedSeat,
     PlannedFrontierPoint,
     PlannedGpu,
+    PlannedHost,
     PlannedSeat,
     PlannedSeatBase,
     PlannedVllmSeat,
@@ -156,6 +157,8 @@ def assemble_plan(fleet: Fleet, gpus: dict[GpuKey, GpuSpec], sized: list[SizedSe
         moves=best.moves if best else None,
         image=fleet.policy.image,
         gateway_config=fleet.gateway.config if fleet.gateway else None,
+        hosts={host.name: PlannedHost(launcher=list(host.launcher), image=host.image, restart=host.restart) for host in fleet.hosts
+               if host.launcher or host.image or host.restart},
         runner_ups=[runner_up(alternative.placement, alternative.why_lost) for alternative in result.runner_ups],
         frontier=[frontier_point(point) for point in result.frontier],
         chosen_because=result.chosen_because,
@@ -262,6 +265,7 @@ def plan_gpu(key: GpuKey, gpu: GpuSpec, seats: list[PlannedSeat], headroom_bytes
         used_bytes=used,
         spare_bytes=gpu.total_bytes - gpu.reserved_bytes - used,
         headroom_bytes=0 if gpu.keep_clear else headroom_bytes,
+        uuid=gpu.uuid,
     )
 
 

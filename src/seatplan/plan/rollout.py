@@ -3,7 +3,8 @@
 Only seats that change appear: a seat gone from the plan is a ``stop``; a new one a ``start``; a seat on other
 GPUs a ``stop`` where it runs and a ``start`` where it goes; a seat on the same GPUs whose launch changed in a way
 that needs a restart (``engine.change.seat_change``, the one change model) a ``restart`` (its own memory freed
-first). Seats that do not change are never touched.
+first), and so is a seat still run by what its ``started_by`` names (the first apply cuts it over). Seats that do
+not change are never touched.
 
 At each start, on each of the seat's GPUs, with what runs at that moment at plateau (seats that do not change,
 seats not yet stopped where they run now, seats already started where they go; fixed seats and reserved memory
@@ -157,6 +158,10 @@ def rollout_problem(plan: Plan, running: Running) -> RolloutProblem:
             unchanged.append(Unchanged(seat.name, new, seat.footprint_bytes))
             continue
         restart = running.launches is not None and seat_change(running.launches.get(seat.name), seat_launch(seat)).restart
+        # a seat run today by what its started_by names, with no launch of seatplan's known (an adopted box planned
+        # from the fleet's current_layout), is cut over by the first apply: its engine stops and seatplan's starts,
+        # so that start is a step the order checks like any other, whether or not the seat moves
+        restart = restart or (running.launches is None and isinstance(seat, PlannedVllmSeat) and seat.started_by is not None)
         old_footprint = max(seat.footprint_bytes, running.footprints_bytes.get(seat.name, 0))
         if now == new and not restart:
             unchanged.append(Unchanged(seat.name, new, old_footprint))

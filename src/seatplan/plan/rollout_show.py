@@ -10,6 +10,7 @@ from rich.text import Text
 from seatplan.documents.plan import Plan, Rollout, RolloutStep, StartCheck
 from seatplan.output import fit_table
 from seatplan.units import human_bytes
+from seatplan.versions import cite
 
 CHECK_DROP = ("running", "own ctx", "fit margin", "request margin")
 
@@ -79,7 +80,8 @@ def rollout_renderable(plan: Plan, width: int = 80) -> Group:
         return Group(Text("no rollout: the plan knows nothing of what runs (plan it with --current PLAN|DIR or a current_layout)"))
     rollout = plan.rollout
     items: list = [Text(rollout_summary(rollout), style="bold")]
-    items.append(Text("each start: vLLM 0.32's request_memory needs free at its snapshot (free − own context) ≥ ceil(total × util), "
+    check = cite("request_memory", plan.inputs.vllm_version)
+    items.append(Text(f"each start: {check} needs free at its snapshot (free − own context) ≥ ceil(total × util), "
                       "and the engine's footprint at plateau must fit in the free memory"))
     if rollout.fails is not None:
         rows = [("-", rollout.fails.seat, check) for check in rollout.fails.checks]

@@ -15,18 +15,21 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import json
 import shlex
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from seatplan.documents.fleet import StartedBy
-from seatplan.documents.plan import Plan
-from seatplan.encode import TAG, Unsafe, ansible_unsafe, check_name, dump_yaml, systemd_path
-from seatplan.render import hostcheck
-from seatplan.render.engines import Engine, FixedSeat
+from seatplan.documents.plan import Plan, seat_launch
+from seatplan.encode import Unsafe, ansible_unsafe, check_name, dump_yaml, systemd_path
+from seatplan.engine.change import restart_digest
+from seatplan.render import hostcheck, hostrelease
+from seatplan.render.engines import Engine, FixedSeat, gpu_indices
 from seatplan.render.gateway import gateway_files, gateway_variables
 from seatplan.render.settings import RenderSettings
 from seatplan.render.targets import ENGINE_LAUNCHER, HEADER, LAUNCHER_SCRIPT, Files, compose_hosts, compose_path, seat_compose_path
-from seatplan.render.tasks import HEALTH_POLL_S, url_wait_task
+from seatplan.render.tasks import HEALTH_POLL_S, OUT_OF_RENDER, url_wait_task
 
 SYSTEMD_UNIT = "seatplan-vllm@.service"
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -47,18 +50,30 @@ STOP_COMMANDS = {
     # a third argument: a script written for the restart alone must read it before it restarts anything
     "script": "{{ seatplan_restart_script | quote }} {{ seat.name | quote }} {{ (seatplan_host_dir ~ '/env/' ~ seat.name ~ '.env') | quote }} stop",
 }
+# The message apply fails with, before the first step, when a secret reference would not reach its engine (a host
+# variable unset, an env_files file missing or readable by others); `seatplan apply` turns it into error/fix.
+MISSING_SECRETS = "seatplan-secrets-missing"
+# The message the first play fails with when a seat's port, or memory on its GPUs, is held by a process no seat accounts for
+# (before anything is stopped, on any host); `seatplan apply` turns it into error/fix.
+REFUSED = "seatplan-port-refused"
+REFUSED_ROWS = "(seatplan_observed.stdout_lines | default([]) | map('from_json') | selectattr('refuse') | list)"
+# What the first play prints per seat: `seatplan-observed HOST {JSON}` (hostcheck.observe); `apply --check` tabulates it.
+OBSERVED = "seatplan-observed"
 # The message rollback fails with when no backup carries the tag; `seatplan rollback` turns it into error/fix.
 NO_BACKUPS = "seatplan-no-backups"
 # The message a failed step ends the rollout with (after putting back what it changed); `seatplan apply` names the step.
 STEP_FAILED = "seatplan-step-failed"
-# What a step leaves beside a seat's files, named `<file>.<mark>-YYYYMMDD-<tag>`: the file it replaced (bak), that
-# the file is new with this tag (new), that the seat was stopped (stopped), that the engine started outside seatplan
-# was stopped for seatplan's (cutover). Rollback reads them back.
-MARKS = ("bak", "new", "stopped", "cutover")
+# The message rollback fails with when a backup a record names is gone (nothing is put back then).
+ROLLBACK_FAILED = "seatplan-rollback-failed"
+# What a step leaves beside a seat's files: the file it replaced, as `<file>.bak-YYYYMMDD-<tag>`. What it added,
+# stopped or cut over is in the release record on the host (render/hostrelease.py), which rollback reads.
 # The host-side check of who holds a seat's port and whether the engine a step started is the one answering /health
 # (render/hostcheck.py, standard library only), copied to each host beside the launcher.
 HEALTH_CHECK = "bin/seatplan-health.py"
 HOSTCHECK_TEXT = Path(hostcheck.__file__).read_text(encoding="utf-8")
+# The host-side release records and the rollback computed from them (render/hostrelease.py), copied beside it.
+RELEASE_SCRIPT = "bin/seatplan-release.py"
+RELEASE_TEXT = Path(hostrelease.__file__).read_text(encoding="utf-8")
 
 
 def is_loopback(address: str) -> bool:
@@ -100,17 +115,18 @@ def cutover(started_by: StartedBy | None) -> dict | None:
         file, service = started_by.compose_file or "", started_by.compose_service or ""
         # `rm --stop`: a stopped container with `restart: always` would come back when the Docker daemon restarts
         return {"kind": "compose", "stop": ["docker", "compose", "-f", file, "rm", "--stop", "--force", service],
-                "start": ["docker", "compose", "-f", file, "up", "-d", service]}
+                "start": ["docker", "compose", "-f", file, "up", "-d", service], "compose_file": file, "compose_service": service}
     if started_by.kind == "systemd":
         unit = started_by.systemd_unit or ""
-        return {"kind": "systemd", "stop": ["systemctl", "disable", "--now", unit], "start": ["systemctl", "enable", "--now", unit]}
+        return {"kind": "systemd", "stop": ["systemctl", "disable", "--now", unit], "start": ["systemctl", "enable", "--now", unit], "unit": unit}
     return {"kind": "command", "stop": list(started_by.stop_command), "start": list(started_by.start_command)}
 
 
 def seat_info(engine: Engine, files: Files) -> dict:
     """What the steps need of a seat in the plan: its host, health URL, the checksum of each of its files, the cut-over."""
     sums = {kind: sha1(files[path]) for kind, path in seat_file_paths(engine.name).items() if path in files}
-    return {"name": engine.name, "host": engine.host, "port": engine.port, "health_url": engine.health_url, "sha1": sums, "cutover": cutover(engine.seat.started_by)}
+    return {"name": engine.name, "host": engine.host, "port": engine.port, "health_url": engine.health_url, "sha1": sums, "cutover": cutover(engine.seat.started_by),
+            "digest": restart_digest(seat_launch(engine.seat)) or ""}
 
 
 def seat_file_paths(seat: str) -> dict[str, str]:
@@ -128,8 +144,8 @@ SEAT_FILES = (
     "{{ [{'kind': 'env', 'src': seatplan_render_dir ~ '/env/' ~ seat.name ~ '.env', 'dest': seatplan_host_dir ~ '/env/' ~ seat.name ~ '.env'}]"
     " + ([{'kind': 'compose', 'src': seatplan_render_dir ~ '/compose-seats/' ~ seat.name ~ '.yaml', 'dest': seatplan_host_dir ~ '/compose/' ~ seat.name ~ '.yaml'}]"
     " if seatplan_restart == 'compose' else [])"
-    " + ([{'kind': 'unit', 'src': seatplan_render_dir ~ '/systemd/seatplan-vllm@' ~ seat.name ~ '.service.d/" + DROP_IN + "', 'dest': '"
-    + SYSTEMD_DIR + "/seatplan-vllm@' ~ seat.name ~ '.service.d/" + DROP_IN + "'}] if seatplan_restart == 'systemd' else []) }}"
+    " + ([{'kind': 'unit', 'src': seatplan_render_dir ~ '/systemd/seatplan-vllm@' ~ seat.name ~ '.service.d/" + DROP_IN + "', "
+    "'dest': seatplan_systemd_dir ~ '/seatplan-vllm@' ~ seat.name ~ '.service.d/" + DROP_IN + "'}] if seatplan_restart == 'systemd' else []) }}"
 )
 
 
@@ -159,6 +175,49 @@ def rollout_steps(plan: Plan, engines: list[Engine]) -> list[dict]:
     return steps
 
 
+def secret_arguments(engines: list[Engine], host: str) -> list[str]:
+    """The host check's arguments for the secrets the host's engines take by reference (``secrets`` in
+    render/hostcheck.py): ``--var SEAT=NAME=SOURCE`` per ``from_host_env``, ``--file SEAT=PATH`` per ``env_files`` file."""
+    words: list[str] = []
+    for engine in engines:
+        if engine.host != host:
+            continue
+        for name, source in sorted(engine.seat.env_from_host.items()):
+            words += ["--var", f"{engine.name}={name}={source}"]
+        for path in engine.seat.env_files:
+            words += ["--file", f"{engine.name}={path}"]
+    return words
+
+
+def observe_arguments(engines: list[Engine], files: Files, host: str, fixed: list[FixedSeat]) -> list[str]:
+    """The host check's ``observe`` arguments for the host's seats: ``--seat JSON`` each (its port, its GPUs, the
+    planned env file's checksum, the engine its started_by names), and ``--fixed JSON`` for each fixed seat there (its
+    GPUs, and the port of its health URL by which its process is known)."""
+    words: list[str] = []
+    for engine in engines:
+        if engine.host == host:
+            # a CPU host's "GPUs" are memory budgets: nvidia-smi has nothing to say about them
+            gpus = gpu_indices(engine.seat) if engine.seat.device == "cuda" else []
+            spec = {"seat": engine.name, "port": engine.port, "gpus": gpus, "sha1": sha1(files[f"env/{engine.name}.env"]),
+                    "started_by": cutover(engine.seat.started_by), "digest": restart_digest(seat_launch(engine.seat))}
+            words += ["--seat", json.dumps(spec, sort_keys=True)]
+    for item in fixed:
+        if item.host == host and item.seat.device == "cuda":
+            words += ["--fixed", json.dumps({"seat": item.name, "gpus": item.gpu_indices, "port": url_port(item.seat.health_url)}, sort_keys=True)]
+    return words
+
+
+def url_port(url: str | None) -> int | None:
+    """The port a health URL names (its scheme's default where it names none); None for no URL or a malformed one."""
+    if not url:
+        return None
+    try:
+        parsed = urlsplit(url)
+        return parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
+    except ValueError:
+        return None
+
+
 def variables(engines: list[Engine], files: Files, settings: RenderSettings, steps: list[dict], fixed: list[FixedSeat] | None = None) -> dict:
     fixed = fixed or []
     hosts = sorted({engine.host for engine in engines})
@@ -172,6 +231,8 @@ def variables(engines: list[Engine], files: Files, settings: RenderSettings, ste
         "seatplan_tag": "seatplan",
         "seatplan_date": "{{ now(utc=true, fmt='%Y%m%d') }}",
         "seatplan_restart": settings.restart,
+        # where the unit and the seats' drop-ins go (-e seatplan_systemd_dir=...: a test's stand-in systemd reads them there)
+        "seatplan_systemd_dir": SYSTEMD_DIR,
         "seatplan_restart_script": Unsafe(settings.restart_script or ""),
         "seatplan_restart_command": RESTART_COMMANDS[settings.restart],
         "seatplan_stop_command": STOP_COMMANDS[settings.restart],
@@ -180,11 +241,22 @@ def variables(engines: list[Engine], files: Files, settings: RenderSettings, ste
         "seatplan_health_timeout_s": settings.health_timeout_s,
         "seatplan_health_delay_s": HEALTH_POLL_S,
         "seatplan_run_verify": True,
+        # `seatplan apply` passes the plan's SHA-256 for the release record; `rollback --before TAG` sets the switch
+        "seatplan_plan_sha256": "",
+        "seatplan_rollback_before": False,
+        # the tag whose backups hold the gateway's config and the rules as they were after the release rolled back to:
+        # the earliest undone release's, as the engine hosts' records said (empty: nothing undone, nothing put back)
+        "seatplan_rollback_tag": ("{{ groups['all'] | map('extract', hostvars) | selectattr('seatplan_undo', 'defined') | map(attribute='seatplan_undo') "
+                                  "| map(attribute='restore_tag', default='') | select | first | default('') }}"),
         "seatplan_verify_command": Unsafe(verify_command(settings)),
         "seatplan_compose_files": ansible_unsafe({host: compose_path(host, compose_hosts(engines, fixed)) for host in hosts}),
         # the cold-boot compose.yaml per host as rendered: apply backs up the host's copy when it differs
         "seatplan_compose_sha1": {host: sha1(files.get(compose_path(host, compose_hosts(engines, fixed)), "")) for host in hosts},
         "seatplan_seats": seats,
+        # each host's secret references, checked before the first step (secrets_tasks)
+        "seatplan_secrets": ansible_unsafe({host: secret_arguments(engines, host) for host in hosts}),
+        # each host's seats, as the first play observes what runs for them (observe_tasks; `apply --check` prints it)
+        "seatplan_observe": ansible_unsafe({host: observe_arguments(engines, files, host, fixed) for host in hosts}),
         "seatplan_steps": ansible_unsafe(steps),
         "seatplan_files": SEAT_FILES,
         # fixed seats with a health URL, per host: the engines wait for each before the first restarts (issue 18)
@@ -201,7 +273,7 @@ def verify_command(settings: RenderSettings) -> str:
 
 
 def mark(path: str, kind: str) -> str:
-    """``<path>.<kind>-YYYYMMDD-<tag>``: a backup or a marker of this apply (MARKS)."""
+    """``<path>.<kind>-YYYYMMDD-<tag>``: a backup this apply made."""
     return path + "." + kind + "-{{ seatplan_date }}-{{ seatplan_tag }}"
 
 
@@ -216,7 +288,7 @@ CAN_START = "(seat.cutover is not none and (seat.cutover.start | default([]) | l
 
 
 def shell(name: str, command: str, when: str, **more: object) -> dict:
-    return {"name": name, "ansible.builtin.shell": command, "when": f"({when}) and {NOT_CHECK}", **more}
+    return {"name": name, "ansible.builtin.shell": command, "args": OUT_OF_RENDER, "when": f"({when}) and {NOT_CHECK}", **more}
 
 
 def host_check(command: str, *more: str) -> list[str]:
@@ -237,8 +309,28 @@ def port_check() -> dict:
     """Before a step touches anything: the seat's port is free, or held by its own engine or the one it cuts over
     from (the cut-over's stop comes later in the step); else the step fails here, naming the holder."""
     cuts = "'yes' if (seat.cutover is not none and not seatplan_before.results[0].stat.exists) else 'no'"
-    return {"name": "{{ seat.name }}: who holds port {{ seat.port }}", "ansible.builtin.command": {"argv": host_check("before", "--cutover", "{{ " + cuts + " }}")},
+    argv = host_check("before", "--cutover", "{{ " + cuts + " }}", "--started-by", "{{ seat.cutover | to_json }}", "--digest", "{{ seat.digest | default('') }}")
+    return {"name": "{{ seat.name }}: who holds port {{ seat.port }}", "ansible.builtin.command": {"argv": argv},
             "register": "seatplan_port", "changed_when": False, "when": NOT_CHECK}
+
+
+def release_script(command: str, *more: str) -> list[str]:
+    """The argv of the host-side release records (RELEASE_SCRIPT), run with the host's Python."""
+    return ["{{ ansible_python_interpreter | default('python3') }}", "{{ seatplan_host_dir }}/" + RELEASE_SCRIPT, command, "--host-dir", "{{ seatplan_host_dir }}", *more]
+
+
+# What every step tells the record (render/hostrelease.py's step_entry reads it): the seat, its commands as run, its
+# files and what stood there before the step, and what the step did; a Jinja mapping, sent as JSON on stdin.
+STEP_SEEN = ("'label': step.label, 'action': step.action, 'seat': seat.name, 'port': seat.port, 'health_url': seat.health_url, "
+             "'mode': seatplan_restart, 'restart_command': seatplan_restart_command, 'stop_command': seatplan_stop_command, 'files': seatplan_files, "
+             "'date': seatplan_date, 'tag': seatplan_tag, 'plan_sha256': seatplan_plan_sha256")
+
+
+def record_task(seen: str) -> dict:
+    """The step, once done, into this apply's release record on the host (rewritten whole, atomically)."""
+    return {"name": "{{ seat.name }}: into the release record on the host",
+            "ansible.builtin.command": {"argv": release_script("record", "--release", "{{ seatplan_release }}"), "stdin": "{{ {" + STEP_SEEN + ", " + seen + "} | to_json }}"},
+            "changed_when": False, "when": NOT_CHECK}
 
 
 def forget_pid(when: str) -> dict:
@@ -270,15 +362,19 @@ def start_step_tasks() -> list[dict]:
     existed = "seatplan_before.results[0].stat.exists"
     # reconcile: an engine that is not running, or not from the files on the host, is started whatever changed
     # (the port check's verdict); `apply --restart SEAT` names seats restarted on purpose
-    restarts = ("seatplan_written is changed or seat.name in (seatplan_stopped | default([])) or seatplan_cut is changed"
-                " or not ((seatplan_port.stdout | default('{}', true) | from_json).as_planned | default(true))"
+    # the one change model (engine.change): where the running engine carries its restart digest, a new env file whose
+    # change needs no restart (a utilisation beside a pinned KV cache) is written without one; a seat's compose
+    # service or systemd drop-in that changed restarts it
+    port = "(seatplan_port.stdout | default('{}', true) | from_json)"
+    others_written = "(seatplan_written.results | default([]) | selectattr('changed') | map(attribute='item.kind') | reject('equalto', 'env') | list | length > 0)"
+    restarts = (f"(seatplan_written is changed and not ({port}.digest_known | default(false))) or {others_written}"
+                " or seat.name in (seatplan_stopped | default([])) or seatplan_cut is changed"
+                f" or not ({port}.as_planned | default(true))"
                 " or seat.name in (seatplan_force_restart | default('') | string).split(',')")
     block = [
         {"name": "{{ seat.name }}: dated backup of each file it replaces", "loop": "{{ seatplan_before.results }}", "loop_control": {"label": "{{ item.item.dest }}"},
          "ansible.builtin.copy": {"src": "{{ item.stat.path }}", "dest": mark("{{ item.stat.path }}", "bak"), "remote_src": True, "mode": "preserve"},
          "when": changed},
-        {"name": "{{ seat.name }}: mark the files that are new with this tag", "loop": "{{ seatplan_before.results }}", "loop_control": {"label": "{{ item.item.dest }}"},
-         "ansible.builtin.copy": {"content": "", "dest": mark("{{ item.item.dest }}", "new"), "mode": "0644"}, "when": "not item.stat.exists"},
         {"name": "{{ seat.name }}: directories", "loop": "{{ seatplan_files }}", "loop_control": {"label": "{{ item.dest | dirname }}"},
          "ansible.builtin.file": {"path": "{{ item.dest | dirname }}", "state": "directory", "mode": "0755"}},
         {"name": "{{ seat.name }}: write its files", "loop": "{{ seatplan_files }}", "loop_control": {"label": "{{ item.dest }}"},
@@ -287,12 +383,13 @@ def start_step_tasks() -> list[dict]:
         {"name": "{{ seat.name }}: cut over: stop the engine started outside seatplan",
          "ansible.builtin.command": {"argv": "{{ seat.cutover.stop }}"}, "register": "seatplan_cut",
          "when": f"seat.cutover is not none and not {existed} and {NOT_CHECK}"},
-        {"name": "{{ seat.name }}: mark the cut-over", "ansible.builtin.copy": {"content": "{{ seat.cutover.kind }}\n", "dest": mark(ENV, "cutover"), "mode": "0644"},
-         "when": "seatplan_cut is changed"},
         forget_pid(restarts),
         shell("{{ seat.name }}: {{ step.action }}", "{{ seatplan_restart_command }}", restarts, register="seatplan_started"),
         health_wait("{{ seat.name }}: wait for /health before the next step", "seatplan_started is changed"),
         {"name": "{{ seat.name }}: running again", "ansible.builtin.set_fact": {"seatplan_stopped": "{{ seatplan_stopped | default([]) | difference([seat.name]) }}"}},
+        record_task("'before': seatplan_before.results | map(attribute='stat') | list, 'sha1': seat.sha1, "
+                    "'cutover': (seat.cutover if seatplan_cut is changed else none), 'started': seatplan_started is changed, "
+                    "'health': seatplan_health.stdout | default('')"),
     ]
     rescue = [
         {"name": "{{ seat.name }}: put back the files this step replaced", "loop": "{{ seatplan_before.results }}", "loop_control": {"label": "{{ item.item.dest }}"},
@@ -302,7 +399,7 @@ def start_step_tasks() -> list[dict]:
         {"name": "{{ seat.name }}: remove the files this step added", "loop": "{{ seatplan_before.results }}", "loop_control": {"label": "{{ item.item.dest }}"},
          "ansible.builtin.file": {"path": "{{ item.item.dest }}", "state": "absent"}, "when": "not item.stat.exists"},
         daemon_reload("true", ignore_errors=True),
-        {"name": "{{ seat.name }}: start the engine it cut over from again", "ansible.builtin.command": {"argv": "{{ seat.cutover.start }}"},
+        {"name": "{{ seat.name }}: start the engine it cut over from again", "ansible.builtin.command": {"argv": "{{ seat.cutover.start }}", **OUT_OF_RENDER},
          "when": f"seatplan_cut is defined and seatplan_cut is changed and {CAN_START} and {NOT_CHECK}", "ignore_errors": True},
         forget_pid(f"{existed} and seatplan_put_back is changed and seat.name not in (seatplan_stopped | default([]))"),
         shell("{{ seat.name }}: restart it from the files put back", "{{ seatplan_restart_command }}",
@@ -328,7 +425,6 @@ def stop_step_tasks() -> list[dict]:
     block = [
         shell("{{ seat.name }}: stop", "{{ seatplan_stop_command }}", "not seatplan_done", register="seatplan_stop_run"),
         forget_pid("not seatplan_done"),
-        {"name": "{{ seat.name }}: mark it stopped", "ansible.builtin.copy": {"content": "", "dest": mark(ENV, "stopped"), "mode": "0644"}, "when": "not seatplan_done"},
         {"name": "{{ seat.name }}: stopped until its start", "ansible.builtin.set_fact": {"seatplan_stopped": "{{ (seatplan_stopped | default([])) + [seat.name] }}"},
          "when": "not seatplan_done"},
         {"name": "{{ seat.name }}: its files here", "loop": "{{ seatplan_files }}", "loop_control": {"label": "{{ item.dest }}"},
@@ -338,6 +434,8 @@ def stop_step_tasks() -> list[dict]:
          "ansible.builtin.copy": {"src": "{{ item.item.dest }}", "dest": mark("{{ item.item.dest }}", "bak"), "remote_src": True, "mode": "preserve"}},
         {"name": "{{ seat.name }}: remove its files", "loop": "{{ seatplan_leaving.results | default([]) }}", "loop_control": {"label": "{{ item.item.dest }}"},
          "when": "item.stat is defined and item.stat.exists", "ansible.builtin.file": {"path": "{{ item.item.dest }}", "state": "absent"}},
+        record_task("'before': seatplan_leaving.results | default([]) | map(attribute='stat', default={}) | list, 'leaving': not (" + stays + "), "
+                    "'stopped': not seatplan_done"),
     ]
     rescue = [
         {"name": "{{ seat.name }}: put its files back", "loop": "{{ seatplan_leaving.results | default([]) }}", "loop_control": {"label": "{{ item.item.dest }}"},
@@ -353,89 +451,49 @@ def stop_step_tasks() -> list[dict]:
     ]
 
 
-def find_marks(kind: str, register: str, paths: str = "{{ seatplan_files }}") -> dict:
-    """Per seat file, the marks of ``kind`` this tag left beside it (newest last by mtime)."""
-    return {"name": "{{ seat.name }}: its " + kind + " marks tagged {{ seatplan_tag }}", "loop": paths, "loop_control": {"label": "{{ item.dest }}"},
-            "ansible.builtin.find": {"paths": "{{ item.dest | dirname }}", "patterns": "{{ item.dest | basename }}" + tagged(kind), "get_checksum": True},
-            "register": register}
 
 
-def undo_start_tasks() -> list[dict]:
-    """Rollback of a start or restart: the seat's files as they were before the tag (a file the tag added goes), the
-    engine stopped (start) or restarted from them (restart), the engine it cut over from started again."""
-    differs = "item.matched > 0 and (item.files | sort(attribute='mtime') | last).checksum != (seatplan_now.results[ansible_loop.index0].stat.checksum | default(''))"
-    new_any = "(seatplan_new.results | selectattr('matched', 'gt', 0) | list | length > 0)"
+
+
+
+
+
+
+
+
+def controller_script(command: str) -> dict:
+    """The host check run from the controller's rendered copy (``script``: nothing is copied to the host first)."""
+    return {"cmd": "{{ (seatplan_render_dir ~ '/" + HEALTH_CHECK + "') | quote }} " + command,
+            "executable": "{{ ansible_python_interpreter | default('python3') }}"}
+
+
+def observe_tasks() -> list[dict]:
+    """Read-only, first on every host and in --check too: who listens on each seat's port (render/hostcheck.py
+    ``observe``), one ``OBSERVED`` line per seat in the output that ``seatplan apply`` reads back."""
+    command = ("observe --mode {{ seatplan_restart | quote }} --host-dir {{ seatplan_host_dir | quote }} "
+               "{{ seatplan_observe[inventory_hostname] | default([]) | map('quote') | join(' ') }}")
     return [
-        {"name": "{{ seat.name }}: its files now", "loop": "{{ seatplan_files }}", "loop_control": {"label": "{{ item.dest }}"},
-         "ansible.builtin.stat": {"path": "{{ item.dest }}", "checksum_algorithm": "sha1"}, "register": "seatplan_now"},
-        find_marks("bak", "seatplan_backups"),
-        find_marks("new", "seatplan_new"),
-        {"name": "{{ seat.name }}: did the tag add it?", "ansible.builtin.set_fact": {"seatplan_added": "{{ " + new_any + " }}", "seatplan_differs": False}},
-        {"name": "{{ seat.name }}: does a file differ from the one tagged?", "loop": "{{ seatplan_backups.results }}",
-         "loop_control": {"label": "{{ item.item.dest }}", "extended": True}, "when": differs, "ansible.builtin.set_fact": {"seatplan_differs": True}},
-        shell("{{ seat.name }}: stop the engine the tag started", "{{ seatplan_stop_command }}",
-              "seatplan_added or (step.action == 'start' and seatplan_differs)", ignore_errors=True),
-        {"name": "{{ seat.name }}: put back the newest file tagged {{ seatplan_tag }}", "loop": "{{ seatplan_backups.results }}",
-         "loop_control": {"label": "{{ item.item.dest }}", "extended": True},
-         "ansible.builtin.copy": {"src": "{{ (item.files | sort(attribute='mtime') | last).path }}", "dest": "{{ item.item.dest }}", "remote_src": True, "mode": "preserve"},
-         "when": differs, "register": "seatplan_put_back"},
-        {"name": "{{ seat.name }}: remove the files the tag added", "loop": "{{ seatplan_new.results }}", "loop_control": {"label": "{{ item.item.dest }}"},
-         "ansible.builtin.file": {"path": "{{ item.item.dest }}", "state": "absent"}, "when": "item.matched > 0"},
-        {"name": "{{ seat.name }}: and their marks", "loop": "{{ seatplan_new.results | map(attribute='files') | flatten | map(attribute='path') | list }}",
-         "ansible.builtin.file": {"path": "{{ item }}", "state": "absent"}},
-        daemon_reload("seatplan_put_back is changed or seatplan_added"),
-        forget_pid("step.action == 'restart' and seatplan_put_back is changed and not seatplan_added"),
-        shell("{{ seat.name }}: restart from the files put back", "{{ seatplan_restart_command }}",
-              "step.action == 'restart' and seatplan_put_back is changed and not seatplan_added", register="seatplan_started"),
-        health_wait("{{ seat.name }}: wait for /health before the next seat", "seatplan_started is changed"),
-        find_marks("cutover", "seatplan_cutovers", "{{ seatplan_files[:1] }}"),
-        {"name": "{{ seat.name }}: start the engine it was cut over from", "ansible.builtin.command": {"argv": "{{ seat.cutover.start }}"},
-         "when": f"seatplan_cutovers.results[0].matched > 0 and {CAN_START} and {NOT_CHECK}"},
-        {"name": "{{ seat.name }}: the cut-over is undone", "loop": "{{ seatplan_cutovers.results[0].files | map(attribute='path') | list }}",
-         "ansible.builtin.file": {"path": "{{ item }}", "state": "absent"}, "when": NOT_CHECK},
+        {"name": "what runs for each seat", "ansible.builtin.script": controller_script(command), "register": "seatplan_observed",
+         "changed_when": False, "check_mode": False, "when": "seatplan_observe[inventory_hostname] | default([]) | length > 0"},
+        {"name": "what runs, seat by seat", "loop": "{{ seatplan_observed.stdout_lines | default([]) }}",
+         "loop_control": {"label": "{{ (item | from_json).seat }}"},
+         "ansible.builtin.debug": {"msg": OBSERVED + " {{ inventory_hostname }} {{ item }}"}},
+        {"name": "no seat's port or GPU is held by a process nobody declared", "when": f"{REFUSED_ROWS} | length > 0 and {NOT_CHECK}",
+         "ansible.builtin.fail": {"msg": REFUSED + ": on {{ inventory_hostname }}: {{ " + REFUSED_ROWS + " | map(attribute='message') | join('\n') }}"}},
     ]
 
 
-def undo_stop_tasks() -> list[dict]:
-    """Rollback of a stop: the seat's files back where they were removed, and its engine started from them."""
-    return [
-        find_marks("stopped", "seatplan_stops", "{{ seatplan_files[:1] }}"),
-        {"name": "{{ seat.name }}: its files now", "loop": "{{ seatplan_files }}", "loop_control": {"label": "{{ item.dest }}"},
-         "ansible.builtin.stat": {"path": "{{ item.dest }}"}, "register": "seatplan_now", "when": "seatplan_stops.results[0].matched > 0"},
-        find_marks("bak", "seatplan_backups"),
-        {"name": "{{ seat.name }}: put back the files it left with", "loop": "{{ seatplan_backups.results }}", "loop_control": {"label": "{{ item.item.dest }}", "extended": True},
-         "ansible.builtin.copy": {"src": "{{ (item.files | sort(attribute='mtime') | last).path }}", "dest": "{{ item.item.dest }}", "remote_src": True, "mode": "preserve"},
-         "when": "seatplan_stops.results[0].matched > 0 and item.matched > 0 and not seatplan_now.results[ansible_loop.index0].stat.exists"},
-        daemon_reload("seatplan_stops.results[0].matched > 0"),
-        forget_pid("seatplan_stops.results[0].matched > 0"),
-        shell("{{ seat.name }}: start it again", "{{ seatplan_restart_command }}", "seatplan_stops.results[0].matched > 0", register="seatplan_started"),
-        health_wait("{{ seat.name }}: wait for /health before the next seat", "seatplan_started is changed"),
-        {"name": "{{ seat.name }}: the stop is undone", "loop": "{{ seatplan_stops.results[0].files | map(attribute='path') | list }}",
-         "ansible.builtin.file": {"path": "{{ item }}", "state": "absent"}, "when": NOT_CHECK},
-    ]
-
-
-def backup_tags() -> str:
-    """Jinja: the tags of the marks found on the host (only names a tag may be, so the message stays plain)."""
-    return ("seatplan_all_backups.files | map(attribute='path') | map('basename') "
-            f"| map('regex_replace', '^.*[.]({'|'.join(MARKS)})-[0-9]{{8}}-', '') "
-            f"| select('match', '^{TAG.pattern}$') | unique | sort")
-
-
-def rollback_check_tasks() -> list[dict]:
-    """Refuse a tag no backup on the host carries, naming the tags there (else rollback restores nothing, exit 0)."""
-    return [
-        {
-            "name": "the backups on this host",
-            "ansible.builtin.find": {"paths": "{{ seatplan_host_dir }}/env", "patterns": [f"*.env.{kind}-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]-*" for kind in MARKS]},
-            "register": "seatplan_all_backups",
-        },
-        {
-            "name": "a backup tagged {{ seatplan_tag }} exists",
-            "ansible.builtin.fail": {"msg": NO_BACKUPS + ": on {{ inventory_hostname }}; tags there: {{ (" + backup_tags() + ") | join(' ') or '(none)' }}"},
-            "when": "seatplan_tag not in (" + backup_tags() + ")",
-        },
-    ]
+def secrets_tasks() -> list[dict]:
+    """Before anything is written or stopped on any host: every secret a seat takes by reference reaches its engine
+    (the host variable is set where the engines get their environment; each env_files file exists and is not readable
+    by others). Run from the controller's copy (``script``: nothing is copied to the host first), in --check too."""
+    command = "secrets --mode {{ seatplan_restart | quote }} {{ seatplan_secrets[inventory_hostname] | default([]) | map('quote') | join(' ') }}"
+    check = {"name": "every secret reference reaches its engine", "ansible.builtin.script": controller_script(command),
+             "register": "seatplan_secrets_check", "changed_when": False, "check_mode": False,
+             "when": "seatplan_secrets[inventory_hostname] | default([]) | length > 0"}
+    failed = {"name": "a secret reference would not reach its engine", "ansible.builtin.fail": {
+        "msg": MISSING_SECRETS + ": on {{ inventory_hostname }}: {{ ansible_failed_result.stderr | default(ansible_failed_result.msg | default('')) | trim | truncate(6000) }}"}}
+    return [{"name": "secrets", "block": [check], "rescue": [failed]}]
 
 
 def prepare_tasks() -> list[dict]:
@@ -447,14 +505,27 @@ def prepare_tasks() -> list[dict]:
          "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/" + ENGINE_LAUNCHER, "dest": "{{ seatplan_host_dir }}/" + ENGINE_LAUNCHER, "mode": "0755"}},
         {"name": "the engines' health check",
          "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/" + HEALTH_CHECK, "dest": "{{ seatplan_host_dir }}/" + HEALTH_CHECK, "mode": "0755"}},
+        release_copy_task(),
+        # one record per apply and host, named once here (UTC time to the microsecond, then the tag: they sort in order)
+        {"name": "this apply's release record", "ansible.builtin.set_fact": {"seatplan_release": "{{ now(utc=true, fmt='%Y%m%dT%H%M%S%f') }}-{{ seatplan_tag }}"}},
         {
             "name": "systemd unit",
-            "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/systemd/" + SYSTEMD_UNIT, "dest": SYSTEMD_DIR + "/" + SYSTEMD_UNIT, "mode": "0644"},
+            "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/systemd/" + SYSTEMD_UNIT, "dest": "{{ seatplan_systemd_dir }}/" + SYSTEMD_UNIT, "mode": "0644"},
             "register": "seatplan_unit",
             "when": "seatplan_restart == 'systemd'",
         },
         daemon_reload("seatplan_unit is changed"),
     ]
+
+
+def release_copy_task() -> dict:
+    return {"name": "the release records' script",
+            "ansible.builtin.copy": {"src": "{{ seatplan_render_dir }}/" + RELEASE_SCRIPT, "dest": "{{ seatplan_host_dir }}/" + RELEASE_SCRIPT, "mode": "0755"}}
+
+
+def release_finish_task() -> dict:
+    return {"name": "the release record: landed", "ansible.builtin.command": {"argv": release_script("finish", "--release", "{{ seatplan_release }}")},
+            "changed_when": False, "when": NOT_CHECK}
 
 
 def compose_file_tasks(restore: bool) -> list[dict]:
@@ -464,9 +535,10 @@ def compose_file_tasks(restore: bool) -> list[dict]:
     when = "seatplan_restart == 'compose' and inventory_hostname in seatplan_compose_files"
     if restore:
         return [
-            {"name": "compose.yaml tagged {{ seatplan_tag }}", "ansible.builtin.find": {"paths": "{{ seatplan_host_dir }}", "patterns": "compose.yaml" + tagged("bak")},
-             "register": "seatplan_compose_backup", "when": when},
-            {"name": "put compose.yaml back", "when": f"{when} and seatplan_compose_backup.matched > 0",
+            {"name": "compose.yaml as the earliest undone release found it", "ansible.builtin.find": {"paths": "{{ seatplan_host_dir }}",
+             "patterns": "compose.yaml" + tagged("bak").replace("seatplan_tag", "seatplan_undo.restore_tag")},
+             "register": "seatplan_compose_backup", "when": f"{when} and (seatplan_undo.restore_tag | default(none)) is not none"},
+            {"name": "put compose.yaml back", "when": f"{when} and (seatplan_compose_backup.matched | default(0)) > 0",
              "ansible.builtin.copy": {"src": "{{ (seatplan_compose_backup.files | sort(attribute='mtime') | last).path }}", "dest": dest, "remote_src": True, "mode": "preserve"}},
         ]
     return [
@@ -546,16 +618,75 @@ def gateway_plays(settings: RenderSettings) -> list[dict]:
 
 def apply_plays(steps: list[dict], settings: RenderSettings, fixed: list[FixedSeat]) -> list[dict]:
     waits = [fixed_wait_task()] if any(item.seat.health_url for item in fixed) else []
-    plays = [play("seatplan apply: prepare every host", prepare_tasks() + waits)]
+    # any host's missing secret ends the apply before the first host is prepared: nothing is changed anywhere
+    plays = [play("seatplan apply: what runs, and every secret reference reaches its engine", observe_tasks() + secrets_tasks(), any_errors_fatal=True),
+             play("seatplan apply: prepare every host", prepare_tasks() + waits)]
     plays += [step_play(index, step, "step-stop.yaml" if step["action"] == "stop" else "step-start.yaml") for index, step in enumerate(steps)]
     plays.append(play("seatplan apply: the hosts' compose.yaml (a cold boot's file)", compose_file_tasks(restore=False)))
-    return plays + gateway_plays(settings) + [verify_play()]
+    landed = play("seatplan apply: the release recorded on each host as landed", [release_finish_task()])
+    return plays + gateway_plays(settings) + [landed, verify_play()]
 
 
-def rollback_plays(steps: list[dict]) -> list[dict]:
-    """The apply's steps undone in reverse order: a start is stopped before the stop before it is started again."""
-    plays = [play("seatplan rollback: the tag exists", rollback_check_tasks())]
-    plays += [step_play(index, step, "undo-stop.yaml" if step["action"] == "stop" else "undo-start.yaml") for index, step in reversed(list(enumerate(steps)))]
+def undo_tasks() -> list[dict]:
+    """Rollback on one host, from its release records (render/hostrelease.py): the files put back, then every engine
+    the undone releases touched stopped, then each one whose env file is back started again and waited for, then
+    the starters they cut over from started again; the undone records are set aside."""
+    which = "{{ '--before' if (seatplan_rollback_before | bool) else '--to' }}"
+    check = "--check={{ 'yes' if ansible_check_mode else 'no' }}"
+    return [
+        # the rendered script, sent and run by `script` (in --check too; nothing is left on the host)
+        {"name": "the releases recorded on this host, and what undoing them takes",
+         "ansible.builtin.script": {"cmd": "{{ (seatplan_render_dir ~ '/" + RELEASE_SCRIPT + "') | quote }} undo --host-dir {{ seatplan_host_dir | quote }} "
+                                    "--host {{ inventory_hostname | quote }} " + which + " {{ seatplan_tag | quote }} " + check,
+                                    "executable": "{{ ansible_python_interpreter | default('python3') }}"},
+         "register": "seatplan_undo_run", "check_mode": False, "changed_when": "(seatplan_undo_run.stdout | from_json).files | default([]) | length > 0"},
+        {"name": "what the records say", "ansible.builtin.set_fact": {"seatplan_undo": "{{ seatplan_undo_run.stdout | from_json }}"}, "check_mode": False},
+        {"name": "a release tagged {{ seatplan_tag }} is recorded here",
+         "ansible.builtin.fail": {"msg": NO_BACKUPS + ": on {{ inventory_hostname }}; tags there: {{ seatplan_undo.tags | join(' ') or '(none)' }}"},
+         "when": "seatplan_undo.error | default('') == 'unknown'"},
+        {"name": "every backup the undo needs is there",
+         "ansible.builtin.fail": {"msg": ROLLBACK_FAILED + ": on {{ inventory_hostname }}: the backups {{ seatplan_undo.missing | join(', ') }} are missing; "
+                                  "nothing was put back or restarted"},
+         "when": "seatplan_undo.error | default('') == 'missing'"},
+        {"name": "nothing to undo here", "ansible.builtin.debug": {
+            "msg": "{{ inventory_hostname }}: {{ ('the release tagged ' ~ seatplan_tag ~ ' is rolled back already') if (seatplan_undo.error | default('') == 'rolled-back') "
+                   "else ('no release after ' ~ seatplan_tag ~ ': nothing to roll back') }}"},
+         "when": "seatplan_undo.error | default('') == 'rolled-back' or (seatplan_undo.records | default([]) | length == 0)"},
+        {"name": "{{ seat.name }}: stop the engine of the undone releases", "ansible.builtin.shell": "{{ seat.stop_command }}",
+         "loop": "{{ seatplan_undo.stop | default([]) }}", "loop_control": {"loop_var": "seat", "label": "{{ seat.name }}"},
+         "when": f"seat.stop_command | length > 0 and {NOT_CHECK}", "ignore_errors": True},
+        {"name": "{{ seat.name }}: start it again from the files put back, and wait for it",
+         "ansible.builtin.include_tasks": "undo-seat.yaml", "loop": "{{ seatplan_undo.start | default([]) }}",
+         "loop_control": {"loop_var": "seat", "label": "{{ seat.name }}"}, "when": NOT_CHECK},
+        {"name": "{{ seat.name }}: start the engine it was cut over from", "ansible.builtin.command": {"argv": "{{ seat.argv }}", **OUT_OF_RENDER},
+         "loop": "{{ seatplan_undo.cutover_start | default([]) }}", "loop_control": {"loop_var": "seat", "label": "{{ seat.name }}"}, "when": NOT_CHECK},
+        {"name": "the undone releases set aside",
+         "ansible.builtin.script": {"cmd": "{{ (seatplan_render_dir ~ '/" + RELEASE_SCRIPT + "') | quote }} done --host-dir {{ seatplan_host_dir | quote }} "
+                                    "{{ seatplan_undo.records | default([]) | map('quote') | join(' ') }}",
+                                    "executable": "{{ ansible_python_interpreter | default('python3') }}"},
+         "when": f"(seatplan_undo.records | default([]) | length > 0) and {NOT_CHECK}"},
+    ]
+
+
+def seat_wait() -> dict:
+    """The health wait of a seat rollback starts again, in the restart mode its record names."""
+    wait = health_wait("{{ seat.name }}: wait for /health before the next seat", "true")
+    wait["ansible.builtin.command"]["argv"] = [word if word != "{{ seatplan_restart }}" else "{{ seat.mode }}" for word in wait["ansible.builtin.command"]["argv"]]
+    return wait
+
+
+def undo_seat_tasks(wait: dict) -> list[dict]:
+    return [
+        forget_pid("true"),
+        {"name": "{{ seat.name }}: start", "ansible.builtin.shell": "{{ seat.restart_command }}", "args": OUT_OF_RENDER, "when": NOT_CHECK},
+        wait,
+    ]
+
+
+def rollback_plays() -> list[dict]:
+    """Rollback reads the releases recorded on each host and undoes those after the tag (render/hostrelease.py), host by
+    host; the gateway's config and the alert rules go back to the backups the earliest undone release made."""
+    plays = [play("seatplan rollback: the releases recorded on each host, undone", undo_tasks())]
     return plays + [play("seatplan rollback: the hosts' compose.yaml", compose_file_tasks(restore=True)),
                     {"name": "seatplan rollback: the gateway and the alert rules", "import_playbook": "gateway-rollback.yaml"}]
 
@@ -583,8 +714,8 @@ def ansible_files(plan: Plan, engines: list[Engine], files: Files, settings: Ren
         "ansible/playbook.yaml": header + dump_yaml(apply_plays(steps, settings, fixed)),
         "ansible/step-start.yaml": header + dump_yaml(start_step_tasks()),
         "ansible/step-stop.yaml": header + dump_yaml(stop_step_tasks()),
-        "ansible/rollback.yaml": header + dump_yaml(rollback_plays(steps)),
-        "ansible/undo-start.yaml": header + dump_yaml(undo_start_tasks()),
-        "ansible/undo-stop.yaml": header + dump_yaml(undo_stop_tasks()),
+        RELEASE_SCRIPT: RELEASE_TEXT,
+        "ansible/rollback.yaml": header + dump_yaml(rollback_plays()),
+        "ansible/undo-seat.yaml": header + dump_yaml(undo_seat_tasks(seat_wait())),
     }
     return out

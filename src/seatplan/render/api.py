@@ -17,9 +17,9 @@ from seatplan.render.bundle import MANIFEST, manifest, render_files
 from seatplan.render.diff import DiffReport, diff_trees
 from seatplan.render.gateway_config import LiveConfig
 from seatplan.render.runner import PlaybookRun, playbook_command, run_playbook
-from seatplan.render.settings import TARGETS, RenderSettings, Target
+from seatplan.render.settings import KUBERNETES, TARGETS, RenderSettings, Target
 from seatplan.render.targets import Files
-from seatplan.render.writer import WriteResult, owned, read_manifest, read_tree, write_render
+from seatplan.render.writer import Staged, WriteResult, owned, read_manifest, read_tree, stage_render, write_render
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,11 @@ def targets_from(names: Iterable[str]) -> list[Target]:
     for name in names:
         if name == "all":
             return list(TARGETS)
+        if name == KUBERNETES:
+            chosen.append(KUBERNETES)
+            continue
         if name not in TARGETS:
-            raise SeatplanError(f"unknown target {name!r}", where="--target", fix=f"use one of: {', '.join(TARGETS)}, all")
+            raise SeatplanError(f"unknown target {name!r}", where="--target", fix=f"use one of: {', '.join(TARGETS)}, {KUBERNETES}, all")
         chosen.append(name)
     return chosen or list(TARGETS)
 
@@ -80,6 +83,17 @@ def rendered(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Tar
 def render_to(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Target], directory: Path) -> WriteResult:
     files = rendered(loaded, settings, targets, live_gateway_config(settings, loaded.plan))
     return write_render(directory, files, targets, manifest(loaded.text, settings, files))
+
+
+def stage_to(loaded: LoadedPlan, settings: RenderSettings, targets: Sequence[Target], directory: Path) -> Staged:
+    """The render apply runs from, built beside ``directory``; ``Staged.promote`` makes it ``directory`` once it landed."""
+    files = rendered(loaded, settings, targets, live_gateway_config(settings, loaded.plan))
+    return stage_render(directory, files, targets, manifest(loaded.text, settings, files))
+
+
+def plan_sha256(loaded: LoadedPlan) -> str:
+    """The plan's digest as the render manifest and the release records give it."""
+    return hashlib.sha256(loaded.text.encode("utf-8")).hexdigest()
 
 
 def settings_of(directory: Path) -> RenderSettings | None:
@@ -125,7 +139,7 @@ def blind_to_rollout(loaded: LoadedPlan, directory: Path, *, changed: bool = Tru
                 f"`seatplan plan FLEET --current {directory}`"]
     if counted_from is not None:
         return []
-    if rollout.plan_sha256 == hashlib.sha256(loaded.text.encode("utf-8")).hexdigest():
+    if rollout.plan_sha256 == plan_sha256(loaded):
         return []  # the rollout is this very plan's
     return [f"the plan was made without the current layout, but {directory} holds a rollout of another plan: it may move or "
             f"restart seats that need not; plan again with `seatplan plan FLEET --current {directory}`"]
@@ -133,8 +147,11 @@ def blind_to_rollout(loaded: LoadedPlan, directory: Path, *, changed: bool = Tru
 
 def rendered_targets(tree: Files) -> list[Target]:
     """The targets a directory holds (all of them for an empty one)."""
+    cluster = {path for path in tree if owned(path, [KUBERNETES]) and path != MANIFEST}
+    if cluster and all(path in cluster or path == MANIFEST for path in tree):
+        return [KUBERNETES]  # a directory rendered for a cluster only
     found = [target for target in TARGETS if any(owned(path, [target]) for path in tree)]
-    return found or list(TARGETS)
+    return (found or list(TARGETS)) + ([KUBERNETES] if cluster else [])
 
 
 def only_owned(old: Files, new: Files) -> Files:

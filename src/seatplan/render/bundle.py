@@ -13,6 +13,7 @@ from seatplan.errors import SeatplanError
 from seatplan.render.ansible import ansible_files
 from seatplan.render.engines import fixed_seats, plan_engines
 from seatplan.render.gateway_config import LiveConfig
+from seatplan.render.kubernetes import kubernetes_files, kubernetes_warnings
 from seatplan.render.settings import TARGETS, RenderSettings, Target
 from seatplan.render.targets import (
     Files,
@@ -25,7 +26,6 @@ from seatplan.render.targets import (
     seat_compose_files,
     unreachable_route_warnings,
 )
-from seatplan.versions import image_for, try_release
 
 MANIFEST = "seatplan-render.json"
 
@@ -52,11 +52,13 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
     # An engine image is needed only where compose runs the engines: with --restart systemd or script, compose.yaml is
     # no step's file, and it is written only when an image is known (issue 50: "no known engine image" stopped a
     # systemd render of a vLLM 0.11 plan)
-    if "compose" in chosen and (image := engine_image(plan, settings) if settings.restart == "compose" else known_image(plan, settings)):
-        with_image = settings.model_copy(update={"image": image})
-        files |= compose_files(engines, with_image, fixed) | seat_compose_files(engines, with_image)
-    elif "ansible" in chosen and settings.restart == "compose" and (image := known_image(plan, settings)):
-        files |= seat_compose_files(engines, settings.model_copy(update={"image": image}))  # what apply recreates each seat from
+    imaged = all(engine.image is not None for engine in engines)
+    if "compose" in chosen and settings.restart == "compose" and not imaged:
+        raise no_image(plan)
+    if "compose" in chosen and imaged:
+        files |= compose_files(engines, settings, fixed) | seat_compose_files(engines, settings)
+    elif "ansible" in chosen and settings.restart == "compose" and imaged:
+        files |= seat_compose_files(engines, settings)  # what apply recreates each seat from
     gateway, rules = litellm_config(engines, settings, live), prometheus_rules(plan, engines, settings)
     if "ansible" in chosen:
         gateway_texts = (gateway["litellm/config.yaml"], rules["prometheus/seatplan.rules.yaml"], live.text if live is not None else None)
@@ -65,6 +67,10 @@ def render_files(plan: Plan, settings: RenderSettings, targets: Iterable[Target]
         files |= gateway
     if "prometheus" in chosen:
         files |= rules
+    if "kubernetes" in chosen:  # the cluster pulls the image: it must be known, as for compose
+        if not imaged:
+            raise no_image(plan)
+        files |= kubernetes_files(plan, engines, fixed, settings, live)
     return files
 
 
@@ -75,31 +81,19 @@ def render_warnings(plan: Plan, settings: RenderSettings, targets: Iterable[Targ
     engines = plan_engines(plan, settings)
     merged = gateway_merge(engines, settings, live)
     warnings = open_engine_warnings(engines, settings) + unreachable_route_warnings(engines, settings) + (merged.warnings if merged is not None else [])
-    if "compose" in targets and settings.restart != "compose" and known_image(plan, settings) is None:
+    if "kubernetes" in targets:
+        warnings += kubernetes_warnings(plan, engines, fixed_seats(plan))
+    if "compose" in targets and settings.restart != "compose" and any(engine.image is None for engine in engines):
         warnings.append(f"compose.yaml not written: no known engine image for vLLM {plan.inputs.vllm_version}, and --restart {settings.restart} "
                         "runs none (pass --image IMAGE, or set policy.image in the fleet file, for a compose file to cold-boot from)")
     return warnings
 
 
-def engine_image(plan: Plan, settings: RenderSettings) -> str:
-    """``--image``, else the fleet's ``policy.image``, else the image of the plan's vLLM version: never ``latest``,
-    whose numbers may not be the plan's."""
-    chosen = settings.image or plan.image or image_for(version) if (version := try_release(plan.inputs.vllm_version)) else None
-    if chosen is None:
-        raise SeatplanError(
-            f"no known engine image for vLLM {plan.inputs.vllm_version} (the plan's numbers are for that version)", where="policy.vllm_version",
-            fix="set policy.image in the fleet file (e.g. vllm/vllm-openai:vX.Y.Z of that release) and plan again, or pass --image",
-        )
-    return chosen
-
-
-def known_image(plan: Plan, settings: RenderSettings) -> str | None:
-    """The engine image where one is known: the ansible target alone renders for any version (compose's files
-    need the image, and the compose target says so)."""
-    try:
-        return engine_image(plan, settings)
-    except SeatplanError:
-        return None
+def no_image(plan: Plan) -> SeatplanError:
+    return SeatplanError(
+        f"no known engine image for vLLM {plan.inputs.vllm_version} (the plan's numbers are for that version)", where="policy.vllm_version",
+        fix="set policy.image in the fleet file (e.g. vllm/vllm-openai:vX.Y.Z of that release) and plan again, or pass --image",
+    )
 
 
 def manifest(plan_text: str, settings: RenderSettings, files: Files) -> str:

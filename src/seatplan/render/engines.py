@@ -13,7 +13,8 @@ from seatplan.encode import address_problem, check_name, control_character
 from seatplan.engine.command import check_flags, engine_command
 from seatplan.engine.endpoint import base_url, health_url, instance_label, local_address
 from seatplan.errors import SeatplanError
-from seatplan.render.settings import RenderSettings
+from seatplan.render.settings import RenderSettings, container_launcher, host_launcher
+from seatplan.versions import image_for, try_release
 
 
 def gpu_indices(seat: PlannedSeat) -> list[str]:
@@ -36,6 +37,8 @@ class Engine:
     # the fleet's gateway_reaches: where the gateway reaches it (None: at address and port)
     gateway_address: str | None = None
     gateway_port: int | None = None
+    # the image compose runs it from (engine_image); None where none is known, which only compose's files need
+    image: str | None = None
 
     @property
     def name(self) -> str:
@@ -154,11 +157,12 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
         host = seat.host or seat.gpus[0].rsplit(":", 1)[0]
         check_names(seat, host)
         # one launch, one utilisation: apply's restart and compose's cold boot start the same engine
-        restart_args = engine_command(seat.launch, settings.launcher, bind_host=settings.bind_host)
+        restart_args = engine_command(seat.launch, host_launcher(settings, plan, host), bind_host=settings.bind_host)
         check_flags(seat.name, restart_args, plan.inputs.vllm_version)
-        boot_args = engine_command(seat.launch, settings.launcher)  # in a container the engine listens on every interface
+        boot_args = engine_command(seat.launch, container_launcher(settings))  # in a container the engine listens on every interface
         engines.append(Engine(seat=seat, host=host, address=seat.address or host, port=seat.port, restart_args=restart_args, boot_args=boot_args,
-                              bind_host=settings.bind_host, gateway_address=seat.gateway_address, gateway_port=seat.gateway_port))
+                              bind_host=settings.bind_host, gateway_address=seat.gateway_address, gateway_port=seat.gateway_port,
+                              image=engine_image(plan, settings, host)))
     taken: dict[tuple[str, int], str] = {}
     for engine in engines:
         other = taken.setdefault((engine.host, engine.port), engine.name)
@@ -169,3 +173,12 @@ def plan_engines(plan: Plan, settings: RenderSettings) -> list[Engine]:
                 fix="give each seat on a host its own port and re-plan",
             )
     return engines
+
+
+def engine_image(plan: Plan, settings: RenderSettings, host: str) -> str | None:
+    """The image compose runs the host's engines from: ``--image``, else the host's own (``hosts[].image``, what adopt
+    read off its compose services), else the fleet's ``policy.image``, else the image of the plan's vLLM version: never
+    ``latest``, whose numbers may not be the plan's. None where none is known."""
+    planned = plan.hosts.get(host)
+    version = try_release(plan.inputs.vllm_version)
+    return settings.image or (planned.image if planned is not None else None) or plan.image or (image_for(version) if version else None)

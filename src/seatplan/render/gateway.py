@@ -25,7 +25,7 @@ import hashlib
 from seatplan.encode import Unsafe, ansible_unsafe
 from seatplan.render.engines import Engine
 from seatplan.render.settings import RenderSettings
-from seatplan.render.tasks import url_wait_task
+from seatplan.render.tasks import OUT_OF_RENDER, url_wait_task
 
 SMOKE_TIMEOUT_S = 120
 # What a failed step's message starts with: `seatplan apply` names the step from it.
@@ -89,11 +89,13 @@ def gateway_health_task() -> dict:
     return url_wait_task("gateway: wait for /health/liveliness", "{{ seatplan_gateway_url }}/health/liveliness", "seatplan_gateway_health")
 
 
-def gateway_smoke_task() -> dict:
-    """One completion of one token per served model, through the gateway, with its master key (never logged)."""
-    return {
+def gateway_smoke_tasks() -> list[dict]:
+    """One completion of one token per served model, through the gateway, with its master key: the requests are never
+    logged (``no_log``: they carry the key), so a second task fails naming each model that did not answer 200 and
+    its status (names and numbers only)."""
+    return [{
         # the name is templated before the loop defines `model` (Ansible: "'model' is undefined" on every apply):
-        # it names the play's list instead, which the failure message quotes
+        # it names the play's list instead
         "name": "gateway: one-token completion for {{ seatplan_gateway_models | join(', ') }}",
         "ansible.builtin.uri": {
             "url": "{{ seatplan_gateway_url }}/v1/chat/completions",
@@ -106,12 +108,22 @@ def gateway_smoke_task() -> dict:
         },
         "loop": "{{ seatplan_gateway_models }}",
         "loop_control": {"loop_var": "model"},
+        "register": "seatplan_smoke",
+        "ignore_errors": True,
         "no_log": True,  # the request carries the master key
-    }
+    }, {
+        "name": "gateway: one-token completion for every served model answered 200",
+        "ansible.builtin.fail": {"msg": "the gateway's smoke completion failed for "
+                                 "{{ seatplan_smoke.results | selectattr('failed', 'defined') | selectattr('failed') "
+                                 "| map(attribute='model') | map('string') | map('regex_replace', '[^A-Za-z0-9._:/@-]', '?') | join(', ') }} "
+                                 "(HTTP {{ seatplan_smoke.results | selectattr('failed', 'defined') | selectattr('failed') "
+                                 "| map(attribute='status', default='none') | map('string') | join(', ') }})"},
+        "when": "seatplan_smoke is failed",
+    }]
 
 
 def gateway_restart_task() -> dict:
-    return {"name": "gateway: restart", "ansible.builtin.shell": "{{ seatplan_gateway_restart_command }}"}
+    return {"name": "gateway: restart", "ansible.builtin.shell": "{{ seatplan_gateway_restart_command }}", "args": OUT_OF_RENDER}
 
 
 # what `stat` reports for the rendered file once written (lookup('file') would strip its last newline)
@@ -150,7 +162,7 @@ def gateway_tasks() -> list[dict]:
                 "block": [
                     {**gateway_restart_task(), "when": "seatplan_gateway_written is changed"},
                     {**gateway_health_task(), "when": "seatplan_gateway_written is changed"},
-                    gateway_smoke_task(),
+                    *gateway_smoke_tasks(),
                 ],
                 "rescue": [
                     restore,
@@ -218,14 +230,15 @@ def alert_tasks() -> list[dict]:
 def _rollback_file(path: str, what: str, restart: list[dict]) -> list[dict]:
     """Put PATH.bak-*-TAG (the newest) back and, when it changed the file, run ``restart``."""
     return [
-        {"name": f"{what}: backups tagged {{{{ seatplan_tag }}}}",
+        # the earliest undone release's backups hold the file as the release rolled back to left it
+        {"name": f"{what}: backups tagged {{{{ seatplan_rollback_tag }}}}",
          "ansible.builtin.find": {"paths": "{{ " + path + " | dirname }}",
-                                  "patterns": "{{ " + path + " | basename }}.bak-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]-{{ seatplan_tag }}"},
-         "register": "seatplan_found"},
+                                  "patterns": "{{ " + path + " | basename }}.bak-[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]-{{ seatplan_rollback_tag }}"},
+         "register": "seatplan_found", "when": "seatplan_rollback_tag | length > 0"},
         {"name": f"{what}: put the newest one back",
          "ansible.builtin.copy": {"src": "{{ (seatplan_found.files | sort(attribute='mtime') | last).path }}", "dest": "{{ " + path + " }}",
                                   "remote_src": True, "mode": "preserve"},
-         "when": "seatplan_found.matched > 0", "register": "seatplan_put_back"},
+         "when": "(seatplan_found.matched | default(0)) > 0", "register": "seatplan_put_back"},
         {"name": f"{what}: restart on it", "when": "seatplan_put_back is changed and not ansible_check_mode", "block": restart},
     ]
 
@@ -240,7 +253,7 @@ def gateway_files(settings: RenderSettings) -> dict[str, list[dict]]:
         "ansible/gateway-rollback.yaml": [
             _play("seatplan rollback: the gateway's config", settings.gateway_host, [{
                 "name": "the LiteLLM gateway", "when": "seatplan_gateway_rollout | bool",
-                "block": _rollback_file("seatplan_gateway_config", "gateway", [gateway_restart_task(), gateway_health_task(), gateway_smoke_task()])}]),
+                "block": _rollback_file("seatplan_gateway_config", "gateway", [gateway_restart_task(), gateway_health_task(), *gateway_smoke_tasks()])}]),
             _play("seatplan rollback: the alert rules", settings.prometheus_host, [{
                 "name": "the Prometheus alert rules", "when": "seatplan_alerts_rollout | bool",
                 "block": _rollback_file("seatplan_prometheus_rules", "alerts", [*_reload_tasks(), _rules_loaded_task()])}]),

@@ -116,8 +116,9 @@ def other_hosts(plan: Plan, hosts: set[str]) -> list[str]:
     return problems
 
 
-def apply_problems(plan: Plan, plan_path: Path, fleet_override: Path | None, inventory: Path) -> list[str]:
-    """Everything that makes applying ``plan`` unsafe now; empty when it may go ahead."""
+def apply_problems(plan: Plan, plan_path: Path, fleet_override: Path | None, inventory: Path | None) -> list[str]:
+    """Everything that makes applying ``plan`` unsafe now; empty when it may go ahead (``inventory`` None: a cluster,
+    whose nodes kubectl reaches, so no host list to hold the plan's hosts to)."""
     fleet_path = fleet_path_of(plan, plan_path, fleet_override)
     loaded = None
     problems = []
@@ -131,4 +132,4 @@ def apply_problems(plan: Plan, plan_path: Path, fleet_override: Path | None, inv
     if loaded is not None:
         problems += changed_inputs(plan, loaded)
     problems += misfits(plan, loaded.fleet if loaded else None)
-    return problems + other_hosts(plan, inventory_hosts(inventory))
+    return problems + (other_hosts(plan, inventory_hosts(inventory)) if inventory is not None else [])

@@ -11,21 +11,26 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from seatplan.documents.fleet import RestartKind
+from seatplan.documents.plan import Plan
 from seatplan.encode import address_problem, control_character, name_problem
 from seatplan.engine.command import DEFAULT_LAUNCHER
 from seatplan.errors import SeatplanError
 from seatplan.units import GiB
 
-Target = Literal["env", "compose", "ansible", "litellm", "prometheus"]
+Target = Literal["env", "compose", "ansible", "litellm", "prometheus", "kubernetes"]
 TARGETS: tuple[Target, ...] = ("env", "compose", "ansible", "litellm", "prometheus")
-RestartKind = Literal["compose", "systemd", "script"]
+# Not in `all`: a cluster's manifests are another way to run the same plan, not a part of a host's rollout.
+KUBERNETES: Target = "kubernetes"
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 PROMETHEUS_DURATION = re.compile(r"(\d+(ms|[smhdwy]))+")
 URL = re.compile(r"https?://[^\s'\"`\\{}<>]+")
 
 
 class RenderSettings(BaseModel):
-    launcher: list[str] = Field(
-        default_factory=lambda: list(DEFAULT_LAUNCHER), description="the words before the model: `vllm serve` or `python -m vllm.entrypoints.openai.api_server`"
+    launcher: list[str] | None = Field(
+        None, description="the words before the model: `vllm serve` or `python -m vllm.entrypoints.openai.api_server`; None: each host's "
+        "(the fleet's hosts[].launcher), else `vllm serve`"
     )
     bind_host: str | None = Field(None, description="--host for the engines (vLLM's default: every interface)")
     plan_path: str = Field("plan.json", description="the plan as the controller sees it (for `seatplan verify`)")
@@ -54,6 +59,8 @@ class RenderSettings(BaseModel):
     prometheus_url: str | None = Field(None, description="Prometheus' URL: apply POSTs /-/reload there (--web.enable-lifecycle) and reads back /api/v1/rules")
     prometheus_reload: str | None = Field(None, description="a shell line that reloads Prometheus instead of POST /-/reload (systemctl reload prometheus)")
     promtool: str = Field("promtool", description="promtool on the Prometheus host")
+    # Kubernetes (render/kubernetes.py): the namespace every object goes in, the Secret the engines' references name
+    namespace: str = Field("seatplan", description="the Kubernetes namespace of the rendered objects (the operator creates it)")
     # Prometheus
     free_tolerance_bytes: int = Field(GiB, ge=0, description="alert when free GPU memory is this far below the planned spare")
     kv_usage_threshold: float = Field(0.9, gt=0, le=1)
@@ -75,6 +82,14 @@ class RenderSettings(BaseModel):
     def _absolute(cls, value: str | None) -> str | None:
         if value is not None and (not value.startswith("/") or "/../" in value + "/" or value.endswith("/")):
             raise ValueError(f"{value!r} is not an absolute path without `..` (a path on the host)")
+        return value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if not DNS_LABEL.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Kubernetes namespace name (1 to 63 lower-case letters, digits and `-`, "
+                             "starting and ending with a letter or digit)")
         return value
 
     @field_validator("gateway_host", "prometheus_host")
@@ -123,6 +138,30 @@ class RenderSettings(BaseModel):
         if not PROMETHEUS_DURATION.fullmatch(value):
             raise ValueError(f"{value!r} is not a Prometheus duration (30m, 1h30m)")
         return value
+
+
+def host_launcher(settings: RenderSettings, plan: Plan, host: str) -> list[str]:
+    """The words before the model in the host's env files (what systemd and script restarts run): ``--launcher``, else
+    the host's own (``hosts[].launcher``, what adopt read off the box), else ``vllm serve``."""
+    if settings.launcher is not None:
+        return list(settings.launcher)
+    planned = plan.hosts.get(host)
+    return list(planned.launcher) if planned is not None and planned.launcher else list(DEFAULT_LAUNCHER)
+
+
+def container_launcher(settings: RenderSettings) -> list[str]:
+    """compose's entrypoint: ``--launcher``, else ``vllm serve`` (a host's launcher is a path on the host, not in the image)."""
+    return list(settings.launcher) if settings.launcher is not None else list(DEFAULT_LAUNCHER)
+
+
+def default_restart(plan: Plan) -> RestartKind:
+    """``render --restart`` when it is not given: the mode every host that runs an engine names (``hosts[].restart``,
+    what adopt read off the box), else compose."""
+    engine_hosts = {seat.host for seat in plan.vllm_seats() if seat.host is not None}
+    named = {planned.restart for host, planned in plan.hosts.items() if host in engine_hosts}
+    only = named.pop() if len(named) == 1 else None
+    unnamed = engine_hosts - {host for host, planned in plan.hosts.items() if planned.restart is not None}
+    return only if only is not None and not unnamed else "compose"
 
 
 def settings_error(error: ValidationError) -> SeatplanError:

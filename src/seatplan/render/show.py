@@ -1,4 +1,4 @@
-"""How ``seatplan diff`` prints for people."""
+"""How ``seatplan diff`` and ``seatplan apply --check`` print for people."""
 
 from __future__ import annotations
 
@@ -54,3 +54,37 @@ def print_gateway(console: Console, gateway: GatewayDiff) -> None:
         console.print(Text(f"  sections kept: {', '.join(gateway.sections_kept)}", style="dim"), soft_wrap=True)
     if gateway.sections_removed:
         console.print(Text(f"  sections removed: {', '.join(gateway.sections_removed)}", style="red"), soft_wrap=True)
+
+
+OBSERVED_STYLES = {"runs as planned": "green", "runs differently": "yellow", "runs from another starter": "yellow", "not running": "yellow",
+                   "port held by a stranger": "bold red"}
+WHAT_APPLY_DOES = {"runs as planned": "left running", "runs differently": "restarted from the planned files",
+                   "runs from another starter": "cut over: started_by stopped, seatplan's engine started",
+                   "not running": "started", "port held by a stranger": "refused: that step fails before anything stops"}
+
+
+def print_observed(console: Console, rows: list[dict], planned: dict[str, str]) -> None:
+    """``apply --check``'s table: per host and seat, where the plan puts it, what runs on its port now, and what apply
+    does about it. ``planned``: seat → its GPUs in the plan."""
+    console.print(Text("what runs now, per host and seat (read on the host, nothing changed):", style="bold"))
+    if not rows:
+        console.print(Text("  (no seat was observed: the first play did not run on any host)"))
+        return
+    width = {"host": max(len(row["host"]) for row in rows), "seat": max(len(row["seat"]) for row in rows),
+             "planned": max(len(planned.get(row["seat"], "-")) for row in rows), "state": max(len(row["state"]) for row in rows)}
+    for row in sorted(rows, key=lambda item: (item["host"], item["seat"])):
+        line = Text(f"  {row['host']:<{width['host']}}  {row['seat']:<{width['seat']}}  {planned.get(row['seat'], '-'):<{width['planned']}}  "
+                    f"port {row['port']:<5}  ")
+        line.append(f"{row['state']:<{width['state']}}", style=OBSERVED_STYLES.get(row["state"], ""))
+        line.append(f"  apply: {WHAT_APPLY_DOES.get(row['state'], '?')}")
+        if row.get("detail"):
+            line.append(f"; {row['detail']}", style="dim")
+        console.print(line, soft_wrap=True)
+        for item in row.get("gpu_strangers") or []:
+            used = f", {item['used_mib']:,} MiB" if item.get("used_mib") is not None else ""
+            console.print(Text(f"    GPU {item['gpu']}: PID {item['pid']} ({item['command']}{used}) is no seat's  ", style="bold red")
+                          .append("apply: refused before anything stops", style=""), soft_wrap=True)
+    if any(not row.get("gpus_read", True) for row in rows):
+        unread = sorted({row["host"] for row in rows if not row.get("gpus_read", True)})
+        console.print(Text(f"  GPUs not read on {', '.join(unread)} (no nvidia-smi answered there): a process on a seat's GPU that no "
+                           "seat accounts for is not seen", style="dim"), soft_wrap=True)

@@ -11,13 +11,14 @@ from collections.abc import Iterable
 
 from seatplan import versions
 from seatplan.documents.launch import Pinned
-from seatplan.documents.plan import Plan, PlannedSeat
+from seatplan.documents.plan import Plan, PlannedSeat, seat_launch
 from seatplan.encode import check_name, compose_literal, dump_yaml, env_assignment, go_template_text, promql_string
-from seatplan.engine.command import COMMAND_KEY, ENV_FILES_KEY, FROM_HOST_KEY, HEALTH_URL_KEY, SEAT_KEY, shell_line
+from seatplan.engine.change import restart_digest
+from seatplan.engine.command import COMMAND_KEY, ENV_FILES_KEY, FROM_HOST_KEY, HEALTH_URL_KEY, RESTART_DIGEST_KEY, SEAT_KEY, shell_line
 from seatplan.engine.endpoint import listens_everywhere, published_port
 from seatplan.render.engines import ENGINE_KEY_VARIABLE, Engine, FixedSeat
 from seatplan.render.gateway_config import GatewayMerge, LiveConfig, SeatRoute, merge_config, own_config
-from seatplan.render.settings import RenderSettings
+from seatplan.render.settings import RenderSettings, container_launcher
 from seatplan.units import MiB, human_bytes
 
 Files = dict[str, str]
@@ -76,9 +77,12 @@ def env_file(engine: Engine, settings: RenderSettings) -> str:
         lines.append(env_assignment(FROM_HOST_KEY, " ".join(f"{key}={source}" for key, source in sorted(seat.env_from_host.items()))))
     if seat.env_files:
         lines.append(env_assignment(ENV_FILES_KEY, " ".join(seat.env_files)))
+    digest = restart_digest(seat_launch(seat))
     lines += [
         env_assignment(SEAT_KEY, seat.name),
         env_assignment(HEALTH_URL_KEY, engine.health_url),
+        # the one change model's digest of this launch: apply restarts the engine when the running one carries another
+        *([env_assignment(RESTART_DIGEST_KEY, digest)] if digest else []),
         env_assignment(COMMAND_KEY, shell_line(engine.restart_args)),
     ]
     return "\n".join(lines) + "\n"
@@ -102,13 +106,13 @@ def model_volume(model: str) -> dict:
 
 def compose_service(engine: Engine, previous: Engine | None, settings: RenderSettings) -> dict:
     seat = engine.seat
-    launcher_words = len(settings.launcher)
+    launcher = container_launcher(settings)
     model = engine.launch.model
     health_probe = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{engine.port}/health', timeout=5)"
     service: dict = {
-        "image": compose_literal(settings.image or ""),  # bundle.engine_image has chosen it by now
-        "entrypoint": [compose_literal(word) for word in settings.launcher],
-        "command": [compose_literal(arg) for arg in engine.boot_args[launcher_words:]],
+        "image": compose_literal(engine.image or ""),  # bundle.render_files renders compose only where each engine has one
+        "entrypoint": [compose_literal(word) for word in launcher],
+        "command": [compose_literal(arg) for arg in engine.boot_args[len(launcher):]],
         "environment": compose_environment(seat),
         "ports": [published_port(settings.bind_host, engine.port)],
         "ipc": "host",

@@ -9,6 +9,12 @@ from __future__ import annotations
 HEALTH_POLL_S = 5  # seconds between polls where the playbook does not set seatplan_health_delay_s
 
 
+# What a task starts runs from "/": Ansible runs a local task in the playbook's directory, and apply's playbook runs
+# from a staging directory that a failed apply removes, so an engine or gateway started there lost its working
+# directory (LiteLLM then answers 500: os.path.abspath fails in its guardrail import)
+OUT_OF_RENDER = {"chdir": "/"}
+
+
 def url_wait_task(name: str, url: str, register: str, *, delay: int | str = HEALTH_POLL_S, **more: object) -> dict:
     """Poll ``url`` until it answers 200, ``seatplan_health_retries`` times; ``more`` adds keys after these
     (``when``, ``loop``, ``ignore_errors``...) in the order given, so the rendered YAML keeps its key order."""

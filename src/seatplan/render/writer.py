@@ -1,5 +1,8 @@
 """Writing a render: the whole directory is built beside DIR and swapped in, so DIR is never half-written.
 
+``seatplan apply`` stages its render the same way (``.DIR.XXXX.apply`` beside DIR), runs the playbook from there,
+and swaps it in only once the release has landed: after a failed apply DIR still holds what runs.
+
 Files of targets not rendered this time are carried over as they are; the previous DIR is kept as
 ``DIR.bak-YYYYMMDD-HHMMSS-seatplan`` when anything changed. Every path is checked to lie inside DIR
 before anything is written, DIR itself must be a directory seatplan rendered (or new), and a failed
@@ -30,6 +33,7 @@ TARGET_PATHS: dict[Target, tuple[str, ...]] = {
     "ansible": ("ansible/", "systemd/", "env/", "bin/", "compose-seats/"),
     "litellm": ("litellm/",),
     "prometheus": ("prometheus/",),
+    "kubernetes": ("kubernetes/",),  # the releases apply records (kubernetes-releases/) stay: a re-render keeps them
 }
 RENDER_AGAIN = "render the directory again (seatplan render PLAN -o DIR), or give a new -o"
 
@@ -95,8 +99,17 @@ def inside(root: Path, relative: str) -> Path:
 
 
 
-def write_render(directory: Path, new: Files, targets: Iterable[Target], manifest_text: str) -> WriteResult:
-    shown = directory
+@dataclass(frozen=True)
+class Planned:
+    """What a render makes of DIR: the whole tree, and the paths it changes or removes against DIR now."""
+
+    directory: Path  # absolute
+    tree: Files
+    changed: list[str]
+    removed: list[str]
+
+
+def planned_tree(directory: Path, new: Files, targets: Iterable[Target], manifest_text: str) -> Planned:
     directory = output_directory(directory)
     old = read_tree(directory)
     tree = merged_tree(old, new, targets, manifest_text)
@@ -105,17 +118,38 @@ def write_render(directory: Path, new: Files, targets: Iterable[Target], manifes
     content = {path: text for path, text in tree.items() if path != MANIFEST}
     changed = sorted(path for path, text in content.items() if old.get(path) != text)
     removed = sorted(path for path in old if path not in tree)
-    if not changed and not removed and directory.is_dir():
-        return WriteResult(shown, [], [], None)
-    return WriteResult(shown, changed, removed, write_staged(directory, tree, shown))
+    return Planned(directory, tree, changed, removed)
+
+
+def write_render(directory: Path, new: Files, targets: Iterable[Target], manifest_text: str) -> WriteResult:
+    planned = planned_tree(directory, new, targets, manifest_text)
+    if not planned.changed and not planned.removed and planned.directory.is_dir():
+        return WriteResult(directory, [], [], None)
+    return WriteResult(directory, planned.changed, planned.removed, write_staged(planned.directory, planned.tree, directory))
 
 
 def write_staged(directory: Path, tree: Files, shown: Path) -> Path | None:
     """Build the tree in a staging directory beside DIR and swap it in; on any failure the staging goes."""
+    staging = build_staging(directory, tree, shown, ".render")
+    try:
+        backup = swap_in(staging, directory)
+    except OSError as problem:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise cannot_write(problem, shown) from None
+    return backup
+
+
+def cannot_write(problem: OSError, shown: Path) -> SeatplanError:
+    return SeatplanError(f"cannot write the rendered files: {problem.strerror or problem}", where=str(shown),
+                         fix="check that the directory's parent exists and is writable, and that there is free space")
+
+
+def build_staging(directory: Path, tree: Files, shown: Path, suffix: str) -> Path:
+    """The tree written whole into a new directory beside DIR (``.DIR.XXXX<suffix>``); on any failure it goes."""
     staging: Path | None = None
     try:
         directory.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=".render", dir=directory.parent))
+        staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", suffix=suffix, dir=directory.parent))
         as_umask_allows(staging, 0o777)  # mkdtemp makes it 0700; the render directory is as mkdir would make it
         for path, text in tree.items():
             target = inside(staging, path)
@@ -123,15 +157,44 @@ def write_staged(directory: Path, tree: Files, shown: Path) -> Path | None:
             target.write_text(text, encoding="utf-8")
             if path.endswith(".sh"):
                 as_umask_allows(target, 0o777)
-        backup = swap_in(staging, directory)
-        staging = None
-        return backup
+        built, staging = staging, None
+        return built
     except OSError as problem:
-        raise SeatplanError(f"cannot write the rendered files: {problem.strerror or problem}", where=str(shown),
-                            fix="check that the directory's parent exists and is writable, and that there is free space") from None
+        raise cannot_write(problem, shown) from None
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A render built beside DIR for apply to run from: DIR takes it only once the release has landed (issue 43)."""
+
+    directory: Path  # DIR, absolute
+    staging: Path
+    changed: list[str]
+    removed: list[str]
+    shown: Path
+
+    def promote(self) -> Path | None:
+        """The staged render becomes DIR (atomically; the previous one kept as DIR.bak-…-seatplan); None when nothing
+        changed (DIR kept as it is, the staging removed) or DIR is new."""
+        if not self.changed and not self.removed and self.directory.is_dir():
+            self.discard()
+            return None
+        try:
+            return swap_in(self.staging, self.directory)
+        except OSError as problem:
+            raise cannot_write(problem, self.shown) from None
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def stage_render(directory: Path, new: Files, targets: Iterable[Target], manifest_text: str) -> Staged:
+    """What ``write_render`` would make DIR, built in a staging directory beside it; DIR is not touched."""
+    planned = planned_tree(directory, new, targets, manifest_text)
+    return Staged(planned.directory, build_staging(planned.directory, planned.tree, directory, ".apply"), planned.changed, planned.removed, directory)
 
 
 def swap_in(staging: Path, directory: Path) -> Path | None:

@@ -31,6 +31,8 @@ def verify_command(
     fleet: Path | None = typer.Option(None, "--fleet", help="the fleet file (default: the one the plan was made from)"),
     timeout_s: float = typer.Option(30.0, "--timeout", parser=number_option("--timeout", minimum=0.1, maximum=3600, example="30"),
                                    help="seconds each request may take, from connecting to the answer's last byte"),
+    namespace: str | None = typer.Option(None, "--namespace", metavar="NS", help="ask each engine at its Kubernetes Service, SEAT.NS.svc "
+                                         "(render --target kubernetes); run it where the cluster's DNS resolves (docs/kubernetes.md)"),
     json_output: bool = typer.Option(False, "--json", help="print {ok, checks: [{seat, check, expected, seen, ok}]}"),
     wide: bool = WIDE,
 ) -> None:
@@ -44,7 +46,11 @@ def verify_command(
         gateway = gateway_url(gateway)
     context = load_context(plan, fleet)
     key = gateway_key(key_env, key_file) if gateway else None
-    expectations = seat_expectations(context.plan, context.hosts, context.fleet_dir, context.facts_loader)
+    if namespace is not None:
+        from seatplan.encode import check_name
+
+        check_name("host name", namespace, "--namespace")  # a DNS label: it goes in every engine's URL
+    expectations = seat_expectations(context.plan, context.hosts, context.fleet_dir, context.facts_loader, namespace=namespace)
     report = verify_fleet(expectations, context.plan.inputs.vllm_version, gateway_url=gateway, gateway_key=key,
                           settings=ProbeSettings(timeout_s=timeout_s))
     if json_output:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from seatplan.documents.fleet_file import resolve_model
 from seatplan.documents.plan import Plan, PlannedVllmSeat
-from seatplan.engine.endpoint import base_url
+from seatplan.engine.endpoint import base_url, service_address
 from seatplan.engine.settings import planned_engine_settings, with_draft_located
 from seatplan.errors import SeatplanError
 from seatplan.facts.models import EngineSettings, ModelFacts
@@ -96,8 +96,9 @@ def expected_kv(seat: PlannedVllmSeat, kv_bytes: int, max_model_len: int, versio
 
 
 def seat_expectations(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, facts_loader: FactsLoader,
-                      vllm_version: str | None = None) -> list[SeatExpectation]:
-    """What every planned vLLM seat must show; the KV prediction at ``vllm_version`` (default: the plan's)."""
+                      vllm_version: str | None = None, namespace: str | None = None) -> list[SeatExpectation]:
+    """What every planned vLLM seat must show; the KV prediction at ``vllm_version`` (default: the plan's). ``namespace``:
+    each engine asked at its Kubernetes Service (``SEAT.NAMESPACE.svc``, as render --target kubernetes names it)."""
     version = vllm_version or plan.inputs.vllm_version
     expectations = []
     for seat in plan.vllm_seats():
@@ -105,6 +106,8 @@ def seat_expectations(plan: Plan, hosts: dict[str, HostInfo], fleet_dir: Path, f
             continue
         host = seat.host or seat_host(seat.gpus) or ""
         address = seat.address or hosts.get(host, HostInfo(address=host)).address
+        if namespace is not None:
+            address = service_address(seat.name, namespace)
         kv, problem = None, None
         if seat.kv_cache_memory_bytes is None or seat.max_model_len is None:
             problem = "the plan pins no KV size or context for this seat"

@@ -37,15 +37,42 @@ def split_command(text: str, where: str) -> list[str]:
 
 
 def shell_expanded(script: str, env: Mapping[str, str]) -> str:
-    """``$VAR``, ``${VAR}`` and ``${VAR:-default}`` filled in as sh would (outside single quotes); an unset one is empty."""
+    """``$VAR``, ``${VAR}`` and ``${VAR:-default}`` filled in as sh would (outside single quotes); an unset one is empty.
+    A command substitution (``$(…)``, backticks) is run by the shell at start, so what it prints is not known here:
+    it becomes the one word :data:`SUBSTITUTED`, which adopt writes as TODO (never the command inside)."""
     out: list[str] = []
     quoted = False
     for part in re.split(r"('[^']*')", script):
         if part.startswith("'") and part.endswith("'") and len(part) >= 2 and not quoted:
             out.append(part)
             continue
-        out.append(_SHELL_VARIABLE.sub(lambda match: _fill(match, env), part))
+        out.append(_SHELL_VARIABLE.sub(lambda match: _fill(match, env), _substitutions_marked(part)))
         quoted = quoted ^ (part.count('"') % 2 == 1)
+    return "".join(out)
+
+
+SUBSTITUTED = "$(...)"
+
+
+def _substitutions_marked(text: str) -> str:
+    """Each ``$(…)`` (nested parentheses counted, ``$((…))`` too) and each ```…``` replaced by :data:`SUBSTITUTED`; an
+    unclosed one runs to the end, as sh would read it."""
+    out: list[str] = []
+    position = 0
+    while position < len(text):
+        if text.startswith("$(", position):
+            depth, position = 1, position + 2
+            while position < len(text) and depth:
+                depth += {"(": 1, ")": -1}.get(text[position], 0)
+                position += 1
+            out.append(SUBSTITUTED)
+        elif text[position] == "`" and (position == 0 or text[position - 1] != "\\"):
+            end = text.find("`", position + 1)
+            position = len(text) if end < 0 else end + 1
+            out.append(SUBSTITUTED)
+        else:
+            out.append(text[position])
+            position += 1
     return "".join(out)
 
 
@@ -121,6 +148,32 @@ def _shell_words(script: str) -> list[str]:
 def engine_words(words: list[str], env: Mapping[str, str]) -> list[str] | None:
     """The engine's arguments (after ``vllm serve`` or the module launcher), wrappers taken off; None if it starts none."""
     return launcher_args(unwrapped(words, env))
+
+
+def sourced_files(words: list[str], env: Mapping[str, str]) -> list[str]:
+    """The files a ``sh -c`` script sources before it starts the engine (``bash -c 'source /etc/vllm/x.env && exec vllm
+    serve $MODEL $ARGS'``, ``. FILE`` alike), in order: their variables are the script's, as an ``EnvironmentFile=``'s are."""
+    words = list(words)
+    while words and words[0].rsplit("/", 1)[-1] in ("exec", "nohup"):
+        words = words[1:]
+    if not words or words[0].rsplit("/", 1)[-1] not in SHELLS:
+        return []
+    script = _script(words[1:])
+    if script is None:
+        return []
+    try:
+        inner = _shell_words(shell_expanded(script, env))
+    except ValueError:
+        return []
+    starts = [0] + [position + 1 for position, word in enumerate(inner) if word in _OPERATORS]
+    return [inner[start + 1] for start in starts if start + 1 < len(inner) and inner[start] in ("source", ".")]
+
+
+def engine_launcher(words: list[str], env: Mapping[str, str]) -> list[str] | None:
+    """The words that start vLLM's server before its arguments (``/opt/vllm/bin/vllm serve``), wrappers taken off; None if it starts none."""
+    bare = unwrapped(words, env)
+    args = launcher_args(bare)
+    return None if args is None else bare[: len(bare) - len(args)]
 
 
 # `docker run` / `podman run` options that take a value (the Docker CLI reference, "docker container run"); every other

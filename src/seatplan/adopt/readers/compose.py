@@ -182,6 +182,8 @@ def _compose_launch(name: str, service: dict, raw: dict, where: str, path: Path)
                     env_notes=notes, warnings=warnings, **_started(path, name, where))
     launch.args, launch.config_note = spliced(launch.args, path.parent, where)
     launch.secret_refs = secret_references(" ".join(_raw_words(raw.get("entrypoint")) + _raw_words(raw.get("command"))))
+    if image:
+        launch.engine_image, launch.engine_image_note = image, f"{where}: image"
     named = _service_gpus(service, env, where)
     if named is not None:
         (launch.gpus, launch.gpus_source), launch.device = named, "cuda"

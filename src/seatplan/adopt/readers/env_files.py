@@ -11,18 +11,18 @@ import re
 from pathlib import Path
 
 from seatplan.adopt.evidence import Launch
-from seatplan.adopt.readers.commands import engine_words, referenced, shell_expanded, split_command
+from seatplan.adopt.readers.commands import engine_launcher, engine_words, referenced, shell_expanded, split_command
 from seatplan.adopt.readers.dotenv import EnvText, read_env_text
 from seatplan.adopt.readers.text import GPU_KEYS, env_file_refusal, gpu_list, read_text
 from seatplan.adopt.readers.vllm_config import spliced
 from seatplan.adopt.secrets import secret_references
-from seatplan.engine.command import COMMAND_KEY
+from seatplan.engine.command import COMMAND_KEY, RESTART_DIGEST_KEY
 from seatplan.engine.parse import split_shell_line
 from seatplan.errors import SeatplanError
 
 MAX_ENV_FILES = 1000
 # Keys of seatplan's own env files that are not the engine's environment (render/targets.py env_file).
-SEATPLAN_KEYS = {"SEATPLAN_SEAT", "SEATPLAN_HEALTH_URL", COMMAND_KEY}
+SEATPLAN_KEYS = {"SEATPLAN_SEAT", "SEATPLAN_HEALTH_URL", COMMAND_KEY, RESTART_DIGEST_KEY}
 # The line render writes under its header: "# seat NAME (served as S) on HOST GPU 0, 1; boot order ..." (targets.env_file)
 RENDERED_SEAT_LINE = re.compile(r"^# seat (?P<seat>\S+) \(served as \S+\) on (?P<host>\S+) (?P<kind>GPU|CPU budget) (?P<gpus>[\d, ]+);", re.M)
 NOT_STARTED = "an env file alone does not say what starts it: give --systemd DIR with its unit"
@@ -52,6 +52,7 @@ def read_env_file(path: Path) -> Launch | None:
     launch.args, launch.config_note = spliced(launch.args, path.parent, str(path))
     if command_key != COMMAND_KEY:
         launch.secret_refs = secret_references(" ".join(values.values()))
+    launch.launcher, launch.launcher_note = engine_launcher(words, values), f"{path}:{env.lines[command_key]}: {command_key}"
     for key in GPU_KEYS:
         if key in values:
             launch.gpus, launch.gpus_source = gpu_list(values[key]), f"{path}: {key}"

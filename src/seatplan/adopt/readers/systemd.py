@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from seatplan.adopt.evidence import Launch
-from seatplan.adopt.readers.commands import docker_run, engine_words, referenced
+from seatplan.adopt.readers.commands import docker_run, engine_launcher, engine_words, referenced, sourced_files
 from seatplan.adopt.readers.compose_ports import published_port, read_ports
 from seatplan.adopt.readers.dotenv import read_env_text
 from seatplan.adopt.readers.text import GPU_KEYS, env_file_refusal, gpu_list, read_text
@@ -124,6 +124,27 @@ def _exec_words(text: str, env: dict[str, str], where: str) -> list[str]:
     return out
 
 
+def _env_file_here(named: Path, look_in: list[Path]) -> tuple[Path | None, str]:
+    """An env file a unit names, where the unit names it, else the file of that name beside the unit or in an --env-dir;
+    or the first candidate refused and why (under /proc, /sys or /dev, or not a regular file: never read)."""
+    for candidate in [named, *(directory / named.name for directory in look_in)]:
+        refused = env_file_refusal(candidate) or ""
+        if refused:
+            return candidate, refused
+        if candidate.is_file():
+            return candidate, ""
+    return None, ""
+
+
+def _read_env_into(found: Path, env: dict[str, str], notes: dict[str, str], files: list[Path], warnings: list[str]) -> None:
+    """An env file's KEY=value lines over ``env`` (each noted by file and line), the file added to those read."""
+    files.append(found.resolve())
+    read = read_env_text(read_text(found, "env file", "give readable env files"), str(found))
+    warnings += read.problems
+    for key, item in read.values.items():
+        env[key], notes[key] = item, f"{found}:{read.lines[key]}"
+
+
 def _environment(unit: Unit, unit_name: str, instance: str, look_in: list[Path], warnings: list[str]) -> tuple[dict[str, str], dict[str, str], list[Path]]:
     """The unit's environment (Environment=, then EnvironmentFile= overriding), where each key came from, and the files read."""
     env: dict[str, str] = {}
@@ -142,28 +163,17 @@ def _environment(unit: Unit, unit_name: str, instance: str, look_in: list[Path],
     for number, value in unit.service.get("EnvironmentFile", []):
         optional = value.startswith("-")
         named = specifiers(value.removeprefix("-").strip(), unit_name, instance)
-        found, refused = None, ""
-        for candidate in [Path(named), *(directory / Path(named).name for directory in look_in)]:
-            refused = env_file_refusal(candidate) or ""
-            if refused:
-                warnings.append(f"{number}: EnvironmentFile={named[:120]}: {candidate} {refused}: refused, not read "
-                                "(its variables are not known; copy the GPU host's env file beside the unit)")
-                break
-            if candidate.is_file():
-                found = candidate
-                break
+        found, refused = _env_file_here(Path(named), look_in)
         if refused:
+            warnings.append(f"{number}: EnvironmentFile={named[:120]}: {found} {refused}: refused, not read "
+                            "(its variables are not known; copy the GPU host's env file beside the unit)")
             continue
         if found is None:
             if not optional:
                 warnings.append(f"{number}: EnvironmentFile={named} is not here nor beside the unit or in an --env-dir: "
                                 "its variables are not known (copy it from the GPU host beside the unit)")
             continue
-        files.append(found.resolve())
-        read = read_env_text(read_text(found, "env file", "give readable env files"), str(found))
-        warnings += read.problems
-        for key, item in read.values.items():
-            env[key], notes[key] = item, f"{found}:{read.lines[key]}"
+        _read_env_into(found, env, notes, files, warnings)
     return env, notes, files
 
 
@@ -179,6 +189,17 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
     for number, value in starts:
         where = number
         words = _exec_words(specifiers(value, unit_name, instance), env, where)
+        for named in sourced_files(words, env):  # `bash -c 'source FILE && exec vllm serve $MODEL …'` (issue 50)
+            found, refused = _env_file_here(Path(named), look_in)
+            if refused:
+                warnings.append(f"{where}: the script sources {named[:120]}: {found} {refused}: refused, not read "
+                                "(its variables are not known; copy the GPU host's env file beside the unit)")
+                continue
+            if found is None:
+                warnings.append(f"{where}: the script sources {named}, which is not here nor beside the unit or in an --env-dir: "
+                                "its variables are not known (copy it from the GPU host beside the unit)")
+                continue
+            _read_env_into(found, env, notes, files, warnings)
         args = engine_words(words, env)
         run = docker_run(words) if args is None else None
         if run is not None:  # `docker run … vllm/vllm-openai ARGS`: the unit runs vLLM's image
@@ -196,6 +217,10 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
                         started_by={"systemd_unit": unit_name}, started_note=f"{where}: the unit that runs it")
         launch.args, launch.config_note = spliced(launch.args, unit.path.parent, where)
         launch.secret_refs = secret_references(value)
+        if run is None:
+            launch.launcher, launch.launcher_note = engine_launcher(words, env), f"{where}: ExecStart"
+        else:
+            launch.engine_image, launch.engine_image_note = run.image, f"{where}: docker run"
         if run is not None:
             launch.published_port, launch.port_unknown = published_port(read_ports(run.ports, where), launch.args, where)
             if run.gpus is not None:

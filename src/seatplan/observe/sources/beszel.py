@@ -26,7 +26,7 @@ from seatplan.fileio import check_input_file
 from seatplan.jsontext import loads_bounded
 from seatplan.observe.detect import GpuSeries
 from seatplan.observe.sources.shared import Rejections, series_of_points
-from seatplan.units import MAX_GPU_INDEX, whole_number
+from seatplan.units import MAX_GPU_INDEX, MAX_PLAUSIBLE_BYTES, MiB, whole_number
 
 # Beszel's NVIDIA collectors store nvidia-smi MiB divided by 1.024 (agent/gpu.go mebibytesInAMegabyte).
 BESZEL_MIB_FACTOR = 1.024
@@ -44,7 +44,7 @@ def _pocketbase_time(text: str) -> float:
 def read_beszel(path: str | Path, *, system: str | None = None, rejected: Rejections | None = None) -> list[GpuSeries]:
     """GPU used-memory series from a Beszel hub database (``beszel_data/data.db``).
 
-    A row whose stats are not JSON, whose time is not PocketBase's, or whose GPU readings are not finite numbers
+    A row whose stats are not JSON, whose time is not PocketBase's, or whose GPU readings are not MiB counts a GPU can hold
     is left out and counted in ``rejected``; the other rows still count.
     """
     db_path = Path(path)
@@ -116,8 +116,13 @@ def _beszel_record(created: object, gpus_json: object) -> tuple[float, dict[int,
     return at, readings
 
 
+# A reading beyond what any GPU holds is a damaged row (and near float's top, the MiB factor would make it infinite).
+_MAX_READING_MIB = MAX_PLAUSIBLE_BYTES // MiB
+
+
 def _finite_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and 0 <= value <= _MAX_READING_MIB)
 
 
 

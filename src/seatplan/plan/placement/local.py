@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import combinations
 from typing import Any, TypeVar
 
@@ -44,6 +44,12 @@ STALL_SEAT_ROUNDS = 2400
 # 3 gave up at 99.36 % after 6 s where 30 reaches 99.57 % after 19 s; fleets near the bound stop as soon as before.
 NEAR_BOUND_SHARE = 0.005
 FAR_PATIENCE_FACTOR = 30
+# Fleets of more seats than this are cluster-sized. A round there costs seconds (256 GPUs and 750 seats: the first
+# descent 4 s, each later round 1.2-2.9 s), and the first descent already ends within a fifth of a percent of the bound:
+# so the search stops as soon as its best is provably near the bound (within NEAR_BOUND_SHARE of the LP bound), and
+# the plan leaves CP-SAT out there and works its runner-ups out host by host (solve.py). Fleets up to this size (the
+# 16-64-GPU fleets of docs/benchmarks.md, 50-200 seats) search as before.
+CLUSTER_SEATS = 200
 ROUNDS_PER_RESTART = 6  # kicks from the best layout between two fresh randomized starts
 ALL_SUBSETS_UP_TO = 7  # seats on a GPU; beyond this a tensor-parallel trade tries only some groups of them
 # Entries in a search's cache of seat groups (a group's bytes and where it may go depend only on which seats are on a
@@ -55,6 +61,11 @@ def near_bound(worst_spare_bytes: int, bound_bytes: int | None) -> bool:
     """Whether a worst-case spare is within NEAR_BOUND_SHARE of the bound (False without a bound): the line the search's
     patience, CP-SAT's time and the runner-ups' rounds are drawn at."""
     return bound_bytes is not None and worst_spare_bytes >= bound_bytes * (1 - NEAR_BOUND_SHARE)
+
+
+def is_cluster(problem: Problem) -> bool:
+    """Whether a fleet is cluster-sized (more than CLUSTER_SEATS seats): where a round of the search costs seconds."""
+    return len(problem.seat_names) > CLUSTER_SEATS
 
 
 def search(
@@ -73,7 +84,8 @@ def search(
     With ``max_moves`` no trade takes the layout past that many seats away from where they run.
     It stops early on reaching ``target_bytes`` (a proven bound: nothing better exists) or once it has
     stalled (``stall_min_rounds`` rounds without a better layout, by default STALL_MIN_ROUNDS or STALL_SEAT_ROUNDS ÷
-    seats; more while far below ``target_bytes``), and after ``max_rounds`` rounds when given.
+    seats; more while far below ``target_bytes``), and after ``max_rounds`` rounds when given. On a cluster-sized
+    fleet (``is_cluster``) it also stops once within NEAR_BOUND_SHARE of ``target_bytes`` (without a move budget).
     """
     rng = random.Random(seed)
     best: _State | None = None
@@ -103,14 +115,21 @@ def search(
             break
         if max_rounds is not None and round_number >= max_rounds:
             break
+        if best is not None and max_moves is None and is_cluster(problem) and near_bound(-best.cost()[0], target_bytes):
+            break
         if best is not None and target_bytes is not None and -best.cost()[0] >= target_bytes:
             break
     return None if best is None else tuple(best.assignment)
 
 
-def improve(problem: Problem, assignment: tuple[GpuSet, ...], *, deadline: float, max_moves: int | None = None) -> tuple[GpuSet, ...]:
-    """One descent from ``assignment`` (which must be valid): a layout at least as good."""
-    state = _State(problem, assignment, max_moves)
+def improve(
+    problem: Problem, assignment: tuple[GpuSet, ...], *, deadline: float, max_moves: int | None = None, within: Collection[int] | None = None
+) -> tuple[GpuSet, ...]:
+    """One descent from ``assignment`` (which must be valid): a layout at least as good.
+
+    With ``within`` (GPUs, whole hosts) only the seats on those GPUs trade, and only among them: once seats are split
+    among hosts, each host's layout is its own problem, and the rest of the fleet stays as it is."""
+    state = _State(problem, assignment, max_moves, within=within)
     state.descend(deadline)
     return tuple(state.assignment)
 
@@ -271,8 +290,12 @@ def _groups_of(problem: Problem) -> dict[int, list[tuple[int, ...]]]:
 class _State:
     """A layout being improved: its assignment, each GPU's spare and seats, and its moves."""
 
-    def __init__(self, problem: Problem, assignment: tuple[GpuSet, ...], max_moves: int | None = None) -> None:
+    def __init__(
+        self, problem: Problem, assignment: tuple[GpuSet, ...], max_moves: int | None = None, *, within: Collection[int] | None = None
+    ) -> None:
         self.problem = problem
+        # The GPUs trades may touch (``improve``'s ``within``): every open GPU unless given.
+        self.within = None if within is None else frozenset(within)
         self.max_moves = max_moves
         self.assignment = list(assignment)
         load = problem.loads(assignment)
@@ -285,9 +308,10 @@ class _State:
         # Shared with every copy: what it holds depends only on the problem and the seats its keys name.
         self.groups_cache: dict[tuple, Any] = {}
         self.moves = problem.moves(assignment)
-        self.open = problem.open_gpus
+        self.open = problem.open_gpus if self.within is None else tuple(g for g in problem.open_gpus if g in self.within)
         self.single_gpus = [
-            frozenset(gpu_set[0] for gpu_set in options) if problem.gpu_count[s] == 1 else frozenset()
+            frozenset(gpu_set[0] for gpu_set in options if self.within is None or gpu_set[0] in self.within) if problem.gpu_count[s] == 1
+            else frozenset()
             for s, options in enumerate(problem.candidates)
         ]
         self.groups_of = _groups_of(problem)
@@ -581,6 +605,8 @@ class _State:
         def build() -> list[tuple[frozenset[int], bool, list[tuple[GpuSet, tuple[tuple[int, int], ...]]]]]:
             blocks: dict[str, list[tuple[GpuSet, tuple[tuple[int, int], ...]]]] = {}
             for target in self.problem.candidates[seat]:
+                if self.within is not None and not self.within.issuperset(target):
+                    continue
                 swapped = tuple(zip([g for g in here if g not in target], [g for g in target if g not in here]))
                 if swapped:
                     blocks.setdefault(self.problem.host_of(target[0]), []).append((target, swapped))

@@ -11,14 +11,19 @@
 #   1. every test but the real-engine (-m vllm: they need the vLLM virtualenv) and integration (-m integration:
 #      tests/integration) ones, on the same xdist workers as --fast, at nice 19: the engines' boots come first;
 #   2. in the background, once scripts/install-test-deps.sh engines has installed the vLLM and LiteLLM virtualenvs
-#      (network and disk, while the first part runs), those tests on SEATPLAN_ENGINE_TEST_WORKERS (2) workers with
+#      (network and disk, while the first part runs), those tests on SEATPLAN_ENGINE_TEST_WORKERS (3) workers with
 #      --dist loadfile: a module's tests run on one worker, so the engines its module fixtures and the session's
-#      vllm_boot_cache boot are booted once, and two modules boot theirs in parallel. (Not loadgroup: xdist 3.8 names
-#      the groups in item._nodeid, which pytest 9 no longer reads, so every test would go its own way.) Its output is
-#      printed when both are over.
+#      vllm_boot_cache boot are booted once, and three modules boot theirs in parallel (an engine test waits on
+#      ansible, health checks and boots for about a third of its time). The modules go out longest first
+#      (tests/module_seconds.json, ordered by tests/conftest.py; --no-loadscope-reorder keeps that order, where xdist
+#      would hand out the modules with most tests first and the longest single-test modules last). (Not loadgroup:
+#      xdist 3.8 names the groups in item._nodeid, which pytest 9 no longer reads, so every test would go its own
+#      way.) Its output is printed when both are over.
 # The first part runs with SEATPLAN_ENGINE_VENVS_PENDING set: a test in it that reaches for either virtualenv fails
 # (mark it vllm), whatever the install's progress. The script fails when either part does. Each part tallies its
 # reliability figures in a file of its own (SEATPLAN_TALLY_CARRY); tests/kits/tally.py prints the sum last.
+# SEATPLAN_JUNIT_DIR=DIR writes each part's JUnit report there (first.xml, second.xml): scripts/module_seconds.py
+# refreshes tests/module_seconds.json from them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=false
@@ -42,7 +47,8 @@ if ! $fast; then
   (
     bash scripts/install-test-deps.sh engines
     SEATPLAN_TALLY_CARRY=$run/second.tally SEATPLAN_RELIABILITY_JSON="" exec .venv/bin/python -m pytest -m "vllm or integration" \
-      -n "${SEATPLAN_ENGINE_TEST_WORKERS:-2}" --dist loadfile --durations=25 "$@"
+      -n "${SEATPLAN_ENGINE_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder --durations=25 \
+      ${SEATPLAN_JUNIT_DIR:+"--junitxml=$SEATPLAN_JUNIT_DIR/second.xml"} "$@"
   ) > "$run/second.log" 2>&1 &
   second_pid=$!
   trap 'kill "$second_pid" 2>/dev/null || true; rm -rf "$run"' EXIT
@@ -56,7 +62,8 @@ fi
 workers=${SEATPLAN_TEST_WORKERS:-$((2 * $(nproc)))}
 status=0
 SEATPLAN_ENGINE_VENVS_PENDING=1 SEATPLAN_TALLY_CARRY=$run/first.tally SEATPLAN_RELIABILITY_JSON="" \
-  nice -n 19 .venv/bin/python -m pytest -m "not vllm and not integration" -n "$workers" --dist worksteal --durations=25 "$@" || status=$?
+  nice -n 19 .venv/bin/python -m pytest -m "not vllm and not integration" -n "$workers" --dist worksteal --durations=25 \
+  ${SEATPLAN_JUNIT_DIR:+"--junitxml=$SEATPLAN_JUNIT_DIR/first.xml"} "$@" || status=$?
 second=0
 wait "$second_pid" || second=$?
 echo

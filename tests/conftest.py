@@ -13,6 +13,7 @@ last run prints the whole tally. Every test under ``tests/integration/`` is mark
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -37,13 +38,27 @@ _leaks_reported = 0
 # The reliability figures xdist workers handed back (pytest_testnodedown), summed on the controller.
 _worker_tally: Counter[tuple[str, str]] = Counter()
 INTEGRATION = Path(__file__).parent / "integration"
+MODULE_SECONDS = Path(__file__).parent / "module_seconds.json"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """``-m integration``: the tests under tests/integration/ (real engines, LiteLLM), which scripts/test.sh runs apart."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``-m integration``: the tests under tests/integration/ (real engines, LiteLLM), which scripts/test.sh runs apart.
+
+    The modules tests/module_seconds.json knows to be slow run first, longest first (the others after them, in their
+    own order): the engine part hands whole modules to its workers (``--dist loadfile --no-loadscope-reorder``), and
+    a long module handed out last kept one worker busy alone at the end of the run.
+    """
     for item in items:
         if item.path.is_relative_to(INTEGRATION):
             item.add_marker(pytest.mark.integration)
+    seconds = module_seconds()
+    items.sort(key=lambda item: -seconds.get(item.path.relative_to(config.rootpath).as_posix(), 0))
+
+
+def module_seconds() -> dict[str, float]:
+    """tests/module_seconds.json's modules and their seconds (its ``_about`` left out)."""
+    table = json.loads(MODULE_SECONDS.read_text())
+    return {module: float(value) for module, value in table.items() if not module.startswith("_")}
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def test_rollback_to_the_first_tag_restores_the_first_plans_numbers(vllm_python_
     contexts = rng.sample(CONTEXTS, 3)
     fleets = [cpu_fleet(tmp_path, seats, kv=KV, contexts={"tiny-qwen": context}, name=f"fleet{number}.yaml") for number, context in enumerate(contexts, 1)]
     plans = [build_plan_file(fleet, tmp_path / f"plan{number}.json") for number, fleet in enumerate(fleets, 1)]
-    broken_fleet = cpu_fleet(tmp_path, seats, kv=KV, contexts={"tiny-qwen": contexts[2]}, envs={"tiny-qwen": {"SEATPLAN_TEST_BROKEN": "1"}}, name="fleet4.yaml")
+    broken_fleet = cpu_fleet(tmp_path, seats, kv=KV, contexts={"tiny-qwen": contexts[2]}, envs={"tiny-qwen": {"SEATPLAN_TEST_BROKEN": "exit"}}, name="fleet4.yaml")
     broken = build_plan_file(broken_fleet, tmp_path / "plan4.json")
     first = {seat["name"]: seat for seat in json.loads(plans[0].read_text())["seats"]}
     launcher = shlex.join([str(vllm_python_path), "-m", "vllm.entrypoints.openai.api_server"])

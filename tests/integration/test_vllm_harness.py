@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -12,7 +12,7 @@ import pytest
 
 from kits.boot_matrix import BOOT_PLANS
 from kits.tiny_models import ALL_TINY_MODELS, QWEN3_DENSE, TinyModelSpec
-from kits.vllm_engine import BootResult, EngineConfig, _stop, parse_cache_config_info
+from kits.vllm_engine import BootResult, EngineConfig, _stop, live_group_members, parse_cache_config_info
 
 CPU_BLOCK_SIZE = 128
 
@@ -92,10 +92,14 @@ def test_stop_ends_the_whole_process_group():
     # A parent that leaves a child behind, like the API server and its engine-core process.
     script = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
     process = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while len(live_group_members(process.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(live_group_members(process.pid)) == 2  # the parent and its child, running
     _stop(process)
     assert process.returncode is not None
-    with pytest.raises(ProcessLookupError):
-        os.killpg(process.pid, 0)
+    # Gone, or a zombie its adopter has not reaped yet (kill(2) still finds those): nothing of the group runs.
+    assert live_group_members(process.pid) == []
 
 
 def test_tiny_model_cache_key_follows_the_spec():

@@ -207,6 +207,24 @@ def _stop(process: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     process.wait(timeout=STOP_GRACE_S)
+    # SIGKILL is delivered asynchronously: wait until no member of the group still runs (a killed child stays a
+    # zombie until whoever adopted it reaps it, which may be never in a container, so a zombie counts as gone).
+    deadline = time.monotonic() + STOP_GRACE_S
+    while live_group_members(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def live_group_members(group_id: int) -> list[int]:
+    """PIDs in process group ``group_id`` that are not zombies, from /proc (stat's fields after the command's ')')."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _parent, group = stat.read_text().rpartition(")")[2].split()[:3]
+        except (OSError, ValueError):
+            continue  # gone while we looked
+        if int(group) == group_id and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
 
 
 def _probe_completion_tokens(client: httpx.Client, served_model_name: str, probe: str) -> int | None:

@@ -11,10 +11,10 @@
 #   1. every test but the real-engine (-m vllm: they need the vLLM virtualenv) and integration (-m integration:
 #      tests/integration) ones, on the same xdist workers as --fast, at nice 19: the engines' boots come first;
 #   2. in the background, once scripts/install-test-deps.sh engines has installed the vLLM and LiteLLM virtualenvs
-#      (network and disk, while the first part runs), those tests on SEATPLAN_ENGINE_TEST_WORKERS (3) workers with
+#      (network and disk, while the first part runs), those tests on SEATPLAN_ENGINE_TEST_WORKERS (2) workers with
 #      --dist loadfile: a module's tests run on one worker, so the engines its module fixtures and the session's
-#      vllm_boot_cache boot are booted once, and three modules boot theirs in parallel (an engine test waits on
-#      ansible, health checks and boots for about a third of its time). The modules go out longest first
+#      vllm_boot_cache boot are booted once, and two modules boot theirs in parallel (three made the run no shorter:
+#      the 2 cores are the limit, docs/testing.md). The modules go out longest first
 #      (tests/module_seconds.json, ordered by tests/conftest.py; --no-loadscope-reorder keeps that order, where xdist
 #      would hand out the modules with most tests first and the longest single-test modules last). (Not loadgroup:
 #      xdist 3.8 names the groups in item._nodeid, which pytest 9 no longer reads, so every test would go its own
@@ -47,7 +47,7 @@ if ! $fast; then
   (
     bash scripts/install-test-deps.sh engines
     SEATPLAN_TALLY_CARRY=$run/second.tally SEATPLAN_RELIABILITY_JSON="" exec .venv/bin/python -m pytest -m "vllm or integration" \
-      -n "${SEATPLAN_ENGINE_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder --durations=25 \
+      -n "${SEATPLAN_ENGINE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder --durations=25 \
       ${SEATPLAN_JUNIT_DIR:+"--junitxml=$SEATPLAN_JUNIT_DIR/second.xml"} "$@"
   ) > "$run/second.log" 2>&1 &
   second_pid=$!

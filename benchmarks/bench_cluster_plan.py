@@ -29,6 +29,7 @@ GiB = 1 << 30
 HOSTS, GPUS_PER_HOST, SEATS = 32, 8, 750
 CARD_BYTES = int(79.19 * GiB)  # what CUDA reports on an 80 GB H100
 KV_STEP_BYTES = GiB // 2
+MIN_KV_STEPS = 3  # 1.5 GiB: one 8,192-token request of every model in MODEL_MIX
 # (model folder, tensor-parallel size, share of the seats)
 MODEL_MIX = [
     ("meta-llama--Llama-3.2-3B-Instruct", 1, 0.2), ("Qwen--Qwen3-4B-Instruct-2507", 1, 0.2), ("Qwen--Qwen3-8B", 1, 0.2),
@@ -45,8 +46,8 @@ def drawn_fleet(seed: int) -> dict:
     seats = []
     for number in range(SEATS):
         folder, tp, _ = rng.choices(MODEL_MIX, weights=[share for *_, share in MODEL_MIX])[0]
-        seat = {"name": f"s{number}", "model": str(MODELS / folder), "port": 8000 + number, "max_model_len": rng.choice([4096, 8192, 16384]),
-                "kv_cache_memory_bytes": rng.randint(8, 30) * KV_STEP_BYTES}
+        seat = {"name": f"s{number}", "model": str(MODELS / folder), "port": 8000 + number, "max_model_len": rng.choice([4096, 8192]),
+                "kv_cache_memory_bytes": rng.randint(MIN_KV_STEPS, 12) * KV_STEP_BYTES}
         if tp > 1:
             seat["tensor_parallel_size"] = tp
         elif rng.random() < 0.02:
@@ -79,7 +80,7 @@ def filled(fleet: dict, planned: dict, fill: float) -> dict:
     ranks = sum(seat.get("tensor_parallel_size", 1) for seat in fleet["seats"])
     steps = round((fill * open_bytes - fill_of(planned) * open_bytes) / ranks / KV_STEP_BYTES)
     for seat in fleet["seats"]:
-        seat["kv_cache_memory_bytes"] = max(KV_STEP_BYTES, seat["kv_cache_memory_bytes"] + steps * KV_STEP_BYTES)  # per rank, as vLLM reads it
+        seat["kv_cache_memory_bytes"] = max(MIN_KV_STEPS * KV_STEP_BYTES, seat["kv_cache_memory_bytes"] + steps * KV_STEP_BYTES)  # per rank, as vLLM reads it
     return fleet
 
 

@@ -505,6 +505,25 @@ def test_on_a_cluster_near_the_bound_the_search_s_layout_stands_without_cp_sat(m
     assert solved.bound_bytes == bound_bytes and solved.optimal == meets_the_bound
 
 
+def test_a_search_that_builds_no_start_leaves_cp_sat_the_rest_of_the_time(rng, monkeypatch):
+    """Where the local search builds no start (largest-first fails on a nearly full fleet, and the search gives up within
+    rounds), CP-SAT gets all the time left, not its share of the search's: on a 750-seat fleet plan said "no layout
+    found within the 30 s time limit" after 6 s."""
+    _, _, problem, _ = twelve_gpus_and_their_plain_start(rng)
+    monkeypatch.setattr(local, "search", lambda *args, **kwargs: None)
+    limits: list[float] = []
+    solve_model = cpsat.solve
+
+    def timed(*args, time_limit_s: float, **kwargs):
+        limits.append(time_limit_s)
+        return solve_model(*args, time_limit_s=min(time_limit_s, 5), **kwargs)
+
+    monkeypatch.setattr(cpsat, "solve", timed)
+    left_s = rng.uniform(60, 600)
+    solve.solve_fleet(problem, until=time.perf_counter() + left_s, bound_bytes=None)
+    assert len(limits) == 1 and limits[0] > left_s - 30  # the LP bound's share and the model's build before it
+
+
 def test_a_cluster_s_runner_ups_each_move_apart_on_at_most_two_hosts(rng, monkeypatch):
     """On a cluster-sized fleet a runner-up is the layout before it with one seat of the bottleneck moved apart (alone or
     swapped) and a descent on the hosts that touched: it differs from the layout before on two hosts at most, keeps

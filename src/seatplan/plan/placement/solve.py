@@ -217,6 +217,10 @@ def solve_fleet(
         return _near_on_a_cluster(problem, found, bound_bytes, until=until)
     cpsat_cpu_s = CPSAT_MIN_S if near else max(CPSAT_MIN_S, CPSAT_SHARE_OF_LOCAL * local_s)
     cpsat_s = min(until - time.perf_counter(), cpsat_cpu_s * load_factor(time.perf_counter() - now, local_s))
+    if found is None:
+        # The search built no start (it gives up within rounds on a fleet too full for largest-first): CP-SAT alone
+        # can still find one or prove there is none, and the plan's "not found within the time limit" must be true.
+        cpsat_s = until - time.perf_counter()
     solved = cpsat.solve(problem, time_limit_s=max(0.5, cpsat_s), start=found, bound_bytes=bound_bytes)
     if solved.layout is None or solved.optimal:
         return solved

@@ -29,6 +29,8 @@ GiB = 1 << 30
 HOSTS, GPUS_PER_HOST, SEATS = 32, 8, 750
 CARD_BYTES = int(79.19 * GiB)  # what CUDA reports on an 80 GB H100
 KV_STEP_BYTES = GiB // 2
+HEADROOM_BYTES = GiB
+OPEN_BYTES = HOSTS * (GPUS_PER_HOST - 1) * (CARD_BYTES - HEADROOM_BYTES)  # what the seats may fill: the open GPUs less headroom
 MIN_KV_STEPS = 3  # 1.5 GiB: one 8,192-token request of every model in MODEL_MIX
 # (model folder, tensor-parallel size, share of the seats)
 MODEL_MIX = [
@@ -55,7 +57,7 @@ def drawn_fleet(seed: int) -> dict:
         elif rng.random() < 0.05:
             seat["avoid"] = [f"node{rng.randrange(HOSTS)}:{rng.randrange(GPUS_PER_HOST - 1)}"]
         seats.append(seat)
-    return {"hosts": hosts, "policy": {"vllm_version": "0.32", "headroom_bytes": GiB}, "seats": seats}
+    return {"hosts": hosts, "policy": {"vllm_version": "0.32", "headroom_bytes": HEADROOM_BYTES}, "seats": seats}
 
 
 def plan(fleet: dict, work: Path) -> tuple[float, dict | None, str]:
@@ -70,15 +72,13 @@ def plan(fleet: dict, work: Path) -> tuple[float, dict | None, str]:
 
 
 def fill_of(planned: dict) -> float:
-    open_bytes = HOSTS * (GPUS_PER_HOST - 1) * (CARD_BYTES - GiB)
-    return sum(seat["footprint_bytes"] * seat.get("tensor_parallel_size", 1) for seat in planned["seats"]) / open_bytes
+    return sum(seat["footprint_bytes"] * seat.get("tensor_parallel_size", 1) for seat in planned["seats"]) / OPEN_BYTES
 
 
 def filled(fleet: dict, planned: dict, fill: float) -> dict:
     """The fleet with every KV pin moved by the same step count, so the footprints come near ``fill``."""
-    open_bytes = HOSTS * (GPUS_PER_HOST - 1) * (CARD_BYTES - GiB)
     ranks = sum(seat.get("tensor_parallel_size", 1) for seat in fleet["seats"])
-    steps = round((fill * open_bytes - fill_of(planned) * open_bytes) / ranks / KV_STEP_BYTES)
+    steps = round((fill - fill_of(planned)) * OPEN_BYTES / ranks / KV_STEP_BYTES)
     for seat in fleet["seats"]:
         seat["kv_cache_memory_bytes"] = max(MIN_KV_STEPS * KV_STEP_BYTES, seat["kv_cache_memory_bytes"] + steps * KV_STEP_BYTES)  # per rank, as vLLM reads it
     return fleet

@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from kits.console_blocks import printed, shim, steps
-from kits.parts import require
+from kits.parts import group_runs, require
 from kits.paths import REPO_ROOT
 from kits.rollout import FAKE_ENGINE, ansible_installed
 
@@ -135,14 +135,6 @@ def changing_calls(state: Path) -> list[str]:
     return [call for call in calls if not re.match(r"(systemctl show|docker compose -f \S+ ps|docker inspect) ", call)]
 
 
-def group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def argv_of(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
 
@@ -198,7 +190,7 @@ def test_the_adopt_example_to_a_first_apply_in_script_mode(tmp_path: Path):
                 fleet.write_text(fleet.read_text().replace(f"[{BOX_LAUNCHER}, serve]", f"[{launcher}, serve]"))
             calls = changing_calls(state)
             if "--check" in line:
-                assert calls == [] and all(group_alive(group) for group in today.values()), "--check stopped an engine"
+                assert calls == [] and all(group_runs(group) for group in today.values()), "--check stopped an engine"
             elif "--tag first" in line:
                 first_calls = calls
         # the cut-over: each engine running today stopped by what started it, seatplan's started on its port
@@ -206,7 +198,7 @@ def test_the_adopt_example_to_a_first_apply_in_script_mode(tmp_path: Path):
         assert sorted(first_calls) == sorted(["systemctl disable --now coder.service",
                                               f"docker compose -f {compose} rm --stop --force qwen3-8b",
                                               f"docker compose -f {compose} rm --stop --force llama-3b"])
-        assert not any(group_alive(group) for group in today.values())
+        assert not any(group_runs(group) for group in today.values())
         for seat, (_, port) in TODAY.items():
             pid = int((run / f"{seat}.pid").read_text())
             started.append(pid)

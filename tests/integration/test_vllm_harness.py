@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from kits.boot_matrix import BOOT_PLANS
+from kits.parts import live_group_members
 from kits.tiny_models import ALL_TINY_MODELS, QWEN3_DENSE, TinyModelSpec
-from kits.vllm_engine import BootResult, EngineConfig, _stop, live_group_members, parse_cache_config_info
+from kits.vllm_engine import BootResult, EngineConfig, _stop, parse_cache_config_info
 
 CPU_BLOCK_SIZE = 128
 

@@ -56,6 +56,24 @@ def stop_process(process: subprocess.Popen, grace_s: float = 20) -> None:
         process.wait()
 
 
+def live_group_members(group_id: int) -> list[int]:
+    """PIDs in process group ``group_id`` that are not zombies, from /proc (stat's fields after the command's ')')."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _parent, group = stat.read_text().rpartition(")")[2].split()[:3]
+        except (OSError, ValueError):
+            continue  # gone while we looked
+        if int(group) == group_id and state != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def group_runs(group_id: int) -> bool:
+    """Whether any process of group ``group_id`` still runs (zombies not counted: kill(2) finds those until reaped)."""
+    return bool(live_group_members(group_id))
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

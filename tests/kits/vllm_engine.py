@@ -36,7 +36,7 @@ from typing import Literal
 
 import httpx
 
-from kits.parts import refuse_while_installing
+from kits.parts import live_group_members, refuse_while_installing
 from seatplan.fileio import atomic_write_text
 
 VLLM_VERSION = "0.32.0"
@@ -213,18 +213,6 @@ def _stop(process: subprocess.Popen) -> None:
     while live_group_members(process.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
 
-
-def live_group_members(group_id: int) -> list[int]:
-    """PIDs in process group ``group_id`` that are not zombies, from /proc (stat's fields after the command's ')')."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _parent, group = stat.read_text().rpartition(")")[2].split()[:3]
-        except (OSError, ValueError):
-            continue  # gone while we looked
-        if int(group) == group_id and state != "Z":
-            members.append(int(stat.parent.name))
-    return members
 
 
 def _probe_completion_tokens(client: httpx.Client, served_model_name: str, probe: str) -> int | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import jinja2
 
+from kits.parts import group_runs
 from kits.paths import REPO_ROOT
 from kits.rollout import FAKE_ENGINE
 from seatplan.encode import env_assignment
@@ -77,14 +78,6 @@ def wait_healthy(port: int) -> None:
         time.sleep(0.2)
 
 
-def group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def test_the_documented_restart_script_starts_replaces_and_stops_an_engine(tmp_path: Path):
     script = install_script(tmp_path)
     port = free_port()
@@ -99,16 +92,16 @@ def test_the_documented_restart_script_starts_replaces_and_stops_an_engine(tmp_p
             groups.append(int((run / "alpha.pid").read_text()))
             wait_healthy(port)
             assert (log / "alpha.log").is_file()
-        assert groups[0] != groups[1] and not group_alive(groups[0]) and group_alive(groups[1])
+        assert groups[0] != groups[1] and not group_runs(groups[0]) and group_runs(groups[1])
         done = subprocess.run([str(script), "alpha", str(env_file), "stop"], env=environment, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
-        assert not (run / "alpha.pid").exists() and not group_alive(groups[1]) and not healthy(port)
+        assert not (run / "alpha.pid").exists() and not group_runs(groups[1]) and not healthy(port)
         # a stop of an engine that does not run is no error (a failed step put back may stop one that never came up)
         again = subprocess.run([str(script), "alpha", str(env_file), "stop"], env=environment, capture_output=True, text=True, timeout=120)
         assert again.returncode == 0, again.stderr
     finally:
         for group in groups:
-            if group_alive(group):
+            if group_runs(group):
                 os.killpg(group, 9)
 
 

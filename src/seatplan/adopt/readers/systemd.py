@@ -163,18 +163,24 @@ def _environment(unit: Unit, unit_name: str, instance: str, look_in: list[Path],
     for number, value in unit.service.get("EnvironmentFile", []):
         optional = value.startswith("-")
         named = specifiers(value.removeprefix("-").strip(), unit_name, instance)
-        found, refused = _env_file_here(Path(named), look_in)
-        if refused:
-            warnings.append(f"{number}: EnvironmentFile={named[:120]}: {found} {refused}: refused, not read "
-                            "(its variables are not known; copy the GPU host's env file beside the unit)")
-            continue
-        if found is None:
-            if not optional:
-                warnings.append(f"{number}: EnvironmentFile={named} is not here nor beside the unit or in an --env-dir: "
-                                "its variables are not known (copy it from the GPU host beside the unit)")
-            continue
-        _read_env_into(found, env, notes, files, warnings)
+        found = _readable_env_file(named, look_in, f"{number}: EnvironmentFile=", warnings, optional=optional)
+        if found is not None:
+            _read_env_into(found, env, notes, files, warnings)
     return env, notes, files
+
+
+def _readable_env_file(named: str, look_in: list[Path], said: str, warnings: list[str], *, optional: bool,
+                       missing: str = " is not here nor beside the unit or in an --env-dir") -> Path | None:
+    """The env file a unit reads (``EnvironmentFile=``, or one its script sources) where it may be read; else None,
+    with a warning (``said`` leads it) for a file refused, or not found unless ``optional``."""
+    found, refused = _env_file_here(Path(named), look_in)
+    if refused:
+        warnings.append(f"{said}{named[:120]}: {found} {refused}: refused, not read "
+                        "(its variables are not known; copy the GPU host's env file beside the unit)")
+        return None
+    if found is None and not optional:
+        warnings.append(f"{said}{named}{missing}: its variables are not known (copy it from the GPU host beside the unit)")
+    return found
 
 
 def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]) -> tuple[Launch | None, list[Path]]:
@@ -190,16 +196,10 @@ def unit_launches(unit: Unit, unit_name: str, instance: str, look_in: list[Path]
         where = number
         words = _exec_words(specifiers(value, unit_name, instance), env, where)
         for named in sourced_files(words, env):  # `bash -c 'source FILE && exec vllm serve $MODEL …'` (issue 50)
-            found, refused = _env_file_here(Path(named), look_in)
-            if refused:
-                warnings.append(f"{where}: the script sources {named[:120]}: {found} {refused}: refused, not read "
-                                "(its variables are not known; copy the GPU host's env file beside the unit)")
-                continue
-            if found is None:
-                warnings.append(f"{where}: the script sources {named}, which is not here nor beside the unit or in an --env-dir: "
-                                "its variables are not known (copy it from the GPU host beside the unit)")
-                continue
-            _read_env_into(found, env, notes, files, warnings)
+            found = _readable_env_file(named, look_in, f"{where}: the script sources ", warnings, optional=False,
+                                       missing=", which is not here nor beside the unit or in an --env-dir")
+            if found is not None:
+                _read_env_into(found, env, notes, files, warnings)
         args = engine_words(words, env)
         run = docker_run(words) if args is None else None
         if run is not None:  # `docker run … vllm/vllm-openai ARGS`: the unit runs vLLM's image
